@@ -1,0 +1,52 @@
+//! [`BlobError`]: what a [`BlobStore`](crate::BlobStore) call can fail with.
+
+/// Errors of the blob seam. Match on variants, never on message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlobError {
+    /// No object at this key.
+    #[error("blob {key} not found")]
+    NotFound {
+        /// The key.
+        key: String,
+    },
+    /// The key breaks a [`BlobKey`](crate::BlobKey) rule; nothing was done.
+    #[error("invalid blob key {key:?}: {reason}")]
+    InvalidKey {
+        /// The refused key (escaped, cut to 200 characters).
+        key: String,
+        /// The broken rule.
+        reason: &'static str,
+    },
+    /// The bytes do not match the SHA-256 given to `put`; nothing was stored.
+    #[error("blob {key} does not match its SHA-256 digest")]
+    ChecksumMismatch {
+        /// The key.
+        key: String,
+    },
+    /// The backend failed (I/O, network, server error).
+    #[error("{backend} blob backend failed")]
+    Backend {
+        /// Which backend, e.g. `fs` or `s3`.
+        backend: &'static str,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl BlobError {
+    /// Shorthand for [`BlobError::Backend`].
+    pub fn backend(
+        backend: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        BlobError::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
+}
+
+/// `Result` with [`BlobError`] as the default error.
+pub type Result<T, E = BlobError> = std::result::Result<T, E>;

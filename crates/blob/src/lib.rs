@@ -1,0 +1,60 @@
+//! Blob storage for korvus: where the bytes of reports, artifacts and
+//! workspace archives live.
+//!
+//! # Overview
+//!
+//! [`BlobStore`] is the seam: `put` (with content type and SHA-256), `get`,
+//! `head`, `delete`, `list`. Keys are [`BlobKey`]s — validated values, refused
+//! before any I/O — and korvus derives them instead of taking free text from a
+//! session: [`report_key`] is deterministic per revision (a retried upload
+//! overwrites) and [`artifact_key`] is unique per artifact id. Backends here
+//! are [`MemoryBlobStore`] and [`FsBlobStore`]; `korvus-blob-s3` adds S3. Rows
+//! describing the bytes live in `korvus-store`; the session layer writes bytes
+//! first and rows second, so a row never points at missing bytes.
+//!
+//! # Why it is shaped like this
+//!
+//! A key is a type, not a string, so a path a session planted (`../x`, a NUL,
+//! a backslash) cannot reach a backend at all. The digest travels with every
+//! `put` so each backend can verify the bytes it stores (S3 has the server do
+//! it). The trait is object-safe and small; the session layer holds an
+//! `Arc<dyn BlobStore>` chosen by the embedder.
+//!
+//! # Example
+//!
+//! ```
+//! use bytes::Bytes;
+//! use korvus_blob::{report_key, BlobStore, MemoryBlobStore, PutOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_blob::Result<()> {
+//! let blobs = MemoryBlobStore::new();
+//! let key = report_key(uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), 1);
+//! let body = Bytes::from_static(b"# Findings\n");
+//! blobs.put(&key, body.clone(), PutOptions::for_bytes("text/markdown", &body)).await?;
+//! assert_eq!(blobs.get(&key).await?.bytes, body);
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `mock` | `MockBlobStore`, a [`mockall`](https://docs.rs/mockall) mock of [`BlobStore`] |
+#![deny(missing_docs)]
+
+mod error;
+mod fs;
+mod key;
+mod memory;
+mod store;
+
+pub use crate::error::{BlobError, Result};
+pub use crate::fs::FsBlobStore;
+pub use crate::key::{
+    artifact_key, report_key, sanitize_file_name, session_prefix, BlobKey, MAX_FILE_NAME_BYTES,
+    MAX_KEY_BYTES,
+};
+pub use crate::memory::MemoryBlobStore;
+#[cfg(feature = "mock")]
+pub use crate::store::MockBlobStore;
+pub use crate::store::{Blob, BlobMeta, BlobStore, ParseDigestError, PutOptions, Sha256Digest};

@@ -1,0 +1,397 @@
+//! [`JsonlLog`]: one JSON-lines file per log.
+//!
+//! The file is exactly the export format: a header line, then one compact JSON
+//! event per line. A final line without its newline is a torn write: readers
+//! ignore it, and the next writer cuts it off before appending, so the log
+//! always continues on a clean line.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::{
+    Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
+    Revision, TurnLog, Writers,
+};
+
+const BACKEND: &str = "jsonl";
+const EXTENSION: &str = "jsonl";
+
+/// A [`TurnLog`] storing each log as `<dir>/<id>.jsonl`.
+///
+/// `append` writes straight to the file (one `write` per call), so a read
+/// started afterwards sees it; `flush` and `close` `fsync`. `stat` reads only
+/// the header line and the file's metadata: the revision is the file's length
+/// and modification time, and `event_count` is not known.
+#[derive(Debug)]
+pub struct JsonlLog {
+    dir: PathBuf,
+    writers: Writers,
+}
+
+impl JsonlLog {
+    /// A service over `dir`, created if missing.
+    ///
+    /// # Errors
+    /// `Backend` when the directory cannot be created.
+    pub fn open_dir(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| LogError::backend(BACKEND, e))?;
+        Ok(Self {
+            dir,
+            writers: Writers::new(),
+        })
+    }
+
+    /// The directory holding the files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, id: LogId) -> PathBuf {
+        self.dir.join(format!("{id}.{EXTENSION}"))
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LogError::backend(BACKEND, e))?
+}
+
+fn io_err(id: LogId, e: io::Error) -> LogError {
+    if e.kind() == io::ErrorKind::NotFound {
+        LogError::NotFound { id }
+    } else {
+        LogError::backend(BACKEND, e)
+    }
+}
+
+/// Reads the header line; returns it and the byte offset of the first event.
+fn read_header(id: LogId, file: &File) -> Result<(LogHeader, u64)> {
+    let mut reader = BufReader::new(file);
+    reader.seek(SeekFrom::Start(0)).map_err(|e| io_err(id, e))?;
+    let mut line = Vec::new();
+    reader
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_err(id, e))?;
+    if line.last() != Some(&b'\n') {
+        return Err(LogError::Corrupt {
+            id,
+            detail: "header line is incomplete".into(),
+        });
+    }
+    let header: LogHeader = serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
+        id,
+        detail: format!("header line does not parse: {e}"),
+    })?;
+    if header.id != id {
+        return Err(LogError::Corrupt {
+            id,
+            detail: format!("header names log {}", header.id),
+        });
+    }
+    Ok((header, line.len() as u64))
+}
+
+fn revision_of(meta: &std::fs::Metadata) -> Revision {
+    Revision::new(format!(
+        "{}-{}.{}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ))
+}
+
+fn serialise(events: &[Event]) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(events.len() * 64);
+    for e in events {
+        serde_json::to_writer(&mut buf, e).map_err(|e| LogError::backend(BACKEND, e))?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+#[derive(Debug)]
+struct JsonlIo {
+    id: LogId,
+    state: Arc<Mutex<IoState>>,
+}
+
+#[derive(Debug)]
+struct IoState {
+    file: File,
+    /// Byte offset of each event line this handle has indexed.
+    starts: Vec<u64>,
+    /// Byte offset just past the last indexed line.
+    indexed_end: u64,
+    closed: bool,
+}
+
+impl IoState {
+    /// Reads events `offset..offset+len` (or to the end), indexing new complete
+    /// lines as it goes.
+    fn read(&mut self, id: LogId, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
+        let known = self.starts.len() as u64;
+        let (mut index, pos) = if offset < known {
+            (offset, self.starts[offset as usize])
+        } else {
+            (known, self.indexed_end)
+        };
+        let mut reader = BufReader::with_capacity(64 * 1024, &self.file);
+        reader
+            .seek(SeekFrom::Start(pos))
+            .map_err(|e| io_err(id, e))?;
+        let mut pos = pos;
+        let mut out = Vec::new();
+        let mut line = Vec::new();
+        loop {
+            if len.is_some_and(|l| out.len() as u64 >= l) {
+                break;
+            }
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| io_err(id, e))?;
+            if n == 0 || line.last() != Some(&b'\n') {
+                // End of file, or a torn final line: the log ends before it.
+                break;
+            }
+            let wanted = index >= offset;
+            let is_new = index >= self.starts.len() as u64;
+            if wanted || is_new {
+                let event: Event =
+                    serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
+                        id,
+                        detail: format!("event {index} does not parse: {e}"),
+                    })?;
+                if is_new {
+                    self.starts.push(pos);
+                    self.indexed_end = pos + n as u64;
+                }
+                if wanted {
+                    out.push(event);
+                }
+            }
+            pos += n as u64;
+            index += 1;
+        }
+        Ok(out)
+    }
+}
+
+impl JsonlIo {
+    fn new(id: LogId, file: File, first_event: u64) -> Self {
+        Self {
+            id,
+            state: Arc::new(Mutex::new(IoState {
+                file,
+                starts: Vec::new(),
+                indexed_end: first_event,
+                closed: false,
+            })),
+        }
+    }
+
+    async fn with_state<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(LogId, &mut IoState) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let state = Arc::clone(&self.state);
+        let id = self.id;
+        blocking(move || {
+            let mut guard: MutexGuard<'_, IoState> =
+                state.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.closed {
+                return Err(LogError::Closed { id });
+            }
+            f(id, &mut guard)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LogIo for JsonlIo {
+    async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
+        self.with_state(move |id, s| s.read(id, offset, len)).await
+    }
+
+    async fn append(&self, events: &[Event]) -> Result<()> {
+        let buf = serialise(events)?;
+        self.with_state(move |_, s| {
+            // The file is opened in append mode: every write lands at the end,
+            // in one call, so a reader sees whole lines or a torn tail it skips.
+            s.file
+                .write_all(&buf)
+                .map_err(|e| LogError::backend(BACKEND, e))
+        })
+        .await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.with_state(|_, s| {
+            s.file
+                .sync_data()
+                .map_err(|e| LogError::backend(BACKEND, e))
+        })
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            if s.closed {
+                return Ok(());
+            }
+            s.closed = true;
+            s.file
+                .sync_data()
+                .map_err(|e| LogError::backend(BACKEND, e))
+        })
+        .await
+    }
+}
+
+/// Cuts a torn final line off, so the next append starts on a clean line.
+fn cut_torn_tail(id: LogId, file: &mut File) -> Result<()> {
+    let len = file.metadata().map_err(|e| io_err(id, e))?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| io_err(id, e))?;
+        file.read_exact(chunk).map_err(|e| io_err(id, e))?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            let keep = start + i as u64 + 1;
+            if keep != len {
+                file.set_len(keep).map_err(|e| io_err(id, e))?;
+                file.sync_data().map_err(|e| io_err(id, e))?;
+            }
+            return Ok(());
+        }
+        if start == 0 {
+            // Not even a complete header: nothing a writer could continue.
+            return Err(LogError::Corrupt {
+                id,
+                detail: "header line is incomplete".into(),
+            });
+        }
+        end = start;
+    }
+}
+
+#[async_trait]
+impl TurnLog for JsonlLog {
+    async fn create(&self, header: LogHeader) -> Result<LogHandle> {
+        let id = header.id;
+        let path = self.path(id);
+        let dir = self.dir.clone();
+        let mut line = serde_json::to_vec(&header).map_err(|e| LogError::backend(BACKEND, e))?;
+        line.push(b'\n');
+        let claim = self.writers.claim(id)?;
+        let file = blocking(move || {
+            let mut file = OpenOptions::new()
+                .append(true)
+                .read(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => LogError::AlreadyExists { id },
+                    _ => LogError::backend(BACKEND, e),
+                })?;
+            file.write_all(&line)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| LogError::backend(BACKEND, e))?;
+            // Make the new directory entry durable too.
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| LogError::backend(BACKEND, e))?;
+            Ok((file, line.len() as u64))
+        })
+        .await;
+        let (file, first_event) = file?;
+        Ok(LogHandle::writer(
+            header,
+            Arc::new(JsonlIo::new(id, file, first_event)),
+            claim,
+        ))
+    }
+
+    async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
+        let path = self.path(id);
+        // Claim first so a second writer is refused before touching the file.
+        let claim = match access {
+            Access::Write => Some(self.writers.claim(id)?),
+            Access::Read => None,
+        };
+        let (header, file, first_event) = blocking(move || {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .append(access == Access::Write)
+                .open(&path)
+                .map_err(|e| io_err(id, e))?;
+            if access == Access::Write {
+                cut_torn_tail(id, &mut file)?;
+            }
+            let (header, first_event) = read_header(id, &file)?;
+            Ok((header, file, first_event))
+        })
+        .await?;
+        let io = Arc::new(JsonlIo::new(id, file, first_event));
+        Ok(match claim {
+            Some(claim) => LogHandle::writer(header, io, claim),
+            None => LogHandle::reader(header, io),
+        })
+    }
+
+    async fn stat(&self, id: LogId) -> Result<LogStat> {
+        let path = self.path(id);
+        blocking(move || {
+            let file = File::open(&path).map_err(|e| io_err(id, e))?;
+            let meta = file.metadata().map_err(|e| io_err(id, e))?;
+            let (header, _) = read_header(id, &file)?;
+            Ok(LogStat {
+                header,
+                revision: revision_of(&meta),
+                event_count: None,
+                size_bytes: Some(meta.len()),
+            })
+        })
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<LogId>> {
+        let dir = self.dir.clone();
+        blocking(move || {
+            let mut ids = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(|e| LogError::backend(BACKEND, e))? {
+                let entry = entry.map_err(|e| LogError::backend(BACKEND, e))?;
+                let name = entry.file_name();
+                let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+                    continue;
+                };
+                if let Ok(id) = stem.parse::<LogId>() {
+                    ids.push(id);
+                }
+            }
+            ids.sort();
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn flush(&self) -> std::result::Result<(), FlushError> {
+        self.writers.flush_all().await
+    }
+}

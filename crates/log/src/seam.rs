@@ -1,0 +1,437 @@
+//! The [`TurnLog`] service trait, the backend-side [`LogIo`] trait and the
+//! [`LogHandle`] every caller holds.
+
+use std::collections::HashMap;
+use std::fmt::{self, Debug};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
+
+use crate::{Event, FlushError, LogError, LogHeader, LogId, Result};
+
+/// How a handle was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Read only; `append` and `flush` fail with [`LogError::ReadOnly`].
+    Read,
+    /// The single writer of the log in this process.
+    Write,
+}
+
+/// An opaque change token: equal revisions mean an unchanged log.
+///
+/// Only compare revisions of the same log from the same backend.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Revision(String);
+
+impl Revision {
+    /// Wraps a backend's token.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+
+    /// The token's text, for storing or logging.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What [`TurnLog::stat`] knows without reading the log's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogStat {
+    /// The log's header.
+    pub header: LogHeader,
+    /// Current change token.
+    pub revision: Revision,
+    /// Number of events, when the backend knows it without reading them.
+    pub event_count: Option<u64>,
+    /// Stored size in bytes, when the backend knows it.
+    pub size_bytes: Option<u64>,
+}
+
+/// The turn-log service: creates and opens per-session logs.
+///
+/// # Guarantees every backend gives (pinned by `korvus-testkit`'s suite)
+///
+/// - At most one write handle per log id at a time in this service
+///   ([`LogError::AlreadyOwned`]); after the writer is closed or dropped,
+///   opening for write succeeds again.
+/// - Once [`LogHandle::append`] or [`LogHandle::flush`] returns, a read started
+///   afterwards through any handle of this service sees at least that prefix.
+/// - [`Revision`] changes on append and on nothing else a caller does
+///   (open, read, close leave it unchanged).
+///
+/// Crash repair of turn structure is not a storage concern: see the session layer.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait TurnLog: Send + Sync + Debug + 'static {
+    /// Creates an empty log and returns its write handle.
+    ///
+    /// # Errors
+    /// [`LogError::AlreadyExists`] when the id has a log; `Backend` on I/O failure.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped call may leave the log created (and unowned).
+    async fn create(&self, header: LogHeader) -> Result<LogHandle>;
+
+    /// Opens an existing log.
+    ///
+    /// # Errors
+    /// [`LogError::NotFound`]; [`LogError::AlreadyOwned`] for a second writer.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a dropped call leaves no writer registered.
+    async fn open(&self, id: LogId, access: Access) -> Result<LogHandle>;
+
+    /// Reads the header and change token without reading events.
+    ///
+    /// # Errors
+    /// [`LogError::NotFound`]; `Backend` on I/O failure.
+    async fn stat(&self, id: LogId) -> Result<LogStat>;
+
+    /// Lists every log id, sorted.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list(&self) -> Result<Vec<LogId>>;
+
+    /// Flushes every active write handle. A failure of one log does not stop
+    /// the sweep: every failing log is reported in the error.
+    ///
+    /// # Errors
+    /// [`FlushError`] naming each log whose flush failed.
+    async fn flush(&self) -> std::result::Result<(), FlushError>;
+}
+
+/// The backend side of one open handle. Backends implement this; callers use
+/// [`LogHandle`], which adds the rules every backend shares (read-only checks,
+/// never-shrinking reads, idempotent uncancellable close).
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait LogIo: Send + Sync + Debug + 'static {
+    /// Returns events `offset..offset+len` (or to the end when `len` is `None`)
+    /// as far as they are stored completely: a contiguous, validated run that
+    /// never includes a torn tail. Fewer than `len` events means the log ends.
+    async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>>;
+
+    /// Appends events at the end, visible to reads that start after it returns.
+    async fn append(&self, events: &[Event]) -> Result<()>;
+
+    /// Makes everything appended durable.
+    async fn flush(&self) -> Result<()>;
+
+    /// Releases the handle's resources, making appends durable. Called once.
+    async fn close(&self) -> Result<()>;
+}
+
+/// The registry of write handles of one service: enforces the single writer
+/// and lets [`TurnLog::flush`] reach every active writer.
+///
+/// Backends hold one and call [`Writers::claim`] when opening for write.
+#[derive(Debug, Default, Clone)]
+pub struct Writers {
+    active: Arc<Mutex<HashMap<LogId, WriterSlot>>>,
+}
+
+#[derive(Debug)]
+struct WriterSlot {
+    token: u64,
+    io: Option<Weak<dyn LogIo>>,
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// Proof of being the single writer of a log. Dropping it releases the claim.
+#[derive(Debug)]
+pub struct WriterClaim {
+    active: Arc<Mutex<HashMap<LogId, WriterSlot>>>,
+    id: LogId,
+    token: u64,
+}
+
+impl Writers {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LogId, WriterSlot>> {
+        // The map is only ever inserted into or removed from; a poisoned lock
+        // still holds a consistent map.
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims the write side of `id`.
+    ///
+    /// # Errors
+    /// [`LogError::AlreadyOwned`] while another claim on `id` is alive.
+    pub fn claim(&self, id: LogId) -> Result<WriterClaim> {
+        let mut active = self.lock();
+        if active.contains_key(&id) {
+            return Err(LogError::AlreadyOwned { id });
+        }
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        active.insert(id, WriterSlot { token, io: None });
+        Ok(WriterClaim {
+            active: Arc::clone(&self.active),
+            id,
+            token,
+        })
+    }
+
+    /// Flushes every active writer, collecting every failure.
+    ///
+    /// # Errors
+    /// [`FlushError`] naming each failed log.
+    pub async fn flush_all(&self) -> std::result::Result<(), FlushError> {
+        // Collect strong references, then release the lock before awaiting.
+        let ios: Vec<(LogId, Arc<dyn LogIo>)> = self
+            .lock()
+            .iter()
+            .filter_map(|(id, slot)| slot.io.as_ref()?.upgrade().map(|io| (*id, io)))
+            .collect();
+        let results = futures_join_all(ios).await;
+        let failures: Vec<(LogId, LogError)> = results
+            .into_iter()
+            .filter_map(|(id, r)| r.err().map(|e| (id, e)))
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(FlushError { failures })
+        }
+    }
+}
+
+async fn futures_join_all(ios: Vec<(LogId, Arc<dyn LogIo>)>) -> Vec<(LogId, Result<()>)> {
+    let mut set = tokio::task::JoinSet::new();
+    for (id, io) in ios {
+        set.spawn(async move { (id, io.flush().await) });
+    }
+    let mut out = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(r) => out.push(r),
+            // A panicking backend flush must not hide the other results; it is
+            // reported without an id because the task's id is lost with it.
+            Err(e) => out.push((
+                LogId::from_uuid(uuid::Uuid::nil()),
+                Err(LogError::backend("flush", e)),
+            )),
+        }
+    }
+    out.sort_by_key(|(id, _)| *id);
+    out
+}
+
+impl WriterClaim {
+    fn attach(&self, io: &Arc<dyn LogIo>) {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = active.get_mut(&self.id) {
+            if slot.token == self.token {
+                slot.io = Some(Arc::downgrade(io));
+            }
+        }
+    }
+}
+
+impl Drop for WriterClaim {
+    fn drop(&mut self) {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if active.get(&self.id).is_some_and(|s| s.token == self.token) {
+            active.remove(&self.id);
+        }
+    }
+}
+
+/// An open log: the one type for both accesses.
+///
+/// All methods take `&self`; share a handle with `Arc` if several tasks use it.
+/// A handle's reads never shrink: once it has returned events up to `n`, a
+/// later read to the end returns at least `n` (a backend that lost data is
+/// reported as [`LogError::Corrupt`], never as a shorter log).
+pub struct LogHandle {
+    header: LogHeader,
+    access: Access,
+    io: Arc<dyn LogIo>,
+    seen: AtomicU64,
+    closing: AtomicBool,
+    closed: Arc<tokio::sync::watch::Sender<bool>>,
+    claim: Mutex<Option<WriterClaim>>,
+}
+
+impl Debug for LogHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogHandle")
+            .field("id", &self.header.id)
+            .field("access", &self.access)
+            .field("seen", &self.seen.load(Ordering::Relaxed))
+            .field("closing", &self.closing.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LogHandle {
+    /// A read handle over a backend's I/O.
+    pub fn reader(header: LogHeader, io: Arc<dyn LogIo>) -> Self {
+        Self::build(header, Access::Read, io, None)
+    }
+
+    /// The write handle over a backend's I/O, holding the writer claim.
+    pub fn writer(header: LogHeader, io: Arc<dyn LogIo>, claim: WriterClaim) -> Self {
+        claim.attach(&io);
+        Self::build(header, Access::Write, io, Some(claim))
+    }
+
+    fn build(
+        header: LogHeader,
+        access: Access,
+        io: Arc<dyn LogIo>,
+        claim: Option<WriterClaim>,
+    ) -> Self {
+        Self {
+            header,
+            access,
+            io,
+            seen: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
+            claim: Mutex::new(claim),
+        }
+    }
+
+    /// The log's id.
+    pub fn id(&self) -> LogId {
+        self.header.id
+    }
+
+    /// The log's header.
+    pub fn header(&self) -> &LogHeader {
+        &self.header
+    }
+
+    /// How the handle was opened.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The number of events this handle has seen so far (its high-water mark).
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closing.load(Ordering::Acquire) {
+            Err(LogError::Closed { id: self.id() })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.access == Access::Read {
+            return Err(LogError::ReadOnly { id: self.id() });
+        }
+        Ok(())
+    }
+
+    /// Reads events `offset..offset+len`, or to the end when `len` is `None`.
+    /// Returns fewer than `len` events when the log ends sooner, and an empty
+    /// vector when `offset` is at or past the end.
+    ///
+    /// # Errors
+    /// [`LogError::Closed`]; [`LogError::Corrupt`] when stored data does not
+    /// parse or the log shrank below what this handle already saw.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: reading changes nothing but the handle's high-water mark.
+    pub async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
+        self.check_open()?;
+        let events = self.io.read(offset, len).await?;
+        let end = offset + events.len() as u64;
+        let seen = self.seen();
+        let short = len.is_none_or(|l| (events.len() as u64) < l);
+        if short && end < seen && offset <= seen {
+            return Err(LogError::Corrupt {
+                id: self.id(),
+                detail: format!("log ends at event {end} but this handle already saw {seen}"),
+            });
+        }
+        if !events.is_empty() {
+            self.seen.fetch_max(end, Ordering::AcqRel);
+        }
+        Ok(events)
+    }
+
+    /// Appends events. An empty slice is a no-op.
+    ///
+    /// # Errors
+    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`]; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped append may or may not have stored its events
+    /// (never a part of one event: backends discard torn tails).
+    pub async fn append(&self, events: &[Event]) -> Result<()> {
+        self.check_writable()?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.io.append(events).await
+    }
+
+    /// Durability barrier for everything appended so far.
+    ///
+    /// # Errors
+    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`]; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: call it again.
+    pub async fn flush(&self) -> Result<()> {
+        self.check_writable()?;
+        self.io.flush().await
+    }
+
+    /// Closes the handle: makes appends durable and releases the writer claim.
+    /// Idempotent; later calls wait for the first to finish and return `Ok`.
+    ///
+    /// # Errors
+    /// The first call reports the backend's close failure; the claim is
+    /// released anyway.
+    ///
+    /// # Cancel safety
+    /// The close runs on its own task: dropping this future does not stop it
+    /// half-way.
+    pub async fn close(&self) -> Result<()> {
+        if self.closing.swap(true, Ordering::AcqRel) {
+            let mut rx = self.closed.subscribe();
+            // The sender lives in `self`, so it cannot be dropped while we wait.
+            let _ = rx.wait_for(|done| *done).await;
+            return Ok(());
+        }
+        let io = Arc::clone(&self.io);
+        let claim = self.claim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let done = Arc::clone(&self.closed);
+        let task = tokio::spawn(async move {
+            let result = io.close().await;
+            drop(claim);
+            done.send_replace(true);
+            result
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) => {
+                // The close panicked: the claim was dropped during unwinding.
+                self.closed.send_replace(true);
+                Err(LogError::backend("close", join))
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The domain model of korvus and the [`Store`] seam that keeps it.
+//!
+//! # Overview
+//!
+//! korvus runs long agent *sessions* inside *incidents*. This crate names the
+//! rows that outlive a run — [`Incident`], [`Session`], [`Report`],
+//! [`Artifact`] and [`SessionContextRef`] — and the one object-safe trait,
+//! [`Store`], through which the session layer (`korvus-session`) reads and
+//! writes them. [`MemoryStore`] implements the whole contract in memory;
+//! `korvus-store-sql` implements it on PostgreSQL and SQLite. The contract
+//! itself is pinned by the suites in `korvus-testkit`, which every backend runs.
+//!
+//! # Why it is shaped like this
+//!
+//! The store is a seam: it depends on no other korvus crate, so backends and
+//! the session layer meet here and nowhere else. The insert types carry only
+//! what a caller may choose — [`NewSession`] has no `seq` and no `status`, so a
+//! caller cannot allocate a seq racily or create a session in any state but
+//! `running`. Rules that need a race-free answer (seq allocation, the
+//! conditional [`Store::reopen_session`]) live behind the trait, where a
+//! backend can make them one transaction or one statement. Input rules live in
+//! [`validate`], shared by every backend, so bad input is the same typed
+//! [`StoreError::InvalidInput`] everywhere.
+//!
+//! # Example
+//!
+//! ```
+//! use korvus_store::{MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_store::Result<()> {
+//! let store = MemoryStore::new();
+//! let incident = store
+//!     .create_incident(NewIncident { title: "disk full on db-1".into(), workspace: None })
+//!     .await?;
+//! let session = store
+//!     .create_session(NewSession {
+//!         id: SessionId::new(),
+//!         incident_id: incident.id,
+//!         kind: SessionKind::Initial,
+//!         prompt: "find out why".into(),
+//!         workspace_ref: None,
+//!     })
+//!     .await?;
+//! assert_eq!(session.seq, 1);
+//! assert!(!session.status.is_terminal());
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `mock` | `MockStore`, a [`mockall`](https://docs.rs/mockall) mock of [`Store`] |
+#![deny(missing_docs)]
+
+pub mod constraint;
+mod error;
+mod memory;
+mod model;
+mod store;
+pub mod validate;
+
+pub use crate::error::{Entity, Result, StoreError};
+pub use crate::memory::MemoryStore;
+pub use crate::model::{
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Counters, Incident, IncidentId, IncidentStatus,
+    NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
+    SessionContextRef, SessionId, SessionKind, SessionStatus, Settlement, WorkspaceRef,
+};
+#[cfg(feature = "mock")]
+pub use crate::store::MockStore;
+pub use crate::store::{Store, StoreExt};

@@ -1,0 +1,382 @@
+//! [`MemoryStore`]: the whole [`Store`] contract in process memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::Utc;
+
+use crate::{
+    constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident, IncidentId,
+    IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession, Report, Result, Session,
+    SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
+};
+
+/// A [`Store`] that keeps every row in memory, behind one lock.
+///
+/// It enforces the same rules as the SQL backends, with the same constraint
+/// names, so tests written against it hold against a database. Every operation
+/// takes the lock once and runs to completion under it, which makes each one
+/// atomic and makes `seq` allocation and reopen race-free.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    incidents: BTreeMap<IncidentId, Incident>,
+    sessions: HashMap<SessionId, Session>,
+    last_seq: HashMap<IncidentId, u32>,
+    reports: BTreeMap<(SessionId, u32), Report>,
+    artifacts: BTreeMap<ArtifactId, Artifact>,
+    context_refs: HashMap<SessionId, Vec<SessionContextRef>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a row half-written: every
+        // operation validates first and mutates last, so the data is consistent
+        // and it is safe to keep serving.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Inner {
+    fn session(&self, id: SessionId) -> Result<&Session> {
+        self.sessions
+            .get(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))
+    }
+
+    fn session_in(&self, id: SessionId, incident: IncidentId, name: &str) -> Result<()> {
+        match self.sessions.get(&id) {
+            Some(s) if s.incident_id == incident => Ok(()),
+            _ => Err(StoreError::Constraint {
+                name: name.to_owned(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn create_incident(&self, new: NewIncident) -> Result<Incident> {
+        validate::new_incident(&new)?;
+        let incident = Incident {
+            id: IncidentId::new(),
+            title: new.title,
+            status: IncidentStatus::Open,
+            workspace: new.workspace,
+            created_at: Utc::now(),
+        };
+        self.lock().incidents.insert(incident.id, incident.clone());
+        Ok(incident)
+    }
+
+    async fn get_incident(&self, id: IncidentId) -> Result<Incident> {
+        self.lock()
+            .incidents
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| StoreError::not_found(Entity::Incident, id))
+    }
+
+    async fn list_incidents(&self) -> Result<Vec<Incident>> {
+        // Ids are UUID v7, so id order is creation order.
+        Ok(self.lock().incidents.values().cloned().collect())
+    }
+
+    async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
+        let mut inner = self.lock();
+        let incident = inner
+            .incidents
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Incident, id))?;
+        incident.status = IncidentStatus::Closed;
+        Ok(incident.clone())
+    }
+
+    async fn create_session(&self, new: NewSession) -> Result<Session> {
+        validate::new_session(&new)?;
+        let mut inner = self.lock();
+        if !inner.incidents.contains_key(&new.incident_id) {
+            return Err(StoreError::not_found(Entity::Incident, new.incident_id));
+        }
+        if inner.sessions.contains_key(&new.id) {
+            return Err(StoreError::Conflict {
+                entity: Entity::Session,
+                detail: format!("session id {} already exists", new.id),
+            });
+        }
+        let seq = {
+            let last = inner.last_seq.entry(new.incident_id).or_insert(0);
+            *last += 1;
+            *last
+        };
+        let session = Session {
+            id: new.id,
+            incident_id: new.incident_id,
+            seq,
+            kind: new.kind,
+            status: SessionStatus::Running,
+            prompt: new.prompt,
+            workspace_ref: new.workspace_ref,
+            exit_reason: None,
+            counters: Default::default(),
+            revision: 1,
+            created_at: Utc::now(),
+            ended_at: None,
+        };
+        inner.sessions.insert(session.id, session.clone());
+        Ok(session)
+    }
+
+    async fn get_session(&self, id: SessionId) -> Result<Session> {
+        self.lock().session(id).cloned()
+    }
+
+    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+        let inner = self.lock();
+        let mut sessions: Vec<Session> = inner
+            .sessions
+            .values()
+            .filter(|s| s.incident_id == incident)
+            .cloned()
+            .collect();
+        sessions.sort_by_key(|s| s.seq);
+        Ok(sessions)
+    }
+
+    async fn insert_context_refs(
+        &self,
+        session: SessionId,
+        refs: &[ContextRef],
+    ) -> Result<Vec<SessionContextRef>> {
+        for r in refs {
+            validate::context_ref(r)?;
+        }
+        let mut inner = self.lock();
+        let incident_id = inner.session(session)?.incident_id;
+        let existing = inner
+            .context_refs
+            .get(&session)
+            .map_or(&[][..], Vec::as_slice);
+        // Check everything before writing anything: all or nothing.
+        let mut seen: Vec<ArtifactId> = existing.iter().map(|r| r.artifact_id).collect();
+        for r in refs {
+            match inner.artifacts.get(&r.artifact_id) {
+                Some(a) if a.incident_id == incident_id => {}
+                _ => {
+                    return Err(StoreError::Constraint {
+                        name: constraint::CONTEXT_REFS_ARTIFACT_FK.to_owned(),
+                    })
+                }
+            }
+            if seen.contains(&r.artifact_id) {
+                return Err(StoreError::Conflict {
+                    entity: Entity::ContextRef,
+                    detail: format!(
+                        "artifact {} is already a context ref of session {session}",
+                        r.artifact_id
+                    ),
+                });
+            }
+            seen.push(r.artifact_id);
+        }
+        let start = existing.len() as u32;
+        let stored: Vec<SessionContextRef> = refs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| SessionContextRef {
+                session_id: session,
+                incident_id,
+                artifact_id: r.artifact_id,
+                role: r.role.clone(),
+                position: start + i as u32,
+            })
+            .collect();
+        inner
+            .context_refs
+            .entry(session)
+            .or_default()
+            .extend(stored.iter().cloned());
+        Ok(stored)
+    }
+
+    async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>> {
+        Ok(self
+            .lock()
+            .context_refs
+            .get(&session)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session> {
+        validate::settlement(&settlement)?;
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        session.ended_at = settlement.status.is_terminal().then(Utc::now);
+        session.status = settlement.status;
+        session.exit_reason = settlement.exit_reason;
+        session.counters = settlement.counters;
+        Ok(session.clone())
+    }
+
+    async fn reopen_session(&self, id: SessionId) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if !session.status.is_terminal() {
+            return Err(StoreError::NotFinished { session: id });
+        }
+        session.status = SessionStatus::Running;
+        session.ended_at = None;
+        session.exit_reason = None;
+        session.revision += 1;
+        Ok(session.clone())
+    }
+
+    async fn create_report(&self, new: NewReport) -> Result<Report> {
+        validate::new_report(&new)?;
+        let mut inner = self.lock();
+        inner.session_in(
+            new.session_id,
+            new.incident_id,
+            constraint::REPORTS_SESSION_FK,
+        )?;
+        let key = (new.session_id, new.revision);
+        if inner.reports.contains_key(&key) {
+            return Err(StoreError::Conflict {
+                entity: Entity::Report,
+                detail: format!(
+                    "session {} already has report revision {}",
+                    new.session_id, new.revision
+                ),
+            });
+        }
+        let report = Report {
+            session_id: new.session_id,
+            incident_id: new.incident_id,
+            revision: new.revision,
+            markdown_key: new.markdown_key,
+            markdown_bytes: new.markdown_bytes,
+            exit_reason: new.exit_reason,
+            counters: new.counters,
+            created_at: Utc::now(),
+        };
+        inner.reports.insert(key, report.clone());
+        Ok(report)
+    }
+
+    async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report> {
+        self.lock()
+            .reports
+            .get(&(session, revision))
+            .cloned()
+            .ok_or_else(|| StoreError::not_found(Entity::Report, format!("{session}/{revision}")))
+    }
+
+    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+        Ok(self
+            .lock()
+            .reports
+            .range((session, 0)..=(session, u32::MAX))
+            .map(|(_, r)| r.clone())
+            .collect())
+    }
+
+    async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
+        let inner = self.lock();
+        inner.session(session)?;
+        let last = inner
+            .reports
+            .range((session, 0)..=(session, u32::MAX))
+            .next_back()
+            .map_or(0, |((_, rev), _)| *rev);
+        Ok(last + 1)
+    }
+
+    async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
+        for n in &new {
+            validate::new_artifact(n)?;
+        }
+        let mut inner = self.lock();
+        for (i, n) in new.iter().enumerate() {
+            inner.session_in(
+                n.session_id,
+                n.incident_id,
+                constraint::ARTIFACTS_SESSION_FK,
+            )?;
+            if inner.artifacts.contains_key(&n.id) || new[..i].iter().any(|o| o.id == n.id) {
+                return Err(StoreError::Conflict {
+                    entity: Entity::Artifact,
+                    detail: format!("artifact id {} already exists", n.id),
+                });
+            }
+        }
+        let now = Utc::now();
+        let stored: Vec<Artifact> = new
+            .into_iter()
+            .map(|n| Artifact {
+                id: n.id,
+                incident_id: n.incident_id,
+                session_id: n.session_id,
+                kind: n.kind,
+                path: n.path,
+                blob_key: n.blob_key,
+                content_type: n.content_type,
+                size_bytes: n.size_bytes,
+                sha256: n.sha256,
+                revision: n.revision,
+                created_at: now,
+            })
+            .collect();
+        for a in &stored {
+            inner.artifacts.insert(a.id, a.clone());
+        }
+        Ok(stored)
+    }
+
+    async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+        let inner = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| inner.artifacts.get(id).cloned())
+            .collect())
+    }
+
+    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+        // Artifact ids are UUID v7: id order is creation order.
+        Ok(self
+            .lock()
+            .artifacts
+            .values()
+            .filter(|a| a.session_id == session)
+            .cloned()
+            .collect())
+    }
+
+    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
+        Ok(self
+            .lock()
+            .artifacts
+            .values()
+            .filter(|a| a.incident_id == incident)
+            .cloned()
+            .collect())
+    }
+}

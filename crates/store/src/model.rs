@@ -1,0 +1,431 @@
+//! The domain model: what a [`Store`](crate::Store) keeps.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+macro_rules! id_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// Mints a fresh UUID v7 id (time-ordered, so ids sort by creation).
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+
+            /// Wraps an existing UUID, e.g. one read back from a database.
+            pub const fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+
+            /// The underlying UUID.
+            pub const fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = uuid::Error;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self)
+            }
+        }
+
+        impl From<Uuid> for $name {
+            fn from(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+        }
+
+        impl From<$name> for Uuid {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+    };
+}
+
+id_newtype!(
+    /// Identifies an [`Incident`].
+    IncidentId
+);
+id_newtype!(
+    /// Identifies a [`Session`]. Minted by the session layer before the row exists.
+    SessionId
+);
+id_newtype!(
+    /// Identifies an [`Artifact`]. Minted before upload, because the blob key embeds it.
+    ArtifactId
+);
+
+/// Error returned when a stored enum value has no Rust counterpart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} value {value:?}")]
+pub struct ParseEnumError {
+    /// Which enum was being parsed, e.g. `"session status"`.
+    pub what: &'static str,
+    /// The value that did not parse.
+    pub value: String,
+}
+
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident, $what:literal { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stable text form used in databases and on the wire.
+            pub const fn as_str(&self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseEnumError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(ParseEnumError { what: $what, value: s.to_owned() }),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// Whether an incident still accepts new sessions.
+    IncidentStatus, "incident status" {
+        /// New sessions may be created.
+        Open => "open",
+        /// No new sessions; existing ones are untouched.
+        Closed => "closed",
+    }
+);
+
+string_enum!(
+    /// Lifecycle status of a session. There is no "pending": a row is born `Running`.
+    SessionStatus, "session status" {
+        /// The agent is running, or waiting for the user.
+        Running => "running",
+        /// The run ended normally.
+        Completed => "completed",
+        /// The run ended with an error (including panics and timeouts).
+        Failed => "failed",
+        /// The run was cancelled.
+        Cancelled => "cancelled",
+    }
+);
+
+impl SessionStatus {
+    /// `true` for `Completed`, `Failed` and `Cancelled`: statuses that carry an `ended_at`.
+    pub const fn is_terminal(&self) -> bool {
+        !matches!(self, SessionStatus::Running)
+    }
+
+    /// The terminal statuses, for backends that filter on them.
+    pub const TERMINAL: &'static [SessionStatus] = &[
+        SessionStatus::Completed,
+        SessionStatus::Failed,
+        SessionStatus::Cancelled,
+    ];
+}
+
+string_enum!(
+    /// Whether a session is the first in its incident.
+    SessionKind, "session kind" {
+        /// The first session of an incident.
+        Initial => "initial",
+        /// Any later session of the same incident.
+        FollowUp => "follow_up",
+    }
+);
+
+string_enum!(
+    /// What an artifact holds.
+    ArtifactKind, "artifact kind" {
+        /// The authored `report.md` of a revision.
+        Report => "report",
+        /// Any other file the agent left behind.
+        AgentOutput => "agent_output",
+        /// The whole scratch directory as one `workspace.tar.gz`.
+        WorkspaceArchive => "workspace_archive",
+        /// A file a user uploaded into the incident.
+        Upload => "upload",
+    }
+);
+
+/// A repository pinned at a commit: where a session's read-only trees come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WorkspaceRef {
+    /// Repository location (a path or URL understood by the seeder).
+    pub repo: String,
+    /// The pinned commit (a full or abbreviated object id, or any revision git accepts).
+    pub commit: String,
+}
+
+/// An incident: the container sessions run in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incident {
+    /// Store-minted UUID v7.
+    pub id: IncidentId,
+    /// Human title.
+    pub title: String,
+    /// Open or closed.
+    pub status: IncidentStatus,
+    /// The pinned repository its sessions run at, if any.
+    pub workspace: Option<WorkspaceRef>,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What it takes to create an incident. The store mints the id and sets the status to open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewIncident {
+    /// Human title; must not be blank.
+    pub title: String,
+    /// Optional pinned repository.
+    pub workspace: Option<WorkspaceRef>,
+}
+
+/// Usage counters copied onto sessions and reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Counters {
+    /// Agent turns taken.
+    pub turns: u64,
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Model input tokens.
+    pub input_tokens: u64,
+    /// Model output tokens.
+    pub output_tokens: u64,
+}
+
+impl Counters {
+    /// The counters with their field names, for backends that validate ranges.
+    pub fn fields(&self) -> [(&'static str, u64); 4] {
+        [
+            ("counters.turns", self.turns),
+            ("counters.tool_calls", self.tool_calls),
+            ("counters.input_tokens", self.input_tokens),
+            ("counters.output_tokens", self.output_tokens),
+        ]
+    }
+}
+
+/// A session row.
+///
+/// Invariant kept by every store: `ended_at.is_some() == status.is_terminal()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// Caller-minted UUID v7.
+    pub id: SessionId,
+    /// The incident it belongs to.
+    pub incident_id: IncidentId,
+    /// 1-based position inside the incident, allocated by the store.
+    pub seq: u32,
+    /// Initial or follow-up.
+    pub kind: SessionKind,
+    /// Current status.
+    pub status: SessionStatus,
+    /// The prompt of the first run.
+    pub prompt: String,
+    /// The pinned repository of this session, if any.
+    pub workspace_ref: Option<WorkspaceRef>,
+    /// Why the last run ended (free text, e.g. `completed`, `panicked`).
+    pub exit_reason: Option<String>,
+    /// Usage of the last run.
+    pub counters: Counters,
+    /// Iteration number: 1 after create, incremented by every reopen.
+    pub revision: u32,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+    /// When the session reached its current terminal status; `None` while running.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// What it takes to create a session.
+///
+/// Deliberately has no `seq` and no `status`: the store allocates the seq inside its
+/// own transaction and every session is born `running`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// Caller-minted id (UUID v7).
+    pub id: SessionId,
+    /// The incident; must exist.
+    pub incident_id: IncidentId,
+    /// Initial or follow-up.
+    pub kind: SessionKind,
+    /// The prompt.
+    pub prompt: String,
+    /// The pinned repository, if any.
+    pub workspace_ref: Option<WorkspaceRef>,
+}
+
+/// The outcome written by [`Store::settle_session`](crate::Store::settle_session).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// New status; `ended_at` is set when it is terminal and cleared when it is not.
+    pub status: SessionStatus,
+    /// Why the run ended.
+    pub exit_reason: Option<String>,
+    /// Usage of the run.
+    pub counters: Counters,
+}
+
+/// A report revision: the landed `report.md` of one iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The session.
+    pub session_id: SessionId,
+    /// The session's incident.
+    pub incident_id: IncidentId,
+    /// 1-based, unique per session.
+    pub revision: u32,
+    /// Blob key of the markdown, or `None` when no document could be stored.
+    pub markdown_key: Option<String>,
+    /// Size of the markdown in bytes (0 without a document).
+    pub markdown_bytes: u64,
+    /// Why the iteration ended.
+    pub exit_reason: String,
+    /// Usage of the iteration.
+    pub counters: Counters,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What it takes to create a report row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewReport {
+    /// The session; must exist and belong to `incident_id`.
+    pub session_id: SessionId,
+    /// The session's incident.
+    pub incident_id: IncidentId,
+    /// Must not exist yet for this session (`Conflict` otherwise).
+    pub revision: u32,
+    /// Blob key of the markdown, if stored.
+    pub markdown_key: Option<String>,
+    /// Size of the markdown in bytes.
+    pub markdown_bytes: u64,
+    /// Why the iteration ended.
+    pub exit_reason: String,
+    /// Usage of the iteration.
+    pub counters: Counters,
+}
+
+/// A stored file: bytes live in blob storage at `blob_key`, this row describes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Caller-minted UUID v7 (embedded in the blob key).
+    pub id: ArtifactId,
+    /// The incident.
+    pub incident_id: IncidentId,
+    /// The session that produced it.
+    pub session_id: SessionId,
+    /// What it is.
+    pub kind: ArtifactKind,
+    /// Workspace-relative path, `/`-separated.
+    pub path: String,
+    /// Where the bytes are.
+    pub blob_key: String,
+    /// MIME type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Lower-case hex SHA-256 of the bytes.
+    pub sha256: String,
+    /// Report revision of the iteration that produced it.
+    pub revision: u32,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What it takes to create an artifact row (upload the bytes first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewArtifact {
+    /// Caller-minted id.
+    pub id: ArtifactId,
+    /// The incident; must be the session's.
+    pub incident_id: IncidentId,
+    /// The producing session.
+    pub session_id: SessionId,
+    /// What it is.
+    pub kind: ArtifactKind,
+    /// Workspace-relative path.
+    pub path: String,
+    /// Where the bytes already are.
+    pub blob_key: String,
+    /// MIME type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Lower-case hex SHA-256.
+    pub sha256: String,
+    /// Report revision.
+    pub revision: u32,
+}
+
+/// A request to hand an artifact to a session as context.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ContextRef {
+    /// The inherited artifact; must belong to the session's incident.
+    pub artifact_id: ArtifactId,
+    /// Free-text role, e.g. `input` or `prior_report`.
+    pub role: String,
+}
+
+/// A stored context ref, in the order it was requested.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionContextRef {
+    /// The receiving session.
+    pub session_id: SessionId,
+    /// The incident of both session and artifact.
+    pub incident_id: IncidentId,
+    /// The inherited artifact.
+    pub artifact_id: ArtifactId,
+    /// Role as requested.
+    pub role: String,
+    /// 0-based position: stored order equals request order.
+    pub position: u32,
+}

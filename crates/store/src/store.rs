@@ -1,0 +1,184 @@
+//! The [`Store`] seam.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::{
+    Artifact, ArtifactId, ContextRef, Incident, IncidentId, NewArtifact, NewIncident, NewReport,
+    NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
+};
+
+/// Durable rows of the session layer: incidents, sessions, reports, artifacts and
+/// context refs.
+///
+/// Every method is one logical operation: it either happens completely or leaves
+/// nothing behind (backends use one transaction or one statement). Methods are
+/// *not* cancel-safe in the sense of "nothing happened when the future is
+/// dropped": a dropped call may or may not have committed. Callers that must
+/// know (the session layer's settle) run the call on a detached task.
+///
+/// Errors are semantic ([`StoreError`](crate::StoreError)); a backend never
+/// panics on bad input and never leaks its driver's error type except as the
+/// `source` of [`StoreError::Backend`](crate::StoreError::Backend).
+///
+/// Text fields are checked by [`validate`](crate::validate) in every backend, so
+/// a NUL byte or an over-long value is the same
+/// [`StoreError::InvalidInput`](crate::StoreError::InvalidInput) everywhere.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait Store: Send + Sync + Debug + 'static {
+    /// Creates an open incident with a store-minted UUID v7 id.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a blank, NUL-bearing or over-long title or workspace
+    /// ref; `Backend` on I/O failure.
+    async fn create_incident(&self, new: NewIncident) -> Result<Incident>;
+
+    /// Reads one incident.
+    ///
+    /// # Errors
+    /// `NotFound` when no such incident exists.
+    async fn get_incident(&self, id: IncidentId) -> Result<Incident>;
+
+    /// Lists every incident, oldest first.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_incidents(&self) -> Result<Vec<Incident>>;
+
+    /// Marks an incident closed. Idempotent: closing a closed incident returns it.
+    ///
+    /// # Errors
+    /// `NotFound` when no such incident exists.
+    async fn close_incident(&self, id: IncidentId) -> Result<Incident>;
+
+    /// Inserts a session row with status `running`, revision 1, and the next
+    /// `seq` of its incident (1-based, gap-free, race-free: allocated inside the
+    /// store's own transaction).
+    ///
+    /// # Errors
+    /// `NotFound` (incident) when the incident does not exist; `Conflict` when
+    /// the id is taken; `InvalidInput` for a bad prompt or workspace ref.
+    async fn create_session(&self, new: NewSession) -> Result<Session>;
+
+    /// Reads one session.
+    ///
+    /// # Errors
+    /// `NotFound` when no such session exists.
+    async fn get_session(&self, id: SessionId) -> Result<Session>;
+
+    /// Lists the sessions of an incident in `seq` order (empty for an unknown incident).
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>>;
+
+    /// Attaches context refs to a session, all or nothing, keeping request order
+    /// (positions continue after any refs the session already has).
+    ///
+    /// # Errors
+    /// `NotFound` (session) for an unknown session; `Constraint`
+    /// (`session_context_refs_artifact_fk`) when an artifact is unknown or belongs
+    /// to another incident; `Conflict` when an artifact is referenced twice.
+    async fn insert_context_refs(
+        &self,
+        session: SessionId,
+        refs: &[ContextRef],
+    ) -> Result<Vec<SessionContextRef>>;
+
+    /// Lists a session's context refs in stored (= request) order.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>>;
+
+    /// Writes a session's outcome: status, exit reason, counters. Sets `ended_at`
+    /// to now for a terminal status and clears it for `running`. Unconditional:
+    /// the session layer owns the rules of which transition is legal.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session; `InvalidInput` for a bad exit reason
+    /// or out-of-range counter.
+    async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session>;
+
+    /// Moves a terminal session back to `running` in one conditional step:
+    /// clears `ended_at` and `exit_reason` and increments `revision`.
+    /// Of concurrent reopens of one session exactly one succeeds.
+    ///
+    /// # Errors
+    /// `NotFinished` when the session is not terminal (also for the loser of a
+    /// race; nothing is written); `NotFound` for an unknown session.
+    async fn reopen_session(&self, id: SessionId) -> Result<Session>;
+
+    /// Inserts a report row.
+    ///
+    /// # Errors
+    /// `Conflict` when the session already has this revision; `Constraint`
+    /// (`reports_session_fk`) when the session does not exist in that incident.
+    async fn create_report(&self, new: NewReport) -> Result<Report>;
+
+    /// Reads one report revision.
+    ///
+    /// # Errors
+    /// `NotFound` when that revision does not exist.
+    async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report>;
+
+    /// Lists a session's reports by revision.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>>;
+
+    /// The revision the next report of this session must use: one more than the
+    /// highest stored, or 1.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session.
+    async fn next_report_revision(&self, session: SessionId) -> Result<u32>;
+
+    /// Inserts artifact rows, all or nothing, in one round trip. Upload the bytes
+    /// first: a row must never point at missing bytes.
+    ///
+    /// # Errors
+    /// `Conflict` for a duplicate id; `Constraint` (`artifacts_session_fk`) when
+    /// a session does not exist in the given incident; `InvalidInput` for a bad
+    /// path, key, content type or digest.
+    async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>>;
+
+    /// Reads the artifacts with these ids, in request order; unknown ids are
+    /// left out (compare lengths to detect them).
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>>;
+
+    /// Lists the artifacts a session produced, oldest first.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>>;
+
+    /// Lists every artifact of an incident, oldest first.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>>;
+}
+
+/// Conveniences built on [`Store`]; implemented for every store.
+#[async_trait]
+pub trait StoreExt: Store {
+    /// Reads one artifact.
+    ///
+    /// # Errors
+    /// `NotFound` when it does not exist.
+    async fn get_artifact(&self, id: ArtifactId) -> Result<Artifact> {
+        self.get_artifacts(&[id])
+            .await?
+            .pop()
+            .ok_or_else(|| crate::StoreError::not_found(crate::Entity::Artifact, id))
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}

@@ -1,0 +1,108 @@
+//! Project automation for korvus, run as `cargo xtask <command>`.
+//!
+//! - `test [cargo test args…]`: starts the services the tests need, runs
+//!   `cargo test --workspace` (or the crates named with `-p`), and stops the
+//!   services again, also when tests fail or the run is interrupted.
+//! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo deny`,
+//!   and `tidy`.
+//! - `tidy`: checks the crate layering (see `docs/architecture.md`).
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+
+mod services;
+mod tidy;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    match command.as_str() {
+        "test" => test(&rest),
+        "lint" => lint(),
+        "tidy" => tidy::check(),
+        _ => bail!("usage: cargo xtask <test [cargo test args…] | lint | tidy>"),
+    }
+}
+
+/// Runs a command to completion, failing on a non-zero exit.
+pub(crate) fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn test(args: &[String]) -> Result<()> {
+    // Ctrl-C reaches the whole foreground process group: cargo test stops by
+    // itself, and this process must live on to stop the services.
+    services::install_interrupt_handler()?;
+    let selects_packages = args.iter().any(|a| {
+        a == "-p" || a == "--package" || a.starts_with("--package=") || a.starts_with("-p")
+    });
+    let running = services::start_all()?;
+    let mut cmd = cargo();
+    cmd.arg("test");
+    if !selects_packages {
+        cmd.arg("--workspace");
+    }
+    cmd.args(args);
+    // Tests that need a service must fail, never skip, under `cargo xtask test`.
+    cmd.env("KORVUS_REQUIRE_SERVICES", "1");
+    for (key, value) in running.env() {
+        cmd.env(key, value);
+    }
+    let result = run_cmd(&mut cmd);
+    let stopped = running.stop();
+    result.and(stopped)
+}
+
+fn lint() -> Result<()> {
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    run_cmd(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run_cmd(
+        cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    deny()?;
+    tidy::check()
+}
+
+fn deny() -> Result<()> {
+    let installed = cargo()
+        .args(["deny", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("xtask: cargo-deny is missing; installing it (once)");
+        run_cmd(cargo().args(["install", "--locked", "cargo-deny"]))?;
+    }
+    run_cmd(cargo().args(["deny", "--offline", "check", "licenses", "bans", "sources"]))
+}
