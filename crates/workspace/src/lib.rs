@@ -1,0 +1,107 @@
+//! Per-session scratch directories for korvus: created fresh, seeded from git
+//! at a pinned commit, given their context, restored on reopen, archived and
+//! removed.
+//!
+//! # Overview
+//!
+//! A session runs in `<root>/<session id>`, a [`ScratchDir`] made by
+//! [`create`] under a [`ScratchRoot`] (supplied by the embedder, or owned and
+//! removed on release). Into it go, in this order:
+//!
+//! 1. the read-only trees of a repository at the session's pinned commit,
+//!    written by a [`Seeder`] — for real by [`GitSeeder`] with the `git`
+//!    binary (`skills/`, `docs/`, `runbooks/` by default);
+//! 2. the inherited artifacts, read-only at [`context_path`]`(n, name)`, by
+//!    [`materialize_context`];
+//! 3. on reopen, the session's own earlier output, by [`restore_own_output`].
+//!
+//! [`read_only_prefixes`] is the one deny list (the seeded trees and
+//! `context/`) that restore here and the harvest walk in `korvus-harvest`
+//! both use. [`SkillCatalog`] reads `skills/*/SKILL.md` front matter. At the
+//! end, [`archive`] packs the directory into one `workspace.tar.gz`,
+//! [`store_archive`] stores it bytes-first/row-second, and
+//! [`ScratchDir::release`] removes it. [`reap`] removes the directories a
+//! crash left behind.
+//!
+//! Rows and bytes go through the seams only: [`korvus_store::Store`] and
+//! [`korvus_blob::BlobStore`]; which backends sit behind them is the
+//! embedder's choice.
+//!
+//! # Why it is shaped like this
+//!
+//! A scratch dir is made with one non-recursive `mkdir` under a fresh id, so
+//! an existing directory is someone else's and is refused. Everything a
+//! session could have planted is handled without following symlinks: restore
+//! writes only validated [`WorkspacePath`]s, archive and reap never follow a
+//! link, and a failed seeding leaves no half-written tree. Every path rule
+//! that two phases must agree on ([`read_only_prefixes`], [`context_path`])
+//! has exactly one definition here. Filesystem work runs on tokio's blocking
+//! pool.
+//!
+//! Read-only means mode bits (files 0444, directories 0555), and **root
+//! ignores mode bits**: an agent running as root can write into seeded trees
+//! and `context/`. Harvest still skips those prefixes, so nothing written
+//! there is stored, but the files the agent reads may have been changed by
+//! it. Run agents as an unprivileged user. See `docs/workspace.md`.
+//!
+//! # Example
+//!
+//! ```
+//! use korvus_store::SessionId;
+//! use korvus_workspace::{archive, GitSeeder, ScratchRoot, SeedOutcome, Seeder, SkipReason};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_workspace::Result<()> {
+//! let root = ScratchRoot::create_owned(&std::env::temp_dir()).await?;
+//! let dir = root.create(SessionId::new()).await?;
+//!
+//! // An unpinned session is not seeded; the reason is for the caller to log.
+//! let seeder = GitSeeder::default();
+//! let outcome = seeder.seed(&dir, None).await?;
+//! assert_eq!(outcome, SeedOutcome::Skipped(SkipReason::NotPinned));
+//!
+//! std::fs::write(dir.path().join("report.md"), "# Findings\n").unwrap();
+//! let packed = archive(dir.path()).await?;
+//! assert_eq!(packed.files, 1);
+//!
+//! dir.release().await?;
+//! let path = root.path().to_path_buf();
+//! root.release().await?;
+//! assert!(!path.exists());
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `mock` | `MockSeeder`, a [`mockall`](https://docs.rs/mockall) mock of [`Seeder`] |
+#![deny(missing_docs)]
+
+mod archive;
+mod context;
+mod error;
+mod fsutil;
+mod path;
+mod scratch;
+mod seed;
+mod skills;
+
+pub use crate::archive::{
+    archive, store_archive, WorkspaceArchive, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
+};
+pub use crate::context::{
+    materialize_context, restore_own_output, ContextFile, ContextOutcome, FileFailure,
+    RefuseReason, Refused, RestoreOutcome, RestoredFile,
+};
+pub use crate::error::{Result, WorkspaceError};
+pub use crate::path::{
+    context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,
+    CONTEXT_DIR, DEFAULT_TREES, MAX_PATH_BYTES, MAX_SEGMENT_BYTES,
+};
+pub use crate::scratch::{create, reap, Reaped, ScratchDir, ScratchRoot};
+#[cfg(feature = "mock")]
+pub use crate::seed::MockSeeder;
+pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, Seeder, SkipReason};
+pub use crate::skills::{
+    Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
+};

@@ -1,0 +1,277 @@
+//! [`WorkspacePath`], the read-only deny list and the context path rule.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::WorkspaceError;
+
+/// Longest workspace-relative path accepted, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+
+/// Longest single path segment accepted, in bytes (the usual `NAME_MAX`).
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// The directory inherited artifacts are written to (read-only).
+pub const CONTEXT_DIR: &str = "context";
+
+/// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured otherwise.
+pub const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
+
+/// A validated workspace-relative path: where a file sits inside a scratch dir.
+///
+/// Invariants, checked by [`WorkspacePath::new`]:
+///
+/// - not empty, at most [`MAX_PATH_BYTES`] bytes, each segment at most
+///   [`MAX_SEGMENT_BYTES`];
+/// - relative: does not start with `/`;
+/// - `/`-separated segments, none empty, `.` or `..` (so it cannot escape
+///   the directory it is joined to, and has no trailing `/`);
+/// - no backslash and no control character (NUL, newline, DEL, …).
+///
+/// ```
+/// use korvus_workspace::WorkspacePath;
+///
+/// assert!(WorkspacePath::new("out/summary.md").is_ok());
+/// for bad in ["", "/etc/passwd", "a//b", "a/./b", "../x", "a/..", "a\\b", "a\0b", "dir/"] {
+///     assert!(WorkspacePath::new(bad).is_err(), "{bad:?}");
+/// }
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkspacePath(String);
+
+impl WorkspacePath {
+    /// Validates `path`.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::InvalidPath`] naming the broken rule.
+    pub fn new(path: impl Into<String>) -> Result<Self, WorkspaceError> {
+        let path = path.into();
+        match check(&path) {
+            Ok(()) => Ok(Self(path)),
+            Err(reason) => Err(WorkspaceError::InvalidPath {
+                path: path.escape_debug().take(200).collect(),
+                reason,
+            }),
+        }
+    }
+
+    /// The path's text, `/`-separated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The path's segments.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The last segment.
+    pub fn file_name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+
+    /// `true` when `self` equals `prefix` or lies under it on a segment
+    /// boundary: `docs/a.md` is under `docs`, `docs2/a.md` is not.
+    ///
+    /// ```
+    /// use korvus_workspace::WorkspacePath;
+    ///
+    /// let docs = WorkspacePath::new("docs").unwrap();
+    /// assert!(WorkspacePath::new("docs/a.md").unwrap().is_under(&docs));
+    /// assert!(!WorkspacePath::new("docs2/a.md").unwrap().is_under(&docs));
+    /// ```
+    pub fn is_under(&self, prefix: &WorkspacePath) -> bool {
+        self.0 == prefix.0
+            || (self.0.starts_with(&prefix.0)
+                && self.0.as_bytes().get(prefix.0.len()) == Some(&b'/'))
+    }
+
+    /// The path as a relative [`PathBuf`], to join onto a scratch dir.
+    pub fn to_relative_path(&self) -> PathBuf {
+        self.segments().collect()
+    }
+}
+
+fn check(path: &str) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Err("is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err("is longer than 1024 bytes");
+    }
+    if path.starts_with('/') {
+        return Err("is absolute");
+    }
+    if path.contains('\\') {
+        return Err("contains a backslash");
+    }
+    if path.chars().any(char::is_control) {
+        return Err("contains a control character");
+    }
+    for segment in path.split('/') {
+        match segment {
+            "" => return Err("has an empty segment"),
+            "." | ".." => return Err("has a `.` or `..` segment"),
+            s if s.len() > MAX_SEGMENT_BYTES => return Err("has a segment over 255 bytes"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl fmt::Display for WorkspacePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for WorkspacePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WorkspacePath({:?})", self.0)
+    }
+}
+
+impl AsRef<str> for WorkspacePath {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<&str> for WorkspacePath {
+    type Error = WorkspaceError;
+
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl TryFrom<String> for WorkspacePath {
+    type Error = WorkspaceError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+/// Parses a tree prefix as configured: like [`WorkspacePath::new`], but one
+/// trailing `/` is accepted (`skills/` and `skills` are the same tree).
+///
+/// # Errors
+/// [`WorkspaceError::InvalidPath`] naming the broken rule.
+pub fn tree_prefix(text: &str) -> Result<WorkspacePath, WorkspaceError> {
+    WorkspacePath::new(text.strip_suffix('/').unwrap_or(text))
+}
+
+/// [`DEFAULT_TREES`] as paths.
+pub fn default_trees() -> Vec<WorkspacePath> {
+    DEFAULT_TREES
+        .iter()
+        .map(|t| WorkspacePath(String::from(*t)))
+        .collect()
+}
+
+/// The single deny list of a workspace: the seeded trees plus [`CONTEXT_DIR`].
+///
+/// Everything that must not write or harvest under a read-only tree (restore
+/// here, the harvest walk in `korvus-harvest`) calls this one function with
+/// the trees its seeder is configured with ([`GitSeeder::trees`](crate::GitSeeder::trees)).
+/// The configured trees are denied whether or not a given session was
+/// actually seeded, so a session cannot plant files where seeded ones would
+/// be. The result is sorted, without duplicates and without prefixes nested
+/// inside another.
+///
+/// ```
+/// use korvus_workspace::{default_trees, is_read_only, read_only_prefixes, WorkspacePath};
+///
+/// let deny = read_only_prefixes(&default_trees());
+/// let names: Vec<&str> = deny.iter().map(|p| p.as_str()).collect();
+/// assert_eq!(names, ["context", "docs", "runbooks", "skills"]);
+/// assert!(is_read_only(&WorkspacePath::new("skills/x/SKILL.md").unwrap(), &deny));
+/// assert!(!is_read_only(&WorkspacePath::new("notes.md").unwrap(), &deny));
+/// ```
+pub fn read_only_prefixes(trees: &[WorkspacePath]) -> Vec<WorkspacePath> {
+    let mut all: Vec<WorkspacePath> = trees.to_vec();
+    all.push(WorkspacePath(String::from(CONTEXT_DIR)));
+    minimal_prefixes(all)
+}
+
+/// Sorts, dedups and drops prefixes that lie under another one.
+pub(crate) fn minimal_prefixes(mut all: Vec<WorkspacePath>) -> Vec<WorkspacePath> {
+    all.sort();
+    all.dedup();
+    let mut out: Vec<WorkspacePath> = Vec::with_capacity(all.len());
+    for p in all {
+        if !out.iter().any(|q| p.is_under(q)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `true` when `path` lies under (or is) one of `prefixes`, which should come
+/// from [`read_only_prefixes`].
+pub fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
+    prefixes.iter().any(|p| path.is_under(p))
+}
+
+/// The workspace path of the `n`th inherited artifact:
+/// `context/<n>-<sanitised name>`.
+///
+/// This is the single definition: context materialisation writes files here
+/// and the first message's manifest names the same paths. `name` is
+/// sanitised deterministically by [`korvus_blob::sanitize_file_name`]:
+/// characters outside `[A-Za-z0-9._-]` (so `/`, NUL, …) become `_`, leading
+/// dots are dropped (no `..`), the result is cut to 128 bytes, and an empty
+/// result becomes `file`. The result is therefore always one valid segment
+/// under [`CONTEXT_DIR`].
+///
+/// ```
+/// use korvus_workspace::context_path;
+///
+/// assert_eq!(context_path(1, "notes.md").as_str(), "context/1-notes.md");
+/// assert_eq!(context_path(2, "../../etc/passwd").as_str(), "context/2-_.._etc_passwd");
+/// assert_eq!(context_path(3, "a\0b").as_str(), "context/3-a_b");
+/// assert_eq!(context_path(4, "..").as_str(), "context/4-file");
+/// assert_eq!(context_path(5, &"x".repeat(1000)).file_name().len(), "5-".len() + 128);
+/// ```
+pub fn context_path(n: u32, name: &str) -> WorkspacePath {
+    WorkspacePath(format!(
+        "{CONTEXT_DIR}/{n}-{}",
+        korvus_blob::sanitize_file_name(name)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_paths_are_valid_and_deterministic() {
+        for name in ["", ".", "..", "a/b", "\0", "ü", &"y".repeat(5000), "/abs"] {
+            let p = context_path(7, name);
+            assert_eq!(p, context_path(7, name));
+            assert!(WorkspacePath::new(p.as_str()).is_ok(), "{p:?}");
+            assert_eq!(p.segments().count(), 2, "{p:?}");
+            assert!(p.is_under(&WorkspacePath::new(CONTEXT_DIR).unwrap()));
+        }
+    }
+
+    #[test]
+    fn nested_and_duplicate_prefixes_collapse() {
+        let trees = vec![
+            tree_prefix("docs/").unwrap(),
+            tree_prefix("docs/runbooks").unwrap(),
+            tree_prefix("context").unwrap(),
+        ];
+        let deny = read_only_prefixes(&trees);
+        let names: Vec<&str> = deny.iter().map(WorkspacePath::as_str).collect();
+        assert_eq!(names, ["context", "docs"]);
+    }
+
+    #[test]
+    fn over_long_segments_are_refused() {
+        assert!(WorkspacePath::new("a".repeat(255)).is_ok());
+        assert!(WorkspacePath::new("a".repeat(256)).is_err());
+        assert!(WorkspacePath::new(format!("{}/b", "a/".repeat(600))).is_err());
+    }
+}

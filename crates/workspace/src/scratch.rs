@@ -1,0 +1,242 @@
+//! Scratch roots, per-session scratch dirs, release and reap.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use korvus_store::SessionId;
+use uuid::Uuid;
+
+use crate::error::blocking;
+use crate::fsutil::{make_dir, remove_tree, remove_tree_if_exists, DIR_MODE};
+use crate::{Result, WorkspaceError};
+
+/// The directory scratch dirs are made in.
+///
+/// Either **supplied** by the embedder (used as given, never removed) or
+/// **owned**: created by [`ScratchRoot::create_owned`] and removed by
+/// [`ScratchRoot::release`]. Dropping a root removes nothing (no blocking
+/// work in `Drop`); call `release` on shutdown.
+#[derive(Debug)]
+pub struct ScratchRoot {
+    path: PathBuf,
+    owned: bool,
+}
+
+impl ScratchRoot {
+    /// Uses `path` as the root. It is never created or removed by this crate;
+    /// it must exist when [`ScratchRoot::create`] is called.
+    pub fn supplied(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            owned: false,
+        }
+    }
+
+    /// Creates a fresh root `<parent>/korvus-scratch-<uuid>` (mode 0700) that
+    /// this value owns. Its name is not a bare UUID, so a [`reap`] of
+    /// `parent` never removes it.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::Io`] when the directory cannot be created.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: the directory is created on a blocking task that
+    /// finishes even if this future is dropped, and then nobody owns it.
+    pub async fn create_owned(parent: &Path) -> Result<Self> {
+        let path = parent.join(format!("korvus-scratch-{}", Uuid::now_v7()));
+        let p = path.clone();
+        blocking(move || {
+            make_dir(&p, DIR_MODE).map_err(|e| WorkspaceError::io("create root", &p, e))
+        })
+        .await?;
+        Ok(Self { path, owned: true })
+    }
+
+    /// The root directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `true` when [`ScratchRoot::release`] removes the root.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
+    /// Creates this session's scratch dir; see [`create`].
+    ///
+    /// # Errors
+    /// As [`create`].
+    ///
+    /// # Cancel safety
+    /// As [`create`].
+    pub async fn create(&self, session: SessionId) -> Result<ScratchDir> {
+        create(&self.path, session).await
+    }
+
+    /// Releases the root: an owned root is removed with everything in it
+    /// (symlinks are removed, never followed); a supplied root is left as it
+    /// is.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::Io`] when an owned root cannot be removed.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: removal runs on a blocking task that finishes even if
+    /// this future is dropped.
+    pub async fn release(self) -> Result<()> {
+        if !self.owned {
+            return Ok(());
+        }
+        let path = self.path;
+        blocking(move || remove_tree_if_exists(&path)).await
+    }
+}
+
+/// One session's scratch directory, `<root>/<session id>`.
+///
+/// Not `Clone`: [`ScratchDir::release`] consumes it. Dropping it removes
+/// nothing; a directory left behind by a crash is removed by [`reap`].
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+    session: SessionId,
+}
+
+impl ScratchDir {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The session it belongs to.
+    pub fn session_id(&self) -> SessionId {
+        self.session
+    }
+
+    /// Removes the directory and everything in it. Read-only seeded trees
+    /// are made writable first; symlinks are removed, never followed.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::Io`] when something cannot be removed.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: removal runs on a blocking task that finishes even if
+    /// this future is dropped.
+    pub async fn release(self) -> Result<()> {
+        let path = self.path;
+        blocking(move || remove_tree_if_exists(&path)).await
+    }
+}
+
+/// Creates `<root>/<session id>` with one non-recursive `mkdir`, mode 0700.
+///
+/// The root must already exist. Session ids are freshly minted, so an
+/// existing directory under one belongs to someone else: it is refused, not
+/// reused or cleaned.
+///
+/// # Errors
+/// [`WorkspaceError::AlreadyExists`] when the path exists (as anything, even
+/// a symlink); [`WorkspaceError::Io`] for any other failure, e.g. a missing
+/// root.
+///
+/// # Cancel safety
+/// Not cancel-safe: the directory is created on a blocking task that finishes
+/// even if this future is dropped; [`reap`] removes such leftovers.
+pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
+    let path = root.join(session.to_string());
+    let p = path.clone();
+    blocking(move || match make_dir(&p, DIR_MODE) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            Err(WorkspaceError::AlreadyExists { path: p })
+        }
+        Err(e) => Err(WorkspaceError::io("create scratch directory", &p, e)),
+    })
+    .await?;
+    Ok(ScratchDir { path, session })
+}
+
+/// What [`reap`] did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Reaped {
+    /// Directories removed, by the session id their name parsed as.
+    pub removed: Vec<SessionId>,
+    /// Directories that could not be removed (completely), with the cause.
+    /// The sweep goes on past them.
+    pub failed: Vec<(PathBuf, io::Error)>,
+}
+
+/// Removes the scratch dirs a crash left under `root`.
+///
+/// Only real directories whose names are canonical hyphenated lower-case
+/// UUIDs (the form [`create`] uses) are removed. Files, other names and
+/// symlinks — even ones named like a UUID — are left alone, and no symlink is
+/// ever followed, inside a removed directory either. Call it when no session
+/// of this process runs under `root`; a directory of a live session would be
+/// removed.
+///
+/// # Errors
+/// [`WorkspaceError::Io`] when `root` cannot be listed. Failures to remove
+/// one directory are reported in [`Reaped::failed`].
+///
+/// # Cancel safety
+/// Not cancel-safe: the sweep runs on a blocking task that finishes even if
+/// this future is dropped.
+pub async fn reap(root: &Path) -> Result<Reaped> {
+    let root = root.to_path_buf();
+    blocking(move || {
+        let mut entries: Vec<(String, PathBuf)> = Vec::new();
+        let list = fs::read_dir(&root).map_err(|e| WorkspaceError::io("list", &root, e))?;
+        for entry in list {
+            let entry = entry.map_err(|e| WorkspaceError::io("list", &root, e))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            entries.push((name, entry.path()));
+        }
+        entries.sort();
+        let mut out = Reaped::default();
+        for (name, path) in entries {
+            let Some(session) = session_dir_name(&name) else {
+                continue;
+            };
+            // `file_type` from lstat: a symlink is a symlink, not a directory.
+            match fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_dir() => {}
+                _ => continue,
+            }
+            match remove_tree(&path) {
+                Ok(()) => out.removed.push(session),
+                Err(e) => out.failed.push((path, e)),
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// The session id `name` is the scratch dir name of, if it is one.
+fn session_dir_name(name: &str) -> Option<SessionId> {
+    let uuid = Uuid::try_parse(name).ok()?;
+    // `try_parse` also accepts braced, URN and simple forms; only the form
+    // `create` writes counts.
+    (uuid.hyphenated().to_string() == name).then(|| SessionId::from_uuid(uuid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_uuid_names_are_session_dirs() {
+        let id = Uuid::now_v7();
+        assert!(session_dir_name(&id.to_string()).is_some());
+        assert!(session_dir_name(&id.to_string().to_uppercase()).is_none());
+        assert!(session_dir_name(&id.simple().to_string()).is_none());
+        assert!(session_dir_name(&id.braced().to_string()).is_none());
+        assert!(session_dir_name(&id.urn().to_string()).is_none());
+        assert!(session_dir_name("korvus-scratch-x").is_none());
+    }
+}
