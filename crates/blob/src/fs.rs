@@ -118,7 +118,9 @@ fn write_atomic(root: &Dir, dest: &Path, bytes: &[u8]) -> io::Result<()> {
         file.sync_all()?;
         drop(file);
         root.rename(&tmp, root, dest)?;
-        root.open_dir(parent)?.into_std_file().sync_all()
+        // A directory opened read-only can be fsynced; cap-std's `open_dir`
+        // handle cannot (it may be an `O_PATH` descriptor).
+        root.open(parent)?.sync_all()
     })();
     if result.is_err() {
         // Best effort: a stray temp file is harmless, but do not leave it.

@@ -1,0 +1,373 @@
+//! The [`TurnLog`] contract. Every case is a public async function taking
+//! `&dyn TurnLog`; [`run_all`] runs them in order; the
+//! [`log_contract_tests!`](crate::log_contract_tests) macro makes one test per
+//! case. Cases use fresh log ids, so a shared service is fine.
+
+use korvus_log::{
+    export_jsonl, Access, Event, EventKind, LogError, LogHeader, LogId, Role, TurnLog,
+};
+use serde_json::json;
+
+use crate::faults::FailingLog;
+
+crate::__with_cases!(log, [crate::__gen_run_all], (log, TurnLog,));
+
+/// A fresh log id.
+pub fn fresh_id() -> LogId {
+    LogId::from_uuid(uuid::Uuid::now_v7())
+}
+
+/// A header with a label, as the session layer writes it.
+pub fn header(id: LogId) -> LogHeader {
+    LogHeader::new(id).with_label("incident_id", "contract")
+}
+
+/// A turn's worth of events of every kind, with awkward text.
+pub fn sample_events(turn: u64) -> Vec<Event> {
+    vec![
+        Event::now(EventKind::TurnStart { turn }),
+        Event::new(EventKind::Message {
+            role: Role::User,
+            text: "why is \"db-1\" full?\nünïcödé ✓ \u{0}".into(),
+        }),
+        Event::now(EventKind::ToolCall {
+            call_id: format!("call-{turn}"),
+            tool: "shell".into(),
+            input: json!({"cmd": "df -h", "nested": {"b": [1, 2.5, null], "a": true}}),
+        }),
+        Event::new(EventKind::ToolResult {
+            call_id: format!("call-{turn}"),
+            ok: true,
+            output: json!("100%"),
+        }),
+        Event::new(EventKind::Note {
+            text: "stderr: warning".into(),
+        }),
+        Event::now(EventKind::TurnEnd {
+            turn,
+            interrupted: false,
+        }),
+    ]
+}
+
+/// `create` of an existing id is `AlreadyExists`.
+pub async fn create_refuses_an_existing_id(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let h = header(id);
+    let w = logs.create(h.clone()).await.unwrap();
+    assert_eq!(w.access(), Access::Write);
+    assert_eq!(w.header(), &h);
+    w.close().await.unwrap();
+    assert!(matches!(
+        logs.create(header(id)).await,
+        Err(LogError::AlreadyExists { id: got }) if got == id
+    ));
+}
+
+/// A second write handle for one id is `AlreadyOwned`; readers are fine.
+pub async fn second_writer_is_already_owned(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    assert!(matches!(
+        logs.open(id, Access::Write).await,
+        Err(LogError::AlreadyOwned { id: got }) if got == id
+    ));
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.access(), Access::Read);
+    w.close().await.unwrap();
+}
+
+/// After the writer is closed — or dropped — opening for write succeeds.
+pub async fn writer_can_reopen_after_close_or_drop(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    w.append(&sample_events(1)).await.unwrap();
+    w.close().await.unwrap();
+    let w2 = logs.open(id, Access::Write).await.unwrap();
+    w2.append(&sample_events(2)).await.unwrap();
+    drop(w2);
+    let w3 = logs.open(id, Access::Write).await.unwrap();
+    assert_eq!(w3.read(0, None).await.unwrap().len(), 12);
+    w3.close().await.unwrap();
+}
+
+/// `append` and `flush` through a read handle are `ReadOnly`, and change nothing.
+pub async fn read_handle_is_read_only(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    w.append(&sample_events(1)).await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    let before = logs.stat(id).await.unwrap().revision;
+    assert!(matches!(
+        r.append(&sample_events(2)).await,
+        Err(LogError::ReadOnly { .. })
+    ));
+    assert!(matches!(r.flush().await, Err(LogError::ReadOnly { .. })));
+    assert_eq!(logs.stat(id).await.unwrap().revision, before);
+    assert_eq!(r.read(0, None).await.unwrap().len(), 6);
+    w.close().await.unwrap();
+}
+
+/// `read(offset, len)` returns exactly the contiguous slice that exists.
+pub async fn reads_are_contiguous_prefixes(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    let events: Vec<Event> = (1..=3).flat_map(sample_events).collect();
+    w.append(&events[..7]).await.unwrap();
+    w.append(&events[7..]).await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.read(0, None).await.unwrap(), events);
+    assert_eq!(r.read(3, Some(4)).await.unwrap(), events[3..7].to_vec());
+    assert_eq!(r.read(16, Some(10)).await.unwrap(), events[16..].to_vec());
+    assert_eq!(r.read(5, Some(0)).await.unwrap(), Vec::<Event>::new());
+    assert!(r.read(18, None).await.unwrap().is_empty());
+    assert!(r.read(1000, Some(5)).await.unwrap().is_empty());
+    // Reading the middle first, then the start, then past it: still consistent.
+    assert_eq!(r.read(10, None).await.unwrap(), events[10..].to_vec());
+    assert_eq!(r.read(0, Some(2)).await.unwrap(), events[..2].to_vec());
+    w.close().await.unwrap();
+}
+
+/// What a handle has seen never shrinks, and later reads see more.
+pub async fn reads_never_shrink(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    let mut last = 0;
+    for turn in 1..=5 {
+        w.append(&sample_events(turn)).await.unwrap();
+        let all = r.read(0, None).await.unwrap();
+        assert!(
+            all.len() >= last,
+            "read shrank from {last} to {}",
+            all.len()
+        );
+        assert_eq!(all.len() as u64, turn * 6);
+        last = all.len();
+        assert!(r.seen() >= last as u64);
+    }
+    w.close().await.unwrap();
+}
+
+/// Once `append` returns, a read started afterwards through another handle —
+/// even one opened before the append — sees at least that prefix.
+pub async fn read_after_append_sees_it(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    let early = logs.open(id, Access::Read).await.unwrap();
+    assert!(early.read(0, None).await.unwrap().is_empty());
+    let events = sample_events(1);
+    for (i, e) in events.iter().enumerate() {
+        w.append(std::slice::from_ref(e)).await.unwrap();
+        let seen = early.read(0, None).await.unwrap();
+        assert_eq!(seen, events[..=i].to_vec());
+        let late = logs.open(id, Access::Read).await.unwrap();
+        assert_eq!(late.read(0, None).await.unwrap().len(), i + 1);
+    }
+    w.flush().await.unwrap();
+    w.close().await.unwrap();
+    assert_eq!(early.read(0, None).await.unwrap(), events);
+}
+
+/// The revision changes on append (not on an empty append), and not on open,
+/// read, flush or close.
+pub async fn revision_changes_on_append_only(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    w.flush().await.unwrap();
+    let r0 = logs.stat(id).await.unwrap().revision;
+    w.append(&sample_events(1)).await.unwrap();
+    let r1 = logs.stat(id).await.unwrap().revision;
+    assert_ne!(r0, r1, "append changes the revision");
+    w.append(&[]).await.unwrap();
+    w.flush().await.unwrap();
+    w.read(0, None).await.unwrap();
+    assert_eq!(logs.stat(id).await.unwrap().revision, r1);
+    w.close().await.unwrap();
+    assert_eq!(logs.stat(id).await.unwrap().revision, r1, "close keeps it");
+    let w2 = logs.open(id, Access::Write).await.unwrap();
+    let reader = logs.open(id, Access::Read).await.unwrap();
+    reader.read(0, None).await.unwrap();
+    assert_eq!(logs.stat(id).await.unwrap().revision, r1, "open keeps it");
+    w2.append(&sample_events(2)).await.unwrap();
+    let r2 = logs.stat(id).await.unwrap().revision;
+    assert_ne!(r1, r2);
+    assert_ne!(r0, r2);
+    w2.close().await.unwrap();
+}
+
+/// `close` is idempotent; afterwards every call on the handle is `Closed`.
+pub async fn close_is_idempotent_and_final(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    w.append(&sample_events(1)).await.unwrap();
+    let (a, b) = tokio::join!(w.close(), w.close());
+    a.unwrap();
+    b.unwrap();
+    w.close().await.unwrap();
+    assert!(matches!(
+        w.append(&sample_events(2)).await,
+        Err(LogError::Closed { .. })
+    ));
+    assert!(matches!(
+        w.read(0, None).await,
+        Err(LogError::Closed { .. })
+    ));
+    assert!(matches!(w.flush().await, Err(LogError::Closed { .. })));
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(
+        r.read(0, None).await.unwrap().len(),
+        6,
+        "appends survived close"
+    );
+    r.close().await.unwrap();
+}
+
+/// The service-wide flush reports every failing writer and still flushes the
+/// others (checked through [`FailingLog`], which fails chosen logs' flushes).
+pub async fn flush_reports_every_failing_writer(logs: &dyn TurnLog) {
+    logs.flush().await.expect("flush with no failures");
+    let failing = FailingLog::new(logs);
+    let ids: Vec<LogId> = (0..5).map(|_| fresh_id()).collect();
+    let mut writers = Vec::new();
+    for id in &ids {
+        let w = failing.create(header(*id)).await.unwrap();
+        w.append(&sample_events(1)).await.unwrap();
+        writers.push(w);
+    }
+    failing.fail_flush(ids[1]);
+    failing.fail_flush(ids[3]);
+    let err = failing.flush().await.expect_err("two flushes fail");
+    let mut failed: Vec<LogId> = err.failures.iter().map(|(id, _)| *id).collect();
+    failed.sort();
+    let mut expected = vec![ids[1], ids[3]];
+    expected.sort();
+    assert_eq!(failed, expected, "every failure is reported");
+    let flushed = failing.flushed();
+    for id in [ids[0], ids[2], ids[4]] {
+        assert!(
+            flushed.contains(&id),
+            "{id} was flushed despite the failures"
+        );
+    }
+    for w in &writers {
+        w.close().await.unwrap();
+    }
+    logs.flush().await.expect("backend flush after closes");
+}
+
+/// `stat` knows the header, revision and (where given) counts without
+/// reading events; an empty flushed log exists.
+pub async fn stat_knows_header_without_events(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let h = header(id);
+    let w = logs.create(h.clone()).await.unwrap();
+    w.flush().await.unwrap();
+    let empty = logs.stat(id).await.unwrap();
+    assert_eq!(empty.header, h);
+    if let Some(n) = empty.event_count {
+        assert_eq!(n, 0);
+    }
+    w.append(&sample_events(1)).await.unwrap();
+    let full = logs.stat(id).await.unwrap();
+    assert_eq!(full.header, h);
+    if let Some(n) = full.event_count {
+        assert_eq!(n, 6);
+    }
+    if let (Some(a), Some(b)) = (empty.size_bytes, full.size_bytes) {
+        assert!(b > a, "size grows with events");
+    }
+    w.close().await.unwrap();
+}
+
+/// Unknown ids are `NotFound` for open (both accesses) and stat.
+pub async fn unknown_log_is_not_found(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    for access in [Access::Read, Access::Write] {
+        assert!(matches!(
+            logs.open(id, access).await,
+            Err(LogError::NotFound { id: got }) if got == id
+        ));
+    }
+    assert!(matches!(
+        logs.stat(id).await,
+        Err(LogError::NotFound { .. })
+    ));
+    // A failed write open leaves no claim behind.
+    let w = logs.create(header(id)).await.unwrap();
+    w.close().await.unwrap();
+}
+
+/// `list` names every created log, sorted.
+pub async fn list_names_every_log(logs: &dyn TurnLog) {
+    let ids: Vec<LogId> = (0..3).map(|_| fresh_id()).collect();
+    for id in &ids {
+        logs.create(header(*id))
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+    }
+    let listed = logs.list().await.unwrap();
+    for id in &ids {
+        assert!(listed.contains(id));
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+}
+
+/// Events of every kind come back equal, through a fresh service handle.
+pub async fn events_round_trip_exactly(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let h = header(id);
+    let w = logs.create(h.clone()).await.unwrap();
+    let mut events = sample_events(7);
+    events.push(Event::new(EventKind::TurnEnd {
+        turn: 8,
+        interrupted: true,
+    }));
+    w.append(&events).await.unwrap();
+    w.close().await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.read(0, None).await.unwrap(), events);
+    assert_eq!(r.header(), &h);
+}
+
+/// The canonical export of a log with fixed header and events; every backend
+/// must produce exactly these bytes.
+pub fn canonical_export(header: &LogHeader, events: &[Event]) -> Vec<u8> {
+    let mut out = serde_json::to_vec(header).expect("header serialises");
+    out.push(b'\n');
+    for e in events {
+        out.extend(serde_json::to_vec(e).expect("event serialises"));
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Export is the canonical JSONL, byte for byte — identical across backends.
+pub async fn export_is_canonical(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let mut h = header(id);
+    h.created_at = "2026-01-02T03:04:05.123456789Z".parse().unwrap();
+    let mut events: Vec<Event> = (1..=3).flat_map(sample_events).collect();
+    for (i, e) in events.iter_mut().enumerate() {
+        e.at = e.at.map(|_| {
+            format!("2026-01-02T03:04:{:02}.5Z", i % 60)
+                .parse()
+                .unwrap()
+        });
+    }
+    let w = logs.create(h.clone()).await.unwrap();
+    w.append(&events).await.unwrap();
+    let expected = canonical_export(&h, &events);
+    assert_eq!(
+        String::from_utf8(export_jsonl(&w).await.unwrap()).unwrap(),
+        String::from_utf8(expected.clone()).unwrap()
+    );
+    w.close().await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(export_jsonl(&r).await.unwrap(), expected);
+}
