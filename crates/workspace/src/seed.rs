@@ -142,7 +142,7 @@ impl Default for GitSeeder {
         Self {
             git: PathBuf::from("git"),
             repository: None,
-            trees: default_trees(),
+            trees: minimal_prefixes(default_trees()),
         }
     }
 }

@@ -1,0 +1,213 @@
+//! `workspace.tar.gz`: packing, unpacking, storing.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+use flate2::read::GzDecoder;
+use korvus_blob::{artifact_key, BlobKey, BlobStore, MemoryBlobStore, Sha256Digest};
+use korvus_store::{ArtifactKind, MemoryStore, NewIncident, NewSession, SessionKind, Store};
+use korvus_workspace::{archive, store_archive, WorkspaceError, ARCHIVE_PATH};
+use tempfile::TempDir;
+
+use crate::support::{listing, scratch, FailingGets};
+
+/// Regular files below `dir`, relative path → bytes (symlinks not followed).
+fn regular_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    listing(dir)
+        .into_iter()
+        .filter(|p| {
+            let meta = fs::symlink_metadata(dir.join(p)).unwrap();
+            meta.is_file()
+        })
+        .map(|p| {
+            let bytes = fs::read(dir.join(&p)).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_archive_has_no_symlinks_and_unpacks_to_the_same_regular_files() {
+    let s = scratch().await;
+    let dir = s.dir.path();
+    fs::write(dir.join("report.md"), "# Findings\n").unwrap();
+    fs::create_dir_all(dir.join("out/deep/er")).unwrap();
+    fs::write(dir.join("out/b.txt"), "b").unwrap();
+    fs::write(dir.join("out/a.txt"), vec![0u8, 1, 2, 255]).unwrap();
+    fs::write(dir.join("out/deep/er/c.txt"), "c".repeat(100_000)).unwrap();
+    fs::write(dir.join("empty"), "").unwrap();
+    fs::create_dir(dir.join("empty-dir")).unwrap();
+    let long = format!("out/{}", "n".repeat(200));
+    fs::write(dir.join(&long), "long name").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("passwd")).unwrap();
+    std::os::unix::fs::symlink("out", dir.join("out-link")).unwrap();
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+
+    let packed = archive(dir).await.unwrap();
+    assert_eq!(packed.files, 6);
+    assert_eq!(packed.dirs, 4, "out, out/deep, out/deep/er, empty-dir");
+    assert_eq!(packed.symlinks_left_out, 2);
+    assert_eq!(packed.specials_left_out, 1);
+    assert!(packed.unreadable.is_empty());
+    assert_eq!(packed.sha256, Sha256Digest::of(&packed.bytes));
+
+    // Entries: no symlinks or specials, sorted, relative.
+    let mut tar = tar::Archive::new(GzDecoder::new(&packed.bytes[..]));
+    let mut names = Vec::new();
+    for entry in tar.entries().unwrap() {
+        let entry = entry.unwrap();
+        let kind = entry.header().entry_type();
+        assert!(kind.is_file() || kind.is_dir(), "{kind:?}");
+        let path = entry.path().unwrap().into_owned();
+        assert!(path.is_relative());
+        names.push(path);
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "entries are in sorted order");
+    assert_eq!(names.len(), 10);
+
+    // Unpacks to the same regular files, byte for byte.
+    let unpacked = TempDir::new().unwrap();
+    tar::Archive::new(GzDecoder::new(&packed.bytes[..]))
+        .unpack(unpacked.path())
+        .unwrap();
+    assert_eq!(regular_files(unpacked.path()), regular_files(dir));
+    assert!(unpacked.path().join("empty-dir").is_dir());
+    assert!(fs::symlink_metadata(unpacked.path().join("passwd")).is_err());
+
+    // Deterministic: the same tree gives the same bytes.
+    assert_eq!(archive(dir).await.unwrap().bytes, packed.bytes);
+}
+
+#[tokio::test]
+async fn archiving_a_missing_dir_is_an_error() {
+    let tmp = TempDir::new().unwrap();
+    let err = archive(&tmp.path().join("gone")).await.unwrap_err();
+    assert!(matches!(err, WorkspaceError::Io { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let incident = store
+        .create_incident(NewIncident {
+            title: "t".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let s = scratch().await;
+    let session = store
+        .create_session(NewSession {
+            id: s.dir.session_id(),
+            incident_id: incident.id,
+            kind: SessionKind::Initial,
+            prompt: "p".into(),
+            workspace_ref: None,
+        })
+        .await
+        .unwrap();
+    fs::write(s.dir.path().join("report.md"), "# r\n").unwrap();
+    let packed = archive(s.dir.path()).await.unwrap();
+
+    let row = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+        .await
+        .unwrap();
+    assert_eq!(row.kind, ArtifactKind::WorkspaceArchive);
+    assert_eq!(row.path, ARCHIVE_PATH);
+    assert_eq!(row.revision, 1);
+    assert_eq!(row.sha256, packed.sha256.to_hex());
+    assert_eq!(row.size_bytes, packed.bytes.len() as u64);
+    assert_eq!(
+        row.blob_key,
+        artifact_key(
+            incident.id.as_uuid(),
+            session.id.as_uuid(),
+            row.id.as_uuid(),
+            ARCHIVE_PATH
+        )
+        .to_string()
+    );
+    let blob = blobs
+        .get(&BlobKey::new(row.blob_key.as_str()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(blob.bytes, packed.bytes);
+    assert_eq!(blob.meta.content_type.as_deref(), Some("application/gzip"));
+    assert_eq!(
+        store.list_session_artifacts(session.id).await.unwrap(),
+        [row]
+    );
+
+    // The unpacked archive holds the report.
+    let mut tar = tar::Archive::new(GzDecoder::new(&blob.bytes[..]));
+    let mut entry = tar.entries().unwrap().next().unwrap().unwrap();
+    let mut text = String::new();
+    entry.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "# r\n");
+}
+
+#[tokio::test]
+async fn a_failed_upload_writes_no_row() {
+    let store = MemoryStore::new();
+    let blobs = FailingGets {
+        fail_puts: true,
+        ..FailingGets::default()
+    };
+    let incident = store
+        .create_incident(NewIncident {
+            title: "t".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let s = scratch().await;
+    let session = store
+        .create_session(NewSession {
+            id: s.dir.session_id(),
+            incident_id: incident.id,
+            kind: SessionKind::Initial,
+            prompt: "p".into(),
+            workspace_ref: None,
+        })
+        .await
+        .unwrap();
+    let packed = archive(s.dir.path()).await.unwrap();
+    let err = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::Blob { op: "stored", .. }),
+        "{err:?}"
+    );
+    assert!(store
+        .list_session_artifacts(session.id)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // And a row the store refuses (unknown session) leaves only stray bytes.
+    let blobs = MemoryBlobStore::new();
+    let err = store_archive(
+        &store,
+        &blobs,
+        incident.id,
+        korvus_store::SessionId::new(),
+        1,
+        &packed,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, WorkspaceError::Store { .. }), "{err:?}");
+    assert_eq!(blobs.list(None).await.unwrap().len(), 1);
+}

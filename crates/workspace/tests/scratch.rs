@@ -1,0 +1,132 @@
+//! Scratch roots and dirs: create, refuse, release.
+
+use std::fs;
+
+use korvus_store::SessionId;
+use korvus_workspace::{create, GitSeeder, ScratchRoot, Seeder, WorkspaceError};
+use tempfile::TempDir;
+
+use crate::support::{listing, mode, TestRepo};
+
+#[tokio::test]
+async fn a_scratch_dir_is_made_0700_under_the_session_id() {
+    let tmp = TempDir::new().unwrap();
+    let id = SessionId::new();
+    let dir = create(tmp.path(), id).await.unwrap();
+    assert_eq!(dir.path(), tmp.path().join(id.to_string()));
+    assert_eq!(dir.session_id(), id);
+    assert!(dir.path().is_dir());
+    assert_eq!(mode(dir.path()), 0o700);
+}
+
+#[tokio::test]
+async fn an_existing_session_dir_is_refused_and_left_untouched() {
+    let tmp = TempDir::new().unwrap();
+    let id = SessionId::new();
+    let someone = tmp.path().join(id.to_string());
+    fs::create_dir(&someone).unwrap();
+    fs::write(someone.join("theirs.txt"), "keep").unwrap();
+
+    let err = create(tmp.path(), id).await.unwrap_err();
+    assert!(
+        matches!(&err, WorkspaceError::AlreadyExists { path } if *path == someone),
+        "{err:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(someone.join("theirs.txt")).unwrap(),
+        "keep"
+    );
+
+    // Creating twice under one id is the same refusal.
+    let id2 = SessionId::new();
+    create(tmp.path(), id2).await.unwrap();
+    let err = create(tmp.path(), id2).await.unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::AlreadyExists { .. }),
+        "{err:?}"
+    );
+
+    // A symlink under the id is refused too, not followed.
+    let id3 = SessionId::new();
+    std::os::unix::fs::symlink(
+        tmp.path().join("elsewhere"),
+        tmp.path().join(id3.to_string()),
+    )
+    .unwrap();
+    let err = create(tmp.path(), id3).await.unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::AlreadyExists { .. }),
+        "{err:?}"
+    );
+    assert!(!tmp.path().join("elsewhere").exists());
+}
+
+#[tokio::test]
+async fn create_is_not_recursive() {
+    let tmp = TempDir::new().unwrap();
+    let missing_root = tmp.path().join("no/such/root");
+    let err = create(&missing_root, SessionId::new()).await.unwrap_err();
+    assert!(matches!(err, WorkspaceError::Io { .. }), "{err:?}");
+    assert!(!tmp.path().join("no").exists());
+}
+
+#[tokio::test]
+async fn a_supplied_root_survives_release() {
+    let tmp = TempDir::new().unwrap();
+    let root = ScratchRoot::supplied(tmp.path());
+    assert!(!root.is_owned());
+    let dir = root.create(SessionId::new()).await.unwrap();
+    fs::write(tmp.path().join("embedder.txt"), "mine").unwrap();
+    let dir_path = dir.path().to_path_buf();
+
+    dir.release().await.unwrap();
+    assert!(!dir_path.exists());
+    root.release().await.unwrap();
+    assert!(tmp.path().is_dir());
+    assert_eq!(
+        listing(tmp.path()).into_iter().collect::<Vec<_>>(),
+        ["embedder.txt"]
+    );
+}
+
+#[tokio::test]
+async fn an_owned_root_is_removed_on_release_with_seeded_trees_inside() {
+    let tmp = TempDir::new().unwrap();
+    let repo = TestRepo::new();
+    let root = ScratchRoot::create_owned(tmp.path()).await.unwrap();
+    assert!(root.is_owned());
+    assert_eq!(mode(root.path()), 0o700);
+    let path = root.path().to_path_buf();
+    assert!(path.starts_with(tmp.path()));
+
+    // A dir that was never released, with read-only trees in it.
+    let dir = root.create(SessionId::new()).await.unwrap();
+    GitSeeder::default()
+        .seed(&dir, Some(&repo.pin(&repo.first)))
+        .await
+        .unwrap();
+    // A symlink out of the root must be removed, not followed.
+    let outside = tmp.path().join("outside.txt");
+    fs::write(&outside, "keep").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.path().join("link")).unwrap();
+
+    root.release().await.unwrap();
+    assert!(!path.exists());
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+}
+
+#[tokio::test]
+async fn releasing_a_seeded_dir_removes_the_read_only_trees() {
+    let tmp = TempDir::new().unwrap();
+    let repo = TestRepo::new();
+    let dir = create(tmp.path(), SessionId::new()).await.unwrap();
+    GitSeeder::default()
+        .seed(&dir, Some(&repo.pin(&repo.second)))
+        .await
+        .unwrap();
+    let path = dir.path().to_path_buf();
+    assert_eq!(mode(&path.join("docs")), 0o555);
+    dir.release().await.unwrap();
+    assert!(!path.exists());
+    assert!(listing(tmp.path()).is_empty());
+}

@@ -1,0 +1,12 @@
+//! Integration tests of korvus-workspace: real git, real filesystem.
+
+mod support;
+
+mod archive;
+mod context;
+mod permissions;
+mod reap;
+mod restore;
+mod scratch;
+mod seed;
+mod skills;
