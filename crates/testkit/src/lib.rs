@@ -9,7 +9,8 @@
 //! The macros [`store_contract_tests!`], [`log_contract_tests!`] and
 //! [`blob_contract_tests!`] turn a suite into one `#[tokio::test]` per case,
 //! so a backend's test run names every behaviour it honours. [`faults`] has
-//! wrappers that make a real backend fail where a test says.
+//! wrappers that make a real backend fail (or hang, or panic) where a test
+//! says and record what was called; [`fixtures`] plants hostile workspaces.
 //!
 //! # Why it is shaped like this
 //!
@@ -42,6 +43,7 @@
 
 pub mod blob;
 pub mod faults;
+pub mod fixtures;
 pub mod log;
 mod macros;
 pub mod store;
