@@ -1,0 +1,97 @@
+//! PostgreSQL and SQLite backends of korvus: the [`Store`](korvus_store::Store)
+//! and [`TurnLog`](korvus_log::TurnLog) seams on real databases, through sqlx.
+//!
+//! # Overview
+//!
+//! - [`PgStore`] and [`SqliteStore`] implement `korvus_store::Store`: incidents,
+//!   sessions, reports, artifacts and context refs.
+//! - [`PgLog`] and [`SqliteLog`] implement `korvus_log::TurnLog`: per-session
+//!   event logs in two tables, the header and every event kept as the exact
+//!   JSON text, so `korvus_log::export_jsonl` gives the same bytes as the
+//!   memory and JSONL backends.
+//! - [`migrate`] applies the migrations in `migrations/postgres` or
+//!   `migrations/sqlite` (embedded at build time) to a pool;
+//!   [`open_sqlite`] opens a SQLite file with the settings the backends need.
+//!
+//! The seams, the model and the input rules live in `korvus-store` and
+//! `korvus-log`; the contract every backend passes is in `korvus-testkit`.
+//!
+//! # Why it is shaped like this
+//!
+//! The rules that must hold under concurrency are left to the database, not
+//! to process-local locks: a session's `seq` is allocated inside the
+//! inserting statement, reopen is one conditional `UPDATE … RETURNING`, and a
+//! context ref to another incident's artifact is refused by a composite
+//! foreign key `(incident_id, artifact_id)`. Each write is one statement
+//! where the database allows it, so it is atomic without a client-side
+//! transaction and costs one round trip; the crate's README-level numbers are
+//! in `docs/backends.md`. Driver errors are mapped once (`Conflict` for a
+//! unique violation, `Constraint { name }` for a foreign key, `Backend` for
+//! the rest), and queries are checked at run time (`sqlx::query_as` with
+//! `FromRow`), so building needs no database.
+//!
+//! # Example
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use korvus_store::{NewIncident, NewSession, SessionId, SessionKind, Store};
+//! use korvus_store_sql::{migrate, open_sqlite, SqliteStore};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let pool = open_sqlite(&dir.path().join("korvus.db")).await?;
+//! migrate(&pool).await?;
+//! let store = SqliteStore::new(pool);
+//! let incident = store
+//!     .create_incident(NewIncident { title: "disk full on db-1".into(), workspace: None })
+//!     .await?;
+//! let session = store
+//!     .create_session(NewSession {
+//!         id: SessionId::new(),
+//!         incident_id: incident.id,
+//!         kind: SessionKind::Initial,
+//!         prompt: "find out why".into(),
+//!         workspace_ref: None,
+//!     })
+//!     .await?;
+//! assert_eq!(session.seq, 1);
+//! assert_eq!(store.get_session(session.id).await?, session);
+//! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
+//! ```
+//!
+//! With PostgreSQL it is the same, starting from a [`PgPool`]:
+//! `let pool = PgPool::connect(url).await?; migrate(&pool).await?; PgStore::new(pool)`.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `postgres` | yes | [`PgStore`], [`PgLog`], [`PgPool`] |
+//! | `sqlite` | yes | [`SqliteStore`], [`SqliteLog`], [`SqlitePool`], [`open_sqlite`] (bundled SQLite) |
+#![deny(missing_docs)]
+// Without either backend only the shared helpers remain, and nothing uses them.
+#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+
+mod error;
+mod log_rows;
+mod migrate;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod rows;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use crate::migrate::{migrate, Migrations};
+#[cfg(feature = "postgres")]
+pub use crate::postgres::{PgLog, PgStore};
+#[cfg(feature = "sqlite")]
+pub use crate::sqlite::{open_sqlite, SqliteLog, SqliteStore};
+/// The connection pools the backends are built on, re-exported so callers
+/// use the same sqlx version as this crate.
+#[cfg(feature = "postgres")]
+pub use sqlx::PgPool;
+#[cfg(feature = "sqlite")]
+pub use sqlx::SqlitePool;

@@ -1,0 +1,83 @@
+//! [`migrate`]: brings a database to the current schema.
+
+use async_trait::async_trait;
+use korvus_store::StoreError;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A connection pool whose database korvus knows how to migrate:
+/// [`PgPool`](sqlx::PgPool) and [`SqlitePool`](sqlx::SqlitePool). Sealed.
+#[async_trait]
+pub trait Migrations: sealed::Sealed + Send + Sync {
+    /// Applies every pending migration of this database kind.
+    #[doc(hidden)]
+    async fn apply_migrations(&self) -> Result<(), StoreError>;
+}
+
+/// Applies the pending migrations of `migrations/postgres` or
+/// `migrations/sqlite` (embedded at build time) to the pool's database.
+///
+/// Idempotent: an up-to-date database is left as it is. Concurrent calls are
+/// safe (sqlx serialises them with a lock in the database).
+///
+/// # Errors
+/// `Backend` when the database cannot be reached, a migration fails, an
+/// applied migration was changed since, or (SQLite) the pool's connections do
+/// not enforce foreign keys.
+///
+/// # Cancel safety
+/// Each migration runs in its own transaction: a dropped call leaves the
+/// database at some migration boundary, and the next call continues from there.
+pub async fn migrate(pool: &impl Migrations) -> Result<(), StoreError> {
+    pool.apply_migrations().await
+}
+
+#[cfg(feature = "postgres")]
+static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+#[cfg(feature = "sqlite")]
+static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+#[cfg(feature = "postgres")]
+impl sealed::Sealed for sqlx::PgPool {}
+
+#[cfg(feature = "postgres")]
+#[async_trait]
+impl Migrations for sqlx::PgPool {
+    async fn apply_migrations(&self) -> Result<(), StoreError> {
+        POSTGRES
+            .run(self)
+            .await
+            .map_err(|e| StoreError::backend(crate::postgres::BACKEND, e))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl sealed::Sealed for sqlx::SqlitePool {}
+
+#[cfg(feature = "sqlite")]
+#[async_trait]
+impl Migrations for sqlx::SqlitePool {
+    async fn apply_migrations(&self) -> Result<(), StoreError> {
+        use crate::sqlite::BACKEND;
+        // The composite foreign keys are the point of this schema; SQLite
+        // enforces them only on connections that ask for it.
+        let on: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(self)
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        if on != 1 {
+            return Err(crate::error::unexpected(
+                BACKEND,
+                "the pool's connections do not enforce foreign keys (PRAGMA foreign_keys = OFF); \
+                 open it with korvus_store_sql::open_sqlite or foreign_keys(true)",
+            ));
+        }
+        SQLITE
+            .run(self)
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))
+    }
+}

@@ -1,0 +1,296 @@
+//! Rows as the databases return them, and their conversion into the model.
+//!
+//! Both backends return the same column names and Rust types (UUIDs, UTC
+//! timestamps, signed integers, text), so one set of `FromRow` structs serves
+//! both. Conversion checks every range and enum on the way out: a row the
+//! model cannot hold is a `Backend` error, never a panic.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use korvus_store::{
+    Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus, Report,
+    Session, SessionContextRef, SessionId, SessionKind, SessionStatus, StoreError, WorkspaceRef,
+};
+use uuid::Uuid;
+
+use crate::error::unexpected;
+
+/// The columns of [`SessionRow`], in the order the queries name them.
+macro_rules! session_columns {
+    () => {
+        "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
+         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, created_at, ended_at"
+    };
+}
+
+/// The columns of [`IncidentRow`].
+macro_rules! incident_columns {
+    () => {
+        "id, title, status, workspace_repo, workspace_commit, created_at"
+    };
+}
+
+/// The columns of [`ReportRow`].
+macro_rules! report_columns {
+    () => {
+        "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
+         turns, tool_calls, input_tokens, output_tokens, created_at"
+    };
+}
+
+/// The columns of [`ArtifactRow`].
+macro_rules! artifact_columns {
+    () => {
+        "id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, \
+         revision, created_at"
+    };
+}
+
+/// The columns of [`ContextRefRow`].
+macro_rules! context_ref_columns {
+    () => {
+        "session_id, incident_id, artifact_id, role, position"
+    };
+}
+
+pub(crate) use {
+    artifact_columns, context_ref_columns, incident_columns, report_columns, session_columns,
+};
+
+/// "Now", at the precision both databases keep (microseconds), so a value a
+/// store returns equals the value it reads back later.
+pub(crate) fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// A counter or size for a signed 64-bit column (validated beforehand).
+pub(crate) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A revision for a signed 32-bit column (validated beforehand).
+pub(crate) fn to_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+fn parse<T: FromStr>(backend: &'static str, what: &str, value: &str) -> Result<T, StoreError> {
+    value
+        .parse()
+        .map_err(|_| unexpected(backend, format!("{what} {value:?}")))
+}
+
+fn unsigned<T: TryFrom<i64>>(
+    backend: &'static str,
+    what: &str,
+    value: i64,
+) -> Result<T, StoreError> {
+    T::try_from(value).map_err(|_| unexpected(backend, format!("{what} {value}")))
+}
+
+fn workspace(
+    backend: &'static str,
+    repo: Option<String>,
+    commit: Option<String>,
+) -> Result<Option<WorkspaceRef>, StoreError> {
+    match (repo, commit) {
+        (Some(repo), Some(commit)) => Ok(Some(WorkspaceRef { repo, commit })),
+        (None, None) => Ok(None),
+        _ => Err(unexpected(
+            backend,
+            "workspace ref with only one of repo and commit",
+        )),
+    }
+}
+
+fn counters(
+    backend: &'static str,
+    turns: i64,
+    tool_calls: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+) -> Result<Counters, StoreError> {
+    Ok(Counters {
+        turns: unsigned(backend, "counters.turns", turns)?,
+        tool_calls: unsigned(backend, "counters.tool_calls", tool_calls)?,
+        input_tokens: unsigned(backend, "counters.input_tokens", input_tokens)?,
+        output_tokens: unsigned(backend, "counters.output_tokens", output_tokens)?,
+    })
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct IncidentRow {
+    id: Uuid,
+    title: String,
+    status: String,
+    workspace_repo: Option<String>,
+    workspace_commit: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl IncidentRow {
+    pub(crate) fn into_model(self, backend: &'static str) -> Result<Incident, StoreError> {
+        Ok(Incident {
+            id: IncidentId::from_uuid(self.id),
+            title: self.title,
+            status: parse::<IncidentStatus>(backend, "incident status", &self.status)?,
+            workspace: workspace(backend, self.workspace_repo, self.workspace_commit)?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SessionRow {
+    id: Uuid,
+    incident_id: Uuid,
+    seq: i64,
+    kind: String,
+    status: String,
+    prompt: String,
+    workspace_repo: Option<String>,
+    workspace_commit: Option<String>,
+    exit_reason: Option<String>,
+    turns: i64,
+    tool_calls: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    revision: i32,
+    created_at: DateTime<Utc>,
+    ended_at: Option<DateTime<Utc>>,
+}
+
+impl SessionRow {
+    pub(crate) fn into_model(self, backend: &'static str) -> Result<Session, StoreError> {
+        Ok(Session {
+            id: SessionId::from_uuid(self.id),
+            incident_id: IncidentId::from_uuid(self.incident_id),
+            seq: unsigned(backend, "seq", self.seq)?,
+            kind: parse::<SessionKind>(backend, "session kind", &self.kind)?,
+            status: parse::<SessionStatus>(backend, "session status", &self.status)?,
+            prompt: self.prompt,
+            workspace_ref: workspace(backend, self.workspace_repo, self.workspace_commit)?,
+            exit_reason: self.exit_reason,
+            counters: counters(
+                backend,
+                self.turns,
+                self.tool_calls,
+                self.input_tokens,
+                self.output_tokens,
+            )?,
+            revision: unsigned(backend, "session revision", i64::from(self.revision))?,
+            created_at: self.created_at,
+            ended_at: self.ended_at,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ReportRow {
+    session_id: Uuid,
+    incident_id: Uuid,
+    revision: i32,
+    markdown_key: Option<String>,
+    markdown_bytes: i64,
+    exit_reason: String,
+    turns: i64,
+    tool_calls: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    created_at: DateTime<Utc>,
+}
+
+impl ReportRow {
+    pub(crate) fn into_model(self, backend: &'static str) -> Result<Report, StoreError> {
+        Ok(Report {
+            session_id: SessionId::from_uuid(self.session_id),
+            incident_id: IncidentId::from_uuid(self.incident_id),
+            revision: unsigned(backend, "report revision", i64::from(self.revision))?,
+            markdown_key: self.markdown_key,
+            markdown_bytes: unsigned(backend, "markdown_bytes", self.markdown_bytes)?,
+            exit_reason: self.exit_reason,
+            counters: counters(
+                backend,
+                self.turns,
+                self.tool_calls,
+                self.input_tokens,
+                self.output_tokens,
+            )?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ArtifactRow {
+    id: Uuid,
+    incident_id: Uuid,
+    session_id: Uuid,
+    kind: String,
+    path: String,
+    blob_key: String,
+    content_type: String,
+    size_bytes: i64,
+    sha256: String,
+    revision: i32,
+    created_at: DateTime<Utc>,
+}
+
+impl ArtifactRow {
+    pub(crate) fn into_model(self, backend: &'static str) -> Result<Artifact, StoreError> {
+        Ok(Artifact {
+            id: ArtifactId::from_uuid(self.id),
+            incident_id: IncidentId::from_uuid(self.incident_id),
+            session_id: SessionId::from_uuid(self.session_id),
+            kind: parse::<ArtifactKind>(backend, "artifact kind", &self.kind)?,
+            path: self.path,
+            blob_key: self.blob_key,
+            content_type: self.content_type,
+            size_bytes: unsigned(backend, "size_bytes", self.size_bytes)?,
+            sha256: self.sha256,
+            revision: unsigned(backend, "artifact revision", i64::from(self.revision))?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ContextRefRow {
+    session_id: Uuid,
+    incident_id: Uuid,
+    artifact_id: Uuid,
+    role: String,
+    position: i32,
+}
+
+impl ContextRefRow {
+    pub(crate) fn into_model(self, backend: &'static str) -> Result<SessionContextRef, StoreError> {
+        Ok(SessionContextRef {
+            session_id: SessionId::from_uuid(self.session_id),
+            incident_id: IncidentId::from_uuid(self.incident_id),
+            artifact_id: ArtifactId::from_uuid(self.artifact_id),
+            role: self.role,
+            position: unsigned(backend, "context ref position", i64::from(self.position))?,
+        })
+    }
+}
+
+/// Converts every row, failing on the first that does not fit.
+pub(crate) fn all<R, T>(
+    backend: &'static str,
+    rows: Vec<R>,
+    f: impl Fn(R, &'static str) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    rows.into_iter().map(|r| f(r, backend)).collect()
+}
+
+/// Orders fetched artifacts as requested (repeats included), leaving out
+/// unknown ids, like every store does.
+pub(crate) fn in_request_order(
+    ids: &[ArtifactId],
+    found: Vec<Artifact>,
+) -> Result<Vec<Artifact>, StoreError> {
+    let by_id: HashMap<ArtifactId, Artifact> = found.into_iter().map(|a| (a.id, a)).collect();
+    Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
+}
