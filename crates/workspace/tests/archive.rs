@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flate2::read::GzDecoder;
@@ -12,21 +12,29 @@ use korvus_store::{ArtifactKind, MemoryStore, NewIncident, NewSession, SessionKi
 use korvus_workspace::{archive, store_archive, WorkspaceError, ARCHIVE_PATH};
 use tempfile::TempDir;
 
-use crate::support::{listing, scratch, FailingGets};
+use korvus_testkit::faults::BlobFault;
+use korvus_testkit::fixtures::HostileWorkspace;
 
-/// Regular files below `dir`, relative path → bytes (symlinks not followed).
-fn regular_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    listing(dir)
-        .into_iter()
-        .filter(|p| {
-            let meta = fs::symlink_metadata(dir.join(p)).unwrap();
-            meta.is_file()
-        })
-        .map(|p| {
-            let bytes = fs::read(dir.join(&p)).unwrap();
-            (p, bytes)
-        })
-        .collect()
+use crate::support::{fault_blobs, scratch};
+
+/// Regular files below `dir`, relative path → bytes (symlinks not followed;
+/// names need not be UTF-8).
+fn regular_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in fs::read_dir(root.join(rel)).unwrap() {
+            let entry = entry.unwrap();
+            let child = rel.join(entry.file_name());
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                walk(root, &child, out);
+            } else if kind.is_file() {
+                out.insert(child.clone(), fs::read(root.join(&child)).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, Path::new(""), &mut out);
+    out
 }
 
 #[tokio::test]
@@ -86,6 +94,44 @@ async fn the_archive_has_no_symlinks_and_unpacks_to_the_same_regular_files() {
 
     // Deterministic: the same tree gives the same bytes.
     assert_eq!(archive(dir).await.unwrap().bytes, packed.bytes);
+}
+
+#[tokio::test]
+async fn a_hostile_workspace_is_archived_without_following_anything() {
+    let s = scratch().await;
+    let outside = TempDir::new().unwrap();
+    let layout = HostileWorkspace::new().build(s.dir.path(), outside.path());
+
+    let packed = archive(s.dir.path()).await.unwrap();
+    assert_eq!(packed.symlinks_left_out, layout.symlinks.len() as u64);
+    assert_eq!(packed.specials_left_out, 1, "the FIFO");
+    assert!(packed.unreadable.is_empty(), "{:?}", packed.unreadable);
+
+    // Not one byte from outside the scratch dir, anywhere in the stream.
+    let mut tar_bytes = Vec::new();
+    GzDecoder::new(&packed.bytes[..])
+        .read_to_end(&mut tar_bytes)
+        .unwrap();
+    assert!(!tar_bytes
+        .windows(layout.secret_bytes.len())
+        .any(|w| w == layout.secret_bytes.as_slice()));
+    assert!(!tar_bytes.windows(12).any(|w| w == b"also outside"));
+
+    let mut tar = tar::Archive::new(&tar_bytes[..]);
+    for entry in tar.entries().unwrap() {
+        let kind = entry.unwrap().header().entry_type();
+        assert!(kind.is_file() || kind.is_dir(), "{kind:?}");
+    }
+
+    // Every regular file — deep paths, odd names, hidden ones — round-trips.
+    let unpacked = TempDir::new().unwrap();
+    tar::Archive::new(&tar_bytes[..])
+        .unpack(unpacked.path())
+        .unwrap();
+    let files = regular_files(unpacked.path());
+    assert_eq!(files, regular_files(s.dir.path()));
+    assert!(files.contains_key(Path::new(&layout.deep)));
+    assert!(files.contains_key(Path::new(".git/config")));
 }
 
 #[tokio::test]
@@ -160,10 +206,8 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
 #[tokio::test]
 async fn a_failed_upload_writes_no_row() {
     let store = MemoryStore::new();
-    let blobs = FailingGets {
-        fail_puts: true,
-        ..FailingGets::default()
-    };
+    let blobs = fault_blobs();
+    blobs.fault_put("", BlobFault::Fail);
     let incident = store
         .create_incident(NewIncident {
             title: "t".into(),

@@ -6,7 +6,7 @@ use korvus_blob::{MemoryBlobStore, Sha256Digest};
 use korvus_store::{ArtifactKind, IncidentId, SessionId};
 use korvus_workspace::{context_path, materialize_context, WorkspaceError};
 
-use crate::support::{artifact, listing, mode, scratch, FailingGets};
+use crate::support::{artifact, fail_get, fault_blobs, listing, mode, scratch};
 
 #[tokio::test]
 async fn inherited_artifacts_are_written_read_only_at_their_context_paths() {
@@ -119,7 +119,7 @@ async fn an_artifact_of_another_incident_is_refused_before_any_byte_is_written()
 #[tokio::test]
 async fn a_blob_that_cannot_be_fetched_or_verified_is_reported_and_left_out() {
     let s = scratch().await;
-    let blobs = FailingGets::default();
+    let blobs = fault_blobs();
     let incident = IncidentId::new();
     let session = SessionId::new();
     let a = artifact(
@@ -153,7 +153,7 @@ async fn a_blob_that_cannot_be_fetched_or_verified_is_reported_and_left_out() {
     )
     .await;
     c.sha256 = Sha256Digest::of(b"something else").to_hex();
-    blobs.fail(&a.blob_key);
+    fail_get(&blobs, &a.blob_key);
 
     let out = materialize_context(&s.dir, incident, &[a.clone(), b, c.clone()], &blobs)
         .await
@@ -164,7 +164,7 @@ async fn a_blob_that_cannot_be_fetched_or_verified_is_reported_and_left_out() {
     assert_eq!(out.failed[0].artifact, a.id);
     assert!(matches!(out.failed[0].cause, WorkspaceError::Blob { .. }));
     assert!(
-        out.failed[0].to_string().contains("injected get failure"),
+        out.failed[0].to_string().contains("injected failure"),
         "{}",
         out.failed[0]
     );

@@ -9,7 +9,7 @@ use korvus_workspace::{
     WorkspacePath,
 };
 
-use crate::support::{artifact, listing, mode, scratch, FailingGets};
+use crate::support::{artifact, fail_get, fault_blobs, listing, mode, scratch};
 
 fn wp(s: &str) -> WorkspacePath {
     WorkspacePath::new(s).unwrap()
@@ -156,14 +156,14 @@ async fn read_only_escaping_and_foreign_paths_are_refused() {
 #[tokio::test]
 async fn one_failing_blob_fetch_leaves_the_others_restored() {
     let s = scratch().await;
-    let blobs = FailingGets::default();
+    let blobs = fault_blobs();
     let incident = IncidentId::new();
     let me = s.dir.session_id();
     let kind = ArtifactKind::AgentOutput;
     let a = artifact(&blobs, incident, me, kind, "a.md", 1, "a").await;
     let b = artifact(&blobs, incident, me, kind, "sub/b.md", 1, "b").await;
     let c = artifact(&blobs, incident, me, kind, "c.md", 2, "c").await;
-    blobs.fail(&b.blob_key);
+    fail_get(&blobs, &b.blob_key);
 
     let out = restore_own_output(&s.dir, &[a, b.clone(), c], &[], &blobs).await;
     let keys: Vec<&str> = out.restored.keys().map(WorkspacePath::as_str).collect();

@@ -6,15 +6,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use korvus_blob::{
-    artifact_key, Blob, BlobError, BlobKey, BlobMeta, BlobStore, MemoryBlobStore, PutOptions,
-    Sha256Digest,
-};
+use korvus_blob::{artifact_key, BlobStore, MemoryBlobStore, PutOptions, Sha256Digest};
 use korvus_store::{Artifact, ArtifactId, ArtifactKind, IncidentId, SessionId, WorkspaceRef};
+use korvus_testkit::faults::{BlobFault, FaultBlobStore};
 use korvus_workspace::{ScratchDir, ScratchRoot};
 use tempfile::TempDir;
 
@@ -244,56 +240,12 @@ pub(crate) async fn artifact(
     }
 }
 
-/// A [`MemoryBlobStore`] whose `get` fails for the keys in `failing`.
-#[derive(Debug, Default)]
-pub(crate) struct FailingGets {
-    pub(crate) inner: MemoryBlobStore,
-    pub(crate) failing: Mutex<Vec<String>>,
-    pub(crate) fail_puts: bool,
+/// A memory blob store wrapped in the testkit's fault injector.
+pub(crate) fn fault_blobs() -> FaultBlobStore {
+    FaultBlobStore::new(std::sync::Arc::new(MemoryBlobStore::new()))
 }
 
-impl FailingGets {
-    pub(crate) fn fail(&self, key: &str) {
-        self.failing.lock().unwrap().push(key.to_owned());
-    }
-}
-
-#[async_trait]
-impl BlobStore for FailingGets {
-    async fn put(
-        &self,
-        key: &BlobKey,
-        bytes: Bytes,
-        options: PutOptions,
-    ) -> korvus_blob::Result<()> {
-        if self.fail_puts {
-            return Err(BlobError::backend("test", "injected put failure"));
-        }
-        self.inner.put(key, bytes, options).await
-    }
-
-    async fn get(&self, key: &BlobKey) -> korvus_blob::Result<Blob> {
-        let fail = self
-            .failing
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|k| k == key.as_str());
-        if fail {
-            return Err(BlobError::backend("test", "injected get failure"));
-        }
-        self.inner.get(key).await
-    }
-
-    async fn head(&self, key: &BlobKey) -> korvus_blob::Result<BlobMeta> {
-        self.inner.head(key).await
-    }
-
-    async fn delete(&self, key: &BlobKey) -> korvus_blob::Result<()> {
-        self.inner.delete(key).await
-    }
-
-    async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> korvus_blob::Result<Vec<BlobMeta>> {
-        self.inner.list(prefix).await
-    }
+/// Makes gets of exactly this key fail (keys embed a unique artifact id).
+pub(crate) fn fail_get(blobs: &FaultBlobStore, key: &str) {
+    blobs.fault_get(key, BlobFault::Fail);
 }
