@@ -1,0 +1,66 @@
+//! The harvest and persist phase of korvus: what a session left behind in
+//! its scratch directory, stored bytes-first and rows-second.
+//!
+//! # Overview
+//!
+//! [`harvest_candidates`] walks a scratch dir (lexical order, never following
+//! symlinks, pruning hidden names and the read-only trees that
+//! `korvus-workspace`'s [`read_only_prefixes`](korvus_workspace::read_only_prefixes)
+//! names) and [`apply_cap`] trims the result, always keeping the root
+//! `report.md`. [`persist`] then stores each file through a
+//! [`BlobStore`](korvus_blob::BlobStore) — `report.md` at the deterministic
+//! report key, anything else at a unique artifact key — and writes all
+//! artifact rows through the [`Store`](korvus_store::Store) in one call.
+//! The [`PersistOutcome`] says what was stored, unchanged, skipped and
+//! failed, and is itself stored as the harvest manifest
+//! ([`MANIFEST_PATH`]). `korvus-session` runs this phase when a run returns.
+//!
+//! # Why it is shaped like this
+//!
+//! A cancelled or failed run's files are the ones worth keeping, so the
+//! phase runs detached from the run's cancellation and bounded by its own
+//! timeout. Bytes go first because a row must never point at missing
+//! bytes; stray bytes are harmless. Nothing here can stop the report row
+//! from landing: every failure degrades to a reported file. Every file is
+//! opened through a cap-std `Dir` of the scratch dir, so nothing a session
+//! planted (a symlink, a path swapped after the walk, a FIFO) makes the
+//! phase read outside it or hang.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use korvus_harvest::{persist, PersistConfig, PersistRequest, ReportFile};
+//! use korvus_store::{IncidentId, MemoryStore, SessionId};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let store = Arc::new(MemoryStore::new());
+//! let request = PersistRequest {
+//!     incident: IncidentId::new(),
+//!     session: SessionId::new(),
+//!     revision: 1,
+//!     scratch: None,
+//!     skip_prefixes: Vec::new(),
+//!     restored: Default::default(),
+//! };
+//! // Without a blob store the phase is skipped, not failed.
+//! let outcome = persist(store, None, &PersistConfig::default(), request).await;
+//! assert!(!outcome.attempted);
+//! assert_eq!(outcome.report, ReportFile::Absent);
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod content_type;
+mod persist;
+mod walk;
+
+pub use crate::content_type::{content_type_for, OCTET_STREAM};
+pub use crate::persist::{
+    persist, FailStage, FailedFile, PersistConfig, PersistOutcome, PersistRequest, ReportFile,
+    StoredFile, UnchangedFile, MANIFEST_PATH,
+};
+pub use crate::walk::{
+    apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Skipped, Walk,
+    DEFAULT_MAX_FILES, REPORT_FILE,
+};
