@@ -74,8 +74,10 @@ impl Drop for Running {
 /// already started are stopped before the error is returned.
 pub(crate) fn start_all() -> Result<Running> {
     // Services register here (PostgreSQL, the S3-compatible server, …).
-    let running = Running {
+    let mut running = Running {
         services: Vec::new(),
     };
+    // On an error, dropping `running` stops what was already started.
+    running.services.push(Box::new(crate::s3::start()?));
     Ok(running)
 }

@@ -1,0 +1,499 @@
+//! [`S3BlobStore`]: the [`BlobStore`] implementation.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::Client;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use korvus_blob::{
+    Blob, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result, Sha256Digest, MAX_KEY_BYTES,
+};
+
+use crate::config::{S3BlobStoreBuilder, S3Credentials};
+use crate::error::{Failure, Kind};
+
+/// Name of the user metadata (`x-amz-meta-sha256`) holding the hex SHA-256
+/// of the whole object. S3's own `x-amz-checksum-sha256` of a multipart
+/// object is a checksum of part checksums, so the metadata is what `get` and
+/// `head` report.
+pub(crate) const SHA256_META: &str = "sha256";
+
+/// Bodies from this size are hashed on a blocking thread, not on the runtime.
+const HASH_OFF_RUNTIME_FROM: usize = 256 * 1024;
+
+/// A [`BlobStore`] in an S3 bucket (AWS or any S3-compatible service).
+///
+/// Build one with [`S3BlobStore::builder`]. Objects live at
+/// `<key prefix>/<key>` in the bucket. `put` sends the content type, the
+/// SHA-256 as S3's `x-amz-checksum-sha256` (the server refuses bytes that do
+/// not match) and as `x-amz-meta-sha256` metadata (what `get`/`head`
+/// report); objects from the multipart threshold on go up in parts, each
+/// with its own server-checked SHA-256.
+///
+/// # Cancellation
+/// Dropping a multipart `put` midway leaves an incomplete upload behind: it
+/// is invisible to readers and costs storage until a bucket lifecycle rule
+/// (`AbortIncompleteMultipartUpload`) removes it. Failed uploads that are not
+/// cancelled are aborted by `put` itself.
+#[derive(Clone)]
+pub struct S3BlobStore {
+    client: Client,
+    settings: Settings,
+}
+
+/// Everything but the client, fixed at build time.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) bucket: String,
+    pub(crate) key_prefix: Option<BlobKey>,
+    pub(crate) multipart_threshold: u64,
+    pub(crate) part_size: u64,
+    pub(crate) part_concurrency: usize,
+    pub(crate) list_page_size: i32,
+    pub(crate) verify_sha256_locally: bool,
+}
+
+impl fmt::Debug for S3BlobStore {
+    // The SDK client is left out: its configuration is not ours to print.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3BlobStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3BlobStore {
+    /// A builder for a store in `bucket` with the given credentials.
+    pub fn builder(bucket: impl Into<String>, credentials: S3Credentials) -> S3BlobStoreBuilder {
+        S3BlobStoreBuilder::new(bucket, credentials)
+    }
+
+    pub(crate) fn from_parts(client: Client, settings: Settings) -> Self {
+        Self { client, settings }
+    }
+
+    /// The SDK client, for what the seam does not cover (creating the
+    /// bucket, lifecycle rules, presigned URLs). Object keys in the bucket
+    /// carry the configured key prefix.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.settings.bucket
+    }
+
+    /// The configured key prefix, if any.
+    pub fn key_prefix(&self) -> Option<&BlobKey> {
+        self.settings.key_prefix.as_ref()
+    }
+
+    /// The object key in the bucket of `key`: the prefix and the key.
+    ///
+    /// # Errors
+    /// [`BlobError::InvalidKey`] when the prefix makes it longer than S3's
+    /// 1,024 bytes.
+    pub fn object_key(&self, key: &BlobKey) -> Result<String> {
+        let full = match &self.settings.key_prefix {
+            Some(prefix) => format!("{prefix}/{key}"),
+            None => key.to_string(),
+        };
+        if full.len() > MAX_KEY_BYTES {
+            return Err(BlobError::InvalidKey {
+                key: key.as_str().chars().take(200).collect(),
+                reason: "is longer than 1024 bytes under the store's key prefix",
+            });
+        }
+        Ok(full)
+    }
+
+    /// The store key of an object key in the bucket, `None` when it is not
+    /// under the prefix or not a valid [`BlobKey`].
+    fn store_key(&self, object_key: &str) -> Option<BlobKey> {
+        let rest = match &self.settings.key_prefix {
+            Some(prefix) => object_key
+                .strip_prefix(prefix.as_str())?
+                .strip_prefix('/')?,
+            None => object_key,
+        };
+        match BlobKey::new(rest) {
+            Ok(key) => Some(key),
+            Err(_) => {
+                tracing::warn!(
+                    bucket = %self.settings.bucket,
+                    object_key,
+                    "skipping an object whose key is not a valid blob key"
+                );
+                None
+            }
+        }
+    }
+
+    async fn put_single(&self, key: &BlobKey, object_key: String, bytes: Bytes, options: PutOptions) -> Result<()> {
+        self.client
+            .put_object()
+            .bucket(&self.settings.bucket)
+            .key(object_key)
+            .content_type(options.content_type)
+            .metadata(SHA256_META, options.sha256.to_hex())
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .checksum_sha256(BASE64.encode(options.sha256.as_bytes()))
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .map_err(|e| write_error("PutObject", key, e))?;
+        Ok(())
+    }
+
+    async fn put_multipart(
+        &self,
+        key: &BlobKey,
+        object_key: String,
+        bytes: Bytes,
+        options: PutOptions,
+    ) -> Result<()> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.settings.bucket)
+            .key(&object_key)
+            .content_type(options.content_type)
+            .metadata(SHA256_META, options.sha256.to_hex())
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .send()
+            .await
+            .map_err(|e| write_error("CreateMultipartUpload", key, e))?;
+        let Some(upload_id) = created.upload_id().map(str::to_owned) else {
+            return Err(BlobError::backend(
+                "s3",
+                Failure::plain("CreateMultipartUpload", "the response has no upload id"),
+            ));
+        };
+        match self.upload_parts(key, &object_key, &upload_id, bytes).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.abort(&object_key, &upload_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn upload_parts(&self, key: &BlobKey, object_key: &str, upload_id: &str, bytes: Bytes) -> Result<()> {
+        let part_size = usize::try_from(self.settings.part_size).unwrap_or(usize::MAX);
+        let ranges: Vec<(i32, usize, usize)> = (0..bytes.len())
+            .step_by(part_size)
+            .zip(1..)
+            .map(|(start, number)| (number, start, (start + part_size).min(bytes.len())))
+            .collect();
+        let parts: Vec<CompletedPart> = stream::iter(ranges)
+            .map(|(number, start, end)| {
+                let chunk = bytes.slice(start..end);
+                async move {
+                    let checksum = BASE64.encode(digest(chunk.clone()).await?.as_bytes());
+                    let out = self
+                        .client
+                        .upload_part()
+                        .bucket(&self.settings.bucket)
+                        .key(object_key)
+                        .upload_id(upload_id)
+                        .part_number(number)
+                        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+                        .checksum_sha256(&checksum)
+                        .body(ByteStream::from(chunk))
+                        .send()
+                        .await
+                        .map_err(|e| write_error("UploadPart", key, e))?;
+                    Ok::<_, BlobError>(
+                        CompletedPart::builder()
+                            .part_number(number)
+                            .set_e_tag(out.e_tag().map(str::to_owned))
+                            .checksum_sha256(checksum)
+                            .build(),
+                    )
+                }
+            })
+            .buffered(self.settings.part_concurrency)
+            .try_collect()
+            .await?;
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.settings.bucket)
+            .key(object_key)
+            .upload_id(upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| write_error("CompleteMultipartUpload", key, e))?;
+        Ok(())
+    }
+
+    /// Aborts a failed multipart upload; a failure here is logged, since the
+    /// error the caller gets is the one that made the upload fail.
+    async fn abort(&self, object_key: &str, upload_id: &str) {
+        let aborted = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.settings.bucket)
+            .key(object_key)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        if let Err(e) = aborted {
+            tracing::warn!(
+                bucket = %self.settings.bucket,
+                object_key,
+                error = %Failure::from_sdk("AbortMultipartUpload", &e),
+                "could not abort a failed multipart upload; a lifecycle rule must clean it up"
+            );
+        }
+    }
+}
+
+#[async_trait]
+impl BlobStore for S3BlobStore {
+    /// Uploads in one request below the multipart threshold, in parts from
+    /// it. See [`BlobStore::put`].
+    ///
+    /// # Errors
+    /// [`BlobError::ChecksumMismatch`] when the local check or the server
+    /// (`BadDigest`) finds that the bytes do not match `options.sha256`;
+    /// [`BlobError::InvalidKey`] when the key prefix makes the key too long;
+    /// `Backend` otherwise.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped put may or may not have stored the object
+    /// (never a part of it), and may leave an incomplete multipart upload.
+    async fn put(&self, key: &BlobKey, bytes: Bytes, options: PutOptions) -> Result<()> {
+        let object_key = self.object_key(key)?;
+        let multipart = bytes.len() as u64 >= self.settings.multipart_threshold;
+        if (self.settings.verify_sha256_locally || multipart) && digest(bytes.clone()).await? != options.sha256 {
+            return Err(BlobError::ChecksumMismatch { key: key.to_string() });
+        }
+        if multipart {
+            self.put_multipart(key, object_key, bytes, options).await
+        } else {
+            self.put_single(key, object_key, bytes, options).await
+        }
+    }
+
+    /// # Errors
+    /// [`BlobError::NotFound`] on `NoSuchKey` or 404; `Backend` otherwise
+    /// (also when the body breaks off).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn get(&self, key: &BlobKey) -> Result<Blob> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.settings.bucket)
+            .key(self.object_key(key)?)
+            .send()
+            .await
+            .map_err(|e| read_error("GetObject", key, e))?;
+        let content_type = out.content_type().map(str::to_owned);
+        let sha256 = stored_digest(
+            out.metadata().and_then(|m| m.get(SHA256_META)),
+            out.checksum_sha256(),
+        );
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| BlobError::backend("s3", Failure::plain("GetObject", format!("reading the body failed: {e}"))))?
+            .into_bytes();
+        Ok(Blob {
+            meta: BlobMeta {
+                key: key.clone(),
+                size: bytes.len() as u64,
+                content_type,
+                sha256,
+            },
+            bytes,
+        })
+    }
+
+    /// # Errors
+    /// [`BlobError::NotFound`] on 404 (a HEAD response has no body, so a
+    /// missing bucket looks the same); `Backend` otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn head(&self, key: &BlobKey) -> Result<BlobMeta> {
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.settings.bucket)
+            .key(self.object_key(key)?)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .map_err(|e| read_error("HeadObject", key, e))?;
+        Ok(BlobMeta {
+            key: key.clone(),
+            size: out.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+            content_type: out.content_type().map(str::to_owned),
+            sha256: stored_digest(
+                out.metadata().and_then(|m| m.get(SHA256_META)),
+                out.checksum_sha256(),
+            ),
+        })
+    }
+
+    /// # Errors
+    /// `Backend`; a missing key (204 or 404) is `Ok`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe in that a dropped delete either happened or did not.
+    async fn delete(&self, key: &BlobKey) -> Result<()> {
+        let deleted = self
+            .client
+            .delete_object()
+            .bucket(&self.settings.bucket)
+            .key(self.object_key(key)?)
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(e) if Failure::kind(&e) == Kind::NotFound => Ok(()),
+            Err(e) => Err(BlobError::backend("s3", Failure::from_sdk("DeleteObject", &e))),
+        }
+    }
+
+    /// Pages through `ListObjectsV2` with continuation tokens until the
+    /// listing is complete. Listings carry no content type or digest. Objects
+    /// whose keys are not valid [`BlobKey`]s (written by something else) are
+    /// skipped with a warning.
+    ///
+    /// # Errors
+    /// `Backend`, also when the server says a page is truncated but gives no
+    /// continuation token.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> Result<Vec<BlobMeta>> {
+        // `a/b` must list `a/b` and `a/b/…` but not `a/bc`: ask for `a/b`
+        // and keep whole-segment matches.
+        let search = match (&self.settings.key_prefix, prefix) {
+            (Some(base), Some(p)) => format!("{base}/{p}"),
+            (Some(base), None) => format!("{base}/"),
+            (None, Some(p)) => p.to_string(),
+            (None, None) => String::new(),
+        };
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut request = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.settings.bucket)
+                .max_keys(self.settings.list_page_size)
+                .set_continuation_token(token.take());
+            if !search.is_empty() {
+                request = request.prefix(&search);
+            }
+            let page = request
+                .send()
+                .await
+                .map_err(|e| BlobError::backend("s3", Failure::from_sdk("ListObjectsV2", &e)))?;
+            for object in page.contents() {
+                let Some(key) = object.key().and_then(|k| self.store_key(k)) else {
+                    continue;
+                };
+                if prefix.is_some_and(|p| !key.is_under(p)) {
+                    continue;
+                }
+                found.push(BlobMeta {
+                    key,
+                    size: object.size().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+                    content_type: None,
+                    sha256: None,
+                });
+            }
+            if page.is_truncated() != Some(true) {
+                break;
+            }
+            match page.next_continuation_token() {
+                Some(next) => token = Some(next.to_owned()),
+                None => {
+                    return Err(BlobError::backend(
+                        "s3",
+                        Failure::plain("ListObjectsV2", "a truncated page has no continuation token"),
+                    ))
+                }
+            }
+        }
+        // S3 lists in UTF-8 byte order, which is `BlobKey`'s order too; sort
+        // anyway, since not every S3-compatible server keeps to it.
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(found)
+    }
+}
+
+/// SHA-256 of `bytes`, off the runtime for large bodies.
+async fn digest(bytes: Bytes) -> Result<Sha256Digest> {
+    if bytes.len() < HASH_OFF_RUNTIME_FROM {
+        return Ok(Sha256Digest::of(&bytes));
+    }
+    tokio::task::spawn_blocking(move || Sha256Digest::of(&bytes))
+        .await
+        .map_err(|e| BlobError::backend("s3", format!("hashing the body failed: {e}")))
+}
+
+/// The digest an object was stored with: our metadata, else S3's own
+/// checksum when it is a whole-object one (a multipart checksum ends in
+/// `-<parts>`).
+fn stored_digest(meta_hex: Option<&String>, checksum_b64: Option<&str>) -> Option<Sha256Digest> {
+    if let Some(digest) = meta_hex.and_then(|h| h.parse().ok()) {
+        return Some(digest);
+    }
+    let raw = BASE64.decode(checksum_b64?).ok()?;
+    Some(Sha256Digest::from_bytes(raw.try_into().ok()?))
+}
+
+fn read_error<E>(operation: &'static str, key: &BlobKey, error: SdkError<E>) -> BlobError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match Failure::kind(&error) {
+        Kind::NotFound => BlobError::NotFound { key: key.to_string() },
+        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
+    }
+}
+
+fn write_error<E>(operation: &'static str, key: &BlobKey, error: SdkError<E>) -> BlobError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match Failure::kind(&error) {
+        Kind::ChecksumMismatch => BlobError::ChecksumMismatch { key: key.to_string() },
+        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_digest_prefers_metadata_and_ignores_multipart_checksums() {
+        let d = Sha256Digest::of(b"x");
+        let b64 = BASE64.encode(d.as_bytes());
+        assert_eq!(stored_digest(Some(&d.to_hex()), None), Some(d));
+        assert_eq!(stored_digest(None, Some(&b64)), Some(d));
+        assert_eq!(stored_digest(None, Some(&format!("{b64}-3"))), None);
+        assert_eq!(stored_digest(Some(&"zz".to_owned()), None), None);
+        assert_eq!(stored_digest(None, None), None);
+    }
+}

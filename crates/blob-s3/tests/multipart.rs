@@ -1,0 +1,122 @@
+//! Large objects go up in parts; a failed multipart upload is aborted.
+
+use bytes::Bytes;
+use korvus_blob::{BlobError, BlobKey, BlobStore, PutOptions, Sha256Digest};
+use korvus_blob_s3::sdk::RetryConfig;
+
+use crate::common::{self, builder};
+use crate::stub::{Parts, Stub};
+
+/// Bytes that differ per position, so a part put in the wrong place or
+/// twice shows up.
+fn patterned(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_right(13) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// A 40 MiB object crosses the default 16 MiB threshold, goes up as five
+/// 8 MiB parts, and comes back identical with its content type and digest.
+#[tokio::test]
+async fn a_40_mib_object_round_trips_via_multipart() {
+    let Some(fx) = common::fixture().await else {
+        return;
+    };
+    let key = BlobKey::new("archives/workspace.tar.gz").unwrap();
+    let body = patterned(40 * 1024 * 1024);
+    let digest = Sha256Digest::of(&body);
+    fx.put(
+        &key,
+        body.clone(),
+        PutOptions {
+            content_type: "application/gzip".into(),
+            sha256: digest,
+        },
+    )
+    .await
+    .unwrap();
+
+    // A multipart ETag ends in `-<number of parts>`.
+    let raw = fx
+        .client()
+        .head_object()
+        .bucket(fx.bucket())
+        .key(key.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        raw.e_tag().is_some_and(|t| t.trim_matches('"').ends_with("-5")),
+        "not a 5-part upload: {:?}",
+        raw.e_tag()
+    );
+    let uploads = fx
+        .client()
+        .list_multipart_uploads()
+        .bucket(fx.bucket())
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty(), "an upload was left open");
+
+    let meta = fx.head(&key).await.unwrap();
+    assert_eq!(meta.size, body.len() as u64);
+    assert_eq!(meta.sha256, Some(digest));
+    assert_eq!(meta.content_type.as_deref(), Some("application/gzip"));
+    let blob = fx.get(&key).await.unwrap();
+    assert!(blob.bytes == body, "bytes differ");
+    assert_eq!(blob.meta, meta);
+    common::teardown(fx).await;
+}
+
+/// A wrong digest on a multipart-sized object is refused before the upload
+/// starts: S3 checks parts, not the whole object, so the store checks it.
+#[tokio::test]
+async fn multipart_put_with_a_wrong_digest_is_refused_and_sends_nothing() {
+    let stub = Stub::start(Parts::Accept).await;
+    let store = builder(&stub.endpoint, "bucket")
+        .verify_sha256_locally(false)
+        .multipart_threshold(1024)
+        .build()
+        .await
+        .unwrap();
+    let key = BlobKey::new("big").unwrap();
+    let result = store
+        .put(&key, patterned(4096), PutOptions::for_bytes("x/y", b"other"))
+        .await;
+    assert!(matches!(result, Err(BlobError::ChecksumMismatch { .. })), "{result:?}");
+    assert!(stub.seen().is_empty(), "{:?}", stub.seen());
+}
+
+/// When a part fails, the upload is aborted and the part's error returned.
+#[tokio::test]
+async fn a_failed_multipart_upload_is_aborted() {
+    let stub = Stub::start(Parts::Fail).await;
+    let store = builder(&stub.endpoint, "bucket")
+        .multipart_threshold(1024)
+        .part_size(0) // raised to the 5 MiB minimum
+        .part_concurrency(1)
+        .retry(RetryConfig::disabled())
+        .build()
+        .await
+        .unwrap();
+    let key = BlobKey::new("big").unwrap();
+    let body = patterned(6 * 1024 * 1024);
+    let result = store
+        .put(&key, body.clone(), PutOptions::for_bytes("x/y", &body))
+        .await;
+    assert!(matches!(result, Err(BlobError::Backend { .. })), "{result:?}");
+    let seen: Vec<(String, String)> = stub
+        .seen()
+        .into_iter()
+        .map(|s| (s.method, s.target.split('?').nth(1).unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[0].0, "POST");
+    assert!(seen[0].1.starts_with("uploads"), "{seen:?}");
+    assert_eq!(seen[1].0, "PUT");
+    assert!(seen[1].1.contains("partNumber=1"), "{seen:?}");
+    assert_eq!(seen[2].0, "DELETE");
+    assert!(seen[2].1.contains("uploadId=stub-upload"), "{seen:?}");
+}
