@@ -212,19 +212,27 @@ impl Seeder for GitSeeder {
         };
         let job = SeedJob {
             git: self.git.clone(),
+            repo_dir: repo.clone(),
             repo,
             commit: pin.commit.clone(),
             trees: self.trees.clone(),
             scratch: dir.path().to_path_buf(),
         };
-        blocking(move || job.run().map(SeedOutcome::Seeded)).await
+        blocking(move || {
+            let mut job = job;
+            job.run().map(SeedOutcome::Seeded)
+        })
+        .await
     }
 }
 
 /// Everything one seeding needs, owned, for the blocking task.
 struct SeedJob {
     git: PathBuf,
+    /// The repository as configured or pinned (named in errors).
     repo: PathBuf,
+    /// `repo` made absolute and canonical (what git runs in).
+    repo_dir: PathBuf,
     commit: String,
     trees: Vec<WorkspacePath>,
     scratch: PathBuf,
@@ -237,7 +245,12 @@ struct FileEntry {
 }
 
 impl SeedJob {
-    fn run(&self) -> Result<SeedReport> {
+    fn run(&mut self) -> Result<SeedReport> {
+        self.repo_dir =
+            fs::canonicalize(&self.repo).map_err(|e| WorkspaceError::NotARepository {
+                repo: self.repo.clone(),
+                detail: e.to_string(),
+            })?;
         self.check_repository()?;
         let commit = self.resolve_commit()?;
         let (files, left_out) = self.list_files(&commit)?;
@@ -323,7 +336,7 @@ impl SeedJob {
     fn git(&self) -> Command {
         let mut cmd = Command::new(&self.git);
         cmd.arg("-C")
-            .arg(&self.repo)
+            .arg(&self.repo_dir)
             .arg("--literal-pathspecs")
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -341,7 +354,7 @@ impl SeedJob {
         }
         // Stop discovery at the repository itself, so a plain directory
         // inside some other checkout is not taken for a repository.
-        if let Some(parent) = self.repo.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(parent) = self.repo_dir.parent() {
             cmd.env("GIT_CEILING_DIRECTORIES", parent);
         }
         cmd
@@ -355,7 +368,7 @@ impl SeedJob {
     }
 
     fn check_repository(&self) -> Result<()> {
-        if !self.repo.is_dir() {
+        if !self.repo_dir.is_dir() {
             return Err(WorkspaceError::NotARepository {
                 repo: self.repo.clone(),
                 detail: "no such directory".into(),
