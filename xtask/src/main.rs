@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 
+mod postgres;
 mod s3;
 mod services;
 mod tidy;

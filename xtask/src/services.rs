@@ -78,6 +78,7 @@ pub(crate) fn start_all() -> Result<Running> {
         services: Vec::new(),
     };
     // On an error, dropping `running` stops what was already started.
+    running.services.push(Box::new(crate::postgres::start()?));
     running.services.push(Box::new(crate::s3::start()?));
     Ok(running)
 }
