@@ -221,7 +221,9 @@ pub struct RestoreOutcome {
 /// nothing that is not a real directory (such as a symlink) is walked
 /// through.
 ///
-/// Never fails as a whole: everything that goes wrong is per file.
+/// # Errors
+/// None as a whole: everything that goes wrong is per file, in
+/// [`RestoreOutcome::refused`] and [`RestoreOutcome::failed`].
 ///
 /// # Cancel safety
 /// Not cancel-safe: a dropped call leaves the files restored so far.

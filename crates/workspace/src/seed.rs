@@ -78,8 +78,10 @@ impl fmt::Display for SkipReason {
 }
 
 /// What a successful seeding put into the scratch dir.
+///
+/// Deliberately not `#[non_exhaustive]`: tests of embedders build one to
+/// return from a `MockSeeder`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct SeedReport {
     /// The full object id the pinned commit resolved to.
     pub commit: String,

@@ -322,12 +322,22 @@ async fn the_seeder_is_object_safe() {
 async fn the_mock_seeder_stands_in_for_the_real_one() {
     let s = scratch().await;
     let mut mock = korvus_workspace::MockSeeder::new();
+    // An embedder's test can build the whole outcome itself.
+    let report = SeedReport {
+        commit: "c0ffee".into(),
+        trees: vec![tree_prefix("skills").unwrap()],
+        absent_trees: Vec::new(),
+        files: Vec::new(),
+        bytes: 0,
+        left_out: Vec::new(),
+    };
+    let returned = report.clone();
     mock.expect_seed()
         .times(1)
-        .returning(|_, _| Ok(SeedOutcome::Skipped(SkipReason::NoRepository)));
+        .returning(move |_, _| Ok(SeedOutcome::Seeded(returned.clone())));
     let seeder: Arc<dyn Seeder> = Arc::new(mock);
     assert_eq!(
         seeder.seed(&s.dir, None).await.unwrap(),
-        SeedOutcome::Skipped(SkipReason::NoRepository)
+        SeedOutcome::Seeded(report)
     );
 }
