@@ -3,11 +3,12 @@
 //! Mode bits are what makes them read-only, and root (more exactly: a process
 //! with `CAP_DAC_OVERRIDE`) ignores mode bits. These tests therefore assert
 //! the modes always, then:
-//! - as a normal user: a write is refused with `PermissionDenied`;
-//! - as root: a plain write succeeds (today's documented behaviour, see
-//!   `docs/workspace.md`), and the same write from a root process with every
-//!   capability dropped (`setpriv`) is refused — proving the bits themselves
-//!   deny it to anyone they bind.
+//! - without `CAP_DAC_OVERRIDE` (a normal user): a write is refused with
+//!   `PermissionDenied`;
+//! - with it (root, as on the test machines): a plain write succeeds (today's
+//!   documented behaviour, see `docs/workspace.md`), and the same write from
+//!   a child with every capability dropped (`setpriv`) is refused — proving
+//!   the bits themselves deny it to anyone they bind.
 
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -17,7 +18,9 @@ use korvus_blob::MemoryBlobStore;
 use korvus_store::{ArtifactKind, IncidentId};
 use korvus_workspace::{materialize_context, GitSeeder, Seeder};
 
-use crate::support::{artifact, is_root, mode, run_without_capabilities, scratch, TestRepo};
+use crate::support::{
+    artifact, ignores_mode_bits, mode, run_without_capabilities, scratch, TestRepo,
+};
 
 /// Checks that `file` cannot be modified and no file can be created in
 /// `dir` by the session.
@@ -27,7 +30,7 @@ fn assert_session_cannot_write(scratch: &Path, dir: &Path, file: &Path) {
     let before = fs::read(file).unwrap();
     let planted = dir.join("planted.txt");
 
-    if is_root() {
+    if ignores_mode_bits() {
         // Root ignores mode bits: the plain writes go through. This is the
         // documented behaviour for embedders that run agents as root.
         let mut f = OpenOptions::new().append(true).open(file).unwrap();

@@ -177,11 +177,15 @@ pub(crate) fn mode(path: &Path) -> u32 {
     fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
 }
 
-/// `true` when this process runs as uid 0 (mode bits do not stop it).
-pub(crate) fn is_root() -> bool {
+/// `true` when this process ignores mode bits: it holds `CAP_DAC_OVERRIDE`
+/// in its effective set, as root normally does. (A uid-0 process without it
+/// is bound by the bits like anyone, so the uid alone would be the wrong test.)
+pub(crate) fn ignores_mode_bits() -> bool {
+    const CAP_DAC_OVERRIDE: u32 = 1;
     let status = fs::read_to_string("/proc/self/status").unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    uid_line.split_whitespace().nth(1) == Some("0")
+    let line = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();
+    let caps = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    caps & (1 << CAP_DAC_OVERRIDE) != 0
 }
 
 /// Runs `sh -c script path` as the current user with every capability
