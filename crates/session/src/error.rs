@@ -1,0 +1,75 @@
+//! [`SessionError`]: what a [`Manager`](crate::Manager) call can fail with.
+
+use korvus_store::{IncidentId, SessionId, StoreError};
+
+/// Errors of the session layer. Match on variants, never on message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The prompt is blank.
+    #[error("a prompt is required")]
+    PromptRequired,
+    /// A reopen message is blank.
+    #[error("a message is required to reopen a session")]
+    MessageRequired,
+    /// The incident is closed to new sessions.
+    #[error("incident {incident} is closed")]
+    IncidentClosed {
+        /// The incident.
+        incident: IncidentId,
+    },
+    /// `stop` has begun: no new sessions or reopens.
+    #[error("the manager is shutting down")]
+    ShuttingDown,
+    /// The session already ended.
+    #[error("session {session} already ended")]
+    AlreadyEnded {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session is not in a terminal status (reopen), or lost a reopen race.
+    #[error("session {session} is not finished")]
+    NotFinished {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session is already registered as live in this process.
+    #[error("session {session} is already live in this process")]
+    AlreadyLive {
+        /// The session.
+        session: SessionId,
+    },
+    /// A requested context ref cannot be used; nothing was written.
+    #[error("invalid context ref: {reason}")]
+    InvalidContextRef {
+        /// Why (empty id, duplicate, unknown, other incident).
+        reason: String,
+    },
+    /// A row does not exist.
+    #[error("{entity} {id} not found")]
+    NotFound {
+        /// What kind of row.
+        entity: korvus_store::Entity,
+        /// Its id.
+        id: String,
+    },
+    /// The store failed.
+    #[error("store failed")]
+    Store(#[source] StoreError),
+    /// The turn log failed.
+    #[error("turn log failed")]
+    Log(#[from] korvus_log::LogError),
+}
+
+impl From<StoreError> for SessionError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { entity, id } => SessionError::NotFound { entity, id },
+            StoreError::NotFinished { session } => SessionError::NotFinished { session },
+            other => SessionError::Store(other),
+        }
+    }
+}
+
+/// `Result` with [`SessionError`] as the default error.
+pub type Result<T, E = SessionError> = std::result::Result<T, E>;

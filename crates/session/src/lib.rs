@@ -1,0 +1,93 @@
+//! The session layer of korvus: the [`Manager`] an embedding service uses to
+//! run long agent sessions and never lose what they produce.
+//!
+//! # Overview
+//!
+//! [`Manager::create`] writes a session row (`running`) and returns it at
+//! once; the run happens in the background: a scratch dir is prepared
+//! (`korvus-workspace`: seeded trees, inherited context, skills), the
+//! [`Runner`] works in it, the files it left are persisted
+//! (`korvus-harvest`: bytes first, rows second), the report row lands and
+//! exactly one final status is written — whatever happened. [`Manager::cancel`],
+//! [`Manager::wait`], [`Manager::stop`], [`Manager::await_settled`] and
+//! [`Manager::watch`] observe and steer runs; [`Manager::reopen`] runs one
+//! more iteration of a finished session. [`IncidentRegistry`] caches
+//! which sessions this process runs.
+//!
+//! The manager is composed from seams — `Arc<dyn Store>`,
+//! `Arc<dyn TurnLog>`, `Arc<dyn BlobStore>` — chosen by the embedder: this
+//! crate never depends on a backend crate, so it compiles without sqlx or
+//! the AWS SDK.
+//!
+//! # Why it is shaped like this
+//!
+//! The orderings that keep data safe are fixed in one place (`launch`,
+//! `land`, `settle`): bytes before rows, report row before the terminal
+//! status, the terminal write before deregistration, the settle signal and
+//! the run group's release. A run's cancellation is its registry entry,
+//! never the caller's request; landing and settling are detached from it,
+//! because a cancelled run's files are the ones worth keeping. The store and
+//! runner are constructor arguments of [`ManagerBuilder`]: a manager without
+//! them cannot be expressed.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use korvus_session::{CreateSession, Manager, RunContext, RunError, RunOutcome, Runner};
+//! use korvus_store::{Counters, MemoryStore, NewIncident, SessionStatus, Store};
+//!
+//! #[derive(Debug)]
+//! struct Echo;
+//!
+//! #[async_trait]
+//! impl Runner for Echo {
+//!     async fn run(&self, _ctx: RunContext) -> Result<RunOutcome, RunError> {
+//!         Ok(RunOutcome::completed(Counters::default()))
+//!     }
+//!     async fn resume(&self, ctx: RunContext, _msg: String) -> Result<RunOutcome, RunError> {
+//!         self.run(ctx).await
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryStore::new());
+//! let incident = store.create_incident(NewIncident { title: "db-1 disk".into(), workspace: None }).await?;
+//! let manager = Manager::builder(store, Arc::new(Echo)).build();
+//! let session = manager
+//!     .create(CreateSession { incident_id: incident.id, prompt: "why?".into(), context: vec![] })
+//!     .await?;
+//! let settled = manager.await_settled(session.id, std::time::Duration::from_secs(10)).await?;
+//! assert_eq!(settled.status, SessionStatus::Completed);
+//! manager.stop().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient`, `MockStreamReopener` ([`mockall`](https://docs.rs/mockall)) |
+#![deny(missing_docs)]
+
+mod error;
+mod manager;
+mod notify_log;
+mod registry;
+mod reopen;
+mod runner;
+mod watch;
+
+pub use crate::error::{Result, SessionError};
+pub use crate::manager::{
+    default_role, status_for, ContextRequest, CreateSession, Manager, ManagerBuilder, RunResult,
+};
+pub use crate::registry::{CancelFn, IncidentRegistry};
+pub use crate::reopen::interrupted_turn_closers;
+pub use crate::runner::{
+    exit, DocsClient, DocsLease, DocsSearch, InheritedFile, RunContext, RunError, RunOutcome,
+    Runner, StreamReopener, Tools,
+};
+#[cfg(feature = "mock")]
+pub use crate::runner::{MockDocsClient, MockDocsSearch, MockRunner, MockStreamReopener};

@@ -1,0 +1,176 @@
+//! [`Manager::reopen`]: one more iteration of a finished session, and the
+//! interrupted-turn closers that repair its log first.
+
+use std::collections::HashMap;
+
+use korvus_log::{Access, Event, EventKind, LogError, LogId, Role};
+use korvus_store::{Artifact, SessionId};
+use tracing::{info, info_span, Instrument};
+
+use crate::manager::{Plan, Resume, RunGuard};
+use crate::{Manager, Result, SessionError};
+
+/// The events that close every turn started but not ended and every tool
+/// call without a result, in the order they must be appended: failed tool
+/// results first (oldest call first), then turn ends (innermost turn first),
+/// each marked interrupted.
+///
+/// Computed from the log itself, so it is idempotent: once the closers are
+/// appended, the same log yields none.
+///
+/// ```
+/// use korvus_log::{Event, EventKind};
+/// use korvus_session::interrupted_turn_closers;
+///
+/// let log = vec![
+///     Event::new(EventKind::TurnStart { turn: 1 }),
+///     Event::new(EventKind::ToolCall { call_id: "c1".into(), tool: "sh".into(), input: Default::default() }),
+/// ];
+/// let closers = interrupted_turn_closers(&log);
+/// assert_eq!(closers.len(), 2);
+/// let mut repaired = log.clone();
+/// repaired.extend(closers);
+/// assert!(interrupted_turn_closers(&repaired).is_empty());
+/// ```
+pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
+    let mut turns: Vec<u64> = Vec::new();
+    let mut calls: Vec<String> = Vec::new();
+    for e in events {
+        match &e.kind {
+            EventKind::TurnStart { turn } => turns.push(*turn),
+            EventKind::TurnEnd { turn, .. } => turns.retain(|t| t != turn),
+            EventKind::ToolCall { call_id, .. } => calls.push(call_id.clone()),
+            EventKind::ToolResult { call_id, .. } => calls.retain(|c| c != call_id),
+            _ => {}
+        }
+    }
+    let mut closers: Vec<Event> = calls
+        .into_iter()
+        .map(|call_id| {
+            Event::now(EventKind::ToolResult {
+                call_id,
+                ok: false,
+                output: serde_json::json!({ "error": "interrupted" }),
+            })
+        })
+        .collect();
+    closers.extend(turns.into_iter().rev().map(|turn| {
+        Event::now(EventKind::TurnEnd {
+            turn,
+            interrupted: true,
+        })
+    }));
+    closers
+}
+
+impl Manager {
+    /// Reopens a finished session with a new message: one more iteration in
+    /// a fresh scratch dir, with its inherited context and its own earlier
+    /// output restored, landing the next report revision.
+    ///
+    /// The row decides, not the registry: a non-terminal row is
+    /// `NotFinished`. If this process's previous run of the session is still
+    /// unwinding, it is waited for first. Everything the iteration needs is
+    /// read **before** the store's conditional reopen, so the loser of a race
+    /// (`NotFinished`) writes nothing. The stream's finished latch is lifted
+    /// before this returns, so a watcher subscribing right after sees the new
+    /// iteration. The log is then repaired ([`interrupted_turn_closers`]) and
+    /// the message appended.
+    ///
+    /// # Errors
+    /// `ShuttingDown`, `MessageRequired`, `NotFinished`, `NotFound`, `Store`, `Log`.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe after the transition: await it to completion.
+    pub async fn reopen(&self, id: SessionId, message: &str) -> Result<korvus_store::Session> {
+        let inner = &self.inner;
+        let guard = RunGuard::new(inner);
+        if inner
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(SessionError::ShuttingDown);
+        }
+        if message.trim().is_empty() {
+            return Err(SessionError::MessageRequired);
+        }
+        let row = inner.store.get_session(id).await?;
+        let span = info_span!("reopen", session_id = %id, incident_id = %row.incident_id);
+        async move {
+            if !row.status.is_terminal() {
+                return Err(SessionError::NotFinished { session: id });
+            }
+            // A local run that wrote its terminal row may still be unwinding
+            // (deregistering, releasing): let it finish first.
+            let unwinding = inner
+                .signals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .map(|s| s.subscribe());
+            if let Some(mut rx) = unwinding {
+                let _ = rx.wait_for(|done| *done).await;
+            }
+
+            // Plan: read everything before the transition.
+            let incident = inner.store.get_incident(row.incident_id).await?;
+            let log = match inner
+                .logs
+                .open(LogId::from_uuid(id.as_uuid()), Access::Write)
+                .await
+            {
+                Ok(log) => log,
+                // Another reopen of this process holds the writer: it is
+                // winning the same race.
+                Err(LogError::AlreadyOwned { .. }) => {
+                    return Err(SessionError::NotFinished { session: id })
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let events = log.read(0, None).await?;
+            let closers = interrupted_turn_closers(&events);
+            let revision = inner.store.next_report_revision(id).await?;
+            let refs = inner.store.list_context_refs(id).await?;
+            let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
+            let mut by_id: HashMap<_, Artifact> = inner
+                .store
+                .get_artifacts(&ids)
+                .await?
+                .into_iter()
+                .map(|a| (a.id, a))
+                .collect();
+            let inherited: Vec<(Artifact, String)> = refs
+                .iter()
+                .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
+                .collect();
+            let own = inner.store.list_session_artifacts(id).await?;
+
+            // Transition: one conditional statement; the loser saves nothing.
+            let session = inner.store.reopen_session(id).await?;
+            if let Some(reopener) = &inner.reopener {
+                reopener.reopen(id).await;
+            }
+            log.append(&closers).await?;
+            log.append(&[Event::now(EventKind::Message {
+                role: Role::User,
+                text: message.to_owned(),
+            })])
+            .await?;
+            info!(revision, closers = closers.len(), "session reopened");
+            let plan = Plan {
+                session: session.clone(),
+                incident,
+                inherited,
+                revision,
+                resume: Some(Resume {
+                    message: message.to_owned(),
+                    own,
+                }),
+            };
+            self.launch(plan, log, guard);
+            Ok(session)
+        }
+        .instrument(span)
+        .await
+    }
+}

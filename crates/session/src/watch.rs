@@ -1,0 +1,157 @@
+//! [`Manager::watch`]: a session's log events, stored prefix then live.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, Stream};
+use korvus_log::{Access, Event, LogHandle, LogId};
+use korvus_store::SessionId;
+use tokio::sync::{watch, Notify};
+
+use crate::{Manager, Result};
+
+/// Events read per round trip.
+const BATCH: u64 = 256;
+/// How often an idle watcher re-checks without a wake-up (a session run by
+/// another process appends without waking us).
+const POLL: Duration = Duration::from_millis(200);
+
+struct State {
+    manager: Manager,
+    id: SessionId,
+    handle: Option<LogHandle>,
+    offset: u64,
+    buffer: VecDeque<Event>,
+    notify: Option<Arc<Notify>>,
+    settled: Option<watch::Receiver<bool>>,
+    /// The run has settled: drain what is left, then end.
+    ending: bool,
+    done: bool,
+}
+
+impl Manager {
+    /// Streams the session's log events: the stored prefix, then live
+    /// events as the runner appends them, without gaps or duplicates. The
+    /// stream ends after the run's settle (the terminal row is readable
+    /// when it ends); for a session that is not running it ends after the
+    /// stored events. A session running in another process is followed by
+    /// polling until its row is terminal.
+    ///
+    /// An error item (e.g. the log does not exist) ends the stream.
+    pub fn watch(&self, id: SessionId) -> impl Stream<Item = Result<Event>> + Send + 'static {
+        let state = State {
+            manager: self.clone(),
+            id,
+            handle: None,
+            offset: 0,
+            buffer: VecDeque::new(),
+            notify: None,
+            settled: None,
+            ending: false,
+            done: false,
+        };
+        stream::unfold(state, |mut st| async move {
+            st.next().await.map(|item| (item, st))
+        })
+    }
+}
+
+impl State {
+    async fn next(&mut self) -> Option<Result<Event>> {
+        loop {
+            if let Some(e) = self.buffer.pop_front() {
+                return Some(Ok(e));
+            }
+            if self.done {
+                return None;
+            }
+            match self.step().await {
+                Ok(()) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+
+    async fn step(&mut self) -> Result<()> {
+        let inner = &self.manager.inner;
+        if self.handle.is_none() {
+            // Subscribe before the first read, so an append or settle that
+            // happens in between is not missed.
+            self.notify = inner.notifies_get(self.id);
+            self.settled = inner.signal_get(self.id);
+            let handle = inner
+                .logs
+                .open(LogId::from_uuid(self.id.as_uuid()), Access::Read)
+                .await?;
+            self.handle = Some(handle);
+        }
+        let handle = self.handle.as_ref().expect("opened above");
+        // Register for a wake-up before reading, so an append between the
+        // read and the wait is not missed. Without a local run, a fresh
+        // `Notify` never fires and the poll interval takes over.
+        let notify = self.notify.clone().unwrap_or_default();
+        let wake = notify.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        let events = handle.read(self.offset, Some(BATCH)).await?;
+        if !events.is_empty() {
+            self.offset += events.len() as u64;
+            self.buffer.extend(events);
+            return Ok(());
+        }
+        if self.ending {
+            self.done = true;
+            return Ok(());
+        }
+        if self.is_settled().await? {
+            // One more read after the settle drains anything appended late.
+            self.ending = true;
+            return Ok(());
+        }
+        let settled = self.settled.clone();
+        tokio::select! {
+            _ = &mut wake => {}
+            _ = async {
+                match settled {
+                    Some(mut rx) => { let _ = rx.wait_for(|d| *d).await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        Ok(())
+    }
+
+    async fn is_settled(&self) -> Result<bool> {
+        match &self.settled {
+            Some(rx) => Ok(*rx.borrow()),
+            None => {
+                // Not run by this process: the row decides.
+                let row = self.manager.inner.store.get_session(self.id).await?;
+                Ok(row.status.is_terminal())
+            }
+        }
+    }
+}
+
+impl crate::manager::Inner {
+    fn notifies_get(&self, id: SessionId) -> Option<Arc<Notify>> {
+        self.notifies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    fn signal_get(&self, id: SessionId) -> Option<watch::Receiver<bool>> {
+        self.signals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|s| s.subscribe())
+    }
+}
