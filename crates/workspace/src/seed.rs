@@ -276,20 +276,18 @@ impl SeedJob {
         let result = self.write_and_move(&staging, &files, &trees, &mut moved);
         // Whatever happened, the staging directory goes; on error, so does
         // everything already moved into place.
-        let cleanup = remove_tree_if_exists(&staging);
+        let result = result.and_then(|bytes| remove_tree_if_exists(&staging).map(|()| bytes));
         match result {
-            Ok(bytes) => {
-                cleanup?;
-                Ok(SeedReport {
-                    commit,
-                    trees,
-                    absent_trees,
-                    files: files.into_iter().map(|f| f.path).collect(),
-                    bytes,
-                    left_out,
-                })
-            }
+            Ok(bytes) => Ok(SeedReport {
+                commit,
+                trees,
+                absent_trees,
+                files: files.into_iter().map(|f| f.path).collect(),
+                bytes,
+                left_out,
+            }),
             Err(e) => {
+                let _ = remove_tree_if_exists(&staging);
                 for path in moved {
                     // The first error is the one worth reporting.
                     let _ = remove_tree_if_exists(&path);
