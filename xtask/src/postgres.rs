@@ -134,8 +134,9 @@ impl Postgres {
     }
 
     fn start_server(&mut self) -> Result<()> {
+        // pg_ctl hands these to a shell: the socket directory is quoted.
         let options = format!(
-            "-h 127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off \
+            "-h 127.0.0.1 -p {} -k '{}' -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=200",
             self.port,
             self.dir.display()
@@ -308,6 +309,8 @@ fn fresh_dir(run_as: Option<&str>) -> Result<PathBuf> {
     let under_target = target.join("korvus-postgres").join(&name);
     std::fs::create_dir_all(&under_target)
         .with_context(|| format!("could not create {}", under_target.display()))?;
+    let under_target = std::fs::canonicalize(&under_target)
+        .with_context(|| format!("could not resolve {}", under_target.display()))?;
     let Some(user) = run_as else {
         return Ok(under_target);
     };

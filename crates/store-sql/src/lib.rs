@@ -24,11 +24,38 @@
 //! context ref to another incident's artifact is refused by a composite
 //! foreign key `(incident_id, artifact_id)`. Each write is one statement
 //! where the database allows it, so it is atomic without a client-side
-//! transaction and costs one round trip; the crate's README-level numbers are
-//! in `docs/backends.md`. Driver errors are mapped once (`Conflict` for a
-//! unique violation, `Constraint { name }` for a foreign key, `Backend` for
-//! the rest), and queries are checked at run time (`sqlx::query_as` with
-//! `FromRow`), so building needs no database.
+//! transaction and costs one round trip (see the table below). Driver errors
+//! are mapped once (`Conflict` for a unique violation, `Constraint { name }`
+//! for a foreign key, `Backend` for the rest), and queries are checked at run
+//! time (`sqlx::query_as` with `FromRow`), so building needs no database.
+//!
+//! Input is checked with `korvus_store::validate` before any statement, so a
+//! NUL byte (which PostgreSQL refuses in `text`) or an over-long field is the
+//! same `InvalidInput { field }` on every backend and nothing is written.
+//!
+//! # Round trips
+//!
+//! SQL statements each [`Store`](korvus_store::Store) call sends (a
+//! `BEGIN`/`COMMIT` counts as one):
+//!
+//! | operation | PostgreSQL | SQLite |
+//! |---|---|---|
+//! | `create_incident`, `get_incident`, `list_incidents`, `close_incident` | 1 | 1 |
+//! | `create_session` (seq allocated inside the `INSERT`) | 1 | 1 |
+//! | `get_session`, `list_sessions`, `settle_session` | 1 | 1 |
+//! | `reopen_session` | 1; 2 when it fails (telling `NotFound` from `NotFinished`) | same |
+//! | `insert_context_refs` | 1 (0 refs: 1 existence check) | 1 per 2000 refs; more than one chunk adds `BEGIN IMMEDIATE` and `COMMIT` |
+//! | `list_context_refs` | 1 | 1 |
+//! | `create_report`, `get_report`, `list_reports`, `next_report_revision` | 1 | 1 |
+//! | `create_artifacts` | 1 (`UNNEST` of arrays), 0 for an empty batch | 1 multi-row `INSERT` per 2000 rows (more chunks: in one `BEGIN IMMEDIATE` transaction) |
+//! | `get_artifacts` | 1 (`= ANY`), 0 for no ids | 1 per 2000 ids |
+//! | `list_session_artifacts`, `list_incident_artifacts` | 1 | 1 |
+//!
+//! Turn logs: `create`, `open`, `stat`, `list` and `read` are one statement
+//! each; `append` is one statement on PostgreSQL and a `BEGIN IMMEDIATE`,
+//! `UPDATE`, `INSERT` (per 2000 events), `COMMIT` transaction on SQLite;
+//! `flush` and `close` send nothing (every append is committed before it
+//! returns).
 //!
 //! # Example
 //!
@@ -73,7 +100,10 @@
 //! | `sqlite` | yes | [`SqliteStore`], [`SqliteLog`], [`SqlitePool`], [`open_sqlite`] (bundled SQLite) |
 #![deny(missing_docs)]
 // Without either backend only the shared helpers remain, and nothing uses them.
-#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(dead_code, unused_imports, unused_macros)
+)]
 
 mod error;
 mod log_rows;

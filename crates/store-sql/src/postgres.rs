@@ -633,6 +633,9 @@ impl LogIo for PgLogIo {
 
     async fn append(&self, events: &[Event]) -> korvus_log::Result<()> {
         let (bodies, bytes) = log_rows::event_lines(BACKEND, events)?;
+        if bodies.is_empty() {
+            return Ok(());
+        }
         // One statement: bump the count under the log row's lock (so even
         // writers in other processes cannot interleave) and insert the events
         // numbered after the stored ones.
@@ -652,7 +655,7 @@ impl LogIo for PgLogIo {
         .execute(&self.pool)
         .await
         .map_err(log_backend(BACKEND))?;
-        if appended.rows_affected() == 0 && !bodies.is_empty() {
+        if appended.rows_affected() == 0 {
             return Err(LogError::NotFound { id: self.id });
         }
         Ok(())
