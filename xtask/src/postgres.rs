@@ -192,10 +192,17 @@ impl Service for Postgres {
     fn stop(&mut self) -> Result<()> {
         let mut result = Ok(());
         // No pid file: the server is gone already (e.g. it got the Ctrl-C too).
-        if self.running && self.data().join("postmaster.pid").exists() {
+        let pid_file = self.data().join("postmaster.pid");
+        if self.running && pid_file.exists() {
+            let postmaster = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok());
             if let Err(fast) = self.pg_ctl_stop("fast") {
                 eprintln!("xtask: {fast:#}; stopping PostgreSQL with -m immediate");
                 result = self.pg_ctl_stop("immediate");
+            }
+            if let Some(pid) = postmaster {
+                wait_until_reaped(pid);
             }
         }
         self.running = false;
@@ -342,6 +349,19 @@ fn give_to(user: &str, dir: &Path) -> Result<bool> {
         .status()
         .with_context(|| format!("could not run runuser (util-linux) as {user}"))?
         .success())
+}
+
+/// Waits (a few seconds at most) until the stopped postmaster, which is not
+/// our child, has been reaped by its parent, so nothing named `postgres` —
+/// not even a zombie — outlives `cargo xtask test`.
+fn wait_until_reaped(pid: u32) {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    for _ in 0..100 {
+        if !proc_dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
