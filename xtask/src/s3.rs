@@ -53,7 +53,9 @@ pub(crate) fn start() -> Result<Moto> {
             }
         }
     }
-    Err(last_err.expect("the loop ran").context("could not start moto (the S3-compatible test server)"))
+    Err(last_err
+        .expect("the loop ran")
+        .context("could not start moto (the S3-compatible test server)"))
 }
 
 impl Service for Moto {
@@ -139,7 +141,14 @@ fn ensure_installed(target: &Path, venv: &Path) -> Result<()> {
     }
     eprintln!("xtask: installing {MOTO} into {} (once)", venv.display());
     let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MOTO])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            MOTO,
+        ])
         .status()
         .context("running pip")?;
     if !status.success() || !moto_installed(&python) {
@@ -193,7 +202,11 @@ fn launch(target: &Path, venv: &Path) -> Result<Moto> {
             );
             return Ok(moto);
         }
-        if let Some(status) = moto.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+        if let Some(status) = moto
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
             let tail = log_tail(&moto.log);
             moto.child = None;
             let _ = fs::remove_file(&moto.log);
@@ -228,9 +241,7 @@ fn moto_api_answers(addr: SocketAddr) -> bool {
         return false;
     }
     let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok()
-        && head.starts_with(b"HTTP/1.")
-        && &head[8..12] == b" 200"
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[8..12] == b" 200"
 }
 
 fn log_tail(log: &Path) -> String {
@@ -252,7 +263,11 @@ impl SetupLock {
         let mut told = false;
         loop {
             match fs::create_dir(path) {
-                Ok(()) => return Ok(Self { path: path.to_owned() }),
+                Ok(()) => {
+                    return Ok(Self {
+                        path: path.to_owned(),
+                    })
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let age = fs::metadata(path)
                         .and_then(|m| m.modified())
@@ -265,7 +280,10 @@ impl SetupLock {
                         continue;
                     }
                     if !told {
-                        eprintln!("xtask: waiting for another run to set up moto ({})", path.display());
+                        eprintln!(
+                            "xtask: waiting for another run to set up moto ({})",
+                            path.display()
+                        );
                         told = true;
                     }
                     if interrupted() || started.elapsed() > SETUP_LOCK_TIMEOUT {

@@ -136,7 +136,13 @@ impl S3BlobStore {
         }
     }
 
-    async fn put_single(&self, key: &BlobKey, object_key: String, bytes: Bytes, options: PutOptions) -> Result<()> {
+    async fn put_single(
+        &self,
+        key: &BlobKey,
+        object_key: String,
+        bytes: Bytes,
+        options: PutOptions,
+    ) -> Result<()> {
         self.client
             .put_object()
             .bucket(&self.settings.bucket)
@@ -185,7 +191,13 @@ impl S3BlobStore {
         }
     }
 
-    async fn upload_parts(&self, key: &BlobKey, object_key: &str, upload_id: &str, bytes: Bytes) -> Result<()> {
+    async fn upload_parts(
+        &self,
+        key: &BlobKey,
+        object_key: &str,
+        upload_id: &str,
+        bytes: Bytes,
+    ) -> Result<()> {
         let part_size = usize::try_from(self.settings.part_size).unwrap_or(usize::MAX);
         let ranges: Vec<(i32, usize, usize)> = (0..bytes.len())
             .step_by(part_size)
@@ -277,8 +289,12 @@ impl BlobStore for S3BlobStore {
     async fn put(&self, key: &BlobKey, bytes: Bytes, options: PutOptions) -> Result<()> {
         let object_key = self.object_key(key)?;
         let multipart = bytes.len() as u64 >= self.settings.multipart_threshold;
-        if (self.settings.verify_sha256_locally || multipart) && digest(bytes.clone()).await? != options.sha256 {
-            return Err(BlobError::ChecksumMismatch { key: key.to_string() });
+        if (self.settings.verify_sha256_locally || multipart)
+            && digest(bytes.clone()).await? != options.sha256
+        {
+            return Err(BlobError::ChecksumMismatch {
+                key: key.to_string(),
+            });
         }
         if multipart {
             self.put_multipart(key, object_key, bytes, options).await
@@ -311,7 +327,12 @@ impl BlobStore for S3BlobStore {
             .body
             .collect()
             .await
-            .map_err(|e| BlobError::backend("s3", Failure::plain("GetObject", format!("reading the body failed: {e}"))))?
+            .map_err(|e| {
+                BlobError::backend(
+                    "s3",
+                    Failure::plain("GetObject", format!("reading the body failed: {e}")),
+                )
+            })?
             .into_bytes();
         Ok(Blob {
             meta: BlobMeta {
@@ -342,7 +363,10 @@ impl BlobStore for S3BlobStore {
             .map_err(|e| read_error("HeadObject", key, e))?;
         Ok(BlobMeta {
             key: key.clone(),
-            size: out.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+            size: out
+                .content_length()
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0),
             content_type: out.content_type().map(str::to_owned),
             sha256: stored_digest(
                 out.metadata().and_then(|m| m.get(SHA256_META)),
@@ -367,7 +391,10 @@ impl BlobStore for S3BlobStore {
         match deleted {
             Ok(_) => Ok(()),
             Err(e) if Failure::kind(&e) == Kind::NotFound => Ok(()),
-            Err(e) => Err(BlobError::backend("s3", Failure::from_sdk("DeleteObject", &e))),
+            Err(e) => Err(BlobError::backend(
+                "s3",
+                Failure::from_sdk("DeleteObject", &e),
+            )),
         }
     }
 
@@ -416,7 +443,10 @@ impl BlobStore for S3BlobStore {
                 }
                 found.push(BlobMeta {
                     key,
-                    size: object.size().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+                    size: object
+                        .size()
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0),
                     content_type: None,
                     sha256: None,
                 });
@@ -429,7 +459,10 @@ impl BlobStore for S3BlobStore {
                 None => {
                     return Err(BlobError::backend(
                         "s3",
-                        Failure::plain("ListObjectsV2", "a truncated page has no continuation token"),
+                        Failure::plain(
+                            "ListObjectsV2",
+                            "a truncated page has no continuation token",
+                        ),
                     ))
                 }
             }
@@ -467,7 +500,9 @@ where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
     match Failure::kind(&error) {
-        Kind::NotFound => BlobError::NotFound { key: key.to_string() },
+        Kind::NotFound => BlobError::NotFound {
+            key: key.to_string(),
+        },
         _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
     }
 }
@@ -477,7 +512,9 @@ where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
     match Failure::kind(&error) {
-        Kind::ChecksumMismatch => BlobError::ChecksumMismatch { key: key.to_string() },
+        Kind::ChecksumMismatch => BlobError::ChecksumMismatch {
+            key: key.to_string(),
+        },
         _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
     }
 }

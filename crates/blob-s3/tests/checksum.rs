@@ -25,14 +25,22 @@ async fn server_refusal_of_a_wrong_sha256_is_checksum_mismatch() {
     let body = Bytes::from_static(b"actual bytes");
 
     let wrong = store
-        .put(&key, body.clone(), PutOptions::for_bytes("text/markdown", b"other bytes"))
+        .put(
+            &key,
+            body.clone(),
+            PutOptions::for_bytes("text/markdown", b"other bytes"),
+        )
         .await;
     assert!(
         matches!(&wrong, Err(BlobError::ChecksumMismatch { key: k }) if k == "reports/r.md"),
         "{wrong:?}"
     );
     store
-        .put(&key, body.clone(), PutOptions::for_bytes("text/markdown", &body))
+        .put(
+            &key,
+            body.clone(),
+            PutOptions::for_bytes("text/markdown", &body),
+        )
         .await
         .unwrap();
 
@@ -41,7 +49,11 @@ async fn server_refusal_of_a_wrong_sha256_is_checksum_mismatch() {
     assert_eq!(seen[0].status, 400);
     assert_eq!(
         seen[0].header("x-amz-checksum-sha256"),
-        Some(BASE64.encode(Sha256Digest::of(b"other bytes").as_bytes()).as_str()),
+        Some(
+            BASE64
+                .encode(Sha256Digest::of(b"other bytes").as_bytes())
+                .as_str()
+        ),
         "the caller's digest is sent, not one computed from the bytes"
     );
     assert_eq!(seen[1].status, 200);
@@ -102,8 +114,15 @@ async fn local_check_refuses_before_any_request() {
     let store = builder(&stub.endpoint, "bucket").build().await.unwrap();
     let key = BlobKey::new("k").unwrap();
     let result = store
-        .put(&key, Bytes::from_static(b"a"), PutOptions::for_bytes("x/y", b"b"))
+        .put(
+            &key,
+            Bytes::from_static(b"a"),
+            PutOptions::for_bytes("x/y", b"b"),
+        )
         .await;
-    assert!(matches!(result, Err(BlobError::ChecksumMismatch { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(BlobError::ChecksumMismatch { .. })),
+        "{result:?}"
+    );
     assert!(stub.seen().is_empty());
 }

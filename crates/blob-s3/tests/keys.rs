@@ -36,9 +36,13 @@ async fn keys_with_spaces_unicode_plus_and_percent_round_trip() {
         let keys: Vec<BlobKey> = AWKWARD.iter().map(|k| BlobKey::new(*k).unwrap()).collect();
         for key in &keys {
             let body = Bytes::from(format!("body of {key}"));
-            fx.put(key, body.clone(), PutOptions::for_bytes("text/plain; charset=utf-8", &body))
-                .await
-                .unwrap_or_else(|e| panic!("put {key:?}: {e:?}"));
+            fx.put(
+                key,
+                body.clone(),
+                PutOptions::for_bytes("text/plain; charset=utf-8", &body),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("put {key:?}: {e:?}"));
             let blob = fx
                 .get(key)
                 .await
@@ -51,16 +55,28 @@ async fn keys_with_spaces_unicode_plus_and_percent_round_trip() {
                 .await
                 .unwrap_or_else(|e| panic!("head {key:?}: {e:?}"));
             assert_eq!(meta.size, body.len() as u64, "{key:?}");
-            assert_eq!(meta.content_type.as_deref(), Some("text/plain; charset=utf-8"));
+            assert_eq!(
+                meta.content_type.as_deref(),
+                Some("text/plain; charset=utf-8")
+            );
         }
         let mut expected = keys.clone();
         expected.sort();
-        let listed: Vec<BlobKey> = fx.list(None).await.unwrap().into_iter().map(|m| m.key).collect();
+        let listed: Vec<BlobKey> = fx
+            .list(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
         assert_eq!(listed, expected, "prefix {prefix:?}");
         // `a+b` and `a b` are different keys: deleting one leaves the other.
         let plus = BlobKey::new("plus/a+b").unwrap();
         let spaced = BlobKey::new("plus/a b").unwrap();
-        assert!(matches!(fx.get(&spaced).await, Err(BlobError::NotFound { .. })));
+        assert!(matches!(
+            fx.get(&spaced).await,
+            Err(BlobError::NotFound { .. })
+        ));
         for key in &keys {
             fx.delete(key).await.unwrap();
             assert!(
@@ -68,7 +84,10 @@ async fn keys_with_spaces_unicode_plus_and_percent_round_trip() {
                 "{key:?} still there"
             );
         }
-        assert!(matches!(fx.get(&plus).await, Err(BlobError::NotFound { .. })));
+        assert!(matches!(
+            fx.get(&plus).await,
+            Err(BlobError::NotFound { .. })
+        ));
         assert!(fx.list(None).await.unwrap().is_empty());
         common::teardown(fx).await;
     }

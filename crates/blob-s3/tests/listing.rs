@@ -22,7 +22,10 @@ async fn listing_of_more_than_one_page_is_complete_and_in_order() {
     // before `a/b/…` (`.` < `/`), `Z` before `a`, `é` after `z`.
     let mut names: Vec<String> = (0..55).map(|i| format!("n/{:02}", (i * 37) % 55)).collect();
     names.extend(["a/b/1", "a/b.txt", "Z", "z", "é", "a/b-c"].map(String::from));
-    let keys: Vec<BlobKey> = names.iter().map(|n| BlobKey::new(n.as_str()).unwrap()).collect();
+    let keys: Vec<BlobKey> = names
+        .iter()
+        .map(|n| BlobKey::new(n.as_str()).unwrap())
+        .collect();
     stream::iter(&keys)
         .for_each_concurrent(8, |k| {
             let fx = &fx;
@@ -50,7 +53,10 @@ async fn listing_of_more_than_one_page_is_complete_and_in_order() {
     let mut expected = keys.clone();
     expected.sort();
     assert_eq!(listed.len(), 61);
-    assert_eq!(listed.iter().map(|m| m.key.clone()).collect::<Vec<_>>(), expected);
+    assert_eq!(
+        listed.iter().map(|m| m.key.clone()).collect::<Vec<_>>(),
+        expected
+    );
     for meta in &listed {
         assert_eq!(meta.size, meta.key.as_str().len() as u64, "{meta:?}");
     }

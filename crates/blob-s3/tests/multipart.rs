@@ -47,7 +47,8 @@ async fn a_40_mib_object_round_trips_via_multipart() {
         .await
         .unwrap();
     assert!(
-        raw.e_tag().is_some_and(|t| t.trim_matches('"').ends_with("-5")),
+        raw.e_tag()
+            .is_some_and(|t| t.trim_matches('"').ends_with("-5")),
         "not a 5-part upload: {:?}",
         raw.e_tag()
     );
@@ -83,9 +84,16 @@ async fn multipart_put_with_a_wrong_digest_is_refused_and_sends_nothing() {
         .unwrap();
     let key = BlobKey::new("big").unwrap();
     let result = store
-        .put(&key, patterned(4096), PutOptions::for_bytes("x/y", b"other"))
+        .put(
+            &key,
+            patterned(4096),
+            PutOptions::for_bytes("x/y", b"other"),
+        )
         .await;
-    assert!(matches!(result, Err(BlobError::ChecksumMismatch { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(BlobError::ChecksumMismatch { .. })),
+        "{result:?}"
+    );
     assert!(stub.seen().is_empty(), "{:?}", stub.seen());
 }
 
@@ -106,11 +114,19 @@ async fn a_failed_multipart_upload_is_aborted() {
     let result = store
         .put(&key, body.clone(), PutOptions::for_bytes("x/y", &body))
         .await;
-    assert!(matches!(result, Err(BlobError::Backend { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(BlobError::Backend { .. })),
+        "{result:?}"
+    );
     let seen: Vec<(String, String)> = stub
         .seen()
         .into_iter()
-        .map(|s| (s.method, s.target.split('?').nth(1).unwrap_or("").to_owned()))
+        .map(|s| {
+            (
+                s.method,
+                s.target.split('?').nth(1).unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert_eq!(seen[0].0, "POST");

@@ -117,7 +117,13 @@ async fn serve(stream: TcpStream, parts: Parts, log: Arc<Mutex<Vec<Seen>>>) {
         if stream.read_exact(&mut body).await.is_err() {
             return;
         }
-        let (status, reply) = answer(&method, &target, find("x-amz-checksum-sha256"), &body, parts);
+        let (status, reply) = answer(
+            &method,
+            &target,
+            find("x-amz-checksum-sha256"),
+            &body,
+            parts,
+        );
         log.lock().unwrap().push(Seen {
             method,
             target,
@@ -170,9 +176,10 @@ fn answer(
                 .to_owned(),
         ),
         "DELETE" if has("uploadId") => (204, String::new()),
-        "PUT" if has("partNumber") && parts == Parts::Fail => {
-            (500, error("InternalError", "We encountered an internal error."))
-        }
+        "PUT" if has("partNumber") && parts == Parts::Fail => (
+            500,
+            error("InternalError", "We encountered an internal error."),
+        ),
         "PUT" => {
             let actual = BASE64.encode(Sha256Digest::of(body).as_bytes());
             match checksum {

@@ -25,9 +25,9 @@ mod contract {
 
 mod contract_under_key_prefix {
     korvus_testkit::blob_contract_tests!(
-        match crate::common::fixture_with(|b| b.key_prefix(
-            korvus_blob::BlobKey::new("tenant a/blobs").unwrap()
-        ))
+        match crate::common::fixture_with(
+            |b| b.key_prefix(korvus_blob::BlobKey::new("tenant a/blobs").unwrap())
+        )
         .await
         {
             Some(fx) => std::future::ready(crate::common::with_neighbours(fx).await),

@@ -1,6 +1,8 @@
 //! A server that is down or hangs gives `Backend` within the configured
 //! bounds, never a hang. No moto needed: the "servers" are local sockets.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -10,13 +12,19 @@ use korvus_blob_s3::S3BlobStore;
 
 use crate::common::builder;
 
+/// One seam call, boxed so calls of different types fit in one list.
+type Call<'a> = Pin<Box<dyn Future<Output = Result<(), BlobError>> + Send + 'a>>;
+
 /// Every seam call on `store`, each expected to fail as `Backend` within
 /// `bound`.
 async fn every_call_fails_within(store: &S3BlobStore, bound: Duration) {
     let key = BlobKey::new("k").unwrap();
     let body = Bytes::from_static(b"x");
-    let calls: Vec<(&str, std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BlobError>> + Send + '_>>)> = vec![
-        ("put", Box::pin(store.put(&key, body.clone(), PutOptions::for_bytes("x/y", &body)))),
+    let calls: Vec<(&str, Call<'_>)> = vec![
+        (
+            "put",
+            Box::pin(store.put(&key, body.clone(), PutOptions::for_bytes("x/y", &body))),
+        ),
         ("get", Box::pin(async { store.get(&key).await.map(drop) })),
         ("head", Box::pin(async { store.head(&key).await.map(drop) })),
         ("delete", Box::pin(store.delete(&key))),
