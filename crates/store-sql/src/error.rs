@@ -32,8 +32,8 @@ pub(crate) struct Op {
     /// The foreign key a violation is reported as when the database does not
     /// name it (SQLite never does). Every statement is written so that only
     /// this key can fail: the others are satisfied by rows the statement reads
-    /// itself.
-    pub(crate) foreign_key: &'static str,
+    /// itself. `None` for tables without foreign keys.
+    pub(crate) foreign_key: Option<&'static str>,
 }
 
 impl Op {
@@ -55,8 +55,11 @@ impl Op {
                     };
                 }
                 ErrorKind::ForeignKeyViolation => {
-                    let name = db.constraint().unwrap_or(self.foreign_key).to_owned();
-                    return StoreError::Constraint { name };
+                    if let Some(name) = db.constraint().or(self.foreign_key) {
+                        return StoreError::Constraint {
+                            name: name.to_owned(),
+                        };
+                    }
                 }
                 _ => {}
             }

@@ -31,7 +31,7 @@ use crate::rows::{
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "postgres";
 
-fn op(entity: Entity, foreign_key: &'static str) -> Op {
+fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
     Op {
         backend: BACKEND,
         entity,
@@ -101,7 +101,7 @@ impl Store for PgStore {
         .bind(incident.created_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| op(Entity::Incident, constraint::SESSIONS_INCIDENT_FK).err(e))?;
+        .map_err(|e| op(Entity::Incident, None).err(e))?;
         Ok(incident)
     }
 
@@ -173,7 +173,7 @@ impl Store for PgStore {
         .bind(created_at)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| op(Entity::Session, constraint::SESSIONS_INCIDENT_FK).err(e))?;
+        .map_err(|e| op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e))?;
         let seq = seq.ok_or_else(|| StoreError::not_found(Entity::Incident, new.incident_id))?;
         Ok(Session {
             id: new.id,
@@ -249,7 +249,13 @@ impl Store for PgStore {
         .bind(i32::try_from(refs.len()).unwrap_or(i32::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(|e| op(Entity::ContextRef, constraint::CONTEXT_REFS_ARTIFACT_FK).err(e))?;
+        .map_err(|e| {
+            op(
+                Entity::ContextRef,
+                Some(constraint::CONTEXT_REFS_ARTIFACT_FK),
+            )
+            .err(e)
+        })?;
         if rows.is_empty() {
             return Err(StoreError::not_found(Entity::Session, session));
         }
@@ -360,7 +366,7 @@ impl Store for PgStore {
         .bind(report.created_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| op(Entity::Report, constraint::REPORTS_SESSION_FK).err(e))?;
+        .map_err(|e| op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e))?;
         Ok(report)
     }
 
@@ -446,7 +452,7 @@ impl Store for PgStore {
         .bind(created_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| op(Entity::Artifact, constraint::ARTIFACTS_SESSION_FK).err(e))?;
+        .map_err(|e| op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e))?;
         Ok(new
             .into_iter()
             .map(|n| Artifact {

@@ -69,7 +69,7 @@ pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
         .map_err(backend(BACKEND))
 }
 
-fn op(entity: Entity, foreign_key: &'static str) -> Op {
+fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
     Op {
         backend: BACKEND,
         entity,
@@ -154,7 +154,7 @@ impl Store for SqliteStore {
         .bind(incident.created_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| op(Entity::Incident, constraint::SESSIONS_INCIDENT_FK).err(e))?;
+        .map_err(|e| op(Entity::Incident, None).err(e))?;
         Ok(incident)
     }
 
@@ -225,7 +225,7 @@ impl Store for SqliteStore {
         .bind(created_at)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| op(Entity::Session, constraint::SESSIONS_INCIDENT_FK).err(e))?;
+        .map_err(|e| op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e))?;
         let seq = seq.ok_or_else(|| StoreError::not_found(Entity::Incident, new.incident_id))?;
         Ok(Session {
             id: new.id,
@@ -305,7 +305,13 @@ impl Store for SqliteStore {
             }
             q
         };
-        let map = |e| op(Entity::ContextRef, constraint::CONTEXT_REFS_ARTIFACT_FK).err(e);
+        let map = |e| {
+            op(
+                Entity::ContextRef,
+                Some(constraint::CONTEXT_REFS_ARTIFACT_FK),
+            )
+            .err(e)
+        };
         let rows: Vec<ContextRefRow> = if chunks.len() == 1 {
             query(0).fetch_all(&self.pool).await.map_err(map)?
         } else {
@@ -428,7 +434,7 @@ impl Store for SqliteStore {
         .bind(report.created_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| op(Entity::Report, constraint::REPORTS_SESSION_FK).err(e))?;
+        .map_err(|e| op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e))?;
         Ok(report)
     }
 
@@ -516,7 +522,7 @@ impl Store for SqliteStore {
             }
             q
         };
-        let map = |e| op(Entity::Artifact, constraint::ARTIFACTS_SESSION_FK).err(e);
+        let map = |e| op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e);
         if chunks.len() == 1 {
             // One multi-row statement: all rows or none.
             query(0).execute(&self.pool).await.map_err(map)?;
