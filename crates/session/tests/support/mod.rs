@@ -1,0 +1,215 @@
+//! Shared test scaffolding: a scriptable runner and an environment of real
+//! in-memory backends wrapped in fault injectors.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
+use korvus_log::{Event, EventKind, MemoryLog, TurnLog};
+use korvus_session::{
+    CreateSession, Manager, ManagerBuilder, RunContext, RunError, RunOutcome, Runner,
+};
+use korvus_store::{Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store};
+use korvus_testkit::faults::{FaultBlobStore, FaultStore};
+use korvus_workspace::ScratchRoot;
+
+type Script = Arc<
+    dyn Fn(RunContext, Option<String>) -> BoxFuture<'static, Result<RunOutcome, RunError>>
+        + Send
+        + Sync,
+>;
+
+/// A runner whose behaviour is a closure; records every context it got.
+#[derive(Clone)]
+pub(crate) struct ScriptRunner {
+    script: Script,
+    pub(crate) seen: Arc<Mutex<Vec<(RunContext, Option<String>)>>>,
+}
+
+impl std::fmt::Debug for ScriptRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScriptRunner")
+    }
+}
+
+impl ScriptRunner {
+    pub(crate) fn new<F, Fut>(f: F) -> Self
+    where
+        F: Fn(RunContext, Option<String>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
+    {
+        Self {
+            script: Arc::new(move |ctx, msg| Box::pin(f(ctx, msg))),
+            seen: Arc::default(),
+        }
+    }
+
+    /// Writes `report.md` plus `files`, logs one turn, completes.
+    pub(crate) fn writing(files: &'static [(&'static str, &'static str)]) -> Self {
+        Self::new(move |ctx, _| async move {
+            write_files(&ctx, files);
+            log_turn(&ctx, 1).await;
+            Ok(RunOutcome::completed(counters()))
+        })
+    }
+}
+
+#[async_trait]
+impl Runner for ScriptRunner {
+    async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
+        self.seen.lock().unwrap().push((ctx.clone(), None));
+        (self.script)(ctx, None).await
+    }
+
+    async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((ctx.clone(), Some(message.clone())));
+        (self.script)(ctx, Some(message)).await
+    }
+}
+
+pub(crate) fn counters() -> Counters {
+    Counters {
+        turns: 1,
+        tool_calls: 2,
+        input_tokens: 30,
+        output_tokens: 40,
+    }
+}
+
+pub(crate) fn write_files(ctx: &RunContext, files: &[(&str, &str)]) {
+    let dir = ctx.scratch.as_ref().expect("scratch dir");
+    for (path, body) in files {
+        write(dir, path, body);
+    }
+}
+
+pub(crate) fn write(dir: &Path, path: &str, body: &str) {
+    let p = dir.join(path);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+}
+
+pub(crate) async fn log_turn(ctx: &RunContext, turn: u64) {
+    ctx.log
+        .append(&[
+            Event::new(EventKind::TurnStart { turn }),
+            Event::new(EventKind::Note {
+                text: format!("working on turn {turn}"),
+            }),
+            Event::new(EventKind::TurnEnd {
+                turn,
+                interrupted: false,
+            }),
+        ])
+        .await
+        .unwrap();
+}
+
+/// Real in-memory backends behind fault injectors, a scratch root, and a
+/// builder to finish.
+pub(crate) struct Env {
+    pub(crate) store: Arc<FaultStore>,
+    pub(crate) blobs: Arc<FaultBlobStore>,
+    pub(crate) logs: Arc<dyn TurnLog>,
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) incident: Incident,
+}
+
+impl Env {
+    pub(crate) async fn new() -> Self {
+        Self::with(
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemoryBlobStore::new()),
+            Arc::new(MemoryLog::new()),
+        )
+        .await
+    }
+
+    pub(crate) async fn with(
+        store: Arc<dyn Store>,
+        blobs: Arc<dyn BlobStore>,
+        logs: Arc<dyn TurnLog>,
+    ) -> Self {
+        let store = Arc::new(FaultStore::new(store));
+        let incident = store
+            .create_incident(NewIncident {
+                title: "test incident".into(),
+                workspace: None,
+            })
+            .await
+            .unwrap();
+        Self {
+            store,
+            blobs: Arc::new(FaultBlobStore::new(blobs)),
+            logs,
+            root: tempfile::tempdir().unwrap(),
+            incident,
+        }
+    }
+
+    pub(crate) fn builder(&self, runner: impl Runner) -> ManagerBuilder {
+        Manager::builder(self.store.clone(), Arc::new(runner))
+            .blob_store(self.blobs.clone())
+            .turn_log(Arc::clone(&self.logs))
+            .scratch_root(ScratchRoot::supplied(self.root.path()))
+            .settle_timeout(Duration::from_secs(5))
+            .cancel_grace(Duration::from_millis(200))
+    }
+
+    pub(crate) fn request(&self, prompt: &str) -> CreateSession {
+        CreateSession {
+            incident_id: self.incident.id,
+            prompt: prompt.into(),
+            context: vec![],
+        }
+    }
+
+    /// The invariants every fault path must keep: no row running (unless
+    /// waiting for the user) and no row pointing at missing bytes.
+    pub(crate) async fn assert_safe(&self) {
+        for s in self.store.list_sessions(self.incident.id).await.unwrap() {
+            if s.status == SessionStatus::Running {
+                assert_eq!(
+                    s.exit_reason.as_deref(),
+                    Some(korvus_session::exit::AWAITING_USER),
+                    "session {} left running",
+                    s.id
+                );
+            }
+            assert_eq!(s.ended_at.is_some(), s.status.is_terminal());
+            for r in self.store.list_reports(s.id).await.unwrap() {
+                if let Some(key) = r.markdown_key {
+                    let key = BlobKey::new(key).unwrap();
+                    assert!(
+                        self.blobs.head(&key).await.is_ok(),
+                        "report {key} points at missing bytes"
+                    );
+                }
+            }
+        }
+        for a in self
+            .store
+            .list_incident_artifacts(self.incident.id)
+            .await
+            .unwrap()
+        {
+            let key = BlobKey::new(a.blob_key.clone()).unwrap();
+            let blob = self.blobs.get(&key).await;
+            assert!(blob.is_ok(), "artifact {} points at missing bytes", a.path);
+            assert_eq!(blob.unwrap().bytes.len() as u64, a.size_bytes);
+        }
+    }
+}
+
+pub(crate) async fn settled(manager: &Manager, session: &Session) -> Session {
+    manager
+        .await_settled(session.id, Duration::from_secs(30))
+        .await
+        .unwrap()
+}
