@@ -22,11 +22,14 @@ type Script = Arc<
         + Sync,
 >;
 
+/// A context a runner got, with the reopen message if any.
+pub(crate) type Seen = (RunContext, Option<String>);
+
 /// A runner whose behaviour is a closure; records every context it got.
 #[derive(Clone)]
 pub(crate) struct ScriptRunner {
     script: Script,
-    pub(crate) seen: Arc<Mutex<Vec<(RunContext, Option<String>)>>>,
+    pub(crate) seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl std::fmt::Debug for ScriptRunner {
