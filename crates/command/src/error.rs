@@ -1,0 +1,78 @@
+//! [`CommandError`]: why a command run did not complete. It travels as the
+//! `source` of the [`RunError`](korvus_session::RunError) the runner returns.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a [`CommandRunner`](crate::CommandRunner) run failed. Match on
+/// variants, never on message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// The run has no scratch dir: the manager was built without a scratch
+    /// root, and a command needs a working directory of its own.
+    #[error("no scratch dir: CommandRunner needs a Manager with a scratch root")]
+    NoScratchDir,
+    /// The manifest could not be written into the scratch dir.
+    #[error("could not write the run manifest {path}")]
+    Manifest {
+        /// The manifest path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be started.
+    #[error("could not start {program}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for the program failed.
+    #[error("could not wait for {program}")]
+    Wait {
+        /// The program.
+        program: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program exited with a code that means failure.
+    #[error("agent exited with code {code}")]
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// The program was killed by a signal it was not sent by the runner.
+    #[error("agent was killed by signal {signal}")]
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// The runner's own timeout ([`CommandRunner::timeout`](crate::CommandRunner::timeout))
+    /// expired; the process group was killed.
+    #[error("agent timed out after {after:?}; its process group was killed")]
+    TimedOut {
+        /// The configured timeout.
+        after: Duration,
+    },
+}
+
+impl CommandError {
+    /// The exit reason this crate documents for the error (see
+    /// `docs/command-runner.md`): `exit_code_<n>`, `signal_<n>`, `timeout`,
+    /// or `runner_failed` for the rest. The session's own exit reason is
+    /// `runner_failed` for every error today; this text is in the log's
+    /// last note.
+    pub fn reason(&self) -> String {
+        match self {
+            CommandError::Exited { code } => format!("exit_code_{code}"),
+            CommandError::Signaled { signal } => format!("signal_{signal}"),
+            CommandError::TimedOut { .. } => korvus_session::exit::TIMEOUT.to_owned(),
+            _ => korvus_session::exit::RUNNER_FAILED.to_owned(),
+        }
+    }
+}

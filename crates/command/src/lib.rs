@@ -1,0 +1,79 @@
+//! A korvus [`Runner`](korvus_session::Runner) that wraps any command-line
+//! agent: [`CommandRunner`].
+//!
+//! # Overview
+//!
+//! [`CommandRunner`] starts a configured program in the session's scratch
+//! dir, in a process group of its own, and speaks a small protocol with it
+//! (the full text is `docs/command-runner.md`):
+//!
+//! | direction | what |
+//! |---|---|
+//! | stdin | the prompt (first run) or the reopen message (resume), then EOF |
+//! | environment | `KORVUS_SESSION_ID`, `KORVUS_INCIDENT_ID`, `KORVUS_REVISION`, `KORVUS_RESUME` (`0`/`1`), `KORVUS_MANIFEST` (a [`Manifest`] of context files and skills, at [`MANIFEST_FILE`]), `KORVUS_WORKSPACE` |
+//! | stdout | one log event per line: a JSON [`korvus_log::Event`] (`{"type":"turn_start","turn":1}`) is that event; any other line is an assistant message; `{"type":"usage",…}` adds token counts |
+//! | stderr | the last lines are kept (bounded) and logged as notes when the program exits |
+//! | exit 0 | `completed`; the author phase finished when `report.md` exists at the scratch root |
+//! | exit [`AWAITING_USER_CODE`] (75) | `awaiting_user`: the row stays `running` |
+//! | other exit | the run fails with [`CommandError::Exited`] (session `failed` / `runner_failed`; the code is in the log's last note and the error) |
+//!
+//! On cancellation (`ctx.cancel`) and on the runner's own
+//! [`timeout`](CommandRunner::timeout), the whole process group gets
+//! `SIGTERM`, then `SIGKILL` after a grace period; when the program exits,
+//! anything left in its group is killed too, so no grandchild outlives a run.
+//!
+//! The session side — `Manager`, `RunContext`, exit reasons — is
+//! `korvus-session`; this crate depends on it and on the seams only.
+//!
+//! # Why it is shaped like this
+//!
+//! Agents are written in every language; a process boundary with stdin,
+//! environment variables and JSON lines is the one interface they all
+//! speak. Everything a session knows goes into a file (the manifest) rather
+//! than into arguments, so it can grow without breaking agents. The process
+//! group is killed while its leader is still an unreaped zombie, so the
+//! group id cannot have been reused by an unrelated process.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use korvus_command::CommandRunner;
+//! use korvus_session::{CreateSession, Manager};
+//! use korvus_store::{MemoryStore, NewIncident, SessionStatus, Store};
+//! use korvus_workspace::ScratchRoot;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let agent = CommandRunner::new("sh").arg("-c").arg(
+//!     r#"echo '{"type":"turn_start","turn":1}'; read q; echo "looking at: $q"; echo '# Findings' > report.md"#,
+//! );
+//! let store = Arc::new(MemoryStore::new());
+//! let tmp = tempfile::tempdir()?;
+//! let manager = Manager::builder(store.clone(), Arc::new(agent))
+//!     .scratch_root(ScratchRoot::supplied(tmp.path()))
+//!     .build();
+//! let incident = store.create_incident(NewIncident { title: "db-1 disk".into(), workspace: None }).await?;
+//! let session = manager
+//!     .create(CreateSession { incident_id: incident.id, prompt: "why is it full?".into(), context: vec![] })
+//!     .await?;
+//! let row = manager.await_settled(session.id, Duration::from_secs(30)).await?;
+//! assert_eq!(row.status, SessionStatus::Completed);
+//! assert_eq!(row.counters.turns, 1);
+//! manager.stop().await;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod manifest;
+mod runner;
+
+pub use crate::error::CommandError;
+pub use crate::manifest::{
+    Manifest, ManifestContext, ManifestSkill, ManifestWorkspace, MANIFEST_FILE, PROTOCOL_VERSION,
+};
+pub use crate::runner::{
+    CommandRunner, AWAITING_USER_CODE, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_STDERR_LINES,
+};

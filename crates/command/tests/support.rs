@@ -1,0 +1,151 @@
+//! A manager around a `CommandRunner` running a shell script.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_blob::MemoryBlobStore;
+use korvus_command::CommandRunner;
+use korvus_log::{Access, Event, EventKind, LogId};
+use korvus_session::{CreateSession, Manager};
+use korvus_store::{IncidentId, MemoryStore, NewIncident, Session, SessionId, Store};
+use korvus_workspace::ScratchRoot;
+
+pub(crate) struct Harness {
+    pub(crate) manager: Manager,
+    pub(crate) store: Arc<MemoryStore>,
+    pub(crate) incident: IncidentId,
+    pub(crate) _root: tempfile::TempDir,
+}
+
+/// A runner for `sh -c script`.
+pub(crate) fn sh(script: &str) -> CommandRunner {
+    CommandRunner::new("sh").arg("-c").arg(script)
+}
+
+pub(crate) async fn harness(runner: CommandRunner) -> Harness {
+    harness_with(runner, |b| b).await
+}
+
+pub(crate) async fn harness_with(
+    runner: CommandRunner,
+    configure: impl FnOnce(korvus_session::ManagerBuilder) -> korvus_session::ManagerBuilder,
+) -> Harness {
+    let root = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(MemoryStore::new());
+    let manager = configure(
+        Manager::builder(store.clone(), Arc::new(runner))
+            .blob_store(Arc::new(MemoryBlobStore::new()))
+            .scratch_root(ScratchRoot::supplied(root.path()))
+            .cancel_grace(Duration::from_secs(10)),
+    )
+    .build();
+    let incident = store
+        .create_incident(NewIncident {
+            title: "disk full on db-1".into(),
+            workspace: None,
+        })
+        .await
+        .expect("incident");
+    Harness {
+        manager,
+        store,
+        incident: incident.id,
+        _root: root,
+    }
+}
+
+impl Harness {
+    pub(crate) async fn start(&self, prompt: &str) -> Session {
+        self.manager
+            .create(CreateSession {
+                incident_id: self.incident,
+                prompt: prompt.into(),
+                context: vec![],
+            })
+            .await
+            .expect("create")
+    }
+
+    pub(crate) async fn settled(&self, id: SessionId) -> Session {
+        self.manager
+            .await_settled(id, Duration::from_secs(60))
+            .await
+            .expect("settled")
+    }
+
+    /// Starts a session and waits for its final row.
+    pub(crate) async fn run(&self, prompt: &str) -> Session {
+        let s = self.start(prompt).await;
+        self.settled(s.id).await
+    }
+
+    pub(crate) async fn events(&self, id: SessionId) -> Vec<Event> {
+        let log = self
+            .manager
+            .turn_log()
+            .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+            .await
+            .expect("open log");
+        log.read(0, None).await.expect("read log")
+    }
+
+    pub(crate) async fn texts(&self, id: SessionId) -> Vec<String> {
+        self.events(id)
+            .await
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Message { text, .. } | EventKind::Note { text } => Some(text),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(crate) async fn stop(self) {
+        self.manager.stop().await;
+    }
+}
+
+/// A unique `sleep` argument, so `pgrep -f` finds only this test's process.
+pub(crate) fn unique_sleep() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    format!("1000.{}{:09}", std::process::id(), nanos)
+}
+
+/// Whether a process whose command line contains `pattern` exists.
+pub(crate) fn running(pattern: &str) -> bool {
+    std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(pattern)
+        .output()
+        .expect("pgrep runs")
+        .status
+        .success()
+}
+
+/// Waits (up to 10 s) until `cond` holds.
+pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl Harness {
+    /// Paths of the session's stored artifacts.
+    pub(crate) async fn store_artifacts(&self, id: SessionId) -> Vec<String> {
+        self.store
+            .list_session_artifacts(id)
+            .await
+            .expect("artifacts")
+            .into_iter()
+            .map(|a| a.path)
+            .collect()
+    }
+}

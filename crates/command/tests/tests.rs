@@ -1,0 +1,8 @@
+//! Integration tests of `CommandRunner`, driven through a real `Manager`
+//! (memory store, log and blobs; a real scratch root; real processes).
+
+mod support;
+
+mod exit_codes;
+mod kill;
+mod protocol;
