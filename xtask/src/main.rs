@@ -106,5 +106,9 @@ fn deny() -> Result<()> {
         eprintln!("xtask: cargo-deny is missing; installing it (once)");
         run_cmd(cargo().args(["install", "--locked", "cargo-deny"]))?;
     }
+    // `--offline` keeps cargo-deny off the advisory database (no network
+    // here); it still needs every crate of every target platform in the
+    // local registry, which a build for this platform alone does not fetch.
+    run_cmd(cargo().args(["fetch", "--locked"]))?;
     run_cmd(cargo().args(["deny", "--offline", "check", "licenses", "bans", "sources"]))
 }
