@@ -6,11 +6,14 @@
 //! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo deny`,
 //!   and `tidy`.
 //! - `tidy`: checks the crate layering (see `docs/architecture.md`).
+//! - `bench [--quick]`: starts the same services as `test` and runs the
+//!   ratio benchmarks of `korvus-bench` in release mode (`docs/bench.md`).
 
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 
+mod bench;
 mod postgres;
 mod s3;
 mod services;
@@ -34,7 +37,8 @@ fn run() -> Result<()> {
         "test" => test(&rest),
         "lint" => lint(),
         "tidy" => tidy::check(),
-        _ => bail!("usage: cargo xtask <test [cargo test args…] | lint | tidy>"),
+        "bench" => bench::bench(&rest),
+        _ => bail!("usage: cargo xtask <test [cargo test args…] | lint | tidy | bench [--quick]>"),
     }
 }
 

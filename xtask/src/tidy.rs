@@ -5,7 +5,9 @@
 //!   other korvus crate;
 //! - `korvus-workspace`, `korvus-harvest`, `korvus-session` and
 //!   `korvus-testkit` never depend on a backend crate;
-//! - heavy drivers (`sqlx`, `aws-*`) appear only in backend crates.
+//! - heavy drivers (`sqlx`, `aws-*`) appear only in backend crates — and in
+//!   `korvus-bench`, the unpublished benchmark binary, whose baselines are
+//!   the raw drivers themselves.
 //!
 //! Only normal (and build) dependencies count: a crate may use a backend in
 //! its own tests.
@@ -24,6 +26,10 @@ const NO_BACKEND: &[&str] = &[
     "korvus-session",
     "korvus-testkit",
 ];
+
+/// Unpublished composition roots that measure korvus against the raw
+/// drivers, so they may use them directly. Nothing depends on them.
+const DRIVER_BASELINES: &[&str] = &["korvus-bench"];
 
 fn is_heavy_driver(name: &str) -> bool {
     name == "sqlx" || name.starts_with("sqlx-") || name.starts_with("aws-")
@@ -70,7 +76,13 @@ pub(crate) fn violations(deps: &BTreeMap<String, Vec<String>>) -> Vec<String> {
             if NO_BACKEND.contains(&name.as_str()) && BACKENDS.contains(&d.as_str()) {
                 out.push(format!("{name} must not depend on backend crate {d}"));
             }
-            if is_heavy_driver(d) && !BACKENDS.contains(&name.as_str()) {
+            if DRIVER_BASELINES.contains(&d.as_str()) {
+                out.push(format!("{name} depends on {d}, a benchmark binary"));
+            }
+            if is_heavy_driver(d)
+                && !BACKENDS.contains(&name.as_str())
+                && !DRIVER_BASELINES.contains(&name.as_str())
+            {
                 out.push(format!(
                     "{name} depends on heavy driver {d}; only backend crates may"
                 ));
@@ -121,6 +133,14 @@ mod tests {
             ("korvus-harvest", &["aws-sdk-s3"]),
         ]));
         assert_eq!(found.len(), 3, "{found:?}");
+    }
+
+    #[test]
+    fn the_bench_may_use_drivers_but_nothing_may_use_the_bench() {
+        let found = violations(&deps(&[("korvus-bench", &["korvus-session", "sqlx"])]));
+        assert!(found.is_empty(), "{found:?}");
+        let found = violations(&deps(&[("korvus-session", &["korvus-bench"])]));
+        assert_eq!(found.len(), 1, "{found:?}");
     }
 
     #[test]

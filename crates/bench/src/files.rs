@@ -1,0 +1,225 @@
+//! Benchmarks 3 and 4: the persist phase to files and to S3, against
+//! `cp -r` + `sync` and a sequential aws-sdk-s3 put loop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use korvus_blob::{BlobStore, FsBlobStore};
+use korvus_blob_s3::{S3BlobStore, S3Credentials};
+use korvus_harvest::{persist, PersistConfig, PersistOutcome, PersistRequest};
+use korvus_store::{IncidentId, MemoryStore, SessionId};
+
+use crate::report::{Goal, Row};
+use crate::sql::ms;
+use crate::Bench;
+
+/// The S3 endpoint `cargo xtask bench` exports.
+const S3_VAR: &str = "KORVUS_TEST_S3_ENDPOINT";
+
+/// Writes `count` files of `size` bytes (`report.md` first) into a fresh `dir`.
+fn make_tree(dir: &Path, count: usize, size: usize) -> Result<Vec<PathBuf>> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let mut files = Vec::new();
+    // Cheap pseudo-random bytes, different per file (no two files equal).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..count {
+        let name = if i == 0 {
+            "report.md".to_owned()
+        } else {
+            format!("out-{i:03}.bin")
+        };
+        let mut bytes = Vec::with_capacity(size);
+        while bytes.len() < size {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        bytes.truncate(size);
+        let path = dir.join(name);
+        std::fs::write(&path, bytes)?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+async fn persist_tree(blobs: Arc<dyn BlobStore>, src: &Path) -> PersistOutcome {
+    persist(
+        Arc::new(MemoryStore::new()),
+        Some(blobs),
+        &PersistConfig::default(),
+        PersistRequest {
+            incident: IncidentId::new(),
+            session: SessionId::new(),
+            revision: 1,
+            scratch: Some(src.to_path_buf()),
+            skip_prefixes: Vec::new(),
+            restored: Default::default(),
+        },
+    )
+    .await
+}
+
+fn check(outcome: &PersistOutcome, files: usize) -> Result<()> {
+    if outcome.stored.len() != files || !outcome.failed.is_empty() || !outcome.rows_written {
+        bail!(
+            "persist stored {} of {files} files: {}",
+            outcome.stored.len(),
+            outcome.error_text().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Benchmark 3: 64 × 1 MiB to `FsBlobStore` vs `cp -r` + `sync`.
+pub(crate) async fn persist_fs(b: &mut Bench) -> Result<Vec<Row>> {
+    let (count, size, runs) = if b.quick {
+        (8, 64 * 1024, 2)
+    } else {
+        (64, 1024 * 1024, 7)
+    };
+    let src = b.work.join("fs-src");
+    make_tree(&src, count, size)?;
+    // Settle the page cache and the disk before the first run.
+    run(&mut Command::new("sync"))?;
+    let mut pairs = Vec::new();
+    for i in 0..runs {
+        let ours_dir = b.work.join(format!("fs-ours-{i}"));
+        let cp_dir = b.work.join(format!("fs-cp-{i}"));
+        let ours = || async {
+            let blobs = Arc::new(FsBlobStore::open(&ours_dir)?);
+            let t = Instant::now();
+            let outcome = persist_tree(blobs, &src).await;
+            let elapsed = ms(t.elapsed());
+            check(&outcome, count)?;
+            anyhow::Ok(elapsed)
+        };
+        let baseline = || {
+            let t = Instant::now();
+            run(Command::new("cp").arg("-r").arg(&src).arg(&cp_dir))?;
+            run(&mut Command::new("sync"))?;
+            anyhow::Ok(ms(t.elapsed()))
+        };
+        let pair = if i % 2 == 0 {
+            let o = ours().await?;
+            (baseline()?, o)
+        } else {
+            let c = baseline()?;
+            (c, ours().await?)
+        };
+        pairs.push(pair);
+        let _ = std::fs::remove_dir_all(&ours_dir);
+        let _ = std::fs::remove_dir_all(&cp_dir);
+    }
+    let _ = std::fs::remove_dir_all(&src);
+    Ok(vec![Row::paired(
+        format!("3 persist {count} × {} KiB to files", size / 1024),
+        "cp -r + sync",
+        "persist → FsBlobStore",
+        "ms",
+        &pairs,
+        Goal::RatioAtMost { max: 1.5 },
+    )
+    .note(format!(
+        "A/B alternated over {runs} runs, fresh destination each run; ours = whole persist phase (walk, sha256, temp file + fsync + rename + dir fsync per object, manifest, rows in a MemoryStore)"
+    ))])
+}
+
+/// Benchmark 4: 64 × 256 KiB to S3 (moto) vs a sequential put loop.
+pub(crate) async fn persist_s3(b: &mut Bench) -> Result<Vec<Row>> {
+    let (count, size, runs) = if b.quick {
+        (8, 16 * 1024, 2)
+    } else {
+        (64, 256 * 1024, 7)
+    };
+    let endpoint = std::env::var(S3_VAR).with_context(|| {
+        format!("{S3_VAR} is not set: run the benchmarks with `cargo xtask bench`, which starts moto")
+    })?;
+    let bucket = format!("korvus-bench-{}", uuid::Uuid::now_v7().simple());
+    let store = S3BlobStore::builder(&bucket, S3Credentials::fixed("benchkey", "benchsecret"))
+        .endpoint_url(&endpoint)
+        .force_path_style(true)
+        .region("us-east-1")
+        .build()
+        .await?;
+    let client = store.client().clone();
+    client
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .with_context(|| format!("creating bucket {bucket}"))?;
+    let store: Arc<dyn BlobStore> = Arc::new(store);
+    let src = b.work.join("s3-src");
+    let files = make_tree(&src, count, size)?;
+    // One warm-up each: connections, credentials, moto's first-request costs.
+    check(&persist_tree(store.clone(), &src).await, count)?;
+    put_loop(&client, &bucket, &files, "warm").await?;
+    let mut pairs = Vec::new();
+    for i in 0..runs {
+        let ours = || async {
+            let t = Instant::now();
+            let outcome = persist_tree(store.clone(), &src).await;
+            let elapsed = ms(t.elapsed());
+            check(&outcome, count)?;
+            anyhow::Ok(elapsed)
+        };
+        let pair = if i % 2 == 0 {
+            let o = ours().await?;
+            (put_loop(&client, &bucket, &files, &i.to_string()).await?, o)
+        } else {
+            let l = put_loop(&client, &bucket, &files, &i.to_string()).await?;
+            (l, ours().await?)
+        };
+        pairs.push(pair);
+    }
+    let _ = std::fs::remove_dir_all(&src);
+    Ok(vec![Row::paired(
+        format!("4 persist {count} × {} KiB to S3", size / 1024),
+        "sequential put loop",
+        "persist → S3BlobStore",
+        "ms",
+        &pairs,
+        Goal::RatioAtMost { max: 0.3 },
+    )
+    .note(format!(
+        "moto {endpoint} on this machine; A/B alternated over {runs} runs after one warm-up each; ours uses PersistConfig::default() (8 uploads in flight, SHA-256 sent for the server to verify); baseline reads each file and puts it with the same aws-sdk-s3 client, one at a time, no checksum"
+    ))])
+}
+
+async fn put_loop(
+    client: &korvus_blob_s3::sdk::Client,
+    bucket: &str,
+    files: &[PathBuf],
+    run: &str,
+) -> Result<f64> {
+    let t = Instant::now();
+    for path in files {
+        let bytes = tokio::fs::read(path).await?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("file name")?;
+        client
+            .put_object()
+            .bucket(bucket)
+            .key(format!("baseline/{run}/{name}"))
+            .body(bytes.into())
+            .send()
+            .await
+            .with_context(|| format!("put {name}"))?;
+    }
+    Ok(ms(t.elapsed()))
+}

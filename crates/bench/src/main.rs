@@ -1,0 +1,176 @@
+//! `korvus-bench`: side-by-side ratio benchmarks of korvus, run by
+//! `cargo xtask bench [--quick]`.
+//!
+//! Every figure is a ratio against a baseline measured in the same run on
+//! the same machine (which is shared and noisy): medians over repeated runs,
+//! with min and max. The six benchmarks (`docs/bench.md` explains each):
+//!
+//! 1. SQL round trips of a whole session lifecycle (counting Store wrapper,
+//!    cross-checked by PostgreSQL's own statement log);
+//! 2. `Manager::create` latency vs the same SQL through raw sqlx;
+//! 3. persist to `FsBlobStore` vs `cp -r` + `sync`;
+//! 4. persist to S3 vs a sequential aws-sdk-s3 put loop;
+//! 5. `JsonlLog` vs `BufWriter` + `fsync`, plus `PgLog`/`SqliteLog` throughput;
+//! 6. resident memory per parked session and the time `stop` takes.
+//!
+//! It writes `report.md` and `report.json` to `--out` (default
+//! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
+//! and `KORVUS_TEST_S3_ENDPOINT`, which `cargo xtask bench` sets.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use tracing_subscriber::layer::SubscriberExt;
+
+mod files;
+mod pg;
+mod report;
+mod runners;
+mod scale;
+mod sql;
+mod turnlog;
+
+use crate::pg::StatementCounter;
+use crate::report::{Report, Row};
+
+/// What every benchmark gets.
+#[derive(Debug)]
+pub(crate) struct Bench {
+    /// Tiny sizes: checks that everything runs, measures nothing useful.
+    pub(crate) quick: bool,
+    /// A scratch area for the benchmarks' files (removed at the end).
+    pub(crate) work: PathBuf,
+    /// Statements PostgreSQL logged back to counted pools.
+    pub(crate) statements: StatementCounter,
+    /// Free-form details for `report.json`.
+    pub(crate) details: serde_json::Map<String, serde_json::Value>,
+}
+
+const USAGE: &str = "usage: korvus-bench [--quick] [--out DIR] [--only 1,2,…]";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("korvus-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("scale-child") {
+        let kind = args.get(1).context(USAGE)?;
+        let n = args.get(2).context(USAGE)?.parse()?;
+        return scale::child(kind, n);
+    }
+    let mut quick = false;
+    let mut out = PathBuf::from("target/bench");
+    let mut only: Option<Vec<u32>> = None;
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--out" => out = PathBuf::from(it.next().context(USAGE)?),
+            "--only" => {
+                let list = it.next().context(USAGE)?;
+                only = Some(
+                    list.split(',')
+                        .map(|s| s.trim().parse())
+                        .collect::<Result<_, _>>()
+                        .context(USAGE)?,
+                );
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let statements = StatementCounter::default();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(statements.clone()))
+        .context("installing the statement counter")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(all(quick, out, only, statements))
+}
+
+async fn all(
+    quick: bool,
+    out: PathBuf,
+    only: Option<Vec<u32>>,
+    statements: StatementCounter,
+) -> Result<()> {
+    let started = Instant::now();
+    let work = out.join("work");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let mut b = Bench {
+        quick,
+        work: work.clone(),
+        statements,
+        details: serde_json::Map::new(),
+    };
+    let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failures = Vec::new();
+    for n in 1..=6u32 {
+        if !wanted(n) {
+            continue;
+        }
+        let t = Instant::now();
+        eprintln!("korvus-bench: {n} …");
+        let result = match n {
+            1 => sql::round_trips(&mut b).await,
+            2 => sql::create_latency(&mut b).await,
+            3 => files::persist_fs(&mut b).await,
+            4 => files::persist_s3(&mut b).await,
+            5 => turnlog::turn_log(&mut b).await,
+            _ => scale::scale(&mut b).await,
+        };
+        match result {
+            Ok(r) => {
+                eprintln!(
+                    "korvus-bench: {n} done in {:.1} s",
+                    t.elapsed().as_secs_f64()
+                );
+                rows.extend(r);
+            }
+            Err(e) => {
+                eprintln!("korvus-bench: benchmark {n} failed: {e:#}");
+                failures.push(format!("benchmark {n}: {e:#}"));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    if !failures.is_empty() {
+        b.details
+            .insert("failures".into(), serde_json::json!(failures.clone()));
+    }
+    let report = Report {
+        quick,
+        started_at_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default(),
+        duration_secs: started.elapsed().as_secs_f64(),
+        host: format!(
+            "{} CPUs",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ),
+        rows,
+        details: b.details,
+    };
+    report.write(&out)?;
+    println!("{}", report.markdown());
+    eprintln!("korvus-bench: wrote {}/report.md and report.json", out.display());
+    if !failures.is_empty() {
+        bail!("{} benchmark(s) failed:\n{}", failures.len(), failures.join("\n"));
+    }
+    Ok(())
+}

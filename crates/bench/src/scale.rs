@@ -1,0 +1,205 @@
+//! Benchmark 6: many concurrent sessions on memory backends — resident
+//! memory per running session and the time `stop` takes to settle them all.
+//!
+//! Each measurement runs in a child process of its own (this binary with
+//! the hidden `scale-child` command), so the heap the other benchmarks
+//! left behind cannot hide or inflate the growth. The baseline is the same
+//! number of bare tokio tasks parked on the same kind of barrier.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use korvus_session::{CreateSession, Manager};
+use korvus_store::{MemoryStore, NewIncident, Store};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
+
+use crate::report::{Goal, Row};
+use crate::runners::ParkedRunner;
+use crate::sql::ms;
+use crate::Bench;
+
+/// Sessions per incident: `create` lists the incident's sessions, so one
+/// incident for all of them would make the benchmark quadratic.
+const PER_INCIDENT: usize = 100;
+
+/// What one child measured.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Sample {
+    rss_before_kib: u64,
+    rss_parked_kib: u64,
+    stop_ms: f64,
+}
+
+impl Sample {
+    fn kib_each(&self, n: usize) -> f64 {
+        self.rss_parked_kib.saturating_sub(self.rss_before_kib) as f64 / n as f64
+    }
+}
+
+/// `VmRSS` of this process, in KiB.
+fn rss_kib() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/self/status")
+}
+
+/// The child: `ours` or `baseline` with `n` parked runs; prints a [`Sample`].
+pub(crate) fn child(kind: &str, n: usize) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let sample = rt.block_on(async {
+        match kind {
+            "ours" => ours(n).await,
+            "baseline" => baseline(n).await,
+            other => bail!("unknown scale child {other}"),
+        }
+    })?;
+    println!("{}", serde_json::to_string(&sample)?);
+    Ok(())
+}
+
+async fn ours(n: usize) -> Result<Sample> {
+    let store = Arc::new(MemoryStore::new());
+    let mut incidents = Vec::new();
+    for i in 0..n.div_ceil(PER_INCIDENT) {
+        incidents.push(
+            store
+                .create_incident(NewIncident {
+                    title: format!("scale {i}"),
+                    workspace: None,
+                })
+                .await?
+                .id,
+        );
+    }
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let manager = Manager::builder(
+        store,
+        Arc::new(ParkedRunner {
+            barrier: Some(barrier.clone()),
+        }),
+    )
+    .build();
+    let before = rss_kib()?;
+    for i in 0..n {
+        manager
+            .create(CreateSession {
+                incident_id: incidents[i / PER_INCIDENT],
+                prompt: "park until stopped".into(),
+                context: vec![],
+            })
+            .await?;
+    }
+    barrier.wait().await;
+    let parked = rss_kib()?;
+    let t = Instant::now();
+    manager.stop().await;
+    let stop_ms = ms(t.elapsed());
+    Ok(Sample {
+        rss_before_kib: before,
+        rss_parked_kib: parked,
+        stop_ms,
+    })
+}
+
+async fn baseline(n: usize) -> Result<Sample> {
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let token = CancellationToken::new();
+    let before = rss_kib()?;
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let barrier = barrier.clone();
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            token.cancelled().await;
+        }));
+    }
+    barrier.wait().await;
+    let parked = rss_kib()?;
+    let t = Instant::now();
+    token.cancel();
+    for task in tasks {
+        task.await?;
+    }
+    let stop_ms = ms(t.elapsed());
+    Ok(Sample {
+        rss_before_kib: before,
+        rss_parked_kib: parked,
+        stop_ms,
+    })
+}
+
+fn spawn_child(kind: &str, n: usize) -> Result<Sample> {
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe)
+        .args(["scale-child", kind, &n.to_string()])
+        .output()
+        .context("running the scale child")?;
+    if !out.status.success() {
+        bail!(
+            "scale child {kind} failed with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.trim()).with_context(|| format!("scale child printed {line:?}"))
+}
+
+pub(crate) async fn scale(b: &mut Bench) -> Result<Vec<Row>> {
+    let (n, runs) = if b.quick { (200, 2) } else { (10_000, 3) };
+    let mut memory = Vec::new();
+    let mut stop = Vec::new();
+    let mut raw = Vec::new();
+    for i in 0..runs {
+        let (base, ours) = if i % 2 == 0 {
+            let o = spawn_child("ours", n)?;
+            (spawn_child("baseline", n)?, o)
+        } else {
+            let base = spawn_child("baseline", n)?;
+            (base, spawn_child("ours", n)?)
+        };
+        memory.push((base.kib_each(n), ours.kib_each(n)));
+        stop.push((base.stop_ms, ours.stop_ms));
+        raw.push(serde_json::json!({"baseline": base, "ours": ours}));
+    }
+    b.details.insert(
+        "6_scale".into(),
+        serde_json::json!({ "sessions": n, "samples": raw }),
+    );
+    Ok(vec![
+        Row::paired(
+            format!("6 scale: {n} parked sessions, RSS per session"),
+            "bare tokio task",
+            "Manager session",
+            "KiB",
+            &memory,
+            Goal::ValueAtMost {
+                max: 16.0,
+                ratio_max: None,
+            },
+        )
+        .note(format!(
+            "VmRSS growth from before the first create until every runner waits on the barrier, / {n}; MemoryStore + MemoryLog, no blob store or scratch dir; one child process per measurement"
+        )),
+        Row::paired(
+            format!("6 scale: stop {n} parked sessions"),
+            "cancel + join bare tasks",
+            "Manager::stop",
+            "ms",
+            &stop,
+            Goal::None,
+        )
+        .note("stop = cancel every run, land (persist skipped), report row, settle, release"),
+    ])
+}

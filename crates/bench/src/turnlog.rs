@@ -1,0 +1,172 @@
+//! Benchmark 5: the turn log. `JsonlLog` against writing the same bytes with
+//! `BufWriter` + `fsync`; `PgLog` and `SqliteLog` throughput in batches of 100.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Result;
+use korvus_log::{Event, EventKind, JsonlLog, LogHeader, LogId, Role, TurnLog};
+use korvus_store_sql::{migrate, open_sqlite, PgLog, SqliteLog};
+
+use crate::pg::Db;
+use crate::report::{Goal, Row};
+use crate::sql::ms;
+use crate::Bench;
+
+const BATCH: usize = 100;
+
+fn events(n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            let turn = (i / 3) as u64;
+            Event::new(match i % 3 {
+                0 => EventKind::TurnStart { turn },
+                1 => EventKind::Message {
+                    role: Role::Assistant,
+                    text: format!("looking at step {i}"),
+                },
+                _ => EventKind::TurnEnd {
+                    turn,
+                    interrupted: false,
+                },
+            })
+        })
+        .collect()
+}
+
+fn header() -> LogHeader {
+    LogHeader::new(LogId::from_uuid(uuid::Uuid::now_v7()))
+}
+
+/// Appends `events` in slices of `batch` through `log`, then flushes;
+/// returns milliseconds including the log's creation.
+async fn through(log: &dyn TurnLog, events: &[Event], batch: usize) -> Result<f64> {
+    let t = Instant::now();
+    let handle = log.create(header()).await?;
+    for chunk in events.chunks(batch) {
+        handle.append(chunk).await?;
+    }
+    handle.flush().await?;
+    let elapsed = ms(t.elapsed());
+    handle.close().await?;
+    Ok(elapsed)
+}
+
+/// The baseline: the same header and event lines through a `BufWriter`,
+/// then `fsync` (`sync_data`, as `JsonlLog::flush` does).
+fn buffered(path: &Path, lines: &[Vec<u8>]) -> Result<f64> {
+    let t = Instant::now();
+    let file = std::fs::File::create(path)?;
+    let mut w = std::io::BufWriter::new(file);
+    for line in lines {
+        w.write_all(line)?;
+    }
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_data()?;
+    Ok(ms(t.elapsed()))
+}
+
+pub(crate) async fn turn_log(b: &mut Bench) -> Result<Vec<Row>> {
+    let (n, runs, sql_runs) = if b.quick {
+        (1_000, 2, 1)
+    } else {
+        (100_000, 5, 3)
+    };
+    let events = events(n);
+    let mut lines = vec![{
+        let mut l = serde_json::to_vec(&header())?;
+        l.push(b'\n');
+        l
+    }];
+    for e in &events {
+        let mut l = serde_json::to_vec(e)?;
+        l.push(b'\n');
+        lines.push(l);
+    }
+    let dir = b.work.join("turnlog");
+    let _ = std::fs::remove_dir_all(&dir);
+    let jsonl = JsonlLog::open_dir(dir.join("jsonl"))?;
+    let mut single = Vec::new();
+    let mut batched = Vec::new();
+    for i in 0..runs {
+        let path = dir.join(format!("baseline-{i}.jsonl"));
+        let (base, one, hundred) = if i % 2 == 0 {
+            let one = through(&jsonl, &events, 1).await?;
+            let hundred = through(&jsonl, &events, BATCH).await?;
+            (buffered(&path, &lines)?, one, hundred)
+        } else {
+            let base = buffered(&path, &lines)?;
+            let hundred = through(&jsonl, &events, BATCH).await?;
+            (base, through(&jsonl, &events, 1).await?, hundred)
+        };
+        single.push((base, one));
+        batched.push((base, hundred));
+    }
+    let per_s = |ms: f64| n as f64 / (ms / 1e3);
+    let jsonl_batched_rate: Vec<f64> = batched.iter().map(|p| per_s(p.1)).collect();
+
+    let mut pg_pairs = Vec::new();
+    {
+        let db = Db::create("log").await?;
+        let pool = db.pool(4).await?;
+        let log = PgLog::new(pool.clone());
+        through(&log, &events[..BATCH.min(n)], BATCH).await?; // prepare statements
+        for i in 0..sql_runs {
+            let ours = through(&log, &events, BATCH).await?;
+            pg_pairs.push((jsonl_batched_rate[i % runs], per_s(ours)));
+        }
+        pool.close().await;
+        db.drop_db().await?;
+    }
+    let mut sqlite_pairs = Vec::new();
+    {
+        let pool = open_sqlite(&dir.join("log.db")).await?;
+        migrate(&pool).await?;
+        let log = SqliteLog::new(pool.clone());
+        through(&log, &events[..BATCH.min(n)], BATCH).await?;
+        for i in 0..sql_runs {
+            let ours = through(&log, &events, BATCH).await?;
+            sqlite_pairs.push((jsonl_batched_rate[i % runs], per_s(ours)));
+        }
+        pool.close().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![
+        Row::paired(
+            format!("5 turn log: {n} events, one append each, then flush"),
+            "BufWriter + fsync",
+            "JsonlLog",
+            "ms",
+            &single,
+            Goal::RatioAtMost { max: 2.0 },
+        )
+        .note("same serialised bytes; baseline gets them pre-serialised, ours serialises; A/B alternated; includes creating the file and the final fsync"),
+        Row::paired(
+            format!("5 turn log: {n} events, appends of {BATCH}, then flush"),
+            "BufWriter + fsync",
+            "JsonlLog",
+            "ms",
+            &batched,
+            Goal::RatioAtMost { max: 2.0 },
+        ),
+        Row::paired(
+            format!("5 turn log: PgLog, appends of {BATCH}"),
+            "JsonlLog appends of 100",
+            "PgLog",
+            "events/s",
+            &pg_pairs,
+            Goal::None,
+        )
+        .note("throughput, higher is better; ratio = PgLog / JsonlLog events/s; the throwaway cluster runs with fsync=off"),
+        Row::paired(
+            format!("5 turn log: SqliteLog, appends of {BATCH}"),
+            "JsonlLog appends of 100",
+            "SqliteLog",
+            "events/s",
+            &sqlite_pairs,
+            Goal::None,
+        )
+        .note("throughput, higher is better; WAL with synchronous=FULL (open_sqlite), one transaction per append"),
+    ])
+}
