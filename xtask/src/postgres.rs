@@ -32,6 +32,8 @@ pub(crate) struct Postgres {
     dir: PathBuf,
     run_as: Option<String>,
     port: u16,
+    /// The server's pid, read from `postmaster.pid` once it is up.
+    postmaster: Option<u32>,
     running: bool,
     removed: bool,
 }
@@ -46,6 +48,7 @@ pub(crate) fn start() -> Result<Postgres> {
         dir,
         run_as,
         port: 0,
+        postmaster: None,
         running: false,
         removed: false,
     };
@@ -161,7 +164,20 @@ impl Postgres {
             self.running = false;
             bail!("pg_ctl start failed with {status}");
         }
+        self.postmaster = std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse().ok());
         Ok(())
+    }
+
+    /// Whether `pid` is still this cluster's server (and not a reused pid).
+    fn is_ours(&self, pid: u32) -> bool {
+        let data = self.data();
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|&b| b == 0)
+                .any(|arg| arg == data.as_os_str().as_encoded_bytes())
+        })
     }
 
     fn pg_ctl_stop(&self, mode: &str) -> Result<()> {
@@ -191,17 +207,18 @@ impl Service for Postgres {
 
     fn stop(&mut self) -> Result<()> {
         let mut result = Ok(());
-        // No pid file: the server is gone already (e.g. it got the Ctrl-C too).
-        let pid_file = self.data().join("postmaster.pid");
-        if self.running && pid_file.exists() {
-            let postmaster = std::fs::read_to_string(&pid_file)
-                .ok()
-                .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok());
-            if let Err(fast) = self.pg_ctl_stop("fast") {
-                eprintln!("xtask: {fast:#}; stopping PostgreSQL with -m immediate");
-                result = self.pg_ctl_stop("immediate");
+        if self.running {
+            if self.data().join("postmaster.pid").exists() {
+                if let Err(fast) = self.pg_ctl_stop("fast") {
+                    eprintln!("xtask: {fast:#}; stopping PostgreSQL with -m immediate");
+                    result = self.pg_ctl_stop("immediate");
+                }
+            } else if let Some(pid) = self.postmaster.filter(|&pid| self.is_ours(pid)) {
+                // The pid file was deleted under the server, so pg_ctl cannot
+                // reach it; stop it directly (fast shutdown).
+                result = crate::run_cmd(Command::new("kill").args(["-INT", &pid.to_string()]));
             }
-            if let Some(pid) = postmaster {
+            if let Some(pid) = self.postmaster {
                 wait_until_reaped(pid);
             }
         }
