@@ -1,0 +1,285 @@
+//! The composition root: which backends a command uses, and the one place a
+//! [`Manager`] is built from them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use korvus_blob::{BlobKey, BlobStore, FsBlobStore};
+use korvus_blob_s3::{S3BlobStore, S3Credentials};
+use korvus_log::TurnLog;
+use korvus_session::{Manager, Runner};
+use korvus_store::Store;
+use korvus_store_sql::{
+    migrate, open_sqlite, PgLog, PgPool, PgStore, SqliteLog, SqlitePool, SqliteStore,
+};
+use korvus_workspace::{GitSeeder, ScratchRoot};
+
+use crate::Global;
+
+/// How long connecting to PostgreSQL may take before the command gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The backends one invocation works on, and where they keep things.
+pub(crate) struct Backends {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) logs: Arc<dyn TurnLog>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
+    /// The data dir (absolute).
+    pub(crate) data_dir: PathBuf,
+    /// The scratch root under the data dir (supplied: never removed).
+    pub(crate) scratch: PathBuf,
+    /// What is stored where, for humans.
+    pub(crate) places: Vec<(&'static str, String)>,
+    pools: Pools,
+}
+
+enum Pools {
+    Sqlite(SqlitePool),
+    Pg(PgPool),
+}
+
+impl Backends {
+    /// Opens the backends `global` selects and applies pending migrations:
+    /// SQLite and files under the data dir by default; PostgreSQL with
+    /// `--database-url`; S3 with `--s3-bucket`.
+    pub(crate) async fn open(global: &Global) -> Result<Self> {
+        std::fs::create_dir_all(&global.data_dir)
+            .with_context(|| format!("cannot create the data dir {}", global.data_dir.display()))?;
+        let data_dir = std::fs::canonicalize(&global.data_dir)
+            .with_context(|| format!("cannot open the data dir {}", global.data_dir.display()))?;
+        let mut places = Vec::new();
+
+        let (store, logs, pools): (Arc<dyn Store>, Arc<dyn TurnLog>, Pools) =
+            match global.database_url.as_deref().filter(|u| !u.is_empty()) {
+                None => {
+                    let db = data_dir.join("korvus.db");
+                    let pool = open_sqlite(&db).await.with_context(|| {
+                        format!("cannot open the SQLite database {}", db.display())
+                    })?;
+                    migrate(&pool)
+                        .await
+                        .with_context(|| format!("cannot migrate {}", db.display()))?;
+                    places.push((
+                        "database (SQLite: rows and turn logs)",
+                        db.display().to_string(),
+                    ));
+                    (
+                        Arc::new(SqliteStore::new(pool.clone())),
+                        Arc::new(SqliteLog::new(pool.clone())),
+                        Pools::Sqlite(pool),
+                    )
+                }
+                Some(url) => {
+                    let pool = connect_pg(url).await?;
+                    migrate(&pool)
+                        .await
+                        .with_context(|| format!("cannot migrate {}", redact(url)))?;
+                    places.push(("database (PostgreSQL: rows and turn logs)", redact(url)));
+                    (
+                        Arc::new(PgStore::new(pool.clone())),
+                        Arc::new(PgLog::new(pool.clone())),
+                        Pools::Pg(pool),
+                    )
+                }
+            };
+
+        let blobs: Arc<dyn BlobStore> = match global.s3_bucket.as_deref().filter(|b| !b.is_empty())
+        {
+            None => {
+                if global.s3_endpoint.is_some() || global.s3_prefix.is_some() {
+                    bail!("--s3-endpoint and --s3-prefix need --s3-bucket");
+                }
+                let root = data_dir.join("blobs");
+                let fs = FsBlobStore::open(&root).with_context(|| {
+                    format!("cannot open the blob directory {}", root.display())
+                })?;
+                places.push(("blobs (files)", root.display().to_string()));
+                Arc::new(fs)
+            }
+            Some(bucket) => {
+                let mut builder = S3BlobStore::builder(bucket, S3Credentials::default_chain())
+                    .force_path_style(global.s3_path_style);
+                if let Some(endpoint) = &global.s3_endpoint {
+                    builder = builder.endpoint_url(endpoint);
+                }
+                if let Some(region) = &global.s3_region {
+                    builder = builder.region(region);
+                }
+                let mut where_ = format!("s3://{bucket}");
+                if let Some(prefix) = &global.s3_prefix {
+                    let key = BlobKey::new(prefix.as_str())
+                        .with_context(|| format!("invalid --s3-prefix {prefix:?}"))?;
+                    builder = builder.key_prefix(key);
+                    where_.push('/');
+                    where_.push_str(prefix);
+                }
+                if let Some(endpoint) = &global.s3_endpoint {
+                    where_.push_str(&format!(" at {endpoint}"));
+                }
+                let s3 = builder.build().await.context("cannot configure S3")?;
+                places.push(("blobs (S3)", where_));
+                Arc::new(s3)
+            }
+        };
+
+        let scratch = data_dir.join("scratch");
+        std::fs::create_dir_all(&scratch)
+            .with_context(|| format!("cannot create the scratch root {}", scratch.display()))?;
+        places.push((
+            "scratch dirs (removed after each run)",
+            scratch.display().to_string(),
+        ));
+        Ok(Self {
+            store,
+            logs,
+            blobs,
+            data_dir,
+            scratch,
+            places,
+            pools,
+        })
+    }
+
+    /// The one place a [`Manager`] is composed: these backends, a git
+    /// seeder reading each incident's pinned repository, the scratch root
+    /// under the data dir, and `runner`.
+    pub(crate) fn manager(
+        &self,
+        runner: Arc<dyn Runner>,
+        run_timeout: Option<Duration>,
+    ) -> Manager {
+        let seeder = GitSeeder::default();
+        let trees = seeder.trees().to_vec();
+        let mut builder = Manager::builder(Arc::clone(&self.store), runner)
+            .turn_log(Arc::clone(&self.logs))
+            .blob_store(Arc::clone(&self.blobs))
+            .scratch_root(ScratchRoot::supplied(&self.scratch))
+            .seeder(Arc::new(seeder), trees);
+        if let Some(timeout) = run_timeout {
+            builder = builder.run_timeout(timeout);
+        }
+        builder.build()
+    }
+
+    /// Where `korvus run` records its pid per session, for `korvus cancel`.
+    pub(crate) fn runs_dir(&self) -> PathBuf {
+        self.data_dir.join("runs")
+    }
+
+    /// Closes the database pools (SQLite checkpoints its log).
+    pub(crate) async fn close(self) {
+        match self.pools {
+            Pools::Sqlite(pool) => pool.close().await,
+            Pools::Pg(pool) => pool.close().await,
+        }
+    }
+}
+
+/// Connects to PostgreSQL, failing fast (and in one line) when the server
+/// cannot be reached: sqlx itself retries refused connections until its
+/// acquire timeout.
+async fn connect_pg(url: &str) -> Result<PgPool> {
+    let shown = redact(url);
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        bail!("unsupported --database-url {shown}: expected postgres://…");
+    }
+    if let Some((host, port)) = host_port(url) {
+        let addr = format!("{host}:{port}");
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addr)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot reach PostgreSQL at {addr}"))
+                )
+            }
+            Err(_) => {
+                bail!("cannot reach PostgreSQL at {addr}: no answer within {CONNECT_TIMEOUT:?}")
+            }
+        }
+    }
+    match tokio::time::timeout(CONNECT_TIMEOUT, PgPool::connect(url)).await {
+        Ok(Ok(pool)) => Ok(pool),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context(format!("cannot connect to {shown}"))),
+        Err(_) => bail!("cannot connect to {shown}: no connection within {CONNECT_TIMEOUT:?}"),
+    }
+}
+
+/// `host` and `port` of a single-host `postgres://` URL; `None` when there
+/// is none to check (unix socket, several hosts).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if hostport.is_empty() || hostport.contains(',') {
+        return None;
+    }
+    if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, tail) = v6.split_once(']')?;
+        let port = tail
+            .strip_prefix(':')
+            .map_or(Some(5432), |p| p.parse().ok())?;
+        return Some((format!("[{host}]"), port));
+    }
+    match hostport.rsplit_once(':') {
+        Some((host, port)) => Some((host.to_owned(), port.parse().ok()?)),
+        None => Some((hostport.to_owned(), 5432)),
+    }
+}
+
+/// The URL with its password replaced, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `path` shown relative to the current directory when it is under it.
+pub(crate) fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(|p| p.display().to_string()))
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/korvus?sslmode=disable"),
+            "postgres://app:***@db:5432/korvus?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgres://app@db/korvus"),
+            "postgres://app@db/korvus"
+        );
+        assert_eq!(redact("postgres:///korvus"), "postgres:///korvus");
+    }
+
+    #[test]
+    fn host_and_port_are_found() {
+        assert_eq!(
+            host_port("postgres://u:p@127.0.0.1:6543/x"),
+            Some(("127.0.0.1".into(), 6543))
+        );
+        assert_eq!(host_port("postgres://db/x"), Some(("db".into(), 5432)));
+        assert_eq!(host_port("postgres://[::1]:7/x"), Some(("[::1]".into(), 7)));
+        assert_eq!(host_port("postgres:///x?host=/run/pg"), None);
+        assert_eq!(host_port("postgres://a,b/x"), None);
+    }
+}

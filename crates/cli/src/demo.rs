@@ -1,0 +1,226 @@
+//! `korvus demo`: the whole lifecycle on whatever backends are selected
+//! (by default the embedded SQLite + files), with the bundled demo agent.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use korvus_command::CommandRunner;
+use korvus_session::CreateSession;
+use korvus_store::{NewIncident, SessionStatus};
+
+use crate::compose::{shown, Backends};
+use crate::inspect::{demo_dir, pin};
+use crate::session::{exit_code, follow, logged_events, summary, Signals};
+use crate::Global;
+
+/// The bundled demo agent (`crates/cli/demo/agent.sh`).
+const AGENT: &str = include_str!("../demo/agent.sh");
+
+/// The files of the demo repository; `skills/` and `docs/` are seeded.
+const REPO_FILES: &[(&str, &str)] = &[
+    (
+        "README.md",
+        "# db-1 operations\n\nNot seeded: only skills/, docs/ and runbooks/ are.\n",
+    ),
+    (
+        "skills/disk-full/SKILL.md",
+        "---\nname: disk-full\ndescription: Find what filled a disk and what is safe to delete.\n---\n# Disk full\n\nStart with `du -x` on the mount, then WAL, logs, temp files.\n",
+    ),
+    (
+        "skills/replication/SKILL.md",
+        "---\nname: replication\ndescription: Diagnose replication slots that stopped advancing.\n---\n# Replication\n\nCheck `pg_replication_slots` for inactive slots holding WAL.\n",
+    ),
+    (
+        "docs/runbook.md",
+        "# db-1 disk runbook\n\n1. Check whether a replication slot holds WAL (`pg_replication_slots`).\n2. Check log retention under /var/log/postgresql.\n3. Never delete files under base/ by hand.\n",
+    ),
+    (
+        "docs/architecture.md",
+        "# db-1\n\nPostgreSQL 16 primary; one logical replication slot (`analytics`).\n",
+    ),
+];
+
+const PROMPT: &str = "db-1 disk is 95% full since 06:41. Why, and what is safe to free?";
+const FOLLOW_UP: &str = "Which files exactly can we delete right now?";
+
+pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let dir = demo_dir(&backends);
+    println!("korvus demo — data dir {}", shown(&backends.data_dir));
+
+    // 1. A git repository with the trees sessions get.
+    let repo = dir.join("repo");
+    build_repo(&repo).await?;
+    let workspace = pin(&repo, "HEAD").await?;
+    println!(
+        "\n1. Git repository {} @ {}; a session gets these trees read-only:",
+        shown(&repo),
+        &workspace.commit[..12.min(workspace.commit.len())]
+    );
+    for (path, _) in REPO_FILES
+        .iter()
+        .filter(|(p, _)| p.starts_with("skills/") || p.starts_with("docs/"))
+    {
+        println!("     {path}");
+    }
+
+    // 2. The agent and a pinned incident.
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, AGENT).with_context(|| format!("cannot write {}", agent.display()))?;
+    let incident = backends
+        .store
+        .create_incident(NewIncident {
+            title: "db-1: disk 95% full".into(),
+            workspace: Some(workspace),
+        })
+        .await
+        .context("cannot create the demo incident")?;
+    println!(
+        "\n2. Incident {} {:?}, pinned to that commit",
+        incident.id, incident.title
+    );
+
+    // 3. A session with the bundled agent, followed live.
+    let runner = CommandRunner::new("sh").arg(&agent);
+    let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
+    let mut signals = Signals::install()?;
+    let session = manager
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: PROMPT.into(),
+            context: vec![],
+        })
+        .await
+        .context("cannot create the demo session")?;
+    println!(
+        "\n3. Session {} runs {} (`sh`, in its scratch dir); live events:",
+        session.id,
+        shown(&agent)
+    );
+    println!("   prompt: {PROMPT}");
+    let (row, elapsed) = follow(&manager, session.id, 0, &mut signals).await?;
+    summary(&backends, &row, elapsed).await?;
+    if row.status != SessionStatus::Completed {
+        manager.stop().await;
+        backends.close().await;
+        return Ok(exit_code(&row));
+    }
+    print_report(&backends, session.id, 1).await?;
+
+    // 4. Reopen with a follow-up: revision 2, unchanged files not stored again.
+    let seen = logged_events(&backends, session.id).await;
+    manager
+        .reopen(session.id, FOLLOW_UP)
+        .await
+        .context("cannot reopen the demo session")?;
+    println!(
+        "\n4. Reopened session {} with a follow-up; live events:",
+        session.id
+    );
+    println!("   message: {FOLLOW_UP}");
+    let (row, elapsed) = follow(&manager, session.id, seen, &mut signals).await?;
+    summary(&backends, &row, elapsed).await?;
+    if row.status == SessionStatus::Completed {
+        print_report(&backends, session.id, 2).await?;
+    }
+    manager.stop().await;
+
+    // 5. Where everything is.
+    println!("\n5. Where everything is stored:");
+    for (what, place) in &backends.places {
+        println!("     {what:<44} {place}");
+    }
+    println!("     {:<44} {}", "demo repository", shown(&repo));
+    println!("     {:<44} {}", "demo agent", shown(&agent));
+    let data = if global.data_dir == Path::new(".korvus") {
+        String::new()
+    } else {
+        format!(" --data-dir {}", global.data_dir.display())
+    };
+    println!("\n   Look around:");
+    println!("     korvus{data} ls");
+    println!("     korvus{data} show {}", session.id);
+    println!("     korvus{data} cat {} --revision 1", session.id);
+    println!("     korvus{data} export {}", session.id);
+    let code = exit_code(&row);
+    backends.close().await;
+    Ok(code)
+}
+
+/// Prints the landed report of `revision`, indented.
+async fn print_report(
+    backends: &Backends,
+    id: korvus_store::SessionId,
+    revision: u32,
+) -> Result<()> {
+    let report = backends
+        .store
+        .get_report(id, revision)
+        .await
+        .with_context(|| format!("cannot read report revision {revision}"))?;
+    let Some(key) = report.markdown_key else {
+        println!("\n   (revision {revision} has no report.md)");
+        return Ok(());
+    };
+    let blob = backends
+        .blobs
+        .get(&korvus_blob::BlobKey::new(key.as_str())?)
+        .await
+        .with_context(|| format!("cannot read {key}"))?;
+    println!("\n   report.md, revision {revision}:");
+    for line in String::from_utf8_lossy(&blob.bytes).lines() {
+        println!("   │ {line}");
+    }
+    Ok(())
+}
+
+/// Creates the demo repository once (later demos reuse it).
+async fn build_repo(repo: &Path) -> Result<()> {
+    if repo.join(".git").is_dir() {
+        return Ok(());
+    }
+    for (path, text) in REPO_FILES {
+        let file = repo.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    git(repo, &["init", "-q"]).await?;
+    git(repo, &["add", "-A"]).await?;
+    git(repo, &["commit", "-q", "-m", "db-1 skills and docs"]).await
+}
+
+async fn git(repo: &Path, args: &[&str]) -> Result<()> {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "user.name=korvus demo",
+            "-c",
+            "user.email=demo@korvus.invalid",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .output()
+        .await
+        .context("cannot run git (is it installed?)")?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

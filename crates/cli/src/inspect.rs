@@ -1,0 +1,335 @@
+//! `incident`, `show`, `ls`, `cat`, `export`, `migrate`: commands that read
+//! (or set up) rows without running an agent.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Context, Result};
+use korvus_blob::BlobKey;
+use korvus_log::{export_jsonl, Access, LogId};
+use korvus_store::{Artifact, IncidentId, IncidentStatus, NewIncident, SessionId, WorkspaceRef};
+
+use crate::compose::Backends;
+use crate::{Global, IncidentCommand};
+
+/// Parses an id given on the command line.
+pub(crate) fn parse_id<T: FromStr>(text: &str, what: &str) -> Result<T> {
+    T::from_str(text.trim()).map_err(|_| anyhow!("{text:?} is not a valid {what} id (a UUID)"))
+}
+
+/// `1234 B`, `1.2 KiB`, `3.4 MiB`.
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// What the harvest manifest of `revision` says, in one line:
+/// `3 stored (…), 2 unchanged, not stored again (…), 4 skipped`.
+pub(crate) async fn harvest_manifest(
+    backends: &Backends,
+    artifacts: &[Artifact],
+    revision: u32,
+) -> Option<String> {
+    let manifest = artifacts
+        .iter()
+        .find(|a| a.revision == revision && a.path == korvus_harvest::MANIFEST_PATH)?;
+    let key = BlobKey::new(manifest.blob_key.as_str()).ok()?;
+    let blob = backends.blobs.get(&key).await.ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&blob.bytes).ok()?;
+    // Sorted: the persist phase stores files concurrently.
+    let paths = |field: &str| -> Vec<String> {
+        let mut paths: Vec<String> = v[field]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["path"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        paths.sort();
+        paths
+    };
+    let stored = paths("stored");
+    let unchanged = paths("unchanged");
+    let skipped = v["skipped"].as_array().map_or(0, Vec::len);
+    let failed = paths("failed");
+    let mut line = format!("{} stored", stored.len());
+    if !stored.is_empty() {
+        let _ = write!(line, " ({})", stored.join(", "));
+    }
+    let _ = write!(line, "; {} unchanged, not stored again", unchanged.len());
+    if !unchanged.is_empty() {
+        let _ = write!(line, " ({})", unchanged.join(", "));
+    }
+    let _ = write!(line, "; {skipped} skipped (hidden, read-only, empty, …)");
+    if !failed.is_empty() {
+        let _ = write!(line, "; {} FAILED ({})", failed.len(), failed.join(", "));
+    }
+    Some(line)
+}
+
+pub(crate) async fn incident(global: &Global, command: IncidentCommand) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    match command {
+        IncidentCommand::New {
+            title,
+            repo,
+            commit,
+        } => {
+            let workspace = match (repo, commit) {
+                (Some(repo), Some(commit)) => Some(pin(&repo, &commit).await?),
+                _ => None,
+            };
+            let incident = backends
+                .store
+                .create_incident(NewIncident {
+                    title,
+                    workspace: workspace.clone(),
+                })
+                .await
+                .context("cannot create the incident")?;
+            match &workspace {
+                Some(w) => eprintln!(
+                    "created incident {:?}, pinned to {} @ {}",
+                    incident.title, w.repo, w.commit
+                ),
+                None => eprintln!("created incident {:?}", incident.title),
+            }
+            println!("{}", incident.id);
+        }
+        IncidentCommand::Ls => {
+            for i in backends.store.list_incidents().await? {
+                println!("{}  {:<6}  {}", i.id, i.status, i.title);
+            }
+        }
+        IncidentCommand::Close { incident } => {
+            let id = parse_id::<IncidentId>(&incident, "incident")?;
+            let i = backends
+                .store
+                .close_incident(id)
+                .await
+                .with_context(|| format!("cannot close incident {id}"))?;
+            println!("incident {} {}", i.id, i.status);
+        }
+    }
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Pins `repo` at `rev`, resolved to a full commit id now, so the pin does
+/// not move with the branch.
+pub(crate) async fn pin(repo: &Path, rev: &str) -> Result<WorkspaceRef> {
+    let repo = std::fs::canonicalize(repo)
+        .with_context(|| format!("repository {} not found", repo.display()))?;
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()
+        .await
+        .context("cannot run git")?;
+    if !out.status.success() {
+        bail!("{rev:?} is not a commit of {}", repo.display());
+    }
+    Ok(WorkspaceRef {
+        repo: repo.display().to_string(),
+        commit: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    })
+}
+
+pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let id = parse_id::<SessionId>(session, "session")?;
+    let s = backends
+        .store
+        .get_session(id)
+        .await
+        .with_context(|| format!("cannot read session {id}"))?;
+    let incident = backends.store.get_incident(s.incident_id).await?;
+    println!("session    {}", s.id);
+    println!("incident   {} {:?}", incident.id, incident.title);
+    println!("status     {}", s.status);
+    println!("exit       {}", s.exit_reason.as_deref().unwrap_or("-"));
+    println!("kind       {} (#{})", s.kind, s.seq);
+    println!("prompt     {}", s.prompt.replace('\n', " ⏎ "));
+    if let Some(w) = &s.workspace_ref {
+        println!("workspace  {} @ {}", w.repo, w.commit);
+    }
+    println!("created    {}", s.created_at);
+    if let Some(ended) = s.ended_at {
+        println!("ended      {ended}");
+    }
+    let c = s.counters;
+    println!(
+        "counters   {} turn(s), {} tool call(s), {} input / {} output tokens",
+        c.turns, c.tool_calls, c.input_tokens, c.output_tokens
+    );
+    let reports = backends.store.list_reports(id).await?;
+    println!("reports");
+    for r in &reports {
+        println!(
+            "  rev {:<3} {:<22} {:>9}  {}",
+            r.revision,
+            r.exit_reason,
+            human_bytes(r.markdown_bytes),
+            r.markdown_key.as_deref().unwrap_or("(no report.md)")
+        );
+    }
+    let mut artifacts = backends.store.list_session_artifacts(id).await?;
+    artifacts.sort_by(|a, b| (a.revision, &a.path).cmp(&(b.revision, &b.path)));
+    println!("artifacts");
+    for a in &artifacts {
+        println!(
+            "  rev {:<3} {:<32} {:>9}  {:<24} {}",
+            a.revision,
+            a.path,
+            human_bytes(a.size_bytes),
+            a.content_type,
+            a.kind
+        );
+    }
+    println!("harvest");
+    for r in &reports {
+        let line = harvest_manifest(&backends, &artifacts, r.revision)
+            .await
+            .unwrap_or_else(|| "no manifest".into());
+        println!("  rev {:<3} {line}", r.revision);
+    }
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let only = only
+        .map(|i| parse_id::<IncidentId>(i, "incident"))
+        .transpose()?;
+    let mut incidents = backends.store.list_incidents().await?;
+    incidents.sort_by_key(|i| i.created_at);
+    for i in incidents.iter().filter(|i| only.is_none_or(|o| o == i.id)) {
+        let state = if i.status == IncidentStatus::Closed {
+            " (closed)"
+        } else {
+            ""
+        };
+        println!("incident {}  {}{state}", i.id, i.title);
+        for s in backends.store.list_sessions(i.id).await? {
+            println!(
+                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}",
+                s.id,
+                s.seq,
+                s.kind,
+                s.status,
+                s.exit_reason.as_deref().unwrap_or("-"),
+                s.created_at.format("%Y-%m-%d %H:%M:%S")
+            );
+        }
+    }
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn cat(
+    global: &Global,
+    session: &str,
+    path: Option<&str>,
+    revision: Option<u32>,
+) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let id = parse_id::<SessionId>(session, "session")?;
+    let key = match path {
+        None => {
+            let reports = backends.store.list_reports(id).await?;
+            let report = match revision {
+                Some(rev) => reports.iter().find(|r| r.revision == rev),
+                None => reports
+                    .iter()
+                    .filter(|r| r.markdown_key.is_some())
+                    .max_by_key(|r| r.revision),
+            }
+            .with_context(|| format!("session {id} has no such report"))?;
+            report
+                .markdown_key
+                .clone()
+                .with_context(|| format!("report revision {} has no report.md", report.revision))?
+        }
+        Some(path) => {
+            let artifacts = backends.store.list_session_artifacts(id).await?;
+            artifacts
+                .iter()
+                .filter(|a| a.path == path && revision.is_none_or(|r| a.revision == r))
+                .max_by_key(|a| a.revision)
+                .with_context(|| format!("session {id} has no artifact {path:?}"))?
+                .blob_key
+                .clone()
+        }
+    };
+    let blob = backends
+        .blobs
+        .get(&BlobKey::new(key.as_str())?)
+        .await
+        .with_context(|| format!("cannot read blob {key}"))?;
+    use std::io::Write as _;
+    std::io::stdout()
+        .write_all(&blob.bytes)
+        .context("cannot write to stdout")?;
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn export(
+    global: &Global,
+    session: &str,
+    output: Option<&Path>,
+) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let id = parse_id::<SessionId>(session, "session")?;
+    let log = backends
+        .logs
+        .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+        .await
+        .with_context(|| format!("cannot open the log of session {id}"))?;
+    let bytes = export_jsonl(&log).await.context("cannot export the log")?;
+    match output {
+        Some(path) => std::fs::write(path, &bytes)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(&bytes)
+                .context("cannot write to stdout")?;
+        }
+    }
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn migrate(global: &Global) -> Result<ExitCode> {
+    // Opening applies the migrations.
+    let backends = Backends::open(global).await?;
+    let db = backends
+        .places
+        .first()
+        .map(|(_, w)| w.clone())
+        .unwrap_or_default();
+    println!("migrations applied: {db}");
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the data dir's demo material goes.
+pub(crate) fn demo_dir(backends: &Backends) -> PathBuf {
+    backends.data_dir.join("demo")
+}

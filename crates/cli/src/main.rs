@@ -1,0 +1,241 @@
+//! `korvus`: runs agent sessions from a terminal.
+//!
+//! With no configuration everything lives in one data dir (`./.korvus`):
+//! a SQLite database (rows and turn logs), a blob directory and the scratch
+//! root; migrations are applied automatically. `--database-url postgres://…`
+//! and `--s3-bucket …` select PostgreSQL and S3 instead; the commands are the
+//! same. `korvus demo` shows the whole lifecycle with a bundled agent.
+//!
+//! This binary is the composition root of korvus: `compose.rs` is the one
+//! place a `Manager` is built from concrete backends.
+//!
+//! Exit codes: 0 completed (or the command succeeded), 1 error, 2 usage,
+//! 3 session failed, 4 session cancelled, 5 session awaiting the user.
+#![deny(missing_docs)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod compose;
+mod demo;
+mod inspect;
+mod session;
+
+/// Exit code of a session that failed.
+const EXIT_FAILED: u8 = 3;
+/// Exit code of a session that was cancelled.
+const EXIT_CANCELLED: u8 = 4;
+/// Exit code of a session that waits for the user.
+const EXIT_AWAITING_USER: u8 = 5;
+
+/// Run AI-agent sessions inside incidents and keep everything they produce.
+#[derive(Debug, Parser)]
+#[command(
+    name = "korvus",
+    version,
+    after_help = "Exit codes: 0 completed / success, 1 error, 2 usage, 3 session failed, \
+                  4 session cancelled, 5 session awaiting the user."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where things are stored.
+#[derive(Debug, Args)]
+struct Global {
+    /// Data dir: SQLite database, blobs and scratch dirs (the latter two
+    /// also with PostgreSQL / S3 when those are not chosen).
+    #[arg(
+        long,
+        env = "KORVUS_DATA_DIR",
+        default_value = ".korvus",
+        global = true
+    )]
+    data_dir: PathBuf,
+    /// PostgreSQL instead of SQLite: `postgres://user:pass@host:5432/db`.
+    #[arg(
+        long,
+        env = "KORVUS_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    database_url: Option<String>,
+    /// S3 bucket instead of the blob directory (credentials from the AWS
+    /// default chain: environment, profile, instance metadata).
+    #[arg(long, env = "KORVUS_S3_BUCKET", global = true)]
+    s3_bucket: Option<String>,
+    /// Endpoint of an S3-compatible service, e.g. `http://127.0.0.1:9000`.
+    #[arg(long, env = "KORVUS_S3_ENDPOINT", global = true)]
+    s3_endpoint: Option<String>,
+    /// The bucket's region.
+    #[arg(long, env = "KORVUS_S3_REGION", global = true)]
+    s3_region: Option<String>,
+    /// Path-style addressing (most self-hosted S3-compatible servers need it).
+    #[arg(long, env = "KORVUS_S3_PATH_STYLE", global = true)]
+    s3_path_style: bool,
+    /// Key prefix inside the bucket.
+    #[arg(long, env = "KORVUS_S3_PREFIX", global = true)]
+    s3_prefix: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, list or close incidents.
+    Incident {
+        #[command(subcommand)]
+        command: IncidentCommand,
+    },
+    /// Start a session with an agent and follow it live until it ends
+    /// (Ctrl-C cancels it; its files and report still land).
+    Run(session::RunArgs),
+    /// Run one more iteration of a finished session with a new message.
+    Reopen(session::ReopenArgs),
+    /// Show a session: status, counters, reports, artifacts, harvest.
+    Show {
+        /// Session id.
+        session: String,
+    },
+    /// List incidents and their sessions.
+    Ls {
+        /// Only this incident.
+        #[arg(long)]
+        incident: Option<String>,
+    },
+    /// Print a session's report, or one of its artifacts.
+    Cat {
+        /// Session id.
+        session: String,
+        /// Artifact path (default: the report).
+        path: Option<String>,
+        /// Revision (default: the newest).
+        #[arg(long)]
+        revision: Option<u32>,
+    },
+    /// Write a session's turn log as JSON lines.
+    Export {
+        /// Session id.
+        session: String,
+        /// Write to this file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Cancel a session run by a `korvus run` on this machine.
+    Cancel {
+        /// Session id.
+        session: String,
+        /// Mark a session `cancelled` whose run is gone (e.g. after a crash).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove scratch dirs a crash left behind.
+    Reap {
+        /// Reap even while `korvus run` processes are alive.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Apply pending database migrations (every command also does).
+    Migrate,
+    /// Show the whole lifecycle on the embedded default with a bundled agent.
+    Demo,
+}
+
+#[derive(Debug, Subcommand)]
+enum IncidentCommand {
+    /// Create an incident; prints its id.
+    New {
+        /// Title.
+        title: String,
+        /// A git repository whose trees (skills/, docs/, runbooks/) each
+        /// session gets, read-only.
+        #[arg(long, requires = "commit")]
+        repo: Option<PathBuf>,
+        /// The revision to pin (resolved to a commit now).
+        #[arg(long, requires = "repo")]
+        commit: Option<String>,
+    },
+    /// List incidents.
+    Ls,
+    /// Close an incident to new sessions.
+    Close {
+        /// Incident id.
+        incident: String,
+    },
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("korvus: error: internal error: {info}");
+    }));
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("korvus: error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("korvus: error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, outermost first.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+/// Library logs go to stderr at the level in `KORVUS_LOG` (default `error`).
+fn init_tracing() {
+    let level = std::env::var("KORVUS_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing_subscriber::filter::LevelFilter>().ok())
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::ERROR);
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .try_init();
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = cli.global;
+    match cli.command {
+        Command::Incident { command } => inspect::incident(&global, command).await,
+        Command::Run(args) => session::run(&global, args).await,
+        Command::Reopen(args) => session::reopen(&global, args).await,
+        Command::Show { session } => inspect::show(&global, &session).await,
+        Command::Ls { incident } => inspect::ls(&global, incident.as_deref()).await,
+        Command::Cat {
+            session,
+            path,
+            revision,
+        } => inspect::cat(&global, &session, path.as_deref(), revision).await,
+        Command::Export { session, output } => {
+            inspect::export(&global, &session, output.as_deref()).await
+        }
+        Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
+        Command::Reap { force } => session::reap(&global, force).await,
+        Command::Migrate => inspect::migrate(&global).await,
+        Command::Demo => demo::demo(&global).await,
+    }
+}

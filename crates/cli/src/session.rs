@@ -1,0 +1,564 @@
+//! `run`, `reopen`, `cancel`, `reap`: commands that drive sessions, and the
+//! live view they share.
+
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use futures::StreamExt;
+use korvus_command::CommandRunner;
+use korvus_log::{Access, Event, EventKind, LogId};
+use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
+use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus, Settlement};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::compose::Backends;
+use crate::inspect::{harvest_manifest, human_bytes, parse_id};
+use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
+
+/// How long a command waits for the final row after the log stream ended.
+const SETTLE_WAIT: Duration = Duration::from_secs(120);
+
+/// The agent a session runs.
+#[derive(Debug, Args)]
+pub(crate) struct AgentArgs {
+    /// The agent program: a path (relative to the current directory) or a
+    /// name looked up in PATH. It speaks the CommandRunner protocol
+    /// (docs/command-runner.md).
+    #[arg(long, value_name = "PROGRAM")]
+    pub(crate) agent: String,
+    /// An argument for the agent (repeat for more).
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub(crate) agent_args: Vec<String>,
+    /// End the session `failed` / `timeout` after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<u64>,
+}
+
+/// `korvus run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The incident (default: a new unpinned incident titled after the prompt).
+    #[arg(long)]
+    pub(crate) incident: Option<String>,
+    /// An artifact of the incident to hand to the session (repeatable).
+    #[arg(long = "context", value_name = "ARTIFACT_ID")]
+    pub(crate) context: Vec<String>,
+    #[command(flatten)]
+    pub(crate) agent: AgentArgs,
+    /// The prompt; `-` reads it from stdin.
+    pub(crate) prompt: String,
+}
+
+/// `korvus reopen`.
+#[derive(Debug, Args)]
+pub(crate) struct ReopenArgs {
+    /// The finished session.
+    pub(crate) session: String,
+    #[command(flatten)]
+    pub(crate) agent: AgentArgs,
+    /// The follow-up message; `-` reads it from stdin.
+    pub(crate) message: String,
+}
+
+impl AgentArgs {
+    pub(crate) fn runner(&self) -> Result<CommandRunner> {
+        let program = if self.agent.contains('/') {
+            let path = std::path::absolute(&self.agent)
+                .with_context(|| format!("invalid agent path {}", self.agent))?;
+            if !path.is_file() {
+                bail!("agent program {} not found", path.display());
+            }
+            path.into_os_string()
+        } else {
+            self.agent.clone().into()
+        };
+        Ok(CommandRunner::new(program).args(&self.agent_args))
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout.map(Duration::from_secs)
+    }
+}
+
+fn text_arg(text: &str) -> Result<String> {
+    if text != "-" {
+        return Ok(text.to_owned());
+    }
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("cannot read stdin")?;
+    Ok(s)
+}
+
+pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let runner = args.agent.runner()?;
+    let prompt = text_arg(&args.prompt)?;
+    let incident = match &args.incident {
+        Some(id) => parse_id::<IncidentId>(id, "incident")?,
+        None => {
+            let title: String = prompt
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(80)
+                .collect();
+            let incident = backends
+                .store
+                .create_incident(NewIncident {
+                    title: if title.trim().is_empty() {
+                        "untitled".into()
+                    } else {
+                        title
+                    },
+                    workspace: None,
+                })
+                .await
+                .context("cannot create an incident")?;
+            println!("incident {} created", incident.id);
+            incident.id
+        }
+    };
+    let context = args
+        .context
+        .iter()
+        .map(|a| {
+            Ok(ContextRequest {
+                artifact_id: parse_id(a, "artifact")?,
+                role: String::new(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let manager = backends.manager(Arc::new(runner), args.agent.timeout());
+    let signals = Signals::install()?;
+    let session = manager
+        .create(CreateSession {
+            incident_id: incident,
+            prompt,
+            context,
+        })
+        .await
+        .context("cannot create the session")?;
+    let revision = session.revision;
+    let code = drive(&backends, &manager, &session, 0, revision, signals).await;
+    manager.stop().await;
+    backends.close().await;
+    code
+}
+
+pub(crate) async fn reopen(global: &Global, args: ReopenArgs) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let runner = args.agent.runner()?;
+    let id = parse_id::<SessionId>(&args.session, "session")?;
+    let message = text_arg(&args.message)?;
+    let manager = backends.manager(Arc::new(runner), args.agent.timeout());
+    let signals = Signals::install()?;
+    let seen = logged_events(&backends, id).await;
+    let revision = backends
+        .store
+        .next_report_revision(id)
+        .await
+        .with_context(|| format!("cannot read session {id}"))?;
+    let session = manager
+        .reopen(id, &message)
+        .await
+        .with_context(|| format!("cannot reopen session {id}"))?;
+    let code = drive(&backends, &manager, &session, seen, revision, signals).await;
+    manager.stop().await;
+    backends.close().await;
+    code
+}
+
+/// Follows a started session to its end, prints the summary and returns the
+/// exit code of its status.
+pub(crate) async fn drive(
+    backends: &Backends,
+    manager: &Manager,
+    session: &Session,
+    skip: u64,
+    revision: u32,
+    mut signals: Signals,
+) -> Result<ExitCode> {
+    let _pid = PidFile::create(&backends.runs_dir(), session.id);
+    println!(
+        "session {} started (incident {}, revision {}); Ctrl-C cancels it",
+        session.id, session.incident_id, revision
+    );
+    let (row, elapsed) = follow(manager, session.id, skip, &mut signals).await?;
+    summary(backends, &row, elapsed).await?;
+    Ok(exit_code(&row))
+}
+
+/// How many events the session's log has now.
+pub(crate) async fn logged_events(backends: &Backends, id: SessionId) -> u64 {
+    match backends
+        .logs
+        .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+        .await
+    {
+        Ok(log) => log.read(0, None).await.map_or(0, |e| e.len() as u64),
+        Err(_) => 0,
+    }
+}
+
+/// SIGINT and SIGTERM, caught for the duration of a run so they cancel the
+/// session instead of killing this process.
+pub(crate) struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub(crate) fn install() -> Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
+/// Prints the session's events as they arrive (skipping the first `skip`)
+/// until its run settled; a signal cancels the session. Returns the final
+/// row and the time it took.
+pub(crate) async fn follow(
+    manager: &Manager,
+    id: SessionId,
+    skip: u64,
+    signals: &mut Signals,
+) -> Result<(Session, Duration)> {
+    let start = Instant::now();
+    let mut events = pin!(manager.watch(id));
+    let mut seen = 0u64;
+    let mut cancelling = false;
+    loop {
+        tokio::select! {
+            item = events.next() => match item {
+                Some(Ok(event)) => {
+                    seen += 1;
+                    if seen > skip {
+                        println!("[{:>6.1}s] {}", start.elapsed().as_secs_f64(), render(&event));
+                    }
+                }
+                Some(Err(e)) => return Err(e).context("cannot follow the session's log"),
+                None => break,
+            },
+            () = signals.recv() => {
+                if cancelling {
+                    eprintln!("korvus: still cancelling session {id}; waiting for its report to land");
+                    continue;
+                }
+                cancelling = true;
+                eprintln!("korvus: cancelling session {id}; its files and report still land");
+                match manager.cancel(id).await {
+                    Ok(_) | Err(SessionError::AlreadyEnded { .. }) => {}
+                    Err(e) => eprintln!("korvus: cancel failed: {e}"),
+                }
+            }
+        }
+    }
+    let row = manager
+        .await_settled(id, SETTLE_WAIT)
+        .await
+        .context("cannot read the final session row")?;
+    Ok((row, start.elapsed()))
+}
+
+/// One event as one line.
+pub(crate) fn render(event: &Event) -> String {
+    fn short(v: &serde_json::Value) -> String {
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        clip(&text, 160)
+    }
+    match &event.kind {
+        EventKind::TurnStart { turn } => format!("── turn {turn} started"),
+        EventKind::TurnEnd { turn, interrupted } => {
+            let how = if *interrupted { " (interrupted)" } else { "" };
+            format!("── turn {turn} ended{how}")
+        }
+        EventKind::Message { role, text } => {
+            let who = serde_json::to_value(role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("{role:?}"));
+            format!("{who}: {}", clip(text, 400))
+        }
+        EventKind::ToolCall { tool, input, .. } => format!("→ {tool} {}", short(input)),
+        EventKind::ToolResult { ok, output, .. } => {
+            format!("← {} {}", if *ok { "ok" } else { "failed" }, short(output))
+        }
+        EventKind::Note { text } => format!("note: {}", clip(text, 400)),
+        other => format!("{other:?}"),
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    let one_line = text.replace('\n', " ⏎ ");
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let cut: String = one_line.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// The exit code of a final row.
+pub(crate) fn exit_code(row: &Session) -> ExitCode {
+    match row.status {
+        SessionStatus::Completed => ExitCode::SUCCESS,
+        SessionStatus::Failed => ExitCode::from(EXIT_FAILED),
+        SessionStatus::Cancelled => ExitCode::from(EXIT_CANCELLED),
+        _ => ExitCode::from(EXIT_AWAITING_USER),
+    }
+}
+
+/// The end-of-run summary: status, counters, the landed report revision,
+/// this revision's artifacts and what the harvest did.
+pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duration) -> Result<()> {
+    let reason = row.exit_reason.as_deref().unwrap_or("-");
+    println!();
+    println!(
+        "session {}: {} (exit reason {reason}) after {:.1}s",
+        row.id,
+        row.status,
+        elapsed.as_secs_f64()
+    );
+    let c = row.counters;
+    println!(
+        "  counters: {} turn(s), {} tool call(s), {} input / {} output tokens",
+        c.turns, c.tool_calls, c.input_tokens, c.output_tokens
+    );
+    let reports = backends
+        .store
+        .list_reports(row.id)
+        .await
+        .context("cannot list reports")?;
+    let Some(report) = reports.iter().max_by_key(|r| r.revision) else {
+        println!("  no report row");
+        return Ok(());
+    };
+    match &report.markdown_key {
+        Some(key) => println!(
+            "  report revision {}: {} ({key})",
+            report.revision,
+            human_bytes(report.markdown_bytes)
+        ),
+        None => println!("  report revision {}: no report.md landed", report.revision),
+    }
+    let artifacts = backends
+        .store
+        .list_session_artifacts(row.id)
+        .await
+        .context("cannot list artifacts")?;
+    let mut this: Vec<_> = artifacts
+        .iter()
+        .filter(|a| a.revision == report.revision && a.path != korvus_harvest::MANIFEST_PATH)
+        .collect();
+    this.sort_by(|a, b| a.path.cmp(&b.path));
+    if !this.is_empty() {
+        println!("  artifacts stored for revision {}:", report.revision);
+        for a in this {
+            println!(
+                "    {:<32} {:>9}  {}",
+                a.path,
+                human_bytes(a.size_bytes),
+                a.content_type
+            );
+        }
+    }
+    if let Some(h) = harvest_manifest(backends, &artifacts, report.revision).await {
+        println!("  harvest: {h}");
+    }
+    Ok(())
+}
+
+/// `<data>/runs/<session>.pid` while a `korvus run` or `reopen` drives the
+/// session, so `korvus cancel` on this machine can reach it.
+struct PidFile(Option<PathBuf>);
+
+impl PidFile {
+    fn create(dir: &Path, id: SessionId) -> Self {
+        let path = dir.join(format!("{id}.pid"));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, std::process::id().to_string()));
+        match written {
+            Ok(()) => Self(Some(path)),
+            Err(e) => {
+                eprintln!(
+                    "korvus: warning: {} not written ({e}); `korvus cancel` cannot reach this run",
+                    path.display()
+                );
+                Self(None)
+            }
+        }
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The pid in a run's pid file, when that process is alive. A stale file is
+/// removed.
+fn live_pid(path: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    if kill(Pid::from_raw(pid), None).is_ok() {
+        Some(pid)
+    } else {
+        let _ = std::fs::remove_file(path);
+        None
+    }
+}
+
+/// Sessions driven by a live `korvus run` on this machine.
+fn live_runs(dir: &Path) -> Vec<(String, i32)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, i32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let session = name.strip_suffix(".pid")?.to_owned();
+            live_pid(&e.path()).map(|pid| (session, pid))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let id = parse_id::<SessionId>(session, "session")?;
+    let row = backends
+        .store
+        .get_session(id)
+        .await
+        .with_context(|| format!("cannot read session {id}"))?;
+    if row.status.is_terminal() {
+        bail!("session {id} already ended ({})", row.status);
+    }
+    let pidfile = backends.runs_dir().join(format!("{id}.pid"));
+    let code = match live_pid(&pidfile) {
+        Some(pid) => {
+            kill(Pid::from_raw(pid), Signal::SIGINT)
+                .with_context(|| format!("cannot signal korvus process {pid}"))?;
+            println!("asked korvus process {pid} to cancel session {id}; waiting for it to land");
+            let deadline = Instant::now() + SETTLE_WAIT;
+            loop {
+                let row = backends.store.get_session(id).await?;
+                if row.status.is_terminal() {
+                    println!(
+                        "session {id}: {} (exit reason {})",
+                        row.status,
+                        row.exit_reason.as_deref().unwrap_or("-")
+                    );
+                    break exit_code(&row);
+                }
+                if Instant::now() > deadline {
+                    bail!("session {id} did not end within {SETTLE_WAIT:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        None if force => {
+            let row = backends
+                .store
+                .settle_session(
+                    id,
+                    Settlement {
+                        status: SessionStatus::Cancelled,
+                        exit_reason: Some(korvus_session::exit::CANCELLED.into()),
+                        counters: row.counters,
+                    },
+                )
+                .await
+                .with_context(|| format!("cannot mark session {id} cancelled"))?;
+            println!("session {id} marked {} (no run owned it)", row.status);
+            ExitCode::SUCCESS
+        }
+        None => bail!(
+            "session {id} is running, but no `korvus run` on this machine drives it \
+             (another host, a crash, or it awaits the user); \
+             `korvus cancel --force {id}` marks it cancelled"
+        ),
+    };
+    backends.close().await;
+    Ok(code)
+}
+
+pub(crate) async fn reap(global: &Global, force: bool) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let live = live_runs(&backends.runs_dir());
+    if !live.is_empty() && !force {
+        let list: Vec<String> = live
+            .iter()
+            .map(|(s, pid)| format!("{s} (pid {pid})"))
+            .collect();
+        bail!(
+            "{} korvus run(s) alive: {}; reaping would remove their scratch dirs (--force to do it anyway)",
+            live.len(),
+            list.join(", ")
+        );
+    }
+    let reaped = korvus_workspace::reap(&backends.scratch)
+        .await
+        .with_context(|| format!("cannot reap {}", backends.scratch.display()))?;
+    println!(
+        "reaped {} scratch dir(s) under {}",
+        reaped.removed.len(),
+        backends.scratch.display()
+    );
+    for id in &reaped.removed {
+        println!("  removed {id}");
+    }
+    for (path, e) in &reaped.failed {
+        eprintln!("korvus: could not remove {}: {e}", path.display());
+    }
+    // Rows a crashed run left `running` (no live run here owns them).
+    let mut stale = Vec::new();
+    for incident in backends.store.list_incidents().await? {
+        for s in backends.store.list_sessions(incident.id).await? {
+            if s.status == SessionStatus::Running
+                && !live.iter().any(|(l, _)| *l == s.id.to_string())
+            {
+                stale.push(s);
+            }
+        }
+    }
+    for s in &stale {
+        println!(
+            "  session {} is `running` with no run here (exit reason {}); `korvus cancel --force {}` ends it",
+            s.id,
+            s.exit_reason.as_deref().unwrap_or("-"),
+            s.id
+        );
+    }
+    let failed = !reaped.failed.is_empty();
+    backends.close().await;
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

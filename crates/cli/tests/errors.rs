@@ -1,0 +1,74 @@
+//! Errors are one line (`korvus: error: …` with the cause), never a panic,
+//! and the exit code is not 0.
+
+use crate::support::{korvus, output, stderr};
+
+fn one_line_error(args: &[&str], expected: &str) {
+    let data = tempfile::tempdir().expect("temp dir");
+    let out = output(korvus(data.path()).args(args));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line:\n{err}");
+    assert!(err.starts_with("korvus: error: "), "{err}");
+    assert!(
+        err.contains(expected),
+        "{args:?}: {expected:?} not in {err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_database_url_is_one_line() {
+    // Port 1 on loopback: nothing listens there.
+    one_line_error(
+        &[
+            "--database-url",
+            "postgres://korvus:secret@127.0.0.1:1/korvus",
+            "ls",
+        ],
+        "cannot reach PostgreSQL at 127.0.0.1:1",
+    );
+}
+
+#[test]
+fn a_database_url_of_another_kind_is_one_line_without_the_password() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let out =
+        output(korvus(data.path()).args(["--database-url", "mysql://u:hunter2@db/x", "migrate"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unsupported --database-url"), "{err}");
+    assert!(!err.contains("hunter2"), "the password leaked: {err}");
+}
+
+#[test]
+fn an_unknown_session_is_one_line() {
+    one_line_error(
+        &["show", "01a22678-f028-712c-ae44-e8e012316fd7"],
+        "cannot read session 01a22678-f028-712c-ae44-e8e012316fd7",
+    );
+}
+
+#[test]
+fn a_malformed_id_is_one_line() {
+    one_line_error(&["export", "nope"], "\"nope\" is not a valid session id");
+}
+
+#[test]
+fn a_missing_agent_program_is_one_line() {
+    one_line_error(
+        &["run", "--agent", "./no/such/agent.sh", "why?"],
+        "agent program",
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let out = output(korvus(data.path()).args(["run", "--no-such-flag"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

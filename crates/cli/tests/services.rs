@@ -1,0 +1,262 @@
+//! `run` + `reopen` + `show` + `export` against PostgreSQL and S3 (moto),
+//! each test on a database and a bucket of its own. Under `cargo xtask
+//! test` (`KORVUS_REQUIRE_SERVICES=1`) missing services fail the test.
+
+use std::process::Command;
+
+use korvus_blob_s3::{S3BlobStore, S3Credentials};
+use sqlx::{Connection, PgConnection};
+
+use crate::support::{korvus, ok, script, session_id};
+
+const ACCESS_KEY_ID: &str = "AKIDKORVUSCLITEST";
+const SECRET_ACCESS_KEY: &str = "korvus-cli-secret";
+
+/// `(database url, s3 endpoint)`, or `None` (said why) when they may be skipped.
+fn services() -> Option<(String, String)> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (
+        get("KORVUS_TEST_DATABASE_URL"),
+        get("KORVUS_TEST_S3_ENDPOINT"),
+    ) {
+        (Some(db), Some(s3)) => Some((db, s3)),
+        _ => {
+            assert!(
+                std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "KORVUS_TEST_DATABASE_URL and KORVUS_TEST_S3_ENDPOINT must be set when \
+                 KORVUS_REQUIRE_SERVICES=1: `cargo xtask test` starts PostgreSQL and moto"
+            );
+            eprintln!(
+                "skipped: KORVUS_TEST_DATABASE_URL / KORVUS_TEST_S3_ENDPOINT not set; \
+                 `cargo xtask test -p korvus-cli` starts the services"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh database on the test server; returns its URL.
+async fn create_database(admin: &str, name: &str) -> String {
+    let mut conn = PgConnection::connect(admin)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create the test database");
+    conn.close().await.ok();
+    let base = admin.split('?').next().unwrap_or(admin);
+    let (server, _) = base.rsplit_once('/').expect("a database in the URL");
+    format!("{server}/{name}")
+}
+
+async fn drop_database(admin: &str, name: &str) {
+    let mut conn = PgConnection::connect(admin)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await
+        .expect("drop the test database");
+    conn.close().await.ok();
+}
+
+async fn s3(endpoint: &str, bucket: &str) -> S3BlobStore {
+    S3BlobStore::builder(
+        bucket,
+        S3Credentials::fixed(ACCESS_KEY_ID, SECRET_ACCESS_KEY),
+    )
+    .endpoint_url(endpoint)
+    .force_path_style(true)
+    .region("us-east-1")
+    .build()
+    .await
+    .expect("build the S3 client")
+}
+
+/// Keys in the bucket.
+async fn keys(store: &S3BlobStore) -> Vec<String> {
+    let page = store
+        .client()
+        .list_objects_v2()
+        .bucket(store.bucket())
+        .send()
+        .await
+        .expect("list the bucket");
+    page.contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect()
+}
+
+async fn empty_and_remove(store: &S3BlobStore) {
+    for key in keys(store).await {
+        store
+            .client()
+            .delete_object()
+            .bucket(store.bucket())
+            .key(key)
+            .send()
+            .await
+            .expect("delete for teardown");
+    }
+    store
+        .client()
+        .delete_bucket()
+        .bucket(store.bucket())
+        .send()
+        .await
+        .expect("delete the bucket");
+}
+
+/// `korvus` configured for PostgreSQL + S3 through the environment, with
+/// credentials from the AWS default chain (its environment variables).
+fn production(data: &std::path::Path, db: &str, endpoint: &str, bucket: &str) -> Command {
+    let mut cmd = korvus(data);
+    cmd.env("KORVUS_DATABASE_URL", db)
+        .env("KORVUS_S3_BUCKET", bucket)
+        .env("KORVUS_S3_ENDPOINT", endpoint)
+        .env("KORVUS_S3_REGION", "us-east-1")
+        .env("KORVUS_S3_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    cmd
+}
+
+const AGENT: &str = r#"
+read -r input
+echo "{\"type\":\"turn_start\",\"turn\":$KORVUS_REVISION}"
+if [ "$KORVUS_RESUME" = 0 ]; then
+    echo "first look at: $input"
+    printf 'host,used\ndb-1,95\n' > usage.csv
+    printf '# Findings\n\nWAL fills the disk.\n' > report.md
+else
+    echo "follow-up: $input"
+    cp report.md r.new && printf '\n## Follow-up\n\n%s\n' "$input" >> r.new && rm -f report.md && mv r.new report.md
+fi
+echo "{\"type\":\"turn_end\",\"turn\":$KORVUS_REVISION}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_reopen_show_export_on_postgres_and_s3() {
+    let Some((admin, endpoint)) = services() else {
+        return;
+    };
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let name = format!("korvus_cli_{suffix}");
+    let bucket = format!("korvus-cli-{suffix}");
+    let db = create_database(&admin, &name).await;
+    let store = s3(&endpoint, &bucket).await;
+    store
+        .client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create the bucket");
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(data.path(), "agent.sh", AGENT);
+    let cmd = || production(data.path(), &db, &endpoint, &bucket);
+
+    let migrated = ok(cmd().arg("migrate"));
+    assert!(
+        migrated.contains("PostgreSQL") || migrated.contains("postgres://"),
+        "{migrated}"
+    );
+    let incident = ok(cmd().args(["incident", "new", "db-1 disk full"]));
+    let incident = incident.trim();
+
+    let run = ok(cmd()
+        .args([
+            "run",
+            "--incident",
+            incident,
+            "--agent",
+            "sh",
+            "--agent-arg",
+        ])
+        .arg(&agent)
+        .arg("why is the disk full?"));
+    assert!(
+        run.contains("assistant: first look at: why is the disk full?"),
+        "{run}"
+    );
+    assert!(run.contains(": completed (exit reason completed)"), "{run}");
+    let id = session_id(&run);
+
+    let reopen = ok(cmd()
+        .args(["reopen", &id, "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("what now?"));
+    assert!(reopen.contains("user: what now?"), "{reopen}");
+    assert!(
+        reopen.contains("assistant: follow-up: what now?"),
+        "{reopen}"
+    );
+    assert!(
+        !reopen.contains("first look at"),
+        "the earlier events are not shown again:\n{reopen}"
+    );
+    assert!(
+        reopen.contains("1 unchanged, not stored again (usage.csv)"),
+        "{reopen}"
+    );
+
+    let show = ok(cmd().args(["show", &id]));
+    assert!(show.contains("status     completed"), "{show}");
+    assert!(show.contains("rev 1   completed"), "{show}");
+    assert!(show.contains("rev 2   completed"), "{show}");
+    assert!(show.contains("usage.csv"), "{show}");
+    assert!(show.contains("text/csv"), "{show}");
+
+    let export = ok(cmd().args(["export", &id]));
+    let lines: Vec<serde_json::Value> = export
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every exported line is JSON"))
+        .collect();
+    assert_eq!(lines[0]["id"], id, "the header comes first");
+    let kinds: Vec<&str> = lines[1..]
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "turn_start").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert!(lines
+        .iter()
+        .any(|e| e["role"] == "user" && e["text"] == "what now?"));
+
+    // The bytes are in the bucket and the rows in PostgreSQL.
+    let stored = keys(&store).await;
+    assert!(
+        stored
+            .iter()
+            .any(|k| k.ends_with("reports/000001/report.md")),
+        "{stored:?}"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|k| k.ends_with("reports/000002/report.md")),
+        "{stored:?}"
+    );
+    let mut conn = PgConnection::connect(&db)
+        .await
+        .expect("connect to the test database");
+    let reports: i64 = sqlx::query_scalar("SELECT count(*) FROM reports")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count reports");
+    assert_eq!(reports, 2);
+    conn.close().await.ok();
+    assert!(
+        !data.path().join("korvus.db").exists(),
+        "no SQLite database in production mode"
+    );
+
+    empty_and_remove(&store).await;
+    drop_database(&admin, &name).await;
+}

@@ -1,0 +1,85 @@
+//! Spawning the built `korvus` binary in a clean environment.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// `korvus --data-dir <data>` with no `KORVUS_*` or AWS settings inherited
+/// from the calling environment, and the demo agent unpaced.
+pub(crate) fn korvus(data: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_korvus"));
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("KORVUS_") || key.starts_with("AWS_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("KORVUS_DEMO_PAUSE", "0")
+        .arg("--data-dir")
+        .arg(data);
+    cmd
+}
+
+/// Runs it to the end.
+pub(crate) fn output(cmd: &mut Command) -> Output {
+    cmd.output().expect("korvus starts")
+}
+
+pub(crate) fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs it and insists on success.
+pub(crate) fn ok(cmd: &mut Command) -> String {
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// The id printed in a `session <id> started` line.
+pub(crate) fn session_id(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("session ")?
+                .split_once(" started")
+                .map(|(id, _)| id.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no `session … started` line in:\n{stdout}"))
+}
+
+/// Writes an agent script and returns its path.
+pub(crate) fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("write the agent script");
+    path
+}
+
+/// A unique `sleep` argument, so `pgrep -f` finds only this test's process.
+pub(crate) fn unique_sleep() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    format!("2000.{}{:09}", std::process::id(), nanos)
+}
+
+/// Whether a process whose command line contains `pattern` exists.
+pub(crate) fn running(pattern: &str) -> bool {
+    Command::new("pgrep")
+        .arg("-f")
+        .arg(pattern)
+        .output()
+        .expect("pgrep runs")
+        .status
+        .success()
+}
