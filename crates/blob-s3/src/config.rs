@@ -21,6 +21,17 @@ pub const DEFAULT_MULTIPART_THRESHOLD: u64 = 16 * 1024 * 1024;
 /// Default part size of a multipart upload: 8 MiB.
 pub const DEFAULT_PART_SIZE: u64 = 8 * 1024 * 1024;
 
+/// Default connect timeout (the SDK's own default).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+
+/// Default limit on one attempt of a call, so a server that accepts
+/// connections but never answers fails (and is retried) instead of hanging
+/// the caller. It covers sending a body, so it also bounds how slow a link
+/// may be: 60 s lets a 16 MiB single-request put through at about 300 KB/s.
+/// A `get` is covered until the response starts; its body is guarded by the
+/// SDK's stalled-stream protection.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Region used with explicit credentials when none is configured. Most
 /// S3-compatible servers accept any region; AWS itself needs the bucket's.
 pub const FALLBACK_REGION: &str = "us-east-1";
@@ -98,8 +109,9 @@ impl fmt::Debug for S3Credentials {
 ///
 /// Defaults: no key prefix; virtual-hosted addressing; region from the
 /// default chain (with [`S3Credentials::default_chain`]) or
-/// [`FALLBACK_REGION`]; the SDK's endpoint for the region; connect timeout
-/// 3.1 s and no operation timeout (the SDK's); standard retries, 3 attempts;
+/// [`FALLBACK_REGION`]; the SDK's endpoint for the region;
+/// [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_ATTEMPT_TIMEOUT`] per attempt and
+/// no limit on a whole call (retries included); standard retries, 3 attempts;
 /// multipart from [`DEFAULT_MULTIPART_THRESHOLD`] in parts of
 /// [`DEFAULT_PART_SIZE`], 4 at a time; listing pages of 1,000 keys; the
 /// SHA-256 checked locally before upload as well as by the server.
@@ -150,7 +162,8 @@ impl S3BlobStoreBuilder {
             endpoint_url: None,
             force_path_style: false,
             timeouts: TimeoutConfig::builder()
-                .connect_timeout(Duration::from_millis(3100))
+                .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
+                .operation_attempt_timeout(DEFAULT_ATTEMPT_TIMEOUT)
                 .build(),
             retry: RetryConfig::standard(),
             multipart_threshold: DEFAULT_MULTIPART_THRESHOLD,
@@ -190,8 +203,10 @@ impl S3BlobStoreBuilder {
         self
     }
 
-    /// The SDK's timeouts (connect, read, per attempt, per operation).
-    /// An operation timeout bounds a call including its retries.
+    /// The SDK's timeouts (connect, read, per attempt, per operation),
+    /// replacing the defaults. An operation timeout bounds a call including
+    /// its retries. Without an attempt or operation timeout, a server that
+    /// accepts connections and never answers makes calls hang.
     pub fn timeouts(mut self, timeouts: TimeoutConfig) -> Self {
         self.timeouts = timeouts;
         self
@@ -239,8 +254,10 @@ impl S3BlobStoreBuilder {
         self
     }
 
-    /// Builds the store. No request is made: a wrong bucket or endpoint shows
-    /// on the first call.
+    /// Builds the store. No request is made (a wrong bucket or endpoint
+    /// shows on the first call), except that the default chain with no
+    /// configured region looks for one, which may ask the EC2 instance
+    /// metadata service.
     ///
     /// # Errors
     /// [`BlobError::Backend`] when the bucket name is empty.
@@ -263,8 +280,10 @@ impl S3BlobStoreBuilder {
                 )),
             #[cfg(feature = "default-chain")]
             Source::DefaultChain => {
+                // The credential providers may need TLS (STS, SSO endpoints)
+                // even when the S3 endpoint is plain HTTP.
                 let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                    .http_client(http.clone())
+                    .http_client(http_client(None))
                     .timeout_config(self.timeouts.clone())
                     .retry_config(self.retry.clone());
                 if let Some(region) = &self.region {

@@ -58,8 +58,8 @@ mod error;
 mod store;
 
 pub use crate::config::{
-    S3BlobStoreBuilder, S3Credentials, DEFAULT_MULTIPART_THRESHOLD, DEFAULT_PART_SIZE,
-    FALLBACK_REGION, MIN_PART_SIZE,
+    S3BlobStoreBuilder, S3Credentials, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MULTIPART_THRESHOLD, DEFAULT_PART_SIZE, FALLBACK_REGION, MIN_PART_SIZE,
 };
 pub use crate::store::S3BlobStore;
 

@@ -33,9 +33,14 @@ async fn debug_output_never_shows_credentials() {
     for credentials in [
         S3Credentials::fixed(ACCESS_KEY_ID, SECRET_ACCESS_KEY),
         S3Credentials::temporary(ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN),
+        // Resolved lazily: with a region given, building makes no request.
+        #[cfg(feature = "default-chain")]
+        S3Credentials::default_chain(),
     ] {
         assert_clean("credentials", &format!("{credentials:?}"));
-        let b = S3BlobStore::builder("bucket", credentials).endpoint_url("http://127.0.0.1:9");
+        let b = S3BlobStore::builder("bucket", credentials)
+            .endpoint_url("http://127.0.0.1:9")
+            .region("us-east-1");
         assert_clean("builder", &format!("{b:?}"));
         let store = b.build().await.unwrap();
         assert_clean("store", &format!("{store:?} {store:#?}"));
