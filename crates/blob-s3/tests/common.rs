@@ -3,6 +3,7 @@
 use std::ops::Deref;
 
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use korvus_blob_s3::{S3BlobStore, S3BlobStoreBuilder, S3Credentials};
 
 /// Distinctive credentials, so tests can look for them in text.
@@ -121,14 +122,33 @@ pub(crate) async fn teardown(fx: Fixture) {
             .send()
             .await
             .expect("list for teardown");
-        for object in page.contents() {
-            client
-                .delete_object()
+        // One DeleteObjects per page (up to 1,000 keys) keeps teardown of
+        // the big listing cases short.
+        let ids: Vec<ObjectIdentifier> = page
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                ObjectIdentifier::builder()
+                    .set_key(o.key().map(str::to_owned))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if !ids.is_empty() {
+            let deleted = client
+                .delete_objects()
                 .bucket(bucket)
-                .key(object.key().unwrap_or_default())
+                .delete(
+                    Delete::builder()
+                        .set_objects(Some(ids))
+                        .quiet(true)
+                        .build()
+                        .expect("delete request"),
+                )
                 .send()
                 .await
                 .expect("delete for teardown");
+            assert!(deleted.errors().is_empty(), "{:?}", deleted.errors());
         }
         match page.next_continuation_token() {
             Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),

@@ -92,3 +92,41 @@ async fn keys_with_spaces_unicode_plus_and_percent_round_trip() {
         common::teardown(fx).await;
     }
 }
+
+/// A key that is valid alone but too long for S3 under the store's prefix
+/// is refused as `InvalidKey` before any request.
+#[tokio::test]
+async fn a_key_too_long_under_the_prefix_is_refused_before_io() {
+    let stub = crate::stub::Stub::start(crate::stub::Parts::Accept).await;
+    let store = common::builder(&stub.endpoint, "bucket")
+        .key_prefix(BlobKey::new("prefix").unwrap())
+        .build()
+        .await
+        .unwrap();
+    let longest = BlobKey::new("k".repeat(korvus_blob::MAX_KEY_BYTES)).unwrap();
+    let body = Bytes::from_static(b"x");
+    let put = store
+        .put(&longest, body.clone(), PutOptions::for_bytes("x/y", &body))
+        .await;
+    assert!(matches!(put, Err(BlobError::InvalidKey { .. })), "{put:?}");
+    assert!(matches!(
+        store.get(&longest).await,
+        Err(BlobError::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        store.delete(&longest).await,
+        Err(BlobError::InvalidKey { .. })
+    ));
+    assert!(stub.seen().is_empty(), "{:?}", stub.seen());
+    // Without a prefix the same key fits.
+    assert_eq!(
+        common::builder(&stub.endpoint, "bucket")
+            .build()
+            .await
+            .unwrap()
+            .object_key(&longest)
+            .unwrap()
+            .len(),
+        korvus_blob::MAX_KEY_BYTES
+    );
+}
