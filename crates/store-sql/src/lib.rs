@@ -105,6 +105,11 @@
     allow(dead_code, unused_imports, unused_macros)
 )]
 
+// Lets `testing` name this crate by its name, so the same file also compiles
+// inside this crate's own test binary.
+#[cfg(feature = "testing")]
+extern crate self as korvus_store_sql;
+
 mod error;
 mod log_rows;
 mod migrate;
@@ -113,6 +118,8 @@ mod postgres;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::migrate::{migrate, Migrations};
 #[cfg(feature = "postgres")]
