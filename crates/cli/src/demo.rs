@@ -13,7 +13,7 @@ use korvus_store::{NewIncident, SessionStatus};
 
 use crate::compose::{shown, Backends};
 use crate::inspect::{demo_dir, pin};
-use crate::session::{exit_code, follow, logged_events, summary, Signals};
+use crate::session::{exit_code, follow, logged_events, summary, PidFile, Signals};
 use crate::Global;
 
 /// The bundled demo agent (`crates/cli/demo/agent.sh`).
@@ -86,32 +86,56 @@ pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
     // 3. A session with the bundled agent, followed live.
     let runner = CommandRunner::new("sh").arg(&agent);
     let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
+    // Whatever happens below, every run is cancelled and joined before the
+    // pools close.
+    let outcome = lifecycle(&backends, &manager, incident.id, &agent).await;
+    manager.stop().await;
+    let (session, row) = match outcome {
+        Ok(done) => done,
+        Err(e) => {
+            backends.close().await;
+            return Err(e);
+        }
+    };
+    where_stored(global, &backends, &repo, &agent, session);
+    let code = exit_code(&row);
+    backends.close().await;
+    Ok(code)
+}
+
+/// Steps 3 and 4: the first run and the reopen, followed live. Returns the
+/// session id and its final row.
+async fn lifecycle(
+    backends: &Backends,
+    manager: &korvus_session::Manager,
+    incident: korvus_store::IncidentId,
+    agent: &Path,
+) -> Result<(korvus_store::SessionId, korvus_store::Session)> {
     let mut signals = Signals::install()?;
     let session = manager
         .create(CreateSession {
-            incident_id: incident.id,
+            incident_id: incident,
             prompt: PROMPT.into(),
             context: vec![],
         })
         .await
         .context("cannot create the demo session")?;
+    let _pid = PidFile::create(&backends.runs_dir(), session.id);
     println!(
         "\n3. Session {} runs {} (`sh`, in its scratch dir); live events:",
         session.id,
-        shown(&agent)
+        shown(agent)
     );
     println!("   prompt: {PROMPT}");
-    let (row, elapsed) = follow(&manager, session.id, 0, &mut signals).await?;
-    summary(&backends, &row, elapsed).await?;
+    let (row, elapsed) = follow(manager, session.id, 0, &mut signals).await?;
+    summary(backends, &row, elapsed).await?;
     if row.status != SessionStatus::Completed {
-        manager.stop().await;
-        backends.close().await;
-        return Ok(exit_code(&row));
+        return Ok((session.id, row));
     }
-    print_report(&backends, session.id, 1).await?;
+    print_report(backends, session.id, 1).await?;
 
     // 4. Reopen with a follow-up: revision 2, unchanged files not stored again.
-    let seen = logged_events(&backends, session.id).await;
+    let seen = logged_events(backends, session.id).await;
     manager
         .reopen(session.id, FOLLOW_UP)
         .await
@@ -121,20 +145,28 @@ pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
         session.id
     );
     println!("   message: {FOLLOW_UP}");
-    let (row, elapsed) = follow(&manager, session.id, seen, &mut signals).await?;
-    summary(&backends, &row, elapsed).await?;
+    let (row, elapsed) = follow(manager, session.id, seen, &mut signals).await?;
+    summary(backends, &row, elapsed).await?;
     if row.status == SessionStatus::Completed {
-        print_report(&backends, session.id, 2).await?;
+        print_report(backends, session.id, 2).await?;
     }
-    manager.stop().await;
+    Ok((session.id, row))
+}
 
-    // 5. Where everything is.
+/// Step 5: where everything is.
+fn where_stored(
+    global: &Global,
+    backends: &Backends,
+    repo: &Path,
+    agent: &Path,
+    session: korvus_store::SessionId,
+) {
     println!("\n5. Where everything is stored:");
     for (what, place) in &backends.places {
         println!("     {what:<44} {place}");
     }
-    println!("     {:<44} {}", "demo repository", shown(&repo));
-    println!("     {:<44} {}", "demo agent", shown(&agent));
+    println!("     {:<44} {}", "demo repository", shown(repo));
+    println!("     {:<44} {}", "demo agent", shown(agent));
     let data = if global.data_dir == Path::new(".korvus") {
         String::new()
     } else {
@@ -142,12 +174,9 @@ pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
     };
     println!("\n   Look around:");
     println!("     korvus{data} ls");
-    println!("     korvus{data} show {}", session.id);
-    println!("     korvus{data} cat {} --revision 1", session.id);
-    println!("     korvus{data} export {}", session.id);
-    let code = exit_code(&row);
-    backends.close().await;
-    Ok(code)
+    println!("     korvus{data} show {session}");
+    println!("     korvus{data} cat {session} --revision 1");
+    println!("     korvus{data} export {session}");
 }
 
 /// Prints the landed report of `revision`, indented.

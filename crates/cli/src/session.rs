@@ -390,10 +390,10 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
 
 /// `<data>/runs/<session>.pid` while a `korvus run` or `reopen` drives the
 /// session, so `korvus cancel` on this machine can reach it.
-struct PidFile(Option<PathBuf>);
+pub(crate) struct PidFile(Option<PathBuf>);
 
 impl PidFile {
-    fn create(dir: &Path, id: SessionId) -> Self {
+    pub(crate) fn create(dir: &Path, id: SessionId) -> Self {
         let path = dir.join(format!("{id}.pid"));
         let written = std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(&path, std::process::id().to_string()));

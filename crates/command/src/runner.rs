@@ -145,6 +145,14 @@ impl CommandRunner {
         message: Option<String>,
     ) -> Result<RunOutcome, CommandError> {
         let scratch = ctx.scratch.clone().ok_or(CommandError::NoScratchDir)?;
+        if ctx.cancel.is_cancelled() {
+            // Cancelled before it started: nothing to stop, nothing written.
+            return Ok(RunOutcome {
+                exit_reason: exit::CANCELLED.to_owned(),
+                author_finished: report_exists(&scratch).await,
+                counters: Counters::default(),
+            });
+        }
         let manifest = Manifest::for_run(&ctx, message.as_deref())
             .write(&scratch)
             .await?;
