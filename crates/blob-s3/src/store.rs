@@ -24,6 +24,9 @@ use crate::error::{Failure, Kind};
 /// `head` report.
 pub(crate) const SHA256_META: &str = "sha256";
 
+/// Most parts S3 accepts in one multipart upload.
+const MAX_PARTS: usize = 10_000;
+
 /// Bodies from this size are hashed on a blocking thread, not on the runtime.
 const HASH_OFF_RUNTIME_FROM: usize = 256 * 1024;
 
@@ -198,7 +201,10 @@ impl S3BlobStore {
         upload_id: &str,
         bytes: Bytes,
     ) -> Result<()> {
-        let part_size = usize::try_from(self.settings.part_size).unwrap_or(usize::MAX);
+        // S3 allows at most 10,000 parts: grow the parts of huge objects.
+        let part_size = usize::try_from(self.settings.part_size)
+            .unwrap_or(usize::MAX)
+            .max(bytes.len().div_ceil(MAX_PARTS));
         let ranges: Vec<(i32, usize, usize)> = (0..bytes.len())
             .step_by(part_size)
             .zip(1..)
@@ -288,7 +294,9 @@ impl BlobStore for S3BlobStore {
     /// (never a part of it), and may leave an incomplete multipart upload.
     async fn put(&self, key: &BlobKey, bytes: Bytes, options: PutOptions) -> Result<()> {
         let object_key = self.object_key(key)?;
-        let multipart = bytes.len() as u64 >= self.settings.multipart_threshold;
+        // An empty body has no parts to upload, whatever the threshold.
+        let multipart =
+            !bytes.is_empty() && bytes.len() as u64 >= self.settings.multipart_threshold;
         if (self.settings.verify_sha256_locally || multipart)
             && digest(bytes.clone()).await? != options.sha256
         {

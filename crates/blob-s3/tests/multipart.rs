@@ -136,3 +136,45 @@ async fn a_failed_multipart_upload_is_aborted() {
     assert_eq!(seen[2].0, "DELETE");
     assert!(seen[2].1.contains("uploadId=stub-upload"), "{seen:?}");
 }
+
+/// With a low threshold, an object whose last part is short round-trips
+/// in three parts, and an empty object still goes up in one request.
+#[tokio::test]
+async fn uneven_parts_and_empty_objects_under_a_low_threshold() {
+    let Some(fx) = common::fixture_with(|b| {
+        b.multipart_threshold(0)
+            .part_size(korvus_blob_s3::MIN_PART_SIZE)
+            .part_concurrency(2)
+    })
+    .await
+    else {
+        return;
+    };
+    let key = BlobKey::new("uneven.bin").unwrap();
+    let body = patterned(2 * korvus_blob_s3::MIN_PART_SIZE as usize + 12_345);
+    fx.put(&key, body.clone(), PutOptions::for_bytes("x/y", &body))
+        .await
+        .unwrap();
+    let raw = fx
+        .client()
+        .head_object()
+        .bucket(fx.bucket())
+        .key(key.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        raw.e_tag()
+            .is_some_and(|t| t.trim_matches('"').ends_with("-3")),
+        "not a 3-part upload: {:?}",
+        raw.e_tag()
+    );
+    assert!(fx.get(&key).await.unwrap().bytes == body, "bytes differ");
+
+    let empty = BlobKey::new("empty").unwrap();
+    fx.put(&empty, Bytes::new(), PutOptions::for_bytes("x/y", b""))
+        .await
+        .unwrap();
+    assert_eq!(fx.head(&empty).await.unwrap().size, 0);
+    common::teardown(fx).await;
+}
