@@ -192,12 +192,13 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     println!("artifacts");
     for a in &artifacts {
         println!(
-            "  rev {:<3} {:<32} {:>9}  {:<24} {}",
+            "  rev {:<3} {:<32} {:>9}  {:<24} {:<12} {}",
             a.revision,
             a.path,
             human_bytes(a.size_bytes),
             a.content_type,
-            a.kind
+            a.kind,
+            a.id
         );
     }
     println!("harvest");

@@ -25,6 +25,9 @@ use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
 /// How long a command waits for the final row after the log stream ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
 
+/// After this long without an event, the live view says the run goes on.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
 /// The agent a session runs.
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
@@ -244,6 +247,7 @@ pub(crate) async fn follow(
     let mut events = pin!(manager.watch(id));
     let mut seen = 0u64;
     let mut cancelling = false;
+    let mut quiet_since = tokio::time::Instant::now();
     loop {
         tokio::select! {
             item = events.next() => match item {
@@ -251,11 +255,16 @@ pub(crate) async fn follow(
                     seen += 1;
                     if seen > skip {
                         println!("[{:>6.1}s] {}", start.elapsed().as_secs_f64(), render(&event));
+                        quiet_since = tokio::time::Instant::now();
                     }
                 }
                 Some(Err(e)) => return Err(e).context("cannot follow the session's log"),
                 None => break,
             },
+            () = tokio::time::sleep_until(quiet_since + HEARTBEAT) => {
+                println!("[{:>6.1}s] … still running", start.elapsed().as_secs_f64());
+                quiet_since = tokio::time::Instant::now();
+            }
             () = signals.recv() => {
                 if cancelling {
                     eprintln!("korvus: still cancelling session {id}; waiting for its report to land");
@@ -473,7 +482,7 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
                         row.status,
                         row.exit_reason.as_deref().unwrap_or("-")
                     );
-                    break exit_code(&row);
+                    break ExitCode::SUCCESS;
                 }
                 if Instant::now() > deadline {
                     bail!("session {id} did not end within {SETTLE_WAIT:?}");

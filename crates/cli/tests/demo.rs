@@ -12,6 +12,8 @@ fn demo_runs_the_whole_lifecycle_on_the_embedded_default() {
         "skills/disk-full/SKILL.md",
         "→ list_seeded_trees",
         "skills/replication/SKILL.md",
+        // the run manifest names the skills of the seeded trees
+        "revision 1; skills: disk-full replication",
         // live events of revision 1
         "── turn 1 started",
         "assistant: Wrote report.md",

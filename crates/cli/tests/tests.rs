@@ -2,6 +2,8 @@
 
 mod support;
 
+mod cancel;
+mod context;
 mod demo;
 mod errors;
 mod services;

@@ -75,5 +75,5 @@ pub use crate::manifest::{
 };
 pub use crate::runner::{
     CommandRunner, AWAITING_USER_CODE, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_STDERR_LINES,
+    DEFAULT_STDERR_LINES, STDERR_LINE_BYTES,
 };

@@ -37,6 +37,10 @@ pub const DEFAULT_STDERR_LINES: usize = 64;
 /// dropped and the event says so.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 256 * 1024;
 
+/// Longest stderr line kept (at most [`CommandRunner::max_line_bytes`]), so
+/// the kept tail stays small: 64 lines of 4 KiB by default.
+pub const STDERR_LINE_BYTES: usize = 4 * 1024;
+
 /// Default time between `SIGTERM` and `SIGKILL` when the runner stops a
 /// process group.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
@@ -212,10 +216,10 @@ impl CommandRunner {
                 .stdout
                 .take()
                 .map(|s| tokio::spawn(read_lines(s, self.max_line_bytes, out_tx))),
-            child
-                .stderr
-                .take()
-                .map(|s| tokio::spawn(read_lines(s, self.max_line_bytes, err_tx))),
+            child.stderr.take().map(|s| {
+                let max = self.max_line_bytes.min(STDERR_LINE_BYTES);
+                tokio::spawn(read_lines(s, max, err_tx))
+            }),
         ];
         // Resolves when the leader has exited but is not yet reaped, so its
         // pid — the group id — cannot be reused while the group is killed.

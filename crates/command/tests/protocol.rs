@@ -208,3 +208,25 @@ async fn a_run_without_a_scratch_dir_fails_clearly() {
     );
     manager.stop().await;
 }
+
+#[tokio::test]
+async fn long_stderr_lines_are_cut_at_four_kib() {
+    let h = harness(sh(
+        r#"head -c 10000 /dev/zero | tr '\0' 'e' >&2; echo >&2; echo '# r' > report.md"#,
+    ))
+    .await;
+    let row = h.run("go").await;
+    let texts = h.texts(row.id).await;
+    let line = texts
+        .iter()
+        .find(|t| t.starts_with("stderr: e"))
+        .expect("the stderr line");
+    assert_eq!(
+        *line,
+        format!(
+            "stderr: {} [line truncated]",
+            "e".repeat(korvus_command::STDERR_LINE_BYTES)
+        )
+    );
+    h.stop().await;
+}
