@@ -5,10 +5,11 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use korvus_log::{Event, EventKind, Role};
+use korvus_log::{Event, EventKind, LogHandle, Role};
 use korvus_session::{exit, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
 use nix::errno::Errno;
@@ -353,7 +354,9 @@ impl Runner for CommandRunner {
     /// # Cancel safety
     /// Dropping the future kills the program's whole process group.
     async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
-        self.execute(ctx, None).await.map_err(run_error)
+        let log = Arc::clone(&ctx.log);
+        let result = self.execute(ctx, None).await;
+        failed(&log, result).await
     }
 
     /// Runs the program again in the reopened session's fresh scratch dir,
@@ -365,15 +368,53 @@ impl Runner for CommandRunner {
     /// # Cancel safety
     /// Dropping the future kills the program's whole process group.
     async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError> {
-        self.execute(ctx, Some(message)).await.map_err(run_error)
+        let log = Arc::clone(&ctx.log);
+        let result = self.execute(ctx, Some(message)).await;
+        failed(&log, result).await
     }
 }
 
-fn run_error(e: CommandError) -> RunError {
-    RunError {
-        message: format!("{e} (exit reason {})", e.reason()),
-        source: Some(Box::new(e)),
+/// Turns a [`CommandError`] into the [`RunError`] the manager expects. An
+/// error raised before the program's output was closed with a note (no
+/// scratch dir, manifest, start, wait) gets its note here, so the log
+/// always says why a run failed.
+async fn failed(
+    log: &LogHandle,
+    result: Result<RunOutcome, CommandError>,
+) -> Result<RunOutcome, RunError> {
+    let e = match result {
+        Ok(outcome) => return Ok(outcome),
+        Err(e) => e,
+    };
+    let noted = matches!(
+        e,
+        CommandError::Exited { .. } | CommandError::Signaled { .. } | CommandError::TimedOut { .. }
+    );
+    let message = format!("{} (exit reason {})", error_chain(&e), e.reason());
+    if !noted {
+        let note = Event::now(EventKind::Note {
+            text: message.clone(),
+        });
+        if let Err(log_error) = log.append(&[note]).await {
+            warn!(error = %log_error, "failure note not logged");
+        }
     }
+    Err(RunError {
+        message,
+        source: Some(Box::new(e)),
+    })
+}
+
+/// An error and its sources, joined with `: `.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

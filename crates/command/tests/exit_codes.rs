@@ -56,6 +56,13 @@ async fn a_program_that_cannot_start_fails() {
     let row = h.run("go").await;
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(row.exit_reason.as_deref(), Some(exit::RUNNER_FAILED));
+    let texts = h.texts(row.id).await;
+    let last = texts.last().expect("a note says why");
+    assert!(
+        last.starts_with("could not start /nonexistent/korvus-agent: ")
+            && last.ends_with("(exit reason runner_failed)"),
+        "{last}"
+    );
     h.stop().await;
 }
 
