@@ -53,9 +53,14 @@
 //! | `default-chain` (default) | [`S3Credentials::default_chain`]: credentials and region from the AWS default chain, through `aws-config` (which brings an STS client) |
 #![deny(missing_docs)]
 
+#[cfg(feature = "testing")]
+extern crate self as korvus_blob_s3;
+
 mod config;
 mod error;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::config::{
     S3BlobStoreBuilder, S3Credentials, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
