@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::{BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_harvest::{persist, PersistConfig, PersistOutcome, PersistRequest};
-use korvus_store::{IncidentId, MemoryStore, SessionId};
+use korvus_store::{IncidentId, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store};
 
 use crate::report::{Goal, Row};
 use crate::sql::ms;
@@ -47,21 +47,61 @@ fn make_tree(dir: &Path, count: usize, size: usize) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-async fn persist_tree(blobs: Arc<dyn BlobStore>, src: &Path) -> PersistOutcome {
-    persist(
-        Arc::new(MemoryStore::new()),
+/// A store holding one incident and one running session, for the rows of
+/// a persist phase (the artifact rows' foreign keys need both).
+struct Target {
+    store: Arc<MemoryStore>,
+    incident: IncidentId,
+    session: SessionId,
+}
+
+async fn target() -> Result<Target> {
+    let store = Arc::new(MemoryStore::new());
+    let incident = store
+        .create_incident(NewIncident {
+            title: "persist".into(),
+            workspace: None,
+        })
+        .await?
+        .id;
+    let session = store
+        .create_session(NewSession {
+            id: SessionId::new(),
+            incident_id: incident,
+            kind: SessionKind::Initial,
+            prompt: "persist".into(),
+            workspace_ref: None,
+        })
+        .await?
+        .id;
+    Ok(Target {
+        store,
+        incident,
+        session,
+    })
+}
+
+/// Runs one persist phase of `src` into `blobs`; returns milliseconds.
+async fn persist_tree(blobs: Arc<dyn BlobStore>, src: &Path, files: usize) -> Result<f64> {
+    let target = target().await?;
+    let t = Instant::now();
+    let outcome = persist(
+        target.store,
         Some(blobs),
         &PersistConfig::default(),
         PersistRequest {
-            incident: IncidentId::new(),
-            session: SessionId::new(),
+            incident: target.incident,
+            session: target.session,
             revision: 1,
             scratch: Some(src.to_path_buf()),
             skip_prefixes: Vec::new(),
             restored: Default::default(),
         },
     )
-    .await
+    .await;
+    let elapsed = ms(t.elapsed());
+    check(&outcome, files)?;
+    Ok(elapsed)
 }
 
 fn check(outcome: &PersistOutcome, files: usize) -> Result<()> {
@@ -100,11 +140,7 @@ pub(crate) async fn persist_fs(b: &mut Bench) -> Result<Vec<Row>> {
         let cp_dir = b.work.join(format!("fs-cp-{i}"));
         let ours = || async {
             let blobs = Arc::new(FsBlobStore::open(&ours_dir)?);
-            let t = Instant::now();
-            let outcome = persist_tree(blobs, &src).await;
-            let elapsed = ms(t.elapsed());
-            check(&outcome, count)?;
-            anyhow::Ok(elapsed)
+            persist_tree(blobs, &src, count).await
         };
         let baseline = || {
             let t = Instant::now();
@@ -145,7 +181,9 @@ pub(crate) async fn persist_s3(b: &mut Bench) -> Result<Vec<Row>> {
         (64, 256 * 1024, 7)
     };
     let endpoint = std::env::var(S3_VAR).with_context(|| {
-        format!("{S3_VAR} is not set: run the benchmarks with `cargo xtask bench`, which starts moto")
+        format!(
+            "{S3_VAR} is not set: run the benchmarks with `cargo xtask bench`, which starts moto"
+        )
     })?;
     let bucket = format!("korvus-bench-{}", uuid::Uuid::now_v7().simple());
     let store = S3BlobStore::builder(&bucket, S3Credentials::fixed("benchkey", "benchsecret"))
@@ -165,17 +203,11 @@ pub(crate) async fn persist_s3(b: &mut Bench) -> Result<Vec<Row>> {
     let src = b.work.join("s3-src");
     let files = make_tree(&src, count, size)?;
     // One warm-up each: connections, credentials, moto's first-request costs.
-    check(&persist_tree(store.clone(), &src).await, count)?;
+    persist_tree(store.clone(), &src, count).await?;
     put_loop(&client, &bucket, &files, "warm").await?;
     let mut pairs = Vec::new();
     for i in 0..runs {
-        let ours = || async {
-            let t = Instant::now();
-            let outcome = persist_tree(store.clone(), &src).await;
-            let elapsed = ms(t.elapsed());
-            check(&outcome, count)?;
-            anyhow::Ok(elapsed)
-        };
+        let ours = || persist_tree(store.clone(), &src, count);
         let pair = if i % 2 == 0 {
             let o = ours().await?;
             (put_loop(&client, &bucket, &files, &i.to_string()).await?, o)

@@ -92,8 +92,10 @@ fn run() -> Result<()> {
         }
     }
     let statements = StatementCounter::default();
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(statements.clone()))
-        .context("installing the statement counter")?;
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(statements.clone()),
+    )
+    .context("installing the statement counter")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -168,9 +170,16 @@ async fn all(
     };
     report.write(&out)?;
     println!("{}", report.markdown());
-    eprintln!("korvus-bench: wrote {}/report.md and report.json", out.display());
+    eprintln!(
+        "korvus-bench: wrote {}/report.md and report.json",
+        out.display()
+    );
     if !failures.is_empty() {
-        bail!("{} benchmark(s) failed:\n{}", failures.len(), failures.join("\n"));
+        bail!(
+            "{} benchmark(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
     Ok(())
 }

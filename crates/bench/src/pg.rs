@@ -56,7 +56,9 @@ impl Db {
         conn.close().await.ok();
         let db = Self { admin, name };
         let pool = db.pool(1).await?;
-        migrate(&pool).await.context("migrating the bench database")?;
+        migrate(&pool)
+            .await
+            .context("migrating the bench database")?;
         pool.close().await;
         Ok(db)
     }
@@ -88,9 +90,12 @@ impl Db {
     /// Drops the database.
     pub(crate) async fn drop_db(self) -> Result<()> {
         let mut conn = PgConnection::connect_with(&self.admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
-            .execute(&mut conn)
-            .await?;
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ))
+        .execute(&mut conn)
+        .await?;
         conn.close().await.ok();
         Ok(())
     }

@@ -129,9 +129,9 @@ impl Row {
     fn check(&self) -> Option<bool> {
         match self.goal {
             Goal::RatioAtMost { max } => Some(self.ratio.median <= max),
-            Goal::ValueAtMost { max, ratio_max } => Some(
-                self.ours.median <= max && ratio_max.is_none_or(|r| self.ratio.median <= r),
-            ),
+            Goal::ValueAtMost { max, ratio_max } => {
+                Some(self.ours.median <= max && ratio_max.is_none_or(|r| self.ratio.median <= r))
+            }
             Goal::None => None,
         }
     }
@@ -253,7 +253,8 @@ impl Report {
     pub(crate) fn write(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let md = dir.join("report.md");
-        std::fs::write(&md, self.markdown()).with_context(|| format!("writing {}", md.display()))?;
+        std::fs::write(&md, self.markdown())
+            .with_context(|| format!("writing {}", md.display()))?;
         let json = dir.join("report.json");
         std::fs::write(&json, serde_json::to_vec_pretty(self)?)
             .with_context(|| format!("writing {}", json.display()))?;
