@@ -320,8 +320,14 @@ pub async fn persist(
     }
 }
 
+/// A snapshot of the outcome, lists sorted by path: uploads finish in any
+/// order, the outcome (and the manifest) should not depend on it.
 fn take(progress: &Mutex<PersistOutcome>) -> PersistOutcome {
-    progress.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    let mut outcome = progress.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    outcome.stored.sort_by(|a, b| a.path.cmp(&b.path));
+    outcome.unchanged.sort_by(|a, b| a.path.cmp(&b.path));
+    outcome.failed.sort_by(|a, b| a.path.cmp(&b.path));
+    outcome
 }
 
 /// Marks an interrupted phase: stored files never got rows, pending ones
@@ -337,6 +343,7 @@ fn cut_short(outcome: &mut PersistOutcome, reason: String) {
             });
         }
     }
+    outcome.failed.sort_by(|a, b| a.path.cmp(&b.path));
     outcome.reason = Some(reason);
 }
 

@@ -623,3 +623,59 @@ mod persist_phase {
         assert_eq!(got.sha256, png.sha256);
     }
 }
+
+mod postgres_s3 {
+    use super::*;
+    use korvus_blob_s3::testing as s3;
+    use korvus_store_sql::testing::PgDb;
+    use korvus_store_sql::PgStore;
+
+    #[tokio::test]
+    async fn persists_to_s3_with_rows_on_postgres() {
+        let db = PgDb::create().await;
+        let bucket = s3::fixture().await;
+        let (Some(db), Some(bucket)) = (db, bucket) else {
+            return;
+        };
+        let env = env_with(Arc::new(PgStore::new(db.pool().clone()))).await;
+        for i in 0..20 {
+            write(
+                env.scratch.path(),
+                &format!("out/f{i:02}.json"),
+                b"{\"ok\":true}",
+            );
+        }
+        write(env.scratch.path(), "report.md", b"# R\n");
+        let blobs: Arc<dyn BlobStore> = Arc::new(bucket.store.clone());
+        let outcome = persist(
+            Arc::clone(&env.store),
+            Some(Arc::clone(&blobs)),
+            &PersistConfig::default(),
+            request(&env, 1),
+        )
+        .await;
+        assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
+        assert_eq!(outcome.stored.len(), 21);
+        assert!(outcome.rows_written);
+        let rows = env
+            .store
+            .list_session_artifacts(env.session.id)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 22, "21 files and the manifest");
+        for row in &rows {
+            let blob = blobs
+                .get(&BlobKey::new(row.blob_key.clone()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(Sha256Digest::of(&blob.bytes).to_hex(), row.sha256);
+            assert_eq!(
+                blob.meta.content_type.as_deref(),
+                Some(row.content_type.as_str())
+            );
+        }
+        drop(env);
+        s3::teardown(bucket).await;
+        db.drop_db().await;
+    }
+}

@@ -1,6 +1,7 @@
 //! Integration tests of korvus-session: the lifecycle on real in-memory
 //! backends behind fault injectors.
 
+mod backends;
 mod support;
 
 use std::sync::Arc;

@@ -1,0 +1,251 @@
+//! End to end on the production backends: PostgreSQL (`PgStore`, `PgLog`)
+//! and S3 (moto), with a real scratch root and `GitSeeder`. Under
+//! `cargo xtask test` these fail, never skip, when a service is missing.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_blob::{BlobKey, BlobStore};
+use korvus_blob_s3::testing as s3;
+use korvus_session::{CreateSession, Manager, RunOutcome};
+use korvus_store::{
+    ArtifactKind, Counters, IncidentId, NewIncident, SessionStatus, Store, WorkspaceRef,
+};
+use korvus_store_sql::testing::PgDb;
+use korvus_store_sql::{PgLog, PgStore};
+use korvus_workspace::{default_trees, GitSeeder, ScratchRoot};
+
+use crate::support::{settled, write, ScriptRunner};
+
+/// PostgreSQL + S3 for one test; `None` when both may be skipped.
+struct Backends {
+    db: PgDb,
+    bucket: s3::Fixture,
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn BlobStore>,
+    logs: Arc<PgLog>,
+}
+
+impl Backends {
+    async fn new() -> Option<Self> {
+        // Ask both, so a missing service fails under `cargo xtask test`
+        // whichever it is.
+        let db = PgDb::create().await;
+        let bucket = s3::fixture().await;
+        let (db, bucket) = (db?, bucket?);
+        let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
+        let blobs: Arc<dyn BlobStore> = Arc::new(bucket.store.clone());
+        let logs = Arc::new(PgLog::new(db.pool().clone()));
+        Some(Self {
+            db,
+            bucket,
+            store,
+            blobs,
+            logs,
+        })
+    }
+
+    async fn teardown(self) {
+        drop((self.store, self.blobs, self.logs));
+        s3::teardown(self.bucket).await;
+        self.db.drop_db().await;
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A repository with `skills/` and `docs/`; returns its pinned commit.
+fn repo(dir: &Path) -> String {
+    git(dir, &["init", "-q", "-b", "main"]);
+    write(
+        dir,
+        "skills/triage/SKILL.md",
+        "---\nname: triage\ndescription: Find what broke first\n---\nSteps.\n",
+    );
+    write(dir, "docs/db.md", "# Databases\n");
+    write(dir, "src/ignored.rs", "fn main() {}\n");
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "pinned"]);
+    let pinned = git(dir, &["rev-parse", "HEAD"]);
+    write(dir, "docs/db.md", "# Changed after the pin\n");
+    git(dir, &["commit", "-qam", "later"]);
+    pinned
+}
+
+#[tokio::test]
+async fn postgres_s3_git_end_to_end() {
+    let Some(b) = Backends::new().await else {
+        return;
+    };
+    let repo_dir = tempfile::tempdir().unwrap();
+    let commit = repo(repo_dir.path());
+    let root = tempfile::tempdir().unwrap();
+    let incident = b
+        .store
+        .create_incident(NewIncident {
+            title: "db-1 disk full".into(),
+            workspace: Some(WorkspaceRef {
+                repo: repo_dir.path().display().to_string(),
+                commit: commit.clone(),
+            }),
+        })
+        .await
+        .unwrap();
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        let dir = ctx.scratch.clone().expect("scratch dir");
+        // Seeded at the pinned commit, read-only, only the configured trees.
+        let docs = std::fs::read_to_string(dir.join("docs/db.md")).unwrap();
+        assert_eq!(docs, "# Databases\n");
+        assert!(!dir.join("src").exists());
+        assert!(std::fs::metadata(dir.join("docs/db.md"))
+            .unwrap()
+            .permissions()
+            .readonly());
+        assert_eq!(ctx.skills.skills().len(), 1);
+        crate::support::log_turn(&ctx, 1).await;
+        write(&dir, "report.md", "# Disk full\n\nThe WAL grew.\n");
+        write(&dir, "evidence/df.txt", "100%\n");
+        Ok(RunOutcome::completed(Counters {
+            turns: 1,
+            ..Counters::default()
+        }))
+    });
+    let manager = Manager::builder(Arc::clone(&b.store), Arc::new(runner))
+        .blob_store(Arc::clone(&b.blobs))
+        .turn_log(b.logs.clone())
+        .scratch_root(ScratchRoot::supplied(root.path()))
+        .seeder(Arc::new(GitSeeder::default()), default_trees())
+        .build();
+    let s = manager
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: "why is db-1 full?".into(),
+            context: vec![],
+        })
+        .await
+        .unwrap();
+    let done = settled(&manager, &s).await;
+    assert_eq!(done.status, SessionStatus::Completed, "{done:?}");
+    let report = b.store.get_report(s.id, 1).await.unwrap();
+    let key = BlobKey::new(report.markdown_key.expect("markdown key")).unwrap();
+    let doc = b.blobs.get(&key).await.unwrap();
+    assert_eq!(&doc.bytes[..], b"# Disk full\n\nThe WAL grew.\n");
+    let arts = b.store.list_session_artifacts(s.id).await.unwrap();
+    let paths: Vec<&str> = arts.iter().map(|a| a.path.as_str()).collect();
+    assert!(
+        paths.contains(&"report.md") && paths.contains(&"evidence/df.txt"),
+        "{paths:?}"
+    );
+    assert!(!paths
+        .iter()
+        .any(|p| p.starts_with("docs/") || p.starts_with("skills/")));
+    for a in &arts {
+        let blob = b
+            .blobs
+            .get(&BlobKey::new(a.blob_key.clone()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            korvus_blob::Sha256Digest::of(&blob.bytes).to_hex(),
+            a.sha256
+        );
+    }
+    assert_eq!(
+        arts.iter().find(|a| a.path == "report.md").unwrap().kind,
+        ArtifactKind::Report
+    );
+    assert!(
+        std::fs::read_dir(root.path()).unwrap().next().is_none(),
+        "scratch dir released"
+    );
+    manager.stop().await;
+    b.teardown().await;
+}
+
+#[tokio::test]
+async fn postgres_s3_reopen_restores_and_races() {
+    let Some(b) = Backends::new().await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let incident: IncidentId = b
+        .store
+        .create_incident(NewIncident {
+            title: "reopen".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap()
+        .id;
+    let runner = ScriptRunner::new(|ctx, msg| async move {
+        let dir = ctx.scratch.clone().unwrap();
+        match msg {
+            None => {
+                write(&dir, "report.md", "# R1\n");
+                write(&dir, "same.txt", "same");
+            }
+            Some(_) => {
+                assert_eq!(
+                    std::fs::read_to_string(dir.join("same.txt")).unwrap(),
+                    "same"
+                );
+                write(&dir, "report.md", &format!("# R{}\n", ctx.revision));
+            }
+        }
+        Ok(RunOutcome::completed(Counters::default()))
+    });
+    let manager = Manager::builder(Arc::clone(&b.store), Arc::new(runner))
+        .blob_store(Arc::clone(&b.blobs))
+        .turn_log(b.logs.clone())
+        .scratch_root(ScratchRoot::supplied(root.path()))
+        .settle_timeout(Duration::from_secs(10))
+        .build();
+    let s = manager
+        .create(CreateSession {
+            incident_id: incident,
+            prompt: "first".into(),
+            context: vec![],
+        })
+        .await
+        .unwrap();
+    settled(&manager, &s).await;
+    for round in 0..10u32 {
+        let results =
+            futures::future::join_all((0..8).map(|_| manager.reopen(s.id, "again"))).await;
+        assert_eq!(
+            results.iter().filter(|r| r.is_ok()).count(),
+            1,
+            "round {round}"
+        );
+        let done = settled(&manager, &s).await;
+        assert_eq!(done.status, SessionStatus::Completed);
+    }
+    let reports = b.store.list_reports(s.id).await.unwrap();
+    assert_eq!(reports.len(), 11, "one revision per round");
+    let arts = b.store.list_session_artifacts(s.id).await.unwrap();
+    assert_eq!(
+        arts.iter().filter(|a| a.path == "same.txt").count(),
+        1,
+        "the unchanged file is stored once"
+    );
+    manager.stop().await;
+    b.teardown().await;
+}
