@@ -73,11 +73,12 @@ pub(crate) fn unique_sleep() -> String {
     format!("2000.{}{:09}", std::process::id(), nanos)
 }
 
-/// Whether a process whose command line contains `pattern` exists.
+/// Whether a process whose command line starts with `pattern` exists
+/// (anchored, so the shell that started it does not count).
 pub(crate) fn running(pattern: &str) -> bool {
     Command::new("pgrep")
         .arg("-f")
-        .arg(pattern)
+        .arg(format!("^{pattern}"))
         .output()
         .expect("pgrep runs")
         .status

@@ -51,7 +51,8 @@ async fn a_group_that_ignores_sigterm_is_killed() {
 async fn a_background_process_left_at_exit_is_killed() {
     let arg = unique_sleep();
     let h = harness(sh(&format!(
-        "echo '# r' > report.md; (trap '' TERM; sleep {arg}) >/dev/null 2>&1 & echo done"
+        "echo '# r' > report.md; (trap '' TERM; sleep {arg}) >/dev/null 2>&1 &
+         until pgrep -f '^sleep {arg}' >/dev/null; do sleep 0.05; done; echo done"
     )))
     .await;
     let row = h.run("go").await;
