@@ -6,5 +6,6 @@ mod cancel;
 mod context;
 mod demo;
 mod errors;
+mod ops;
 mod services;
 mod sigint;
