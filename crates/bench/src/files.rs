@@ -10,7 +10,9 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::{BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_harvest::{persist, PersistConfig, PersistOutcome, PersistRequest};
-use korvus_store::{IncidentId, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store};
+use korvus_store::{
+    IncidentId, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store,
+};
 
 use crate::report::{Goal, Row};
 use crate::sql::ms;
@@ -205,19 +207,49 @@ pub(crate) async fn persist_s3(b: &mut Bench) -> Result<Vec<Row>> {
     // One warm-up each: connections, credentials, moto's first-request costs.
     persist_tree(store.clone(), &src, count).await?;
     put_loop(&client, &bucket, &files, "warm").await?;
+    // Where the time goes on the server side: moto's CPU time per side.
+    let moto = moto_pid(&endpoint);
+    let mut moto_cpu = (0.0, 0.0);
     let mut pairs = Vec::new();
     for i in 0..runs {
-        let ours = || persist_tree(store.clone(), &src, count);
-        let pair = if i % 2 == 0 {
+        let cpu = || moto.and_then(cpu_secs).unwrap_or(0.0);
+        let ours = || async {
+            let before = cpu();
+            let ms = persist_tree(store.clone(), &src, count).await?;
+            anyhow::Ok((ms, cpu() - before))
+        };
+        let base = || async {
+            let before = cpu();
+            let ms = put_loop(&client, &bucket, &files, &i.to_string()).await?;
+            anyhow::Ok((ms, cpu() - before))
+        };
+        let (b_run, o_run) = if i % 2 == 0 {
             let o = ours().await?;
-            (put_loop(&client, &bucket, &files, &i.to_string()).await?, o)
+            (base().await?, o)
         } else {
-            let l = put_loop(&client, &bucket, &files, &i.to_string()).await?;
+            let l = base().await?;
             (l, ours().await?)
         };
-        pairs.push(pair);
+        moto_cpu.0 += b_run.1;
+        moto_cpu.1 += o_run.1;
+        pairs.push((b_run.0, o_run.0));
     }
     let _ = std::fs::remove_dir_all(&src);
+    let wall: (f64, f64) = pairs
+        .iter()
+        .fold((0.0, 0.0), |acc, p| (acc.0 + p.0 / 1e3, acc.1 + p.1 / 1e3));
+    b.details.insert(
+        "4_persist_s3".into(),
+        serde_json::json!({
+            "moto_pid": moto,
+            "moto_cpu_secs": {"baseline": moto_cpu.0, "ours": moto_cpu.1},
+            "wall_secs": {"baseline": wall.0, "ours": wall.1},
+            "moto_cpu_share_of_wall": {
+                "baseline": moto_cpu.0 / wall.0,
+                "ours": moto_cpu.1 / wall.1,
+            },
+        }),
+    );
     Ok(vec![Row::paired(
         format!("4 persist {count} × {} KiB to S3", size / 1024),
         "sequential put loop",
@@ -229,6 +261,42 @@ pub(crate) async fn persist_s3(b: &mut Bench) -> Result<Vec<Row>> {
     .note(format!(
         "moto {endpoint} on this machine; A/B alternated over {runs} runs after one warm-up each; ours uses PersistConfig::default() (8 uploads in flight, SHA-256 sent for the server to verify); baseline reads each file and puts it with the same aws-sdk-s3 client, one at a time, no checksum"
     ))])
+}
+
+/// The pid of the moto server listening on `endpoint`'s port, if this
+/// machine runs it.
+fn moto_pid(endpoint: &str) -> Option<u32> {
+    let port = endpoint.rsplit(':').next()?.trim_end_matches('/');
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_moto = args.iter().any(|a| a.ends_with(b"moto_server"));
+        let on_port = args
+            .windows(2)
+            .any(|w| w[0] == b"-p" && w[1] == port.as_bytes());
+        if is_moto && on_port {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// User + system CPU seconds `pid` has used (all its threads), assuming the
+/// usual 100 clock ticks per second.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 async fn put_loop(
@@ -254,4 +322,15 @@ async fn put_loop(
             .with_context(|| format!("put {name}"))?;
     }
     Ok(ms(t.elapsed()))
+}
+
+/// `korvus-bench profile persist-fs`: only the persist side of benchmark 3,
+/// for a profiler.
+pub(crate) async fn profile_fs(dir: &Path, count: usize, size: usize) -> Result<()> {
+    let src = dir.join("src");
+    make_tree(&src, count, size)?;
+    let blobs = Arc::new(FsBlobStore::open(dir.join("blobs"))?);
+    let ms = persist_tree(blobs, &src, count).await?;
+    eprintln!("persisted {count} × {size} bytes in {ms:.1} ms");
+    Ok(())
 }

@@ -49,6 +49,7 @@ pub(crate) struct Bench {
 }
 
 const USAGE: &str = "usage: korvus-bench [--quick] [--out DIR] [--only 1,2,…]";
+const PROFILE_USAGE: &str = "usage: korvus-bench profile jsonl-single|jsonl-batch|persist-fs";
 
 fn main() -> ExitCode {
     match run() {
@@ -66,6 +67,23 @@ fn run() -> Result<()> {
         let kind = args.get(1).context(USAGE)?;
         let n = args.get(2).context(USAGE)?.parse()?;
         return scale::child(kind, n);
+    }
+    if args.first().map(String::as_str) == Some("profile") {
+        // Only "ours" of one benchmark, without services, to run under a
+        // profiler (perf, valgrind, strace): see docs/bench.md.
+        let what = args.get(1).context(PROFILE_USAGE)?.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(async {
+            let dir = tempfile::tempdir()?;
+            match what.as_str() {
+                "jsonl-single" => turnlog::profile(dir.path(), 100_000, 1).await,
+                "jsonl-batch" => turnlog::profile(dir.path(), 100_000, 100).await,
+                "persist-fs" => files::profile_fs(dir.path(), 64, 1024 * 1024).await,
+                _ => bail!("{PROFILE_USAGE}"),
+            }
+        });
     }
     let mut quick = false;
     let mut out = PathBuf::from("target/bench");

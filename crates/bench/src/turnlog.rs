@@ -170,3 +170,11 @@ pub(crate) async fn turn_log(b: &mut Bench) -> Result<Vec<Row>> {
         .note("throughput, higher is better; WAL with synchronous=FULL (open_sqlite), one transaction per append"),
     ])
 }
+
+/// `korvus-bench profile jsonl-*`: only the `JsonlLog` side, for a profiler.
+pub(crate) async fn profile(dir: &Path, n: usize, batch: usize) -> Result<()> {
+    let log = JsonlLog::open_dir(dir)?;
+    let ms = through(&log, &events(n), batch).await?;
+    eprintln!("{n} events in appends of {batch}: {ms:.1} ms");
+    Ok(())
+}
