@@ -399,10 +399,10 @@ async fn failed(
             warn!(error = %log_error, "failure note not logged");
         }
     }
-    Err(RunError {
-        message,
-        source: Some(Box::new(e)),
-    })
+    let reason = e.reason();
+    Err(RunError::msg(message)
+        .with_exit_reason(reason)
+        .with_source(e))
 }
 
 /// An error and its sources, joined with `: `.

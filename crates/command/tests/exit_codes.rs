@@ -41,7 +41,7 @@ async fn another_code_fails_with_the_code_in_the_log() {
     let h = harness(sh("echo '# r' > report.md; echo boom >&2; exit 3")).await;
     let row = h.run("go").await;
     assert_eq!(row.status, SessionStatus::Failed);
-    assert_eq!(row.exit_reason.as_deref(), Some(exit::RUNNER_FAILED));
+    assert_eq!(row.exit_reason.as_deref(), Some("exit_code_3"));
     let texts = h.texts(row.id).await;
     assert_eq!(texts[texts.len() - 2], "stderr: boom");
     let last = texts.last().expect("a closing note");

@@ -72,7 +72,7 @@ async fn the_runner_timeout_kills_the_group_and_fails() {
     let h = harness(runner).await;
     let row = h.run("go").await;
     assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
-    assert_eq!(row.exit_reason.as_deref(), Some(exit::RUNNER_FAILED));
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::TIMEOUT));
     let texts = h.texts(row.id).await;
     let last = texts.last().expect("closing note");
     assert!(

@@ -77,7 +77,7 @@ pub enum RunResult {
 ///
 /// | run | status | exit reason |
 /// |---|---|---|
-/// | runner error | `failed` | `runner_failed` |
+/// | runner error | `failed` | the error's `exit_reason`, else `runner_failed` |
 /// | panicked | `failed` | `panicked` |
 /// | timed out | `failed` | `timeout` |
 /// | cancelled | `cancelled` | `cancelled` |
@@ -85,7 +85,12 @@ pub enum RunResult {
 /// | returned anything else | `completed` | as returned |
 pub fn status_for(result: &RunResult) -> (SessionStatus, String) {
     match result {
-        RunResult::Failed(_) => (SessionStatus::Failed, exit::RUNNER_FAILED.into()),
+        RunResult::Failed(e) => (
+            SessionStatus::Failed,
+            e.exit_reason
+                .clone()
+                .unwrap_or_else(|| exit::RUNNER_FAILED.into()),
+        ),
         RunResult::Panicked => (SessionStatus::Failed, exit::PANICKED.into()),
         RunResult::TimedOut => (SessionStatus::Failed, exit::TIMEOUT.into()),
         RunResult::Cancelled(_) => (SessionStatus::Cancelled, exit::CANCELLED.into()),

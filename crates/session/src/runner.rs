@@ -109,7 +109,8 @@ impl RunOutcome {
     }
 }
 
-/// A runner failed; the session settles `failed` / `runner_failed`.
+/// A runner failed; the session settles `failed` with
+/// [`exit_reason`](RunError::exit_reason), or `runner_failed` without one.
 #[derive(Debug, thiserror::Error)]
 #[error("runner failed: {message}")]
 pub struct RunError {
@@ -118,6 +119,9 @@ pub struct RunError {
     /// The cause, if any.
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The exit reason the session settles with (e.g. `exit_code_3`);
+    /// `None` means [`exit::RUNNER_FAILED`].
+    pub exit_reason: Option<String>,
 }
 
 impl RunError {
@@ -126,7 +130,23 @@ impl RunError {
         Self {
             message: message.into(),
             source: None,
+            exit_reason: None,
         }
+    }
+
+    /// Adds the cause.
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the exit reason the session settles with.
+    pub fn with_exit_reason(mut self, reason: impl Into<String>) -> Self {
+        self.exit_reason = Some(reason.into());
+        self
     }
 }
 

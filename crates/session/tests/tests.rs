@@ -362,6 +362,20 @@ mod faults {
     }
 
     #[tokio::test]
+    async fn runner_error_may_name_its_exit_reason() {
+        let env = Env::new().await;
+        let manager = env
+            .builder(ScriptRunner::new(|_, _| async move {
+                Err(RunError::msg("agent exited with code 3").with_exit_reason("exit_code_3"))
+            }))
+            .build();
+        let row = one(&env, &manager).await;
+        assert_eq!(row.status, SessionStatus::Failed);
+        assert_eq!(row.exit_reason.as_deref(), Some("exit_code_3"));
+        manager.stop().await;
+    }
+
+    #[tokio::test]
     async fn runner_panic_settles_failed_panicked_and_the_process_lives() {
         let env = Env::new().await;
         let manager = env
