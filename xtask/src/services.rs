@@ -23,7 +23,6 @@ pub(crate) fn install_interrupt_handler() -> Result<()> {
 }
 
 /// Whether Ctrl-C was pressed; long waits (service start-up) poll it.
-#[allow(dead_code)] // Used by services that wait for start-up.
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
