@@ -66,6 +66,7 @@ async fn round_trips_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
             let session = run_one(&manager, incident.id).await?;
             let calls = counting.calls()[calls_before..].to_vec();
             let stmts = b.statements.count();
+            let texts = b.statements.texts();
             let settled = counting.get_session(session).await?.status;
             if settled != korvus_store::SessionStatus::Completed {
                 bail!("the lifecycle with {n} files ended {settled}");
@@ -74,7 +75,7 @@ async fn round_trips_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
                 format!("n{n}"),
                 json!({
                     "store_calls": calls.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>(),
-                    "postgres_statements": b.statements.texts(),
+                    "postgres_statements": texts,
                 }),
             );
             samples.push((calls.len(), stmts));
