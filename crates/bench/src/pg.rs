@@ -1,7 +1,7 @@
 //! PostgreSQL for the benchmarks: a fresh migrated database per benchmark,
 //! and a statement counter fed by the server's own statement log.
 //!
-//! Counting: a pool opened with [`counted_pool`] sets `log_statement = all`
+//! Counting: a pool opened with [`Db::counted_pool`] sets `log_statement = all`
 //! and `client_min_messages = log` for its sessions (the role is a superuser
 //! on the throwaway cluster). PostgreSQL then sends every statement it
 //! executes back to that client as a `LOG` notice, which sqlx turns into a
