@@ -268,8 +268,9 @@ impl fmt::Display for PersistOutcome {
 /// degrades to a reported file.
 ///
 /// # Cancel safety
-/// Dropping the returned future does not stop the phase's task; it runs to
-/// completion or to its timeout.
+/// Dropping the returned future does not stop the phase's task, but the
+/// timeout is enforced by this future: a dropped call's task then runs until
+/// it finishes. Await it (the session layer always does).
 pub async fn persist(
     store: Arc<dyn Store>,
     blobs: Option<Arc<dyn BlobStore>>,
@@ -335,6 +336,8 @@ fn take(progress: &Mutex<PersistOutcome>) -> PersistOutcome {
 fn cut_short(outcome: &mut PersistOutcome, reason: String) {
     warn!(%reason, "persist phase cut short");
     if !outcome.rows_written {
+        // The manifest's row was not written either.
+        outcome.manifest_key = None;
         for s in outcome.stored.drain(..) {
             outcome.failed.push(FailedFile {
                 path: s.path,

@@ -393,9 +393,9 @@ impl Manager {
     /// `InvalidContextRef`, `NotFound` (incident), `Store`, `Log`.
     ///
     /// # Cancel safety
-    /// Not cancel-safe: dropping the future after the row was inserted
-    /// leaves a running row without a run (`cancel` then reports it as owned
-    /// elsewhere). Await it to completion.
+    /// Cancel-safe in effect: from the row insert on, the work runs on its
+    /// own task, so dropping the future cannot leave a running row without
+    /// its run; the session is created (or settled `failed`) all the same.
     pub async fn create(&self, request: CreateSession) -> Result<Session> {
         let inner = &self.inner;
         // Join the run group before looking at the flag: either `stop` sees
@@ -422,7 +422,11 @@ impl Manager {
             resolve_refs(&*inner.store, &incident, kind, &request.context).await?;
         let id = SessionId::new();
         let span = info_span!("session", session_id = %id, incident_id = %incident.id);
-        async move {
+        // From the row insert on, the work runs on its own task: dropping the
+        // caller's future must not leave a running row without its run.
+        let this = self.clone();
+        let work = async move {
+            let inner = &this.inner;
             let session = inner
                 .store
                 .create_session(NewSession {
@@ -463,11 +467,11 @@ impl Manager {
                 inherited,
                 resume: None,
             };
-            self.launch(plan, log, guard);
+            this.launch(plan, log, guard);
             Ok(session)
         }
-        .instrument(span)
-        .await
+        .instrument(span);
+        join_detached(work).await
     }
 
     /// The one place background work starts. Registers the run (its
@@ -565,6 +569,17 @@ impl Manager {
             let _ = tokio::time::timeout(deadline, rx.wait_for(|done| *done)).await;
         }
         Ok(self.inner.store.get_session(id).await?)
+    }
+}
+
+/// Runs `work` on its own task and waits for it: the caller may go away,
+/// the work finishes anyway. A panic in it is passed on to the caller.
+pub(crate) async fn join_detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::spawn(work).await {
+        Ok(value) => value,
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
     }
 }
 
@@ -851,8 +866,8 @@ impl Inner {
                     Ok(Ok(Ok(o))) => RunResult::Cancelled(Some(o)),
                     Ok(_) => RunResult::Cancelled(None),
                     Err(_) => {
-                        warn!("runner ignored cancellation past the grace period; dropped");
-                        task.abort();
+                        warn!("runner ignored cancellation past the grace period; aborted");
+                        abort_and_join(task).await;
                         RunResult::Cancelled(None)
                     }
                 }
@@ -861,11 +876,24 @@ impl Inner {
                 warn!(timeout = ?self.run_timeout, "run timed out");
                 run_token.cancel();
                 if tokio::time::timeout(self.cancel_grace, &mut task).await.is_err() {
-                    task.abort();
+                    abort_and_join(task).await;
                 }
                 RunResult::TimedOut
             }
         }
+    }
+}
+
+/// Aborts a runner task and waits (briefly) until it is gone, so it no
+/// longer holds the log or the scratch dir when the run lands. A runner
+/// blocking a thread cannot be aborted; that is logged.
+async fn abort_and_join<T>(mut task: tokio::task::JoinHandle<T>) {
+    task.abort();
+    if tokio::time::timeout(Duration::from_secs(2), &mut task)
+        .await
+        .is_err()
+    {
+        error!("aborted runner did not stop within 2 s (blocking a thread?)");
     }
 }
 
@@ -921,10 +949,22 @@ async fn iterate(
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
     let result = inner.run_runner(ctx, resume, &token).await;
     let settlement = land(&inner, &plan, &prepared, result).await;
-    if let Some(lease) = lease {
-        lease.release.await;
+    // Clean-up runs on its own task: a panic in it (an archive, a docs
+    // release) must not replace the outcome the report row already carries.
+    let cleanup = {
+        let inner = Arc::clone(&inner);
+        let (session, incident, revision) =
+            (plan.session.id, plan.session.incident_id, plan.revision);
+        async move {
+            if let Some(lease) = lease {
+                lease.release.await;
+            }
+            release(&inner, incident, session, revision, prepared.dir).await;
+        }
+    };
+    if let Err(e) = tokio::spawn(cleanup.in_current_span()).await {
+        error!(error = %e, "workspace clean-up panicked; `reap` removes what is left");
     }
-    release(&inner, &plan, prepared).await;
     if let Err(e) = log.close().await {
         warn!(error = %e, "turn log close failed");
     }
@@ -1020,8 +1060,14 @@ async fn land(inner: &Inner, plan: &Plan, prepared: &Prepared, result: RunResult
 }
 
 /// Unpins docs, optionally archives the scratch dir, and removes it.
-async fn release(inner: &Inner, plan: &Plan, prepared: Prepared) {
-    let Some(dir) = prepared.dir else { return };
+async fn release(
+    inner: &Inner,
+    incident: IncidentId,
+    session: SessionId,
+    revision: u32,
+    dir: Option<ScratchDir>,
+) {
+    let Some(dir) = dir else { return };
     if inner.archive_on_release {
         if let Some(blobs) = &inner.blobs {
             match korvus_workspace::archive(dir.path()).await {
@@ -1029,9 +1075,9 @@ async fn release(inner: &Inner, plan: &Plan, prepared: Prepared) {
                     if let Err(e) = korvus_workspace::store_archive(
                         &*inner.store,
                         &**blobs,
-                        plan.session.incident_id,
-                        plan.session.id,
-                        plan.revision,
+                        incident,
+                        session,
+                        revision,
                         &archive,
                     )
                     .await

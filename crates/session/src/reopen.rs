@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use korvus_log::{Access, Event, EventKind, LogError, LogId, Role};
 use korvus_store::{Artifact, SessionId};
-use tracing::{info, info_span, Instrument};
+use tracing::{error, info, info_span, warn, Instrument};
 
-use crate::manager::{Plan, Resume, RunGuard};
+use crate::manager::{join_detached, Plan, Resume, RunGuard};
+use crate::runner::exit;
 use crate::{Manager, Result, SessionError};
 
 /// The events that close every turn started but not ended and every tool
@@ -81,7 +82,8 @@ impl Manager {
     /// `ShuttingDown`, `MessageRequired`, `NotFinished`, `NotFound`, `Store`, `Log`.
     ///
     /// # Cancel safety
-    /// Not cancel-safe after the transition: await it to completion.
+    /// Cancel-safe in effect: the work runs on its own task, so dropping the
+    /// future cannot strand a reopened row without its run.
     pub async fn reopen(&self, id: SessionId, message: &str) -> Result<korvus_store::Session> {
         let inner = &self.inner;
         let guard = RunGuard::new(inner);
@@ -96,7 +98,12 @@ impl Manager {
         }
         let row = inner.store.get_session(id).await?;
         let span = info_span!("reopen", session_id = %id, incident_id = %row.incident_id);
-        async move {
+        let this = self.clone();
+        let message = message.to_owned();
+        // On its own task: once the store's transition is made, dropping the
+        // caller's future must not leave a running row without its run.
+        let work = async move {
+            let inner = &this.inner;
             if !row.status.is_terminal() {
                 return Err(SessionError::NotFinished { session: id });
             }
@@ -110,6 +117,12 @@ impl Manager {
                 .map(|s| s.subscribe());
             if let Some(mut rx) = unwinding {
                 let _ = rx.wait_for(|done| *done).await;
+                // What we waited for may have been a concurrent reopen's new
+                // run rather than the old one unwinding: then we lost.
+                let now = inner.store.get_session(id).await?;
+                if now.revision != row.revision || !now.status.is_terminal() {
+                    return Err(SessionError::NotFinished { session: id });
+                }
             }
 
             // Plan: read everything before the transition.
@@ -129,7 +142,7 @@ impl Manager {
             };
             let events = log.read(0, None).await?;
             let closers = interrupted_turn_closers(&events);
-            let revision = inner.store.next_report_revision(id).await?;
+            let next_revision = inner.store.next_report_revision(id).await?;
             let refs = inner.store.list_context_refs(id).await?;
             let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
             let mut by_id: HashMap<_, Artifact> = inner
@@ -147,30 +160,51 @@ impl Manager {
 
             // Transition: one conditional statement; the loser saves nothing.
             let session = inner.store.reopen_session(id).await?;
-            if let Some(reopener) = &inner.reopener {
-                reopener.reopen(id).await;
+            // A report row that failed to land leaves the next report
+            // revision behind the session's: never reuse a revision (its
+            // report key may already hold bytes an artifact row describes).
+            let revision = next_revision.max(session.revision);
+            if let Some(reopener) = inner.reopener.clone() {
+                // A panicking reopener must not strand the running row.
+                if let Err(e) = tokio::spawn(async move { reopener.reopen(id).await }).await {
+                    warn!(error = %e, "stream reopener panicked");
+                }
             }
-            log.append(&closers).await?;
-            log.append(&[Event::now(EventKind::Message {
-                role: Role::User,
-                text: message.to_owned(),
-            })])
-            .await?;
+            let repaired = async {
+                log.append(&closers).await?;
+                log.append(&[Event::now(EventKind::Message {
+                    role: Role::User,
+                    text: message.clone(),
+                })])
+                .await
+            };
+            if let Err(e) = repaired.await {
+                error!(error = %e, "turn log not repaired; settling the session failed");
+                inner
+                    .settle(id, failed_settlement(exit::TURN_LOG_FAILED))
+                    .await;
+                return Err(e.into());
+            }
             info!(revision, closers = closers.len(), "session reopened");
             let plan = Plan {
                 session: session.clone(),
                 incident,
                 inherited,
                 revision,
-                resume: Some(Resume {
-                    message: message.to_owned(),
-                    own,
-                }),
+                resume: Some(Resume { message, own }),
             };
-            self.launch(plan, log, guard);
+            this.launch(plan, log, guard);
             Ok(session)
         }
-        .instrument(span)
-        .await
+        .instrument(span);
+        join_detached(work).await
+    }
+}
+
+fn failed_settlement(reason: &str) -> korvus_store::Settlement {
+    korvus_store::Settlement {
+        status: korvus_store::SessionStatus::Failed,
+        exit_reason: Some(reason.to_owned()),
+        counters: Default::default(),
     }
 }

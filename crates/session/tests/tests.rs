@@ -777,6 +777,47 @@ mod reopen {
     }
 
     #[tokio::test]
+    async fn a_revision_whose_report_row_failed_is_not_reused() {
+        let env = Env::new().await;
+        env.store
+            .fault_times(StoreOp::CreateReport, StoreFault::Fail, 1);
+        let manager = env
+            .builder(ScriptRunner::new(|ctx, _| async move {
+                write_files(&ctx, &[("report.md", "# R\n")]);
+                support::write(
+                    ctx.scratch.as_ref().unwrap(),
+                    "report.md",
+                    &format!("# R{}\n", ctx.revision),
+                );
+                Ok(RunOutcome::completed(Counters::default()))
+            }))
+            .build();
+        let s = manager.create(env.request("first")).await.unwrap();
+        let first = settled(&manager, &s).await;
+        assert_eq!(
+            first.exit_reason.as_deref(),
+            Some(exit::REPORT_PERSIST_FAILED)
+        );
+        manager.reopen(s.id, "again").await.unwrap();
+        settled(&manager, &s).await;
+        let revisions: Vec<u32> = env
+            .store
+            .list_reports(s.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.revision)
+            .collect();
+        assert_eq!(
+            revisions,
+            [2],
+            "revision 1's key holds bytes a row describes"
+        );
+        env.assert_safe().await;
+        manager.stop().await;
+    }
+
+    #[tokio::test]
     async fn running_is_not_finished_and_empty_message_writes_nothing() {
         let env = Env::new().await;
         let (tx, rx) = tokio::sync::watch::channel(false);
