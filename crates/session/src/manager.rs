@@ -914,7 +914,21 @@ async fn iterate(
             return failed(exit::TURN_LOG_FAILED, Counters::default());
         }
     };
-    let prepared = match inner.prepare(&plan).await {
+    // Preparing (seeding, context, restore) and pinning docs obey the run's
+    // cancellation too: a hanging seeder must not keep `stop` waiting.
+    let prepared = tokio::select! {
+        prepared = inner.prepare(&plan) => prepared,
+        _ = token.cancelled() => {
+            info!("cancelled while preparing the workspace; `reap` removes what is left");
+            let _ = log.close().await;
+            return Settlement {
+                status: SessionStatus::Cancelled,
+                exit_reason: Some(exit::CANCELLED.into()),
+                counters: Counters::default(),
+            };
+        }
+    };
+    let prepared = match prepared {
         Ok(p) => p,
         Err(e) => {
             error!(error = %e, "workspace not prepared");
@@ -923,12 +937,15 @@ async fn iterate(
         }
     };
     let lease = match (&inner.docs, &plan.session.workspace_ref) {
-        (Some(docs), Some(pin)) => match docs.pin(pin).await {
-            Ok(lease) => Some(lease),
-            Err(e) => {
-                warn!(error = %e, "docs search not available for this run");
-                None
-            }
+        (Some(docs), Some(pin)) => tokio::select! {
+            pinned = docs.pin(pin) => match pinned {
+                Ok(lease) => Some(lease),
+                Err(e) => {
+                    warn!(error = %e, "docs search not available for this run");
+                    None
+                }
+            },
+            _ = token.cancelled() => None,
         },
         _ => None,
     };

@@ -425,6 +425,34 @@ mod faults {
     }
 
     #[tokio::test]
+    async fn a_hanging_seeder_obeys_cancel_and_stop() {
+        #[derive(Debug)]
+        struct Hang;
+        #[async_trait::async_trait]
+        impl korvus_workspace::Seeder for Hang {
+            async fn seed<'a>(
+                &self,
+                _: &korvus_workspace::ScratchDir,
+                _: Option<&'a korvus_store::WorkspaceRef>,
+            ) -> korvus_workspace::Result<korvus_workspace::SeedOutcome> {
+                std::future::pending().await
+            }
+        }
+        let env = Env::new().await;
+        let manager = env
+            .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+            .seeder(Arc::new(Hang), korvus_workspace::default_trees())
+            .build();
+        let s = manager.create(env.request("seed hangs")).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(20), manager.stop())
+            .await
+            .expect("stop returns although the seeder hangs");
+        let row = env.store.get_session(s.id).await.unwrap();
+        assert_eq!(row.status, SessionStatus::Cancelled);
+        env.assert_safe().await;
+    }
+
+    #[tokio::test]
     async fn hanging_runner_hits_the_run_timeout() {
         let env = Env::new().await;
         let manager = env
