@@ -119,7 +119,13 @@ fn serialise(events: &[Event]) -> Result<Vec<u8>> {
 #[derive(Debug)]
 struct JsonlIo {
     id: LogId,
+    /// Read side: its own file description (its own offset), indexed lines.
     state: Arc<Mutex<IoState>>,
+    /// Write side of a write handle: the file in append mode. Appends write
+    /// inline — one `write` of whole lines, no thread hand-off — because a
+    /// page-cache write is cheaper than waking a blocking thread; `fsync`
+    /// goes to a blocking thread.
+    writer: Option<Arc<Mutex<Option<File>>>>,
 }
 
 #[derive(Debug)]
@@ -185,16 +191,49 @@ impl IoState {
 }
 
 impl JsonlIo {
-    fn new(id: LogId, file: File, first_event: u64) -> Self {
+    fn new(id: LogId, read: File, write: Option<File>, first_event: u64) -> Self {
         Self {
             id,
             state: Arc::new(Mutex::new(IoState {
-                file,
+                file: read,
                 starts: Vec::new(),
                 indexed_end: first_event,
                 closed: false,
             })),
+            writer: write.map(|f| Arc::new(Mutex::new(Some(f)))),
         }
+    }
+
+    fn writer(&self) -> Result<&Arc<Mutex<Option<File>>>> {
+        self.writer
+            .as_ref()
+            .ok_or(LogError::ReadOnly { id: self.id })
+    }
+
+    /// Runs `f` on the write side's file on a blocking thread (for `fsync`).
+    async fn with_writer(
+        &self,
+        close: bool,
+        f: impl FnOnce(&File) -> std::io::Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let writer = Arc::clone(self.writer()?);
+        let id = self.id;
+        blocking(move || {
+            let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(file) = guard.as_ref() else {
+                return if close {
+                    Ok(())
+                } else {
+                    Err(LogError::Closed { id })
+                };
+            };
+            let result = f(file).map_err(|e| LogError::backend(BACKEND, e));
+            if close {
+                *guard = None;
+            }
+            result
+        })
+        .await
     }
 
     async fn with_state<T: Send + 'static>(
@@ -223,38 +262,26 @@ impl LogIo for JsonlIo {
 
     async fn append(&self, events: &[Event]) -> Result<()> {
         let buf = serialise(events)?;
-        self.with_state(move |_, s| {
-            // The file is opened in append mode: every write lands at the end,
-            // in one call, so a reader sees whole lines or a torn tail it skips.
-            s.file
-                .write_all(&buf)
-                .map_err(|e| LogError::backend(BACKEND, e))
-        })
-        .await
+        let mut guard = self.writer()?.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(file) = guard.as_mut() else {
+            return Err(LogError::Closed { id: self.id });
+        };
+        // The file is opened in append mode: every write lands at the end,
+        // in one call, so a reader sees whole lines or a torn tail it skips.
+        file.write_all(&buf)
+            .map_err(|e| LogError::backend(BACKEND, e))
     }
 
     async fn flush(&self) -> Result<()> {
-        self.with_state(|_, s| {
-            s.file
-                .sync_data()
-                .map_err(|e| LogError::backend(BACKEND, e))
-        })
-        .await
+        self.with_writer(false, File::sync_data).await
     }
 
     async fn close(&self) -> Result<()> {
-        let state = Arc::clone(&self.state);
-        blocking(move || {
-            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-            if s.closed {
-                return Ok(());
-            }
-            s.closed = true;
-            s.file
-                .sync_data()
-                .map_err(|e| LogError::backend(BACKEND, e))
-        })
-        .await
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        match &self.writer {
+            Some(_) => self.with_writer(true, File::sync_data).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -317,13 +344,16 @@ impl TurnLog for JsonlLog {
             File::open(&dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| LogError::backend(BACKEND, e))?;
-            Ok((file, line.len() as u64))
+            // Reads get a file description of their own: appends move the
+            // writer's offset, which must not move a reader's.
+            let read = File::open(&path).map_err(|e| LogError::backend(BACKEND, e))?;
+            Ok((read, file, line.len() as u64))
         })
         .await;
-        let (file, first_event) = file?;
+        let (read, write, first_event) = file?;
         Ok(LogHandle::writer(
             header,
-            Arc::new(JsonlIo::new(id, file, first_event)),
+            Arc::new(JsonlIo::new(id, read, Some(write), first_event)),
             claim,
         ))
     }
@@ -335,20 +365,25 @@ impl TurnLog for JsonlLog {
             Access::Write => Some(self.writers.claim(id)?),
             Access::Read => None,
         };
-        let (header, file, first_event) = blocking(move || {
-            let mut file = OpenOptions::new()
-                .read(true)
-                .append(access == Access::Write)
-                .open(&path)
-                .map_err(|e| io_err(id, e))?;
-            if access == Access::Write {
-                cut_torn_tail(id, &mut file)?;
-            }
-            let (header, first_event) = read_header(id, &file)?;
-            Ok((header, file, first_event))
+        let (header, read, write, first_event) = blocking(move || {
+            let write = match access {
+                Access::Write => {
+                    let mut file = OpenOptions::new()
+                        .read(true)
+                        .append(true)
+                        .open(&path)
+                        .map_err(|e| io_err(id, e))?;
+                    cut_torn_tail(id, &mut file)?;
+                    Some(file)
+                }
+                Access::Read => None,
+            };
+            let read = File::open(&path).map_err(|e| io_err(id, e))?;
+            let (header, first_event) = read_header(id, &read)?;
+            Ok((header, read, write, first_event))
         })
         .await?;
-        let io = Arc::new(JsonlIo::new(id, file, first_event));
+        let io = Arc::new(JsonlIo::new(id, read, write, first_event));
         Ok(match claim {
             Some(claim) => LogHandle::writer(header, io, claim),
             None => LogHandle::reader(header, io),
