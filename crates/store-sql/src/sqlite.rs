@@ -538,22 +538,7 @@ impl Store for SqliteStore {
             tx.commit().await.map_err(backend(BACKEND))?;
         }
         drop(sqls);
-        Ok(new
-            .into_iter()
-            .map(|n| Artifact {
-                id: n.id,
-                incident_id: n.incident_id,
-                session_id: n.session_id,
-                kind: n.kind,
-                path: n.path,
-                blob_key: n.blob_key,
-                content_type: n.content_type,
-                size_bytes: n.size_bytes,
-                sha256: n.sha256,
-                revision: n.revision,
-                created_at,
-            })
-            .collect())
+        Ok(new.into_iter().map(|n| n.stored_at(created_at)).collect())
     }
 
     async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

@@ -329,22 +329,7 @@ impl Store for MemoryStore {
             }
         }
         let now = Utc::now();
-        let stored: Vec<Artifact> = new
-            .into_iter()
-            .map(|n| Artifact {
-                id: n.id,
-                incident_id: n.incident_id,
-                session_id: n.session_id,
-                kind: n.kind,
-                path: n.path,
-                blob_key: n.blob_key,
-                content_type: n.content_type,
-                size_bytes: n.size_bytes,
-                sha256: n.sha256,
-                revision: n.revision,
-                created_at: now,
-            })
-            .collect();
+        let stored: Vec<Artifact> = new.into_iter().map(|n| n.stored_at(now)).collect();
         for a in &stored {
             inner.artifacts.insert(a.id, a.clone());
         }

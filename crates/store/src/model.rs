@@ -406,6 +406,26 @@ pub struct NewArtifact {
     pub revision: u32,
 }
 
+impl NewArtifact {
+    /// The row a store returns after inserting this request at `created_at`.
+    /// One definition for every backend.
+    pub fn stored_at(self, created_at: DateTime<Utc>) -> Artifact {
+        Artifact {
+            id: self.id,
+            incident_id: self.incident_id,
+            session_id: self.session_id,
+            kind: self.kind,
+            path: self.path,
+            blob_key: self.blob_key,
+            content_type: self.content_type,
+            size_bytes: self.size_bytes,
+            sha256: self.sha256,
+            revision: self.revision,
+            created_at,
+        }
+    }
+}
+
 /// A request to hand an artifact to a session as context.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ContextRef {
