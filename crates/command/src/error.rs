@@ -1,5 +1,5 @@
 //! [`CommandError`]: why a command run did not complete. It travels as the
-//! `source` of the [`RunError`](korvus_session::RunError) the runner returns.
+//! `source` of the [`RunError`](korvus_runner::RunError) the runner returns.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,8 +71,8 @@ impl CommandError {
         match self {
             CommandError::Exited { code } => format!("exit_code_{code}"),
             CommandError::Signaled { signal } => format!("signal_{signal}"),
-            CommandError::TimedOut { .. } => korvus_session::exit::TIMEOUT.to_owned(),
-            _ => korvus_session::exit::RUNNER_FAILED.to_owned(),
+            CommandError::TimedOut { .. } => korvus_runner::exit::TIMEOUT.to_owned(),
+            _ => korvus_runner::exit::RUNNER_FAILED.to_owned(),
         }
     }
 }

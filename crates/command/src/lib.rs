@@ -1,4 +1,4 @@
-//! A korvus [`Runner`](korvus_session::Runner) that wraps any command-line
+//! A korvus [`Runner`](korvus_runner::Runner) that wraps any command-line
 //! agent: [`CommandRunner`].
 //!
 //! # Overview
@@ -22,8 +22,10 @@
 //! `SIGTERM`, then `SIGKILL` after a grace period; when the program exits,
 //! anything left in its group is killed too, so no grandchild outlives a run.
 //!
-//! The session side — `Manager`, `RunContext`, exit reasons — is
-//! `korvus-session`; this crate depends on it and on the seams only.
+//! The contract — [`Runner`](korvus_runner::Runner), `RunContext`, exit
+//! reasons — is `korvus-runner`; this crate depends on it and on the seams
+//! only, never on `korvus-session` (the example below uses the `Manager`
+//! as an embedder would).
 //!
 //! # Why it is shaped like this
 //!

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use korvus_session::RunContext;
+use korvus_runner::RunContext;
 use serde::Serialize;
 
 use crate::CommandError;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use korvus_log::{Event, EventKind, LogHandle, Role};
-use korvus_session::{exit, RunContext, RunError, RunOutcome, Runner};
+use korvus_runner::{exit, ExitReason, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -153,7 +153,7 @@ impl CommandRunner {
         if ctx.cancel.is_cancelled() {
             // Cancelled before it started: nothing to stop, nothing written.
             return Ok(RunOutcome {
-                exit_reason: exit::CANCELLED.to_owned(),
+                exit_reason: ExitReason::CANCELLED,
                 author_finished: report_exists(&scratch).await,
                 counters: Counters::default(),
             });
@@ -335,7 +335,7 @@ impl CommandRunner {
         info!(%summary, author_finished, "agent finished");
         sink.finish(summary).await;
         result.map(|reason| RunOutcome {
-            exit_reason: reason.to_owned(),
+            exit_reason: reason.into(),
             author_finished,
             counters: sink.counters,
         })

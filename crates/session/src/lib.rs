@@ -11,7 +11,7 @@
 //! exactly one final status is written — whatever happened. [`Manager::cancel`],
 //! [`Manager::wait`], [`Manager::stop`], [`Manager::await_settled`] and
 //! [`Manager::watch`] observe and steer runs; [`Manager::reopen`] runs one
-//! more iteration of a finished session. [`IncidentRegistry`] caches
+//! more iteration of a finished session. [`LiveRuns`] shows
 //! which sessions this process runs.
 //!
 //! The manager is composed from seams — `Arc<dyn Store>`,
@@ -21,11 +21,15 @@
 //!
 //! # Why it is shaped like this
 //!
-//! The orderings that keep data safe are fixed in one place (`launch`,
-//! `land`, `settle`): bytes before rows, report row before the terminal
-//! status, the terminal write before deregistration, the settle signal and
-//! the run group's release. A run's cancellation is its registry entry,
-//! never the caller's request; landing and settling are detached from it,
+//! The code follows a run's phases, one file each: the supervisor
+//! (`supervise.rs`: `launch`, the one settle), `prepare.rs`, `execute.rs`,
+//! `land.rs`, `cleanup.rs`, plus `reopen.rs` and `watch.rs`. Everything
+//! other calls need to reach a live run sits in one table, [`LiveRuns`].
+//! The orderings that keep data safe are fixed in the supervisor and
+//! `land`: bytes before rows, report row before the terminal status, the
+//! terminal write before deregistration, the settle signal and the run
+//! group's release. A run's cancellation is its live-run entry, never the
+//! caller's request; landing and settling are detached from it,
 //! because a cancelled run's files are the ones worth keeping. The store and
 //! runner are constructor arguments of [`ManagerBuilder`]: a manager without
 //! them cannot be expressed.
@@ -71,23 +75,29 @@
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient`, `MockStreamReopener` ([`mockall`](https://docs.rs/mockall)) |
 #![deny(missing_docs)]
 
+mod cleanup;
 mod error;
+mod execute;
+mod land;
+mod live;
 mod manager;
 mod notify_log;
-mod registry;
+mod prepare;
 mod reopen;
-mod runner;
+mod reopener;
+mod supervise;
 mod watch;
 
 pub use crate::error::{Result, SessionError};
-pub use crate::manager::{
-    default_role, status_for, ContextRequest, CreateSession, Manager, ManagerBuilder, RunResult,
-};
-pub use crate::registry::{CancelFn, IncidentRegistry};
+pub use crate::live::LiveRuns;
+pub use crate::manager::{default_role, ContextRequest, CreateSession, Manager, ManagerBuilder};
 pub use crate::reopen::interrupted_turn_closers;
-pub use crate::runner::{
-    exit, DocsClient, DocsLease, DocsSearch, InheritedFile, RunContext, RunError, RunOutcome,
-    Runner, StreamReopener, Tools,
+#[cfg(feature = "mock")]
+pub use crate::reopener::MockStreamReopener;
+pub use crate::reopener::StreamReopener;
+pub use korvus_runner::{
+    exit, DocsClient, DocsLease, DocsSearch, ExitReason, InheritedFile, InvalidExitReason,
+    RunContext, RunError, RunOutcome, Runner, Tools,
 };
 #[cfg(feature = "mock")]
-pub use crate::runner::{MockDocsClient, MockDocsSearch, MockRunner, MockStreamReopener};
+pub use korvus_runner::{MockDocsClient, MockDocsSearch, MockRunner};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use korvus_log::{Event, LogHandle, LogIo, Result};
+use korvus_log::{Event, LogHandle, LogIo, Result, Writers};
 use tokio::sync::Notify;
 
 /// Delegates to the backend's write handle and wakes `notify` after every
@@ -40,4 +40,20 @@ impl LogIo for NotifyingIo {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+}
+
+/// Re-wraps a write handle so every append wakes `notify`; the wrapper
+/// takes this process's single-writer claim of the log.
+pub(crate) fn notifying(
+    writers: &Writers,
+    log: LogHandle,
+    notify: Arc<Notify>,
+) -> Result<LogHandle> {
+    let header = log.header().clone();
+    let claim = writers.claim(header.id)?;
+    Ok(LogHandle::writer(
+        header,
+        Arc::new(NotifyingIo::new(log, notify)),
+        claim,
+    ))
 }

@@ -7,8 +7,10 @@ use korvus_log::{Access, Event, EventKind, LogError, LogId, Role};
 use korvus_store::{Artifact, SessionId};
 use tracing::{error, info, info_span, warn, Instrument};
 
-use crate::manager::{join_detached, Plan, Resume, RunGuard};
-use crate::runner::exit;
+use korvus_runner::ExitReason;
+
+use crate::manager::join_detached;
+use crate::supervise::{failed, Plan, Resume};
 use crate::{Manager, Result, SessionError};
 
 /// The events that close every turn started but not ended and every tool
@@ -86,13 +88,8 @@ impl Manager {
     /// future cannot strand a reopened row without its run.
     pub async fn reopen(&self, id: SessionId, message: &str) -> Result<korvus_store::Session> {
         let inner = &self.inner;
-        let guard = RunGuard::new(inner);
-        if inner
-            .shutting_down
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(SessionError::ShuttingDown);
-        }
+        let guard = inner.runs.join();
+        self.check_not_stopping()?;
         if message.trim().is_empty() {
             return Err(SessionError::MessageRequired);
         }
@@ -109,12 +106,7 @@ impl Manager {
             }
             // A local run that wrote its terminal row may still be unwinding
             // (deregistering, releasing): let it finish first.
-            let unwinding = inner
-                .signals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&id)
-                .map(|s| s.subscribe());
+            let unwinding = inner.live.get(id).map(|run| run.settled.subscribe());
             if let Some(mut rx) = unwinding {
                 let _ = rx.wait_for(|done| *done).await;
                 // What we waited for may have been a concurrent reopen's new
@@ -180,9 +172,7 @@ impl Manager {
             };
             if let Err(e) = repaired.await {
                 error!(error = %e, "turn log not repaired; settling the session failed");
-                inner
-                    .settle(id, failed_settlement(exit::TURN_LOG_FAILED))
-                    .await;
+                inner.settle(id, failed(ExitReason::TURN_LOG_FAILED)).await;
                 return Err(e.into());
             }
             info!(revision, closers = closers.len(), "session reopened");
@@ -198,13 +188,5 @@ impl Manager {
         }
         .instrument(span);
         join_detached(work).await
-    }
-}
-
-fn failed_settlement(reason: &str) -> korvus_store::Settlement {
-    korvus_store::Settlement {
-        status: korvus_store::SessionStatus::Failed,
-        exit_reason: Some(reason.to_owned()),
-        counters: Default::default(),
     }
 }

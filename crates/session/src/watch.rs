@@ -81,8 +81,10 @@ impl State {
         if self.handle.is_none() {
             // Subscribe before the first read, so an append or settle that
             // happens in between is not missed.
-            self.notify = inner.notifies_get(self.id);
-            self.settled = inner.signal_get(self.id);
+            if let Some(run) = inner.live.get(self.id) {
+                self.notify = Some(run.appended);
+                self.settled = Some(run.settled.subscribe());
+            }
             let handle = inner
                 .logs
                 .open(LogId::from_uuid(self.id.as_uuid()), Access::Read)
@@ -135,23 +137,5 @@ impl State {
                 Ok(row.status.is_terminal())
             }
         }
-    }
-}
-
-impl crate::manager::Inner {
-    fn notifies_get(&self, id: SessionId) -> Option<Arc<Notify>> {
-        self.notifies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-    }
-
-    fn signal_get(&self, id: SessionId) -> Option<watch::Receiver<bool>> {
-        self.signals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .map(|s| s.subscribe())
     }
 }

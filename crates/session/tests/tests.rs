@@ -288,7 +288,7 @@ mod ordering {
                 "released before the terminal write: {row:?}"
             );
             assert!(
-                !manager.registry().contains(s.id),
+                !manager.live_runs().contains(s.id),
                 "deregistered before the signal"
             );
         }

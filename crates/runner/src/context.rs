@@ -1,0 +1,56 @@
+//! What a [`Runner`](crate::Runner) gets for one iteration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use korvus_log::LogHandle;
+use korvus_store::{Artifact, Incident, Session, WorkspaceRef};
+use korvus_workspace::{SkillCatalog, WorkspacePath};
+use tokio_util::sync::CancellationToken;
+
+use crate::DocsClient;
+
+/// An inherited artifact and the workspace path it was written to.
+#[derive(Debug, Clone)]
+pub struct InheritedFile {
+    /// The artifact.
+    pub artifact: Artifact,
+    /// Role of the context ref.
+    pub role: String,
+    /// Where it sits in the scratch dir (`context/<n>-<name>`), when a
+    /// scratch dir exists and the file was written.
+    pub path: Option<WorkspacePath>,
+}
+
+/// Tools a run may use besides its scratch dir.
+#[derive(Debug, Clone, Default)]
+pub struct Tools {
+    /// Documentation search at the session's pinned commit, when configured.
+    pub docs: Option<Arc<dyn DocsClient>>,
+}
+
+/// Everything a [`Runner`](crate::Runner) gets for one iteration.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The session row as it is when the run starts.
+    pub session: Session,
+    /// Its incident.
+    pub incident: Incident,
+    /// Inherited context, in stored order.
+    pub inherited: Vec<InheritedFile>,
+    /// The pinned repository, if any.
+    pub workspace_ref: Option<WorkspaceRef>,
+    /// The scratch dir (the working directory of the run), if configured.
+    pub scratch: Option<PathBuf>,
+    /// Tools.
+    pub tools: Tools,
+    /// Skills read from the seeded `skills/` tree (empty when not seeded).
+    pub skills: SkillCatalog,
+    /// The session's turn log, open for write. The manager closes it.
+    pub log: Arc<LogHandle>,
+    /// The report revision this iteration lands.
+    pub revision: u32,
+    /// Fires when the run must stop (cancel, stop, timeout). The manager
+    /// stops waiting for the runner shortly after it fires.
+    pub cancel: CancellationToken,
+}

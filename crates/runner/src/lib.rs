@@ -1,0 +1,80 @@
+//! The runner seam of korvus: the small trait crate an agent adapter
+//! implements and the session layer drives.
+//!
+//! # Overview
+//!
+//! A [`Runner`] does the work of a session: [`Runner::run`] one
+//! investigation, [`Runner::resume`] one more iteration of a reopened
+//! session. It gets a [`RunContext`] (the session row, its incident, the
+//! [`InheritedFile`]s, the scratch dir, the turn log's write handle, the
+//! [`Tools`] such as a [`DocsClient`], and the run's cancellation) and
+//! returns a [`RunOutcome`] or a [`RunError`], each naming an
+//! [`ExitReason`]. [`DocsSearch`] pins documentation search at the
+//! session's commit and hands back a [`DocsLease`].
+//!
+//! The other halves live elsewhere: `korvus-session`'s `Manager` calls the
+//! runner and re-exports everything here; `korvus-command`'s
+//! `CommandRunner` implements it for any command-line program.
+//!
+//! # Why it is shaped like this
+//!
+//! An adapter should compile against the contract, not against the consumer:
+//! like ripgrep's `grep-matcher`, this crate is what both sides depend on,
+//! so `korvus-command` builds without the manager, the harvest or any
+//! backend. It depends on the seam crates and `korvus-workspace` only
+//! (for the types a run sees: [`korvus_workspace::WorkspacePath`],
+//! [`korvus_workspace::SkillCatalog`]).
+//!
+//! Exit reasons are validated values: a runner can hand over any text (an
+//! agent's own words), but what reaches the session row is always a short
+//! printable code, so no row write can fail on it.
+//!
+//! # Example
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
+//! use korvus_store::Counters;
+//!
+//! #[derive(Debug)]
+//! struct Echo;
+//!
+//! #[async_trait]
+//! impl Runner for Echo {
+//!     async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
+//!         if ctx.cancel.is_cancelled() {
+//!             return Ok(RunOutcome {
+//!                 exit_reason: ExitReason::CANCELLED,
+//!                 author_finished: false,
+//!                 counters: Counters::default(),
+//!             });
+//!         }
+//!         Ok(RunOutcome::completed(Counters::default()))
+//!     }
+//!     async fn resume(&self, ctx: RunContext, _message: String) -> Result<RunOutcome, RunError> {
+//!         self.run(ctx).await
+//!     }
+//! }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient` ([`mockall`](https://docs.rs/mockall)) |
+#![deny(missing_docs)]
+
+mod context;
+mod docs;
+mod reason;
+mod runner;
+
+pub use crate::context::{InheritedFile, RunContext, Tools};
+pub use crate::docs::{DocsClient, DocsLease, DocsSearch};
+pub use crate::reason::{exit, ExitReason, InvalidExitReason};
+pub use crate::runner::{RunError, RunOutcome, Runner};
+
+#[cfg(feature = "mock")]
+pub use crate::docs::{MockDocsClient, MockDocsSearch};
+#[cfg(feature = "mock")]
+pub use crate::runner::MockRunner;

@@ -1,0 +1,104 @@
+//! The [`Runner`] trait and what a run returns.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use korvus_store::Counters;
+
+use crate::{ExitReason, RunContext};
+
+/// What a run reports when it returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Why it ended (see [`exit`](crate::exit)); [`ExitReason::AWAITING_USER`]
+    /// keeps the row running.
+    pub exit_reason: ExitReason,
+    /// Whether the author phase (writing `report.md`) finished.
+    pub author_finished: bool,
+    /// Usage.
+    pub counters: Counters,
+}
+
+impl RunOutcome {
+    /// A completed run whose author phase finished.
+    pub fn completed(counters: Counters) -> Self {
+        Self {
+            exit_reason: ExitReason::COMPLETED,
+            author_finished: true,
+            counters,
+        }
+    }
+}
+
+/// A runner failed; the session settles `failed` with
+/// [`exit_reason`](RunError::exit_reason), or `runner_failed` without one.
+#[derive(Debug, thiserror::Error)]
+#[error("runner failed: {message}")]
+pub struct RunError {
+    /// What went wrong.
+    pub message: String,
+    /// The cause, if any.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The exit reason the session settles with (e.g. `exit_code_3`);
+    /// `None` means [`ExitReason::RUNNER_FAILED`].
+    pub exit_reason: Option<ExitReason>,
+}
+
+impl RunError {
+    /// An error with a message only.
+    pub fn msg(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+            exit_reason: None,
+        }
+    }
+
+    /// Adds the cause.
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the exit reason the session settles with. Text that is not a
+    /// valid [`ExitReason`] becomes [`ExitReason::INVALID`] (the original
+    /// is noted in the turn log).
+    pub fn with_exit_reason(mut self, reason: impl Into<ExitReason>) -> Self {
+        self.exit_reason = Some(reason.into());
+        self
+    }
+}
+
+/// Does the work of a session: one investigation, or one more iteration of
+/// a finished session.
+///
+/// A runner should return soon after `ctx.cancel` fires; the manager waits a
+/// short grace period and then drops the run. Panics are caught by the
+/// manager and settled `failed` / `panicked`.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait Runner: Send + Sync + Debug + 'static {
+    /// Runs the first iteration with the session's prompt.
+    ///
+    /// # Errors
+    /// [`RunError`] settles the session `failed`.
+    ///
+    /// # Cancel safety
+    /// The manager drops the future when the run was cancelled and the
+    /// grace period passed, or on the run timeout: an implementation must
+    /// release what it started (processes, connections) on drop.
+    async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError>;
+
+    /// Runs one more iteration of a reopened session with a new message.
+    ///
+    /// # Errors
+    /// [`RunError`] settles the session `failed`.
+    ///
+    /// # Cancel safety
+    /// As [`run`](Runner::run).
+    async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError>;
+}

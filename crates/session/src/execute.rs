@@ -1,0 +1,153 @@
+//! Running the runner: on its own task, under the run's cancellation, the
+//! cancel grace and the run timeout; and how its result maps to a status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome};
+use korvus_store::SessionStatus;
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, warn, Instrument};
+
+use crate::manager::Inner;
+
+/// How a run ended, before the manager's own rules are applied.
+#[derive(Debug)]
+pub(crate) enum RunResult {
+    /// The runner returned.
+    Returned(RunOutcome),
+    /// The runner returned an error.
+    Failed(RunError),
+    /// The run was cancelled; the runner's outcome if it returned in time.
+    Cancelled(Option<RunOutcome>),
+    /// The run exceeded the run timeout.
+    TimedOut,
+    /// The runner panicked.
+    Panicked,
+}
+
+impl RunResult {
+    /// The status and exit reason a run result settles with (before the
+    /// report-related overrides of `land`):
+    ///
+    /// | run | status | exit reason |
+    /// |---|---|---|
+    /// | runner error | `failed` | the error's `exit_reason`, else `runner_failed` |
+    /// | panicked | `failed` | `panicked` |
+    /// | timed out | `failed` | `timeout` |
+    /// | cancelled | `cancelled` | `cancelled` |
+    /// | returned `awaiting_user` | `running` | `awaiting_user` |
+    /// | returned anything else | `completed` | as returned |
+    pub(crate) fn status(&self) -> (SessionStatus, ExitReason) {
+        match self {
+            RunResult::Failed(e) => (
+                SessionStatus::Failed,
+                e.exit_reason.clone().unwrap_or(ExitReason::RUNNER_FAILED),
+            ),
+            RunResult::Panicked => (SessionStatus::Failed, ExitReason::PANICKED),
+            RunResult::TimedOut => (SessionStatus::Failed, ExitReason::TIMEOUT),
+            RunResult::Cancelled(_) => (SessionStatus::Cancelled, ExitReason::CANCELLED),
+            RunResult::Returned(o) if o.exit_reason == ExitReason::AWAITING_USER => {
+                (SessionStatus::Running, ExitReason::AWAITING_USER)
+            }
+            RunResult::Returned(o) => (SessionStatus::Completed, o.exit_reason.clone()),
+        }
+    }
+
+    /// The runner's outcome, when it returned one.
+    pub(crate) fn outcome(&self) -> Option<&RunOutcome> {
+        match self {
+            RunResult::Returned(o) | RunResult::Cancelled(Some(o)) => Some(o),
+            _ => None,
+        }
+    }
+
+    fn joined(r: Result<Result<RunOutcome, RunError>, JoinError>) -> Self {
+        match r {
+            Ok(Ok(o)) => RunResult::Returned(o),
+            Ok(Err(e)) => {
+                warn!(error = %e, "runner failed");
+                RunResult::Failed(e)
+            }
+            Err(e) => {
+                error!(error = %e, "runner panicked");
+                RunResult::Panicked
+            }
+        }
+    }
+}
+
+/// Runs the runner on its own task. When `token` fires, the runner's own
+/// token fires too and it gets the cancel grace to return; on the run
+/// timeout likewise. A runner that does not return in time is aborted.
+pub(crate) async fn execute(
+    inner: &Inner,
+    ctx: RunContext,
+    resume: Option<String>,
+    token: &CancellationToken,
+) -> RunResult {
+    if token.is_cancelled() {
+        return RunResult::Cancelled(None);
+    }
+    let runner = Arc::clone(&inner.runner);
+    let run_token = ctx.cancel.clone();
+    let mut task = tokio::spawn(
+        async move {
+            match resume {
+                Some(message) => runner.resume(ctx, message).await,
+                None => runner.run(ctx).await,
+            }
+        }
+        .in_current_span(),
+    );
+    let (run_timeout, grace) = (inner.config.run_timeout, inner.config.cancel_grace);
+    let timeout = async {
+        if run_timeout.is_zero() {
+            std::future::pending::<()>().await
+        } else {
+            tokio::time::sleep(run_timeout).await
+        }
+    };
+    // Biased, cancellation first: a runner that returns because its token
+    // fired is ready at the same time as the cancellation, and a run the
+    // manager cancelled settles `cancelled` every time.
+    tokio::select! {
+        biased;
+        _ = token.cancelled() => {
+            run_token.cancel();
+            match tokio::time::timeout(grace, &mut task).await {
+                Ok(Ok(Ok(o))) => RunResult::Cancelled(Some(o)),
+                Ok(Err(join)) if join.is_panic() => RunResult::joined(Err(join)),
+                Ok(_) => RunResult::Cancelled(None),
+                Err(_) => {
+                    warn!("runner ignored cancellation past the grace period; aborted");
+                    abort_and_join(task).await;
+                    RunResult::Cancelled(None)
+                }
+            }
+        }
+        r = &mut task => RunResult::joined(r),
+        _ = timeout => {
+            warn!(timeout = ?run_timeout, "run timed out");
+            run_token.cancel();
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                abort_and_join(task).await;
+            }
+            RunResult::TimedOut
+        }
+    }
+}
+
+/// Aborts a runner task and waits (briefly) until it is gone, so it no
+/// longer holds the log or the scratch dir when the run lands. A runner
+/// blocking a thread cannot be aborted; that is logged.
+async fn abort_and_join<T>(mut task: JoinHandle<T>) {
+    task.abort();
+    if tokio::time::timeout(Duration::from_secs(2), &mut task)
+        .await
+        .is_err()
+    {
+        error!("aborted runner did not stop within 2 s (blocking a thread?)");
+    }
+}

@@ -1,0 +1,251 @@
+//! The runs of this process: one table, [`LiveRuns`], keyed by session, and
+//! the run group that `wait` and `stop` join.
+//!
+//! Each live run has one [`LiveRun`] entry holding everything other calls
+//! need to reach it — its cancellation, its settle signal and its append
+//! wake-up — so `cancel`, `await_settled`, `watch` and `reopen` read one
+//! map, and `launch` and the supervisor are its only writers.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use korvus_store::{IncidentId, SessionId};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::SessionError;
+
+/// One live run of this process.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveRun {
+    /// Tells entries of the same session apart, so a run only ever removes
+    /// its own entry.
+    number: u64,
+    pub(crate) incident: IncidentId,
+    /// The run's cancellation: `cancel` and `stop` fire it.
+    pub(crate) cancel: CancellationToken,
+    /// Set to `true` after the terminal write and deregistration.
+    pub(crate) settled: watch::Sender<bool>,
+    /// Woken after every append to the run's turn log (for `watch`).
+    pub(crate) appended: Arc<Notify>,
+}
+
+impl LiveRun {
+    /// Fires the settle signal and wakes every watcher.
+    pub(crate) fn signal_settled(&self) {
+        self.settled.send_replace(true);
+        self.appended.notify_waiters();
+    }
+}
+
+/// The sessions this process runs, keyed by session id.
+///
+/// It is never a source of truth — the store's rows are. It answers "is
+/// this process running that session?", so `cancel` can reach a local run
+/// and `stop` can cancel every one. Cloning gives another view of the same
+/// table. Cancellation happens outside the table's lock.
+#[derive(Clone, Default)]
+pub struct LiveRuns {
+    entries: Arc<Mutex<HashMap<SessionId, LiveRun>>>,
+    numbers: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for LiveRuns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveRuns")
+            .field("live", &self.lock().len())
+            .finish()
+    }
+}
+
+impl LiveRuns {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionId, LiveRun>> {
+        // Every operation is one map call: a poisoned map is still consistent.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a new live run of `session` and returns its entry.
+    ///
+    /// # Errors
+    /// [`SessionError::AlreadyLive`] when the session is registered; the
+    /// existing entry is left untouched and the returned error carries a
+    /// fresh, unregistered entry the caller may still run with.
+    pub(crate) fn register(
+        &self,
+        session: SessionId,
+        incident: IncidentId,
+    ) -> Result<LiveRun, (SessionError, LiveRun)> {
+        let (settled, _) = watch::channel(false);
+        let run = LiveRun {
+            number: self.numbers.fetch_add(1, Ordering::Relaxed),
+            incident,
+            cancel: CancellationToken::new(),
+            settled,
+            appended: Arc::new(Notify::new()),
+        };
+        let mut entries = self.lock();
+        if entries.contains_key(&session) {
+            return Err((SessionError::AlreadyLive { session }, run));
+        }
+        entries.insert(session, run.clone());
+        Ok(run)
+    }
+
+    /// Removes `run`'s entry of `session`, if it is still there; a second
+    /// call, or a call for an entry another run holds, changes nothing.
+    pub(crate) fn unregister(&self, session: SessionId, run: &LiveRun) {
+        let mut entries = self.lock();
+        if entries
+            .get(&session)
+            .is_some_and(|e| e.number == run.number)
+        {
+            entries.remove(&session);
+        }
+    }
+
+    /// The entry of a live run of `session`.
+    pub(crate) fn get(&self, session: SessionId) -> Option<LiveRun> {
+        self.lock().get(&session).cloned()
+    }
+
+    /// Whether this process runs `session`.
+    pub fn contains(&self, session: SessionId) -> bool {
+        self.lock().contains_key(&session)
+    }
+
+    /// Cancels a local run; the entry stays until the run settled.
+    /// Returns whether the session was live here.
+    pub fn cancel(&self, session: SessionId) -> bool {
+        let token = self.lock().get(&session).map(|e| e.cancel.clone());
+        token.map(|t| t.cancel()).is_some()
+    }
+
+    /// Cancels every local run; returns how many.
+    pub fn cancel_all(&self) -> usize {
+        let tokens: Vec<CancellationToken> =
+            self.lock().values().map(|e| e.cancel.clone()).collect();
+        for token in &tokens {
+            token.cancel();
+        }
+        tokens.len()
+    }
+
+    /// The sessions of `incident` live in this process, sorted.
+    pub fn live(&self, incident: IncidentId) -> Vec<SessionId> {
+        let mut live: Vec<SessionId> = self
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.incident == incident)
+            .map(|(s, _)| *s)
+            .collect();
+        live.sort();
+        live
+    }
+
+    /// How many sessions of `incident` are live in this process.
+    pub fn count(&self, incident: IncidentId) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.incident == incident)
+            .count()
+    }
+}
+
+/// Creates in flight plus runs not yet released: `wait` and `stop` wait
+/// until the count is back to zero.
+#[derive(Debug)]
+pub(crate) struct RunGroup {
+    runs: watch::Sender<usize>,
+}
+
+impl RunGroup {
+    pub(crate) fn new() -> Self {
+        Self {
+            runs: watch::channel(0).0,
+        }
+    }
+
+    /// Joins the group; the returned guard leaves it on drop.
+    pub(crate) fn join(&self) -> RunGuard {
+        self.runs.send_modify(|n| *n += 1);
+        RunGuard {
+            runs: self.runs.clone(),
+        }
+    }
+
+    /// Members right now.
+    pub(crate) fn len(&self) -> usize {
+        *self.runs.borrow()
+    }
+
+    /// Resolves when the group is empty.
+    pub(crate) async fn empty(&self) {
+        let mut rx = self.runs.subscribe();
+        // The sender lives in `self`, so the channel cannot close here.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// Membership in the [`RunGroup`]: taken when a create or reopen starts,
+/// released last in a run.
+#[derive(Debug)]
+pub(crate) struct RunGuard {
+    runs: watch::Sender<usize>,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.runs.send_modify(|n| *n -= 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_register_keeps_the_existing_entry() {
+        let live = LiveRuns::default();
+        let (s, i) = (SessionId::new(), IncidentId::new());
+        let first = live.register(s, i).unwrap();
+        let (err, second) = live.register(s, i).unwrap_err();
+        assert!(matches!(err, SessionError::AlreadyLive { .. }));
+        assert!(live.cancel(s));
+        assert!(first.cancel.is_cancelled());
+        assert!(!second.cancel.is_cancelled());
+        assert!(live.contains(s), "cancel leaves the entry");
+        // The loser's entry was never registered: removing it changes nothing.
+        live.unregister(s, &second);
+        assert!(live.contains(s));
+        live.unregister(s, &first);
+        live.unregister(s, &first);
+        assert!(!live.cancel(s));
+    }
+
+    #[test]
+    fn live_count_and_cancel_all() {
+        let live = LiveRuns::default();
+        let (i, j) = (IncidentId::new(), IncidentId::new());
+        let runs: Vec<LiveRun> = (0..3)
+            .map(|_| live.register(SessionId::new(), i).unwrap())
+            .collect();
+        let other = live.register(SessionId::new(), j).unwrap();
+        assert_eq!(live.count(i), 3);
+        assert_eq!(live.live(i).len(), 3);
+        assert_eq!(live.cancel_all(), 4);
+        assert!(runs.iter().chain([&other]).all(|r| r.cancel.is_cancelled()));
+    }
+
+    #[tokio::test]
+    async fn the_run_group_is_empty_when_every_guard_is_dropped() {
+        let group = RunGroup::new();
+        let (a, b) = (group.join(), group.join());
+        assert_eq!(group.len(), 2);
+        drop(a);
+        drop(b);
+        group.empty().await;
+        assert_eq!(group.len(), 0);
+    }
+}

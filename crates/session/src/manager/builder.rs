@@ -1,0 +1,184 @@
+//! [`ManagerBuilder`] and the [`Config`] it fills.
+
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use korvus_blob::BlobStore;
+use korvus_harvest::PersistConfig;
+use korvus_log::{MemoryLog, TurnLog, Writers};
+use korvus_runner::{DocsSearch, Runner};
+use korvus_store::Store;
+use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
+
+use crate::live::{LiveRuns, RunGroup};
+use crate::manager::{Inner, Manager};
+use crate::StreamReopener;
+
+/// The bounds and switches of a manager, set through [`ManagerBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// Upper bound of one run; zero leaves it to the runner.
+    pub(crate) run_timeout: Duration,
+    /// Bound of the final status write, retries included.
+    pub(crate) settle_timeout: Duration,
+    /// How long a cancelled runner may take to return before it is dropped.
+    pub(crate) cancel_grace: Duration,
+    /// Limits of the persist phase.
+    pub(crate) persist: PersistConfig,
+    /// Store every scratch dir as one archive before removing it.
+    pub(crate) archive_on_release: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            run_timeout: Duration::ZERO,
+            settle_timeout: Duration::from_secs(30),
+            cancel_grace: Duration::from_secs(10),
+            persist: PersistConfig::default(),
+            archive_on_release: false,
+        }
+    }
+}
+
+/// Builds a [`Manager`]. The store and the runner are constructor
+/// arguments ([`Manager::builder`]): a manager without them cannot be
+/// expressed. Everything else is optional, with the degradation each
+/// setter names.
+pub struct ManagerBuilder {
+    store: Arc<dyn Store>,
+    runner: Arc<dyn Runner>,
+    blobs: Option<Arc<dyn BlobStore>>,
+    logs: Option<Arc<dyn TurnLog>>,
+    scratch_root: Option<ScratchRoot>,
+    seeder: Option<Arc<dyn Seeder>>,
+    trees: Vec<WorkspacePath>,
+    docs: Option<Arc<dyn DocsSearch>>,
+    reopener: Option<Arc<dyn StreamReopener>>,
+    config: Config,
+}
+
+impl fmt::Debug for ManagerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagerBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManagerBuilder {
+    pub(crate) fn new(store: Arc<dyn Store>, runner: Arc<dyn Runner>) -> Self {
+        Self {
+            store,
+            runner,
+            blobs: None,
+            logs: None,
+            scratch_root: None,
+            seeder: None,
+            trees: default_trees(),
+            docs: None,
+            reopener: None,
+            config: Config::default(),
+        }
+    }
+
+    /// Blob storage for harvested files. Without it, reports land as rows
+    /// without bytes (no markdown key) and nothing is harvested.
+    pub fn blob_store(mut self, blobs: Arc<dyn BlobStore>) -> Self {
+        self.blobs = Some(blobs);
+        self
+    }
+
+    /// The turn log service. Without it, each manager keeps logs in memory.
+    pub fn turn_log(mut self, logs: Arc<dyn TurnLog>) -> Self {
+        self.logs = Some(logs);
+        self
+    }
+
+    /// Where scratch dirs are made. Without it, runs get no workspace (no
+    /// seeding, no context files, no harvest). A supplied root is never
+    /// removed; an owned one ([`ScratchRoot::create_owned`]) is removed by
+    /// [`Manager::stop`].
+    pub fn scratch_root(mut self, root: ScratchRoot) -> Self {
+        self.scratch_root = Some(root);
+        self
+    }
+
+    /// Seeds read-only trees into scratch dirs; `trees` are the trees it is
+    /// configured with (the read-only deny list is derived from them).
+    pub fn seeder(mut self, seeder: Arc<dyn Seeder>, trees: Vec<WorkspacePath>) -> Self {
+        self.seeder = Some(seeder);
+        self.trees = trees;
+        self
+    }
+
+    /// Documentation search handed to runs of pinned sessions.
+    pub fn docs_search(mut self, docs: Arc<dyn DocsSearch>) -> Self {
+        self.docs = Some(docs);
+        self
+    }
+
+    /// Lifts an external stream's finished latch on reopen.
+    pub fn stream_reopener(mut self, reopener: Arc<dyn StreamReopener>) -> Self {
+        self.reopener = Some(reopener);
+        self
+    }
+
+    /// Upper bound of one run; zero (the default) leaves it to the runner.
+    pub fn run_timeout(mut self, timeout: Duration) -> Self {
+        self.config.run_timeout = timeout;
+        self
+    }
+
+    /// Bound of the final status write, retries included (default 30 s).
+    pub fn settle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.settle_timeout = timeout;
+        self
+    }
+
+    /// How long a cancelled runner may take to return before it is dropped
+    /// (default 10 s).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.config.cancel_grace = grace;
+        self
+    }
+
+    /// Limits of the persist phase (cap, size limit, concurrency, timeout).
+    pub fn persist_config(mut self, config: PersistConfig) -> Self {
+        self.config.persist = config;
+        self
+    }
+
+    /// Store every scratch dir as one `workspace.tar.gz` before removing it.
+    pub fn archive_on_release(mut self, archive: bool) -> Self {
+        self.config.archive_on_release = archive;
+        self
+    }
+
+    /// Builds the manager.
+    pub fn build(self) -> Manager {
+        let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
+        Manager {
+            inner: Arc::new(Inner {
+                store: self.store,
+                runner: self.runner,
+                blobs: self.blobs,
+                logs: self.logs.unwrap_or_else(|| Arc::new(MemoryLog::new())),
+                writers: Writers::new(),
+                scratch,
+                owned_root: Mutex::new(self.scratch_root.filter(|r| r.is_owned())),
+                seeder: self.seeder,
+                read_only: read_only_prefixes(&self.trees),
+                docs: self.docs,
+                reopener: self.reopener,
+                config: self.config,
+                live: LiveRuns::default(),
+                runs: RunGroup::new(),
+                shutting_down: AtomicBool::new(false),
+                stop_started: AtomicBool::new(false),
+            }),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! [`Manager::create`] and its request types.
+
+use std::collections::{HashMap, HashSet};
+
+use korvus_log::{LogHeader, LogId};
+use korvus_runner::ExitReason;
+use korvus_store::{
+    Artifact, ArtifactId, ContextRef, Incident, IncidentId, IncidentStatus, NewSession, Session,
+    SessionId, SessionKind, Store,
+};
+use tracing::{error, info, info_span, Instrument};
+
+use crate::manager::{join_detached, Manager};
+use crate::supervise::{failed, Plan};
+use crate::{Result, SessionError};
+
+/// A request to create a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSession {
+    /// The incident to run in; must exist and be open.
+    pub incident_id: IncidentId,
+    /// The prompt; must not be blank.
+    pub prompt: String,
+    /// Inherited artifacts, in the order the run should see them.
+    pub context: Vec<ContextRequest>,
+}
+
+/// One inherited artifact requested for a new session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextRequest {
+    /// The artifact; must belong to the same incident. The nil UUID counts
+    /// as an empty id and is refused.
+    pub artifact_id: ArtifactId,
+    /// Role; blank means "derive from the session kind" ([`default_role`]).
+    pub role: String,
+}
+
+/// The role given to a context ref requested with a blank role.
+pub fn default_role(kind: SessionKind) -> &'static str {
+    match kind {
+        SessionKind::Initial => "input",
+        SessionKind::FollowUp => "prior_output",
+    }
+}
+
+impl Manager {
+    /// Creates a session and starts its run in the background; returns the
+    /// `running` row at once.
+    ///
+    /// Context refs are resolved before the row exists, so a bad ref leaves
+    /// nothing behind. If the refs cannot be inserted after the row was,
+    /// the row is settled `failed` / `context_refs_failed` — never left running.
+    ///
+    /// # Errors
+    /// `PromptRequired`, `IncidentClosed`, `ShuttingDown`,
+    /// `InvalidContextRef`, `NotFound` (incident), `Store`, `Log`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe in effect: from the row insert on, the work runs on its
+    /// own task, so dropping the future cannot leave a running row without
+    /// its run; the session is created (or settled `failed`) all the same.
+    pub async fn create(&self, request: CreateSession) -> Result<Session> {
+        let inner = &self.inner;
+        // Join the run group before looking at the flag: either `stop` sees
+        // this create in flight and waits for it, or this create sees `stop`.
+        let guard = inner.runs.join();
+        self.check_not_stopping()?;
+        if request.prompt.trim().is_empty() {
+            return Err(SessionError::PromptRequired);
+        }
+        let incident = inner.store.get_incident(request.incident_id).await?;
+        if incident.status == IncidentStatus::Closed {
+            return Err(SessionError::IncidentClosed {
+                incident: incident.id,
+            });
+        }
+        let kind = if inner.store.list_sessions(incident.id).await?.is_empty() {
+            SessionKind::Initial
+        } else {
+            SessionKind::FollowUp
+        };
+        let (refs, inherited) =
+            resolve_refs(&*inner.store, &incident, kind, &request.context).await?;
+        let id = SessionId::new();
+        let span = info_span!("session", session_id = %id, incident_id = %incident.id);
+        // From the row insert on, the work runs on its own task: dropping the
+        // caller's future must not leave a running row without its run.
+        let this = self.clone();
+        let work = async move {
+            let inner = &this.inner;
+            let session = inner
+                .store
+                .create_session(NewSession {
+                    id,
+                    incident_id: incident.id,
+                    kind,
+                    prompt: request.prompt,
+                    workspace_ref: incident.workspace.clone(),
+                })
+                .await?;
+            if !refs.is_empty() {
+                if let Err(e) = inner.store.insert_context_refs(id, &refs).await {
+                    error!(error = %e, "context refs not inserted; settling the session failed");
+                    inner
+                        .settle(id, failed(ExitReason::CONTEXT_REFS_FAILED))
+                        .await;
+                    return Err(e.into());
+                }
+            }
+            let header = LogHeader::new(LogId::from_uuid(id.as_uuid()))
+                .with_label("incident_id", incident.id.to_string())
+                .with_label("session_id", id.to_string());
+            let log = match inner.logs.create(header).await {
+                Ok(log) => log,
+                Err(e) => {
+                    error!(error = %e, "turn log not created; settling the session failed");
+                    inner.settle(id, failed(ExitReason::TURN_LOG_FAILED)).await;
+                    return Err(e.into());
+                }
+            };
+            info!(seq = session.seq, kind = %kind, "session created");
+            let plan = Plan {
+                revision: session.revision,
+                session: session.clone(),
+                incident,
+                inherited,
+                resume: None,
+            };
+            this.launch(plan, log, guard);
+            Ok(session)
+        }
+        .instrument(span);
+        join_detached(work).await
+    }
+}
+
+/// Checks requested context refs against the store before any row exists.
+async fn resolve_refs(
+    store: &dyn Store,
+    incident: &Incident,
+    kind: SessionKind,
+    requests: &[ContextRequest],
+) -> Result<(Vec<ContextRef>, Vec<(Artifact, String)>)> {
+    if requests.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut seen = HashSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        if r.artifact_id.as_uuid().is_nil() {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!("context ref {i} has an empty artifact id"),
+            });
+        }
+        if !seen.insert(r.artifact_id) {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!("artifact {} is referenced twice", r.artifact_id),
+            });
+        }
+    }
+    let ids: Vec<ArtifactId> = requests.iter().map(|r| r.artifact_id).collect();
+    let found: HashMap<ArtifactId, Artifact> = store
+        .get_artifacts(&ids)
+        .await?
+        .into_iter()
+        .map(|a| (a.id, a))
+        .collect();
+    let mut refs = Vec::with_capacity(requests.len());
+    let mut inherited = Vec::with_capacity(requests.len());
+    for r in requests {
+        let Some(artifact) = found.get(&r.artifact_id) else {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!("artifact {} does not exist", r.artifact_id),
+            });
+        };
+        if artifact.incident_id != incident.id {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!("artifact {} belongs to another incident", r.artifact_id),
+            });
+        }
+        let role = if r.role.trim().is_empty() {
+            default_role(kind).to_owned()
+        } else {
+            r.role.clone()
+        };
+        refs.push(ContextRef {
+            artifact_id: r.artifact_id,
+            role: role.clone(),
+        });
+        inherited.push((artifact.clone(), role));
+    }
+    Ok((refs, inherited))
+}

@@ -1,0 +1,217 @@
+//! The [`Manager`]'s public calls and the state every phase shares.
+//!
+//! What happens to a run lives in one file per phase: [`launch`] and the
+//! supervisor (`supervise.rs`), preparing the scratch dir (`prepare.rs`),
+//! running the runner (`execute.rs`), landing its output (`land.rs`),
+//! cleaning up (`cleanup.rs`), `reopen.rs` and `watch.rs`.
+//!
+//! [`launch`]: Manager::launch
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use korvus_blob::BlobStore;
+use korvus_log::{TurnLog, Writers};
+use korvus_runner::{DocsSearch, Runner};
+use korvus_store::{Session, SessionId, Store};
+use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
+use tracing::{info, warn};
+
+use crate::live::{LiveRuns, RunGroup};
+use crate::{Result, SessionError, StreamReopener};
+
+mod builder;
+mod create;
+
+pub(crate) use self::builder::Config;
+pub use self::builder::ManagerBuilder;
+pub use self::create::{default_role, ContextRequest, CreateSession};
+
+/// Runs agent sessions and never loses what they produce.
+///
+/// Cheap to clone (an `Arc` inside); every clone is the same manager.
+///
+/// # Cancellation
+///
+/// A run's cancellation is its entry in [`LiveRuns`] — [`Manager::cancel`]
+/// or [`Manager::stop`] — never the caller's request: dropping the future of
+/// `create` after it returned does not stop the run. Persist, report and
+/// settle run detached from the run's cancellation, so a cancelled run's
+/// files are still stored and its row still settles.
+#[derive(Clone)]
+pub struct Manager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("runs", &self.inner.runs.len())
+            .field(
+                "shutting_down",
+                &self.inner.shutting_down.load(Ordering::SeqCst),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every phase of every run shares: the collaborators, the
+/// configuration and the live-run table.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) runner: Arc<dyn Runner>,
+    pub(crate) blobs: Option<Arc<dyn BlobStore>>,
+    pub(crate) logs: Arc<dyn TurnLog>,
+    /// The single-writer claims of this process's turn logs.
+    pub(crate) writers: Writers,
+    /// The scratch root's path, when runs get a workspace.
+    pub(crate) scratch: Option<PathBuf>,
+    /// A root this manager made and removes on `stop`.
+    owned_root: Mutex<Option<ScratchRoot>>,
+    pub(crate) seeder: Option<Arc<dyn Seeder>>,
+    /// The single deny list of the seeded trees and `context/`.
+    pub(crate) read_only: Vec<WorkspacePath>,
+    pub(crate) docs: Option<Arc<dyn DocsSearch>>,
+    pub(crate) reopener: Option<Arc<dyn StreamReopener>>,
+    pub(crate) config: Config,
+    /// The runs of this process, keyed by session.
+    pub(crate) live: LiveRuns,
+    /// Creates and reopens in flight plus runs not yet released.
+    pub(crate) runs: RunGroup,
+    pub(crate) shutting_down: AtomicBool,
+    stop_started: AtomicBool,
+}
+
+impl Manager {
+    /// Starts building a manager from the two things it cannot work without.
+    pub fn builder(store: Arc<dyn Store>, runner: Arc<dyn Runner>) -> ManagerBuilder {
+        ManagerBuilder::new(store, runner)
+    }
+
+    /// The store this manager writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The turn log service this manager writes to.
+    pub fn turn_log(&self) -> &Arc<dyn TurnLog> {
+        &self.inner.logs
+    }
+
+    /// The blob store, if configured.
+    pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {
+        self.inner.blobs.as_ref()
+    }
+
+    /// The runs of this process (a read and cancel view).
+    pub fn live_runs(&self) -> &LiveRuns {
+        &self.inner.live
+    }
+
+    /// Refuses new work once `stop` began. Called after joining the run
+    /// group, so either `stop` sees the caller in flight and waits for it,
+    /// or the caller sees `stop`.
+    pub(crate) fn check_not_stopping(&self) -> Result<()> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SessionError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Cancels a session.
+    ///
+    /// The row decides: a terminal row is `AlreadyEnded`. A running row
+    /// whose run is in this process is cancelled (the run settles
+    /// `cancelled` shortly); a running row this process does not run belongs
+    /// to another replica — a warning is logged and the row is returned
+    /// unchanged.
+    ///
+    /// # Errors
+    /// `AlreadyEnded`, `NotFound`, `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the only write is the in-process cancellation, made
+    /// after the row was read.
+    pub async fn cancel(&self, id: SessionId) -> Result<Session> {
+        let row = self.inner.store.get_session(id).await?;
+        if row.status.is_terminal() {
+            return Err(SessionError::AlreadyEnded { session: id });
+        }
+        if !self.inner.live.cancel(id) {
+            warn!(session_id = %id, "cancel: session is running but not in this process; left unchanged");
+        }
+        Ok(row)
+    }
+
+    /// Waits until every run of this process has settled and released.
+    /// Cancels nothing.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only waits.
+    pub async fn wait(&self) {
+        self.inner.runs.empty().await;
+    }
+
+    /// Shuts down: refuses new creates and reopens, cancels every run of
+    /// this process, and waits until each has settled. Safe to call
+    /// repeatedly and from many tasks at once; only the first call cancels.
+    /// An owned scratch root is removed after the last run released it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting, not the shutdown: the runs
+    /// stay cancelled and settle on their own; an owned scratch root is
+    /// then left for `reap`.
+    pub async fn stop(&self) {
+        let inner = &self.inner;
+        inner.shutting_down.store(true, Ordering::SeqCst);
+        let first = !inner.stop_started.swap(true, Ordering::SeqCst);
+        if first {
+            let n = inner.live.cancel_all();
+            info!(runs = n, "stop: cancelled every local run");
+        }
+        self.wait().await;
+        if first {
+            let root = inner
+                .owned_root
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(root) = root {
+                if let Err(e) = root.release().await {
+                    warn!(error = %e, "owned scratch root not removed");
+                }
+            }
+        }
+    }
+
+    /// Resolves after the session's run in this process settled (or at
+    /// `deadline`), then returns the row as stored. For a session not running
+    /// here it returns the row at once.
+    ///
+    /// # Errors
+    /// `NotFound`, `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only waits and reads.
+    pub async fn await_settled(&self, id: SessionId, deadline: Duration) -> Result<Session> {
+        if let Some(run) = self.inner.live.get(id) {
+            let mut rx = run.settled.subscribe();
+            let _ = tokio::time::timeout(deadline, rx.wait_for(|done| *done)).await;
+        }
+        Ok(self.inner.store.get_session(id).await?)
+    }
+}
+
+/// Runs `work` on its own task and waits for it: the caller may go away,
+/// the work finishes anyway. A panic in it is passed on to the caller.
+pub(crate) async fn join_detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::spawn(work).await {
+        Ok(value) => value,
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    }
+}

@@ -1,0 +1,17 @@
+//! [`StreamReopener`], the session layer's own collaborator trait. The
+//! runner seam ([`Runner`](crate::Runner), [`RunContext`](crate::RunContext),
+//! …) lives in `korvus-runner` and is re-exported from the crate root.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use korvus_store::SessionId;
+
+/// Lifts the "finished" latch of an external event stream (e.g. an SSE hub)
+/// when a session is reopened, so subscribers see the next iteration.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait StreamReopener: Send + Sync + Debug + 'static {
+    /// Called by `reopen` after the store's transition, before it returns.
+    async fn reopen(&self, session: SessionId);
+}
