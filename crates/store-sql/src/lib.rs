@@ -111,6 +111,7 @@
 extern crate self as korvus_store_sql;
 
 mod error;
+mod log;
 mod log_rows;
 mod migrate;
 #[cfg(feature = "postgres")]
@@ -118,6 +119,7 @@ mod postgres;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
