@@ -1,26 +1,14 @@
 //! The [`TurnLog`](korvus_log::TurnLog) both engines share: [`sql_log!`]
-//! writes the service type, its per-log I/O and their impls once, and
-//! [`LogDialect`] is what each engine supplies itself.
+//! writes the service type, its per-log I/O and their impls once, calling
+//! the [`LogDialect`] each engine supplies itself.
 //!
 //! The engines differ only in how an `append` numbers and inserts a batch of
 //! events in one transaction; creating, opening, listing, `stat` and reading
 //! are the same statements on both. [`sql_log!`] is a macro for the reason
 //! [`sql_store!`](crate::store::sql_store) is.
 
-use korvus_log::Result;
-
-/// What one engine's turn log does its own way: implemented by the per-log
-/// I/O type [`sql_log!`] defines, which has the fields `pool` and `id`.
-pub(crate) trait LogDialect {
-    /// The `backend` name in this engine's `Backend` errors.
-    const BACKEND: &'static str;
-
-    /// Appends `bodies` (the events' JSON texts, at least one) to this log in
-    /// one transaction: numbered contiguously after the stored events, with
-    /// `bytes` added to the log's size, even when writers in other processes
-    /// append at the same time. `NotFound` when the log does not exist.
-    async fn append_bodies(&self, bodies: &[String], bytes: i64) -> Result<()>;
-}
+#[cfg(doc)]
+use crate::dialect::LogDialect;
 
 /// Defines a SQL turn-log service over one engine's pool, the per-log I/O
 /// type behind its handles, and implements `TurnLog` and `LogIo` for them
@@ -34,8 +22,6 @@ macro_rules! sql_log {
     (
         $(#[$attr:meta])*
         pub struct $log:ident($pool:ty) beside $store:ident, io $io:ident;
-        $(#[$new_attr:meta])*
-        pub fn new;
     ) => {
         $(#[$attr])*
         #[derive(Debug, Clone)]
@@ -45,7 +31,8 @@ macro_rules! sql_log {
         }
 
         impl $log {
-            $(#[$new_attr])*
+            /// A turn-log service over `pool`, which must have been migrated
+            /// with [`migrate`](fn@crate::migrate).
             pub fn new(pool: $pool) -> Self {
                 Self {
                     pool,
@@ -79,7 +66,7 @@ macro_rules! sql_log {
             use uuid::Uuid;
 
             use $crate::error::{is_unique_violation, log_backend};
-            use $crate::log::LogDialect;
+            use $crate::dialect::LogDialect;
             use $crate::log_rows::{self, LogRow};
 
             /// The `backend` name in this engine's `Backend` errors.
@@ -117,19 +104,21 @@ macro_rules! sql_log {
                 async fn create(&self, header: LogHeader) -> Result<LogHandle> {
                     let id = header.id;
                     let text = log_rows::header_json(BACKEND, &header)?;
-                    sqlx::query("INSERT INTO turn_logs (id, header, size_bytes) VALUES ($1, $2, $3)")
-                        .bind(id.as_uuid())
-                        .bind(&text)
-                        .bind(log_rows::line_bytes(&text))
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| {
-                            if is_unique_violation(&e) {
-                                LogError::AlreadyExists { id }
-                            } else {
-                                LogError::backend(BACKEND, e)
-                            }
-                        })?;
+                    sqlx::query(
+                        "INSERT INTO turn_logs (id, header, size_bytes) VALUES ($1, $2, $3)",
+                    )
+                    .bind(id.as_uuid())
+                    .bind(&text)
+                    .bind(log_rows::line_bytes(&text))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| {
+                        if is_unique_violation(&e) {
+                            LogError::AlreadyExists { id }
+                        } else {
+                            LogError::backend(BACKEND, e)
+                        }
+                    })?;
                     self.handle(header, Access::Write)
                 }
 

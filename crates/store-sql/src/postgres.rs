@@ -15,12 +15,13 @@ use korvus_store::{constraint, ArtifactId, ContextRef, Entity, NewArtifact, Resu
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
-use crate::log::{sql_log, LogDialect};
+use crate::log::sql_log;
 use crate::rows::{
     artifact_columns, context_ref_columns, to_i32, to_i64, ArtifactRow, ContextRefRow,
 };
-use crate::store::{sql_store, StoreDialect};
+use crate::store::sql_store;
 
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "postgres";
@@ -29,7 +30,7 @@ sql_store! {
     /// A [`Store`](korvus_store::Store) on PostgreSQL.
     ///
     /// Cloning is cheap and shares the pool. The database must have been
-    /// brought to the current schema with [`migrate`](crate::migrate).
+    /// brought to the current schema with [`migrate`](fn@crate::migrate).
     pub struct PgStore(PgPool) beside PgLog;
 }
 
@@ -156,8 +157,6 @@ sql_log! {
     /// revision is the event count, and `size_bytes` is the length of the
     /// exported JSONL.
     pub struct PgLog(PgPool) beside PgStore, io PgLogIo;
-    /// A turn-log service over `pool` (migrated with [`migrate`](crate::migrate)).
-    pub fn new;
 }
 
 impl LogDialect for PgLogIo {

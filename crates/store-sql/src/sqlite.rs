@@ -22,12 +22,13 @@ use korvus_store::{constraint, ArtifactId, ContextRef, Entity, NewArtifact, Resu
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
-use crate::log::{sql_log, LogDialect};
+use crate::log::sql_log;
 use crate::rows::{
     artifact_columns, context_ref_columns, to_i32, to_i64, ArtifactRow, ContextRefRow,
 };
-use crate::store::{placeholders, sql_store, StoreDialect};
+use crate::store::{placeholders, sql_store};
 
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "sqlite";
@@ -42,7 +43,7 @@ const MAX_ROWS: usize = 2000;
 /// Opens (creating it if missing) the SQLite database at `path` with the
 /// settings the store and log rely on: foreign keys enforced, write-ahead
 /// logging, `synchronous = FULL` (a returned write is durable), and a 30 s
-/// busy timeout. Run [`migrate`](crate::migrate) on the pool before use.
+/// busy timeout. Run [`migrate`](fn@crate::migrate) on the pool before use.
 ///
 /// # Errors
 /// `Backend` when the file cannot be opened or created.
@@ -69,7 +70,7 @@ sql_store! {
     ///
     /// Cloning is cheap and shares the pool. Open the pool with
     /// [`open_sqlite`] (or equivalent settings, foreign keys above all) and
-    /// [`migrate`](crate::migrate) it.
+    /// [`migrate`](fn@crate::migrate) it.
     pub struct SqliteStore(SqlitePool) beside SqliteLog;
 }
 
@@ -245,11 +246,9 @@ sql_log! {
     /// returns they are committed (and, with [`open_sqlite`]'s settings,
     /// durable), so `flush` and `close` have nothing left to do. The single
     /// writer per log is enforced per `SqliteLog` value (clones share it) with
-    /// [`Writers`](korvus_log::Writers).
+    /// [`Writers`](korvus_log::Writers). Open the pool with [`open_sqlite`]
+    /// (or equivalent settings) and [`migrate`](fn@crate::migrate) it.
     pub struct SqliteLog(SqlitePool) beside SqliteStore, io SqliteLogIo;
-    /// A turn-log service over `pool` (opened with [`open_sqlite`] and
-    /// migrated with [`migrate`](crate::migrate)).
-    pub fn new;
 }
 
 impl LogDialect for SqliteLogIo {

@@ -1,6 +1,6 @@
-//! The [`Store`](korvus_store::Store) both engines share: [`sql_store!`] writes the store type
-//! and its `Store` impl once, and [`StoreDialect`] is what each engine
-//! supplies itself.
+//! The [`Store`](korvus_store::Store) both engines share: [`sql_store!`]
+//! writes the store type and its `Store` impl once, calling the
+//! [`StoreDialect`] each engine supplies itself.
 //!
 //! PostgreSQL and SQLite agree on most statements: the same tables and
 //! columns, `$n` placeholders, `RETURNING`, and one set of row structs
@@ -20,54 +20,11 @@
 
 use std::sync::LazyLock;
 
-use chrono::{DateTime, Utc};
-use korvus_store::{ArtifactId, ContextRef, Entity, NewArtifact, Result, SessionId, SessionStatus};
+use korvus_store::SessionStatus;
 
-use crate::error::Op;
-use crate::rows::{session_columns, ArtifactRow, ContextRefRow};
-
-/// What one engine's [`Store`](korvus_store::Store) does its own way. The code [`sql_store!`]
-/// writes calls these only with input it has already validated.
-pub(crate) trait StoreDialect {
-    /// The `backend` name in this engine's `Backend` errors.
-    const BACKEND: &'static str;
-
-    /// The `INSERT` of a new session that allocates its `seq` (the incident's
-    /// next number) inside the same statement, so concurrent creates cannot
-    /// take the same one. Binds `$1` id, `$2` incident id, `$3` kind, `$4`
-    /// status, `$5` prompt, `$6` workspace repo, `$7` workspace commit and
-    /// `$8` creation time; returns the `seq`, or no row when the incident does
-    /// not exist.
-    const INSERT_SESSION: &'static str;
-
-    /// Inserts `refs` (at least one), numbered after the session's stored
-    /// refs in request order, all or none. Returns the stored rows in any
-    /// order, or none when the session does not exist.
-    async fn insert_context_ref_rows(
-        &self,
-        session: SessionId,
-        refs: &[ContextRef],
-    ) -> Result<Vec<ContextRefRow>>;
-
-    /// Inserts `new` (at least one) stamped `created_at`, all or none.
-    async fn insert_artifact_rows(
-        &self,
-        new: &[NewArtifact],
-        created_at: DateTime<Utc>,
-    ) -> Result<()>;
-
-    /// The rows of those of `ids` (at least one) that exist, in any order.
-    async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>>;
-
-    /// How a failing write about `entity` is reported (see [`Op`]).
-    fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
-        Op {
-            backend: Self::BACKEND,
-            entity,
-            foreign_key,
-        }
-    }
-}
+#[cfg(doc)]
+use crate::dialect::StoreDialect;
+use crate::rows::session_columns;
 
 /// `$first, $first+1, …` for `n` values.
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
@@ -97,8 +54,9 @@ pub(crate) static REOPEN_SESSION: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Defines a SQL store type over one engine's pool and implements
-/// [`Store`](korvus_store::Store) for it with the statements both engines share; the type must
-/// also implement [`StoreDialect`] (in the engine's module).
+/// [`Store`](korvus_store::Store) for it with the statements both engines
+/// share; the type must also implement [`StoreDialect`] (in the engine's
+/// module).
 ///
 /// `sql_store! { /// docs… pub struct PgStore(PgPool) beside PgLog; }`
 /// defines `PgStore` with `new` and `pool`; `PgLog` is only named in the
@@ -136,13 +94,14 @@ macro_rules! sql_store {
                 Store, StoreError,
             };
 
+            use $crate::dialect::StoreDialect;
             use $crate::error::{backend, unexpected};
             use $crate::rows::{
                 self, artifact_columns, context_ref_columns, incident_columns, report_columns,
                 session_columns, to_i32, to_i64, ArtifactRow, ContextRefRow, IncidentRow,
                 ReportRow, SessionRow,
             };
-            use $crate::store::{StoreDialect, REOPEN_SESSION};
+            use $crate::store::REOPEN_SESSION;
 
             impl $store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
@@ -248,8 +207,9 @@ macro_rules! sql_store {
                         .map_err(|e| {
                             Self::op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e)
                         })?;
-                    let seq =
-                        seq.ok_or_else(|| StoreError::not_found(Entity::Incident, new.incident_id))?;
+                    let seq = seq.ok_or_else(|| {
+                        StoreError::not_found(Entity::Incident, new.incident_id)
+                    })?;
                     Ok(Session {
                         id: new.id,
                         incident_id: new.incident_id,
@@ -410,7 +370,9 @@ macro_rules! sql_store {
                     .bind(report.created_at)
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e))?;
+                    .map_err(|e| {
+                        Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
+                    })?;
                     Ok(report)
                 }
 
@@ -483,10 +445,14 @@ macro_rules! sql_store {
                         return Ok(Vec::new());
                     }
                     let rows = self.artifact_rows(ids).await?;
-                    rows::in_request_order(ids, rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?)
+                    let found = rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?;
+                    rows::in_request_order(ids, found)
                 }
 
-                async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+                async fn list_session_artifacts(
+                    &self,
+                    session: SessionId,
+                ) -> Result<Vec<Artifact>> {
                     let rows: Vec<ArtifactRow> = sqlx::query_as(concat!(
                         "SELECT ",
                         artifact_columns!(),
