@@ -9,7 +9,7 @@
 //!   event logs in two tables, the header and every event kept as the exact
 //!   JSON text, so `korvus_log::export_jsonl` gives the same bytes as the
 //!   memory and JSONL backends.
-//! - [`migrate`] applies the migrations in `migrations/postgres` or
+//! - [`migrate`](fn@migrate) applies the migrations in `migrations/postgres` or
 //!   `migrations/sqlite` (embedded at build time) to a pool;
 //!   [`open_sqlite`] opens a SQLite file with the settings the backends need.
 //!
@@ -28,6 +28,24 @@
 //! are mapped once (`Conflict` for a unique violation, `Constraint { name }`
 //! for a foreign key, `Backend` for the rest), and queries are checked at run
 //! time (`sqlx::query_as` with `FromRow`), so building needs no database.
+//!
+//! The two engines share one implementation, the way object_store writes
+//! the request per backend and the algorithm once. What each engine does its
+//! own way is a small private trait in `dialect.rs`, implemented in
+//! `postgres.rs` and `sqlite.rs`: `StoreDialect` (the `INSERT` that
+//! allocates a session's `seq`, numbering context refs, inserting a batch of
+//! artifacts, fetching many artifacts by id) and `LogDialect` (numbering and
+//! inserting the events of one append). Everything else — validation, the
+//! statements both engines run unchanged, their binds, error mapping and row
+//! conversion — is written once, in the `sql_store!` (`store.rs`) and
+//! `sql_log!` (`log.rs`) macros each engine module expands for its own pool
+//! type, over the row types of `rows.rs` and `log_rows.rs`. They are macros
+//! rather than code generic over `sqlx::Database` because generic sqlx code
+//! needs an `Encode`/`Type` bound for every bound Rust type and a `FromRow`
+//! bound for every row type, repeated on every impl; expanded per engine,
+//! the shared code is plain sqlx calls on a concrete pool. A fix to a shared
+//! statement is made once, and comparing the engines means reading only
+//! `postgres.rs` and `sqlite.rs`.
 //!
 //! Input is checked with `korvus_store::validate` before any statement, so a
 //! NUL byte (which PostgreSQL refuses in `text`) or an over-long field is the
@@ -110,7 +128,9 @@
 #[cfg(feature = "testing")]
 extern crate self as korvus_store_sql;
 
+mod dialect;
 mod error;
+mod log;
 mod log_rows;
 mod migrate;
 #[cfg(feature = "postgres")]
@@ -118,6 +138,7 @@ mod postgres;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,0 +1,74 @@
+//! What each engine does its own way: [`StoreDialect`] and [`LogDialect`],
+//! implemented once in `postgres.rs` and once in `sqlite.rs`.
+//!
+//! Everything else — validation, the statements both engines run as they
+//! are, binds, error mapping, row conversion — is written once by
+//! [`sql_store!`](crate::store::sql_store) and [`sql_log!`](crate::log::sql_log),
+//! which call these. This is object_store's split of a per-backend request
+//! trait and one shared algorithm over it, with the shared half a macro
+//! (see [`store`](crate::store) for why).
+
+use chrono::{DateTime, Utc};
+use korvus_store::{ArtifactId, ContextRef, Entity, NewArtifact, Result, SessionId};
+
+use crate::error::Op;
+use crate::rows::{ArtifactRow, ContextRefRow};
+#[cfg(doc)]
+use crate::{log::sql_log, store::sql_store};
+
+/// What one engine's [`Store`](korvus_store::Store) does its own way. The
+/// code [`sql_store!`] writes calls these only with input it has already
+/// validated.
+pub(crate) trait StoreDialect {
+    /// The `backend` name in this engine's `Backend` errors.
+    const BACKEND: &'static str;
+
+    /// The `INSERT` of a new session that allocates its `seq` (the incident's
+    /// next number) inside the same statement, so concurrent creates cannot
+    /// take the same one. Binds `$1` id, `$2` incident id, `$3` kind, `$4`
+    /// status, `$5` prompt, `$6` workspace repo, `$7` workspace commit and
+    /// `$8` creation time; returns the `seq`, or no row when the incident does
+    /// not exist.
+    const INSERT_SESSION: &'static str;
+
+    /// Inserts `refs` (at least one), numbered after the session's stored
+    /// refs in request order, all or none. Returns the stored rows in any
+    /// order, or none when the session does not exist.
+    async fn insert_context_ref_rows(
+        &self,
+        session: SessionId,
+        refs: &[ContextRef],
+    ) -> Result<Vec<ContextRefRow>>;
+
+    /// Inserts `new` (at least one) stamped `created_at`, all or none.
+    async fn insert_artifact_rows(
+        &self,
+        new: &[NewArtifact],
+        created_at: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// The rows of those of `ids` (at least one) that exist, in any order.
+    async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>>;
+
+    /// How a failing write about `entity` is reported (see [`Op`]).
+    fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
+        Op {
+            backend: Self::BACKEND,
+            entity,
+            foreign_key,
+        }
+    }
+}
+
+/// What one engine's turn log does its own way: implemented by the per-log
+/// I/O type [`sql_log!`] defines, which has the fields `pool` and `id`.
+pub(crate) trait LogDialect {
+    /// The `backend` name in this engine's `Backend` errors.
+    const BACKEND: &'static str;
+
+    /// Appends `bodies` (the events' JSON texts, at least one) to this log in
+    /// one transaction: numbered contiguously after the stored events, with
+    /// `bytes` added to the log's size, even when writers in other processes
+    /// append at the same time. `NotFound` when the log does not exist.
+    async fn append_bodies(&self, bodies: &[String], bytes: i64) -> korvus_log::Result<()>;
+}

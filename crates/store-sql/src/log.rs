@@ -1,0 +1,187 @@
+//! The [`TurnLog`](korvus_log::TurnLog) both engines share: [`sql_log!`]
+//! writes the service type, its per-log I/O and their impls once, calling
+//! the [`LogDialect`] each engine supplies itself.
+//!
+//! The engines differ only in how an `append` numbers and inserts a batch of
+//! events in one transaction; creating, opening, listing, `stat` and reading
+//! are the same statements on both. [`sql_log!`] is a macro for the reason
+//! [`sql_store!`](crate::store::sql_store) is.
+
+#[cfg(doc)]
+use crate::dialect::LogDialect;
+
+/// Defines a SQL turn-log service over one engine's pool, the per-log I/O
+/// type behind its handles, and implements `TurnLog` and `LogIo` for them
+/// with the statements both engines share; the I/O type must also implement
+/// [`LogDialect`] (in the engine's module).
+///
+/// `sql_log! { /// docs… pub struct PgLog(PgPool) beside PgStore, io PgLogIo; }`
+/// defines `PgLog` with `new` and `pool`, and `PgLogIo`; `PgStore` is only
+/// named in the docs of `pool`, as the store that shares the pool.
+macro_rules! sql_log {
+    (
+        $(#[$attr:meta])*
+        pub struct $log:ident($pool:ty) beside $store:ident, io $io:ident;
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone)]
+        pub struct $log {
+            pool: $pool,
+            writers: korvus_log::Writers,
+        }
+
+        impl $log {
+            /// A turn-log service over `pool`, which must have been migrated
+            /// with [`migrate`](fn@crate::migrate).
+            pub fn new(pool: $pool) -> Self {
+                Self {
+                    pool,
+                    writers: korvus_log::Writers::new(),
+                }
+            }
+
+            #[doc = concat!("The pool, e.g. to share it with a [`", stringify!($store), "`].")]
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+        }
+
+        /// One log's reads and appends, behind its [`LogHandle`](korvus_log::LogHandle)s.
+        #[derive(Debug)]
+        struct $io {
+            pool: $pool,
+            id: korvus_log::LogId,
+        }
+
+        // A scope of its own, so the shared code names what it uses here and
+        // not in each engine module.
+        const _: () = {
+            use std::sync::Arc;
+
+            use async_trait::async_trait;
+            use korvus_log::{
+                Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat,
+                Result, TurnLog,
+            };
+            use uuid::Uuid;
+
+            use $crate::error::{is_unique_violation, log_backend};
+            use $crate::dialect::LogDialect;
+            use $crate::log_rows::{self, LogRow};
+
+            /// The `backend` name in this engine's `Backend` errors.
+            const BACKEND: &str = <$io as LogDialect>::BACKEND;
+
+            impl $log {
+                async fn row(&self, id: LogId) -> Result<LogRow> {
+                    let row: Option<LogRow> = sqlx::query_as(
+                        "SELECT header, event_count, size_bytes FROM turn_logs WHERE id = $1",
+                    )
+                    .bind(id.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(log_backend(BACKEND))?;
+                    row.ok_or(LogError::NotFound { id })
+                }
+
+                fn handle(&self, header: LogHeader, access: Access) -> Result<LogHandle> {
+                    let io = Arc::new($io {
+                        pool: self.pool.clone(),
+                        id: header.id,
+                    });
+                    Ok(match access {
+                        Access::Read => LogHandle::reader(header, io),
+                        Access::Write => {
+                            let claim = self.writers.claim(header.id)?;
+                            LogHandle::writer(header, io, claim)
+                        }
+                    })
+                }
+            }
+
+            #[async_trait]
+            impl TurnLog for $log {
+                async fn create(&self, header: LogHeader) -> Result<LogHandle> {
+                    let id = header.id;
+                    let text = log_rows::header_json(BACKEND, &header)?;
+                    sqlx::query(
+                        "INSERT INTO turn_logs (id, header, size_bytes) VALUES ($1, $2, $3)",
+                    )
+                    .bind(id.as_uuid())
+                    .bind(&text)
+                    .bind(log_rows::line_bytes(&text))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| {
+                        if is_unique_violation(&e) {
+                            LogError::AlreadyExists { id }
+                        } else {
+                            LogError::backend(BACKEND, e)
+                        }
+                    })?;
+                    self.handle(header, Access::Write)
+                }
+
+                async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
+                    let header = self.row(id).await?.header(id)?;
+                    self.handle(header, access)
+                }
+
+                async fn stat(&self, id: LogId) -> Result<LogStat> {
+                    self.row(id).await?.stat(id)
+                }
+
+                async fn list(&self) -> Result<Vec<LogId>> {
+                    let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM turn_logs ORDER BY id")
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(log_backend(BACKEND))?;
+                    Ok(ids.into_iter().map(LogId::from_uuid).collect())
+                }
+
+                async fn flush(&self) -> std::result::Result<(), FlushError> {
+                    self.writers.flush_all().await
+                }
+            }
+
+            #[async_trait]
+            impl LogIo for $io {
+                async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
+                    let Some((start, limit)) = log_rows::window(offset, len) else {
+                        return Ok(Vec::new());
+                    };
+                    let rows: Vec<(i64, String)> = sqlx::query_as(
+                        "SELECT seq, body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
+                         ORDER BY seq LIMIT $3",
+                    )
+                    .bind(self.id.as_uuid())
+                    .bind(start)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(log_backend(BACKEND))?;
+                    log_rows::events(self.id, start, rows)
+                }
+
+                async fn append(&self, events: &[Event]) -> Result<()> {
+                    let (bodies, bytes) = log_rows::event_lines(BACKEND, events)?;
+                    if bodies.is_empty() {
+                        return Ok(());
+                    }
+                    self.append_bodies(&bodies, bytes).await
+                }
+
+                async fn flush(&self) -> Result<()> {
+                    // Every append is committed before it returns.
+                    Ok(())
+                }
+
+                async fn close(&self) -> Result<()> {
+                    Ok(())
+                }
+            }
+        };
+    };
+}
+
+pub(crate) use sql_log;

@@ -1,0 +1,488 @@
+//! The [`Store`](korvus_store::Store) both engines share: [`sql_store!`]
+//! writes the store type and its `Store` impl once, calling the
+//! [`StoreDialect`] each engine supplies itself.
+//!
+//! PostgreSQL and SQLite agree on most statements: the same tables and
+//! columns, `$n` placeholders, `RETURNING`, and one set of row structs
+//! ([`rows`](crate::rows)). What they do differently — allocating a
+//! session's `seq`, numbering context refs, inserting a batch of artifacts,
+//! fetching many artifacts by id — is a [`StoreDialect`] method or constant,
+//! implemented in `postgres.rs` and `sqlite.rs`. Validation, the remaining
+//! statements, their binds, error mapping and row conversion are written here
+//! once.
+//!
+//! [`sql_store!`] is a macro rather than code generic over
+//! `sqlx::Database`: a generic version needs a `for<'q> T: Encode<'q, DB> +
+//! Type<DB>` bound for every Rust type it binds and a `FromRow` bound for
+//! every row type, and Rust does not carry such bounds from a trait to its
+//! users, so they would be repeated on every impl. Expanded once per engine,
+//! the shared code is plain sqlx calls on a concrete pool.
+
+use std::sync::LazyLock;
+
+use korvus_store::SessionStatus;
+
+#[cfg(doc)]
+use crate::dialect::StoreDialect;
+use crate::rows::session_columns;
+
+/// `$first, $first+1, …` for `n` values.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The one conditional statement of `reopen_session`: a session in a
+/// terminal status (bound from `$3` on, one value each, so both engines run
+/// the same text) becomes running again with the next revision.
+///
+/// Concurrent reopens cannot both match. PostgreSQL lets the first to take
+/// the row lock update it, and the others re-check the condition on the
+/// updated row, match nothing and write nothing; SQLite runs writes one at a
+/// time, so the later ones find the session running.
+pub(crate) static REOPEN_SESSION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
+             revision = revision + 1 WHERE id = $1 AND status IN ({}) RETURNING ",
+            session_columns!()
+        ),
+        placeholders(3, SessionStatus::TERMINAL.len())
+    )
+});
+
+/// Defines a SQL store type over one engine's pool and implements
+/// [`Store`](korvus_store::Store) for it with the statements both engines
+/// share; the type must also implement [`StoreDialect`] (in the engine's
+/// module).
+///
+/// `sql_store! { /// docs… pub struct PgStore(PgPool) beside PgLog; }`
+/// defines `PgStore` with `new` and `pool`; `PgLog` is only named in the
+/// docs of `pool`, as the turn log that shares the pool.
+macro_rules! sql_store {
+    (
+        $(#[$attr:meta])*
+        pub struct $store:ident($pool:ty) beside $log:ident;
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone)]
+        pub struct $store {
+            pool: $pool,
+        }
+
+        impl $store {
+            /// A store over `pool`.
+            pub fn new(pool: $pool) -> Self {
+                Self { pool }
+            }
+
+            #[doc = concat!("The pool, e.g. to share it with a [`", stringify!($log), "`].")]
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+        }
+
+        // A scope of its own, so the shared code names what it uses here and
+        // not in each engine module.
+        const _: () = {
+            use korvus_store::{
+                constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
+                IncidentId, IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession,
+                Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
+                Store, StoreError,
+            };
+
+            use $crate::dialect::StoreDialect;
+            use $crate::error::{backend, unexpected};
+            use $crate::rows::{
+                self, artifact_columns, context_ref_columns, incident_columns, report_columns,
+                session_columns, to_i32, to_i64, ArtifactRow, ContextRefRow, IncidentRow,
+                ReportRow, SessionRow,
+            };
+            use $crate::store::REOPEN_SESSION;
+
+            impl $store {
+                async fn session_row(&self, id: SessionId) -> Result<Session> {
+                    let row: Option<SessionRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        session_columns!(),
+                        " FROM sessions WHERE id = $1"
+                    ))
+                    .bind(id.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    row.ok_or_else(|| StoreError::not_found(Entity::Session, id))?
+                        .into_model(Self::BACKEND)
+                }
+            }
+
+            #[async_trait::async_trait]
+            impl Store for $store {
+                async fn create_incident(&self, new: NewIncident) -> Result<Incident> {
+                    validate::new_incident(&new)?;
+                    let incident = Incident {
+                        id: IncidentId::new(),
+                        title: new.title,
+                        status: IncidentStatus::Open,
+                        workspace: new.workspace,
+                        created_at: rows::now(),
+                    };
+                    sqlx::query(
+                        "INSERT INTO incidents \
+                             (id, title, status, workspace_repo, workspace_commit, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(incident.id.as_uuid())
+                    .bind(&incident.title)
+                    .bind(incident.status.as_str())
+                    .bind(incident.workspace.as_ref().map(|w| &w.repo))
+                    .bind(incident.workspace.as_ref().map(|w| &w.commit))
+                    .bind(incident.created_at)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| Self::op(Entity::Incident, None).err(e))?;
+                    Ok(incident)
+                }
+
+                async fn get_incident(&self, id: IncidentId) -> Result<Incident> {
+                    let row: Option<IncidentRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        incident_columns!(),
+                        " FROM incidents WHERE id = $1"
+                    ))
+                    .bind(id.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    row.ok_or_else(|| StoreError::not_found(Entity::Incident, id))?
+                        .into_model(Self::BACKEND)
+                }
+
+                async fn list_incidents(&self) -> Result<Vec<Incident>> {
+                    // Ids are UUID v7, which both engines order bytewise
+                    // (PostgreSQL as uuid, SQLite as a BLOB): id order is
+                    // creation order.
+                    let rows: Vec<IncidentRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        incident_columns!(),
+                        " FROM incidents ORDER BY id"
+                    ))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, IncidentRow::into_model)
+                }
+
+                async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
+                    let row: Option<IncidentRow> = sqlx::query_as(concat!(
+                        "UPDATE incidents SET status = $2 WHERE id = $1 RETURNING ",
+                        incident_columns!()
+                    ))
+                    .bind(id.as_uuid())
+                    .bind(IncidentStatus::Closed.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    row.ok_or_else(|| StoreError::not_found(Entity::Incident, id))?
+                        .into_model(Self::BACKEND)
+                }
+
+                async fn create_session(&self, new: NewSession) -> Result<Session> {
+                    validate::new_session(&new)?;
+                    let created_at = rows::now();
+                    let seq: Option<i64> = sqlx::query_scalar(Self::INSERT_SESSION)
+                        .bind(new.id.as_uuid())
+                        .bind(new.incident_id.as_uuid())
+                        .bind(new.kind.as_str())
+                        .bind(SessionStatus::Running.as_str())
+                        .bind(&new.prompt)
+                        .bind(new.workspace_ref.as_ref().map(|w| &w.repo))
+                        .bind(new.workspace_ref.as_ref().map(|w| &w.commit))
+                        .bind(created_at)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(|e| {
+                            Self::op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e)
+                        })?;
+                    let seq = seq.ok_or_else(|| {
+                        StoreError::not_found(Entity::Incident, new.incident_id)
+                    })?;
+                    Ok(Session {
+                        id: new.id,
+                        incident_id: new.incident_id,
+                        seq: u32::try_from(seq)
+                            .map_err(|_| unexpected(Self::BACKEND, format!("seq {seq}")))?,
+                        kind: new.kind,
+                        status: SessionStatus::Running,
+                        prompt: new.prompt,
+                        workspace_ref: new.workspace_ref,
+                        exit_reason: None,
+                        counters: Default::default(),
+                        revision: 1,
+                        created_at,
+                        ended_at: None,
+                    })
+                }
+
+                async fn get_session(&self, id: SessionId) -> Result<Session> {
+                    self.session_row(id).await
+                }
+
+                async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+                    let rows: Vec<SessionRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        session_columns!(),
+                        " FROM sessions WHERE incident_id = $1 ORDER BY seq"
+                    ))
+                    .bind(incident.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, SessionRow::into_model)
+                }
+
+                async fn insert_context_refs(
+                    &self,
+                    session: SessionId,
+                    refs: &[ContextRef],
+                ) -> Result<Vec<SessionContextRef>> {
+                    for r in refs {
+                        validate::context_ref(r)?;
+                    }
+                    if refs.is_empty() {
+                        // Nothing to insert; the contract still wants
+                        // NotFound for an unknown session.
+                        self.session_row(session).await?;
+                        return Ok(Vec::new());
+                    }
+                    let rows = self.insert_context_ref_rows(session, refs).await?;
+                    if rows.is_empty() {
+                        return Err(StoreError::not_found(Entity::Session, session));
+                    }
+                    let mut stored = rows::all(Self::BACKEND, rows, ContextRefRow::into_model)?;
+                    stored.sort_by_key(|r| r.position);
+                    Ok(stored)
+                }
+
+                async fn list_context_refs(
+                    &self,
+                    session: SessionId,
+                ) -> Result<Vec<SessionContextRef>> {
+                    let rows: Vec<ContextRefRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        context_ref_columns!(),
+                        " FROM session_context_refs WHERE session_id = $1 ORDER BY position"
+                    ))
+                    .bind(session.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, ContextRefRow::into_model)
+                }
+
+                async fn settle_session(
+                    &self,
+                    id: SessionId,
+                    settlement: Settlement,
+                ) -> Result<Session> {
+                    validate::settlement(&settlement)?;
+                    let ended_at = settlement.status.is_terminal().then(rows::now);
+                    let c = settlement.counters;
+                    let row: Option<SessionRow> = sqlx::query_as(concat!(
+                        "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
+                         tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8 \
+                         WHERE id = $1 RETURNING ",
+                        session_columns!()
+                    ))
+                    .bind(id.as_uuid())
+                    .bind(settlement.status.as_str())
+                    .bind(settlement.exit_reason.as_deref())
+                    .bind(to_i64(c.turns))
+                    .bind(to_i64(c.tool_calls))
+                    .bind(to_i64(c.input_tokens))
+                    .bind(to_i64(c.output_tokens))
+                    .bind(ended_at)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    row.ok_or_else(|| StoreError::not_found(Entity::Session, id))?
+                        .into_model(Self::BACKEND)
+                }
+
+                async fn reopen_session(&self, id: SessionId) -> Result<Session> {
+                    let mut q = sqlx::query_as::<_, SessionRow>(&REOPEN_SESSION)
+                        .bind(id.as_uuid())
+                        .bind(SessionStatus::Running.as_str());
+                    for s in SessionStatus::TERMINAL {
+                        q = q.bind(s.as_str());
+                    }
+                    let row = q
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    if let Some(row) = row {
+                        return row.into_model(Self::BACKEND);
+                    }
+                    // Failure path only: tell an unknown session from a
+                    // running one.
+                    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+                        .bind(id.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    Err(match exists {
+                        Some(_) => StoreError::NotFinished { session: id },
+                        None => StoreError::not_found(Entity::Session, id),
+                    })
+                }
+
+                async fn create_report(&self, new: NewReport) -> Result<Report> {
+                    validate::new_report(&new)?;
+                    let report = Report {
+                        session_id: new.session_id,
+                        incident_id: new.incident_id,
+                        revision: new.revision,
+                        markdown_key: new.markdown_key,
+                        markdown_bytes: new.markdown_bytes,
+                        exit_reason: new.exit_reason,
+                        counters: new.counters,
+                        created_at: rows::now(),
+                    };
+                    let c = report.counters;
+                    sqlx::query(concat!(
+                        "INSERT INTO reports (",
+                        report_columns!(),
+                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                    ))
+                    .bind(report.session_id.as_uuid())
+                    .bind(report.incident_id.as_uuid())
+                    .bind(to_i32(report.revision))
+                    .bind(report.markdown_key.as_deref())
+                    .bind(to_i64(report.markdown_bytes))
+                    .bind(&report.exit_reason)
+                    .bind(to_i64(c.turns))
+                    .bind(to_i64(c.tool_calls))
+                    .bind(to_i64(c.input_tokens))
+                    .bind(to_i64(c.output_tokens))
+                    .bind(report.created_at)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| {
+                        Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
+                    })?;
+                    Ok(report)
+                }
+
+                async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report> {
+                    let not_found =
+                        || StoreError::not_found(Entity::Report, format!("{session}/{revision}"));
+                    // Revisions are written as 32-bit integers: a larger
+                    // one is never stored.
+                    let Ok(rev) = i32::try_from(revision) else {
+                        return Err(not_found());
+                    };
+                    let row: Option<ReportRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        report_columns!(),
+                        " FROM reports WHERE session_id = $1 AND revision = $2"
+                    ))
+                    .bind(session.as_uuid())
+                    .bind(rev)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    row.ok_or_else(not_found)?.into_model(Self::BACKEND)
+                }
+
+                async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+                    let rows: Vec<ReportRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        report_columns!(),
+                        " FROM reports WHERE session_id = $1 ORDER BY revision"
+                    ))
+                    .bind(session.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, ReportRow::into_model)
+                }
+
+                async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
+                    // Widened before the `+ 1`, so the largest 32-bit
+                    // revision cannot overflow the sum.
+                    let next: Option<i64> = sqlx::query_scalar(
+                        "SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports \
+                                      WHERE session_id = $1) AS BIGINT) + 1 \
+                         FROM sessions WHERE id = $1",
+                    )
+                    .bind(session.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    let next = next.ok_or_else(|| StoreError::not_found(Entity::Session, session))?;
+                    u32::try_from(next).map_err(|_| {
+                        unexpected(Self::BACKEND, format!("report revision {next}"))
+                    })
+                }
+
+                async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
+                    for n in &new {
+                        validate::new_artifact(n)?;
+                    }
+                    if new.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let created_at = rows::now();
+                    self.insert_artifact_rows(&new, created_at).await?;
+                    Ok(new.into_iter().map(|n| n.stored_at(created_at)).collect())
+                }
+
+                async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+                    if ids.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let rows = self.artifact_rows(ids).await?;
+                    let found = rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?;
+                    rows::in_request_order(ids, found)
+                }
+
+                async fn list_session_artifacts(
+                    &self,
+                    session: SessionId,
+                ) -> Result<Vec<Artifact>> {
+                    let rows: Vec<ArtifactRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        artifact_columns!(),
+                        " FROM artifacts WHERE session_id = $1 ORDER BY id"
+                    ))
+                    .bind(session.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                }
+
+                async fn list_incident_artifacts(
+                    &self,
+                    incident: IncidentId,
+                ) -> Result<Vec<Artifact>> {
+                    let rows: Vec<ArtifactRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        artifact_columns!(),
+                        " FROM artifacts WHERE incident_id = $1 ORDER BY id"
+                    ))
+                    .bind(incident.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                }
+            }
+        };
+    };
+}
+
+pub(crate) use sql_store;
