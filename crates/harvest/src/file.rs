@@ -154,7 +154,7 @@ fn read_candidate(dir: &Dir, path: &Path, limit: u64) -> std::io::Result<Content
 
 /// The cause recorded for a failed upload: the blob store's error chain,
 /// without the key (the failed file's path already says which file).
-pub(crate) fn upload_cause(e: &WorkspaceError) -> String {
+fn upload_cause(e: &WorkspaceError) -> String {
     match e {
         WorkspaceError::Blob { source, .. } => error_chain(source),
         other => error_chain(other),
