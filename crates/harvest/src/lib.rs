@@ -13,7 +13,17 @@
 //! artifact rows through the [`Store`](korvus_store::Store) in one call.
 //! The [`PersistOutcome`] says what was stored, unchanged, skipped and
 //! failed, and is itself stored as the harvest manifest
-//! ([`MANIFEST_PATH`]). `korvus-session` runs this phase when a run returns.
+//! ([`HARVEST_MANIFEST`]). `korvus-session` runs this phase when a run returns.
+//!
+//! The code reads in the order the phase runs: `walk.rs` (the walk, the
+//! size limits and the cap), `persist.rs` (the orchestration: detached
+//! task, timeout, uploads in parallel, manifest, one row batch), `file.rs`
+//! (open, read and upload one file), `manifest.rs` (the harvest manifest)
+//! and `outcome.rs` (the public result types). Every upload goes through
+//! `korvus-workspace`'s [`upload_artifact`](korvus_workspace::upload_artifact),
+//! which also stores the workspace archive, so the key rule is written once;
+//! the shared file names ([`REPORT_FILE`], [`HARVEST_MANIFEST`]) come from
+//! there too.
 //!
 //! # Why it is shaped like this
 //!
@@ -52,15 +62,22 @@
 #![deny(missing_docs)]
 
 mod content_type;
+mod file;
+mod manifest;
+mod outcome;
 mod persist;
 mod walk;
 
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
-pub use crate::persist::{
-    persist, FailStage, FailedFile, PersistConfig, PersistOutcome, PersistRequest, ReportFile,
-    StoredFile, UnchangedFile, MANIFEST_PATH,
+pub use crate::manifest::MANIFEST_PATH;
+pub use crate::outcome::{
+    FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile,
 };
+pub use crate::persist::{persist, PersistConfig, PersistRequest};
 pub use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Skipped, Walk,
-    DEFAULT_MAX_FILES, REPORT_FILE,
+    DEFAULT_MAX_FILES,
 };
+/// The shared file names this crate relies on, defined once in
+/// `korvus-workspace` and re-exported for callers of the harvest.
+pub use korvus_workspace::{HARVEST_MANIFEST, REPORT_FILE};

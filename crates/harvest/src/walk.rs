@@ -6,10 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 use walkdir::WalkDir;
 
-use korvus_workspace::WorkspacePath;
-
-/// The authored report, always kept by the cap when it sits at the root.
-pub const REPORT_FILE: &str = "report.md";
+use korvus_workspace::{WorkspacePath, REPORT_FILE};
 
 /// Default cap on stored files per harvest.
 pub const DEFAULT_MAX_FILES: usize = 64;
@@ -30,7 +27,7 @@ pub struct Candidate {
 pub enum SkipReason {
     /// A dot-prefixed name; directories are not descended into.
     Hidden,
-    /// Under a read-only prefix (seeded tree or `context/`) or the checkout dir.
+    /// Under a read-only prefix (a seeded tree or `context/`).
     ReadOnly,
     /// Not a regular file (symlink, FIFO, socket, device); never read through.
     NotRegular {
@@ -114,10 +111,10 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// Walks `scratch` in lexical order and returns the candidates plus every
 /// skipped entry with its reason.
 ///
-/// Dot-prefixed names are skipped and never descended into; entries under
-/// one of `skip_prefixes` (from
-/// [`korvus_workspace::read_only_prefixes`], plus the checkout dir when it
-/// sits inside the scratch dir) are pruned; symlinks are never followed;
+/// Dot-prefixed names are skipped and never descended into (so nothing
+/// under [`METADATA_DIR`](korvus_workspace::METADATA_DIR) is harvested);
+/// entries under one of `skip_prefixes` (from
+/// [`korvus_workspace::read_only_prefixes`]) are pruned; symlinks are never followed;
 /// FIFOs, sockets and devices are skipped without being opened; an
 /// unreadable subtree is skipped and the walk goes on. Sizes come from
 /// `lstat`; empty and over-size files are left to the persist phase, which
@@ -225,7 +222,7 @@ pub fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
 }
 
 /// Trims `walk` to at most `cap` candidates, keeping walk order, and always
-/// keeps the root [`REPORT_FILE`] — wherever it sorts — by dropping the last
+/// keeps the root [`REPORT_FILE`](korvus_workspace::REPORT_FILE) — wherever it sorts — by dropping the last
 /// other candidate instead. Trimmed files are recorded as
 /// [`SkipReason::OverCap`].
 pub fn apply_cap(walk: &mut Walk, cap: usize) {
@@ -278,14 +275,14 @@ mod tests {
                 cand("a"),
                 cand("b"),
                 cand("c"),
-                cand("report.md"),
+                cand(REPORT_FILE),
                 cand("z"),
             ],
             skipped: vec![],
         };
         apply_cap(&mut walk, 2);
         let kept: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(kept, ["a", "report.md"]);
+        assert_eq!(kept, ["a", REPORT_FILE]);
         assert_eq!(walk.skipped.len(), 3);
         assert!(walk
             .skipped

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use korvus_blob::{artifact_key, BlobStore, PutOptions, Sha256Digest};
-use korvus_store::{Artifact, ArtifactId, ArtifactKind, IncidentId, NewArtifact, SessionId, Store};
+use korvus_blob::{BlobStore, Sha256Digest};
+use korvus_store::{Artifact, ArtifactKind, IncidentId, SessionId, Store};
 use tar::{EntryType, Header, HeaderMode};
 
 use crate::error::blocking;
+use crate::upload::{upload_artifact, UploadRow};
 use crate::{Result, WorkspaceError};
 
 /// The workspace path (and file name) of a workspace archive.
@@ -203,8 +204,10 @@ fn read_same_file(path: &Path, inspected: &fs::Metadata) -> io::Result<Vec<u8>> 
 }
 
 /// Stores a workspace archive: bytes first, then the row — kind
-/// [`ArtifactKind::WorkspaceArchive`] at path [`ARCHIVE_PATH`], key from
-/// [`artifact_key`], content type [`ARCHIVE_CONTENT_TYPE`].
+/// [`ArtifactKind::WorkspaceArchive`] at path [`ARCHIVE_PATH`], uploaded by
+/// [`upload_artifact`] (so its key comes from
+/// [`artifact_key`](korvus_blob::artifact_key)), content type
+/// [`ARCHIVE_CONTENT_TYPE`].
 ///
 /// A row never points at missing bytes: the row is written only after the
 /// upload succeeded. If the row cannot be written the uploaded bytes stay
@@ -224,46 +227,24 @@ pub async fn store_archive(
     revision: u32,
     archive: &WorkspaceArchive,
 ) -> Result<Artifact> {
-    let id = ArtifactId::new();
-    let key = artifact_key(
-        incident.as_uuid(),
-        session.as_uuid(),
-        id.as_uuid(),
-        ARCHIVE_PATH,
-    );
-    blobs
-        .put(
-            &key,
-            archive.bytes.clone(),
-            PutOptions {
-                content_type: ARCHIVE_CONTENT_TYPE.to_owned(),
-                sha256: archive.sha256,
-            },
-        )
-        .await
-        .map_err(|source| WorkspaceError::Blob {
-            op: "stored",
-            key: key.to_string(),
-            source,
-        })?;
-    let mut rows = store
-        .create_artifacts(vec![NewArtifact {
-            id,
-            incident_id: incident,
-            session_id: session,
-            kind: ArtifactKind::WorkspaceArchive,
-            path: ARCHIVE_PATH.to_owned(),
-            blob_key: key.to_string(),
-            content_type: ARCHIVE_CONTENT_TYPE.to_owned(),
-            size_bytes: archive.bytes.len() as u64,
-            sha256: archive.sha256.to_hex(),
-            revision,
-        }])
-        .await
-        .map_err(|source| WorkspaceError::Store {
-            op: "create_artifacts",
-            source,
-        })?;
+    let row = UploadRow {
+        incident,
+        session,
+        revision,
+        kind: ArtifactKind::WorkspaceArchive,
+        path: ARCHIVE_PATH.to_owned(),
+        content_type: ARCHIVE_CONTENT_TYPE.to_owned(),
+    };
+    let new = upload_artifact(blobs, archive.bytes.clone(), archive.sha256, row).await?;
+    let id = new.id;
+    let mut rows =
+        store
+            .create_artifacts(vec![new])
+            .await
+            .map_err(|source| WorkspaceError::Store {
+                op: "create_artifacts",
+                source,
+            })?;
     rows.pop().ok_or_else(|| WorkspaceError::Store {
         op: "create_artifacts",
         source: korvus_store::StoreError::not_found(korvus_store::Entity::Artifact, id),

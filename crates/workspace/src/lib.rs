@@ -23,6 +23,13 @@
 //! [`ScratchDir::release`] removes it. [`reap`] removes the directories a
 //! crash left behind.
 //!
+//! [`upload_artifact`] is the one upload path for anything taken from a
+//! workspace (the archive here, the harvested files and the harvest
+//! manifest in `korvus-harvest`): bytes up first, the row to write handed
+//! back. The file names every phase and runner agree on are defined once
+//! here too: [`REPORT_FILE`], and under [`METADATA_DIR`] the
+//! [`RUN_MANIFEST`] and the [`HARVEST_MANIFEST`].
+//!
 //! Rows and bytes go through the seams only: [`korvus_store::Store`] and
 //! [`korvus_blob::BlobStore`]; which backends sit behind them is the
 //! embedder's choice.
@@ -48,7 +55,9 @@
 //!
 //! ```
 //! use korvus_store::SessionId;
-//! use korvus_workspace::{archive, GitSeeder, ScratchRoot, SeedOutcome, Seeder, SkipReason};
+//! use korvus_workspace::{
+//!     archive, GitSeeder, ScratchRoot, SeedOutcome, SeedSkipReason, Seeder, REPORT_FILE,
+//! };
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_workspace::Result<()> {
 //! let root = ScratchRoot::create_owned(&std::env::temp_dir()).await?;
@@ -57,9 +66,9 @@
 //! // An unpinned session is not seeded; the reason is for the caller to log.
 //! let seeder = GitSeeder::default();
 //! let outcome = seeder.seed(&dir, None).await?;
-//! assert_eq!(outcome, SeedOutcome::Skipped(SkipReason::NotPinned));
+//! assert_eq!(outcome, SeedOutcome::Skipped(SeedSkipReason::NotPinned));
 //!
-//! std::fs::write(dir.path().join("report.md"), "# Findings\n").unwrap();
+//! std::fs::write(dir.path().join(REPORT_FILE), "# Findings\n").unwrap();
 //! let packed = archive(dir.path()).await?;
 //! assert_eq!(packed.files, 1);
 //!
@@ -85,6 +94,7 @@ mod path;
 mod scratch;
 mod seed;
 mod skills;
+mod upload;
 
 pub use crate::archive::{
     archive, store_archive, WorkspaceArchive, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
@@ -96,12 +106,18 @@ pub use crate::context::{
 pub use crate::error::{Result, WorkspaceError};
 pub use crate::path::{
     context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,
-    CONTEXT_DIR, DEFAULT_TREES, MAX_PATH_BYTES, MAX_SEGMENT_BYTES,
+    CONTEXT_DIR, DEFAULT_TREES, HARVEST_MANIFEST, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, METADATA_DIR,
+    REPORT_FILE, RUN_MANIFEST,
 };
 pub use crate::scratch::{create, reap, Reaped, ScratchDir, ScratchRoot};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
+/// Why seeding was skipped, named apart from `korvus-harvest`'s `SkipReason`
+/// (why a file was left out of a harvest). The same type as [`SkipReason`],
+/// which stays exported under that name for existing callers.
+pub use crate::seed::SkipReason as SeedSkipReason;
 pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, Seeder, SkipReason};
 pub use crate::skills::{
     Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
 };
+pub use crate::upload::{upload_artifact, UploadRow};

@@ -1,4 +1,6 @@
-//! [`WorkspacePath`], the read-only deny list and the context path rule.
+//! [`WorkspacePath`], the read-only deny list, the context path rule and the
+//! file names every phase shares ([`REPORT_FILE`], [`METADATA_DIR`] and the
+//! manifests under it).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -16,6 +18,40 @@ pub const CONTEXT_DIR: &str = "context";
 
 /// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured otherwise.
 pub const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
+
+/// The authored report: the file at the root of a scratch dir that a run
+/// lands as its report revision. The harvest stores it at the report key and
+/// its cap always keeps it; a runner checks it to tell whether the author
+/// phase finished.
+pub const REPORT_FILE: &str = "report.md";
+
+/// Spelled once, so [`METADATA_DIR`] and the paths under it cannot disagree.
+macro_rules! metadata_dir {
+    () => {
+        ".korvus"
+    };
+}
+
+/// The directory inside a scratch dir where korvus itself writes files about
+/// a run ([`RUN_MANIFEST`], [`HARVEST_MANIFEST`]).
+///
+/// It is dot-prefixed, so the harvest walk never stores what is in it and no
+/// file a session harvests can collide with these paths. Not to be confused
+/// with the CLI's data dir, which by default is also named `.korvus` but
+/// sits in the CLI's working directory (`./.korvus`) and holds its database
+/// and blobs; the two are unrelated.
+pub const METADATA_DIR: &str = metadata_dir!();
+
+/// The run manifest, relative to the scratch dir: the JSON file a command
+/// runner writes for the agent before it starts (named in its environment).
+pub const RUN_MANIFEST: &str = concat!(metadata_dir!(), "/run.json");
+
+/// The harvest manifest: the workspace path of the artifact that records
+/// what a persist phase did (`korvus-harvest` stores its serialised outcome
+/// under this path). The phase uploads it directly, not from the scratch
+/// dir; a reopen restores it there like any other artifact, and the next
+/// harvest leaves it alone because it lies under [`METADATA_DIR`].
+pub const HARVEST_MANIFEST: &str = concat!(metadata_dir!(), "/harvest.json");
 
 /// A validated workspace-relative path: where a file sits inside a scratch dir.
 ///
@@ -266,6 +302,20 @@ mod tests {
         let deny = read_only_prefixes(&trees);
         let names: Vec<&str> = deny.iter().map(WorkspacePath::as_str).collect();
         assert_eq!(names, ["context", "docs"]);
+    }
+
+    #[test]
+    fn shared_file_names_are_valid_and_the_manifests_are_hidden() {
+        let metadata = WorkspacePath::new(METADATA_DIR).unwrap();
+        assert!(METADATA_DIR.starts_with('.'));
+        for manifest in [RUN_MANIFEST, HARVEST_MANIFEST] {
+            let path = WorkspacePath::new(manifest).unwrap();
+            assert!(path.is_under(&metadata), "{manifest}");
+        }
+        assert_eq!(
+            WorkspacePath::new(REPORT_FILE).unwrap().segments().count(),
+            1
+        );
     }
 
     #[test]
