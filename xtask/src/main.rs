@@ -5,7 +5,9 @@
 //!   services again, also when tests fail or the run is interrupted.
 //! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo deny`,
 //!   and `tidy`.
-//! - `tidy`: checks the crate layering (see `docs/architecture.md`).
+//! - `tidy`: checks what the docs claim: the crate layering, the code map of
+//!   `docs/architecture.md`, the protocol names of `docs/command-runner.md`,
+//!   and that no doc refers outside the repository (see `tidy/mod.rs`).
 //! - `bench [--quick]`: starts the same services as `test` and runs the
 //!   ratio benchmarks of `korvus-bench` in release mode (`docs/bench.md`).
 

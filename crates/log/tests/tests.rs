@@ -1,6 +1,9 @@
 //! Integration tests of korvus-log: the `korvus-testkit` TurnLog contract
 //! against both backends, byte-identical export across them, and the JSONL
-//! file format's torn-tail rules.
+//! file format's torn-tail rules, and the shared handle rules over
+//! `MockLogIo`/`MockTurnLog`.
+
+mod mock;
 
 mod memory_contract {
     use std::sync::Arc;

@@ -1,5 +1,8 @@
 //! Integration tests of korvus-store: the full `korvus-testkit` Store
-//! contract against [`MemoryStore`](korvus_store::MemoryStore).
+//! contract against [`MemoryStore`](korvus_store::MemoryStore), and
+//! `MockStore` under the provided methods.
+
+mod mock;
 
 mod memory_contract {
     use std::sync::Arc;

@@ -4,6 +4,7 @@ mod support;
 
 mod archive;
 mod context;
+mod mock;
 mod permissions;
 mod reap;
 mod restore;

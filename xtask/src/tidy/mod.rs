@@ -1,0 +1,144 @@
+//! Invariants of the code base that its docs claim, checked mechanically.
+//!
+//! - [`layers`]: each crate depends only on crates of lower layers, from one
+//!   table; heavy drivers only where allowed (read from `cargo metadata`).
+//! - [`codemap`]: every workspace member has an entry in
+//!   `docs/architecture.md`'s code map.
+//! - [`protocol`]: the agent protocol's names in the code are shown in
+//!   `docs/command-runner.md`.
+//! - [`outside`]: the docs refer to nothing outside the repository.
+//!
+//! Each module's rules are pure functions over text, tested with synthetic
+//! input; [`check`] feeds them the real repository.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+mod codemap;
+mod layers;
+mod outside;
+mod protocol;
+
+/// Normal and build dependencies of each workspace member, by package name.
+pub(crate) fn workspace_deps(root: &Path) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root);
+    let out = cmd.output().context("could not run cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta: Value = serde_json::from_slice(&out.stdout).context("cargo metadata output")?;
+    let mut deps = BTreeMap::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let name = package["name"].as_str().unwrap_or_default().to_owned();
+        let normal: Vec<String> = package["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["kind"].is_null() || d["kind"] == "build")
+            .filter_map(|d| d["name"].as_str().map(str::to_owned))
+            .collect();
+        deps.insert(name, normal);
+    }
+    Ok(deps)
+}
+
+/// The sources whose string constants are the agent protocol: every Rust
+/// file of the command runner and korvus-workspace's path module.
+fn protocol_sources(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    outside::walk(&root.join("crates/command/src"), &mut files)?;
+    let path_module = root.join("crates/workspace/src/path.rs");
+    if path_module.exists() {
+        files.push(path_module);
+    }
+    let path_dir = root.join("crates/workspace/src/path");
+    if path_dir.is_dir() {
+        outside::walk(&path_dir, &mut files)?;
+    }
+    files
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .map(|f| {
+            let text = fs::read_to_string(&f).with_context(|| format!("read {}", f.display()))?;
+            let shown = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            Ok((shown, text))
+        })
+        .collect()
+}
+
+/// Every rule's failures for the repository at `root`, in words.
+pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
+    let deps = workspace_deps(root)?;
+    let members: Vec<String> = deps.keys().cloned().collect();
+    let read =
+        |path: &str| fs::read_to_string(root.join(path)).with_context(|| format!("read {path}"));
+    let mut found = layers::violations(&deps);
+    found.extend(codemap::violations(
+        &members,
+        &read("docs/architecture.md")?,
+    ));
+    found.extend(protocol::violations(
+        &protocol_sources(root)?,
+        &read("docs/command-runner.md")?,
+    ));
+    found.extend(outside::violations(&outside::read_docs(root)?));
+    Ok(found)
+}
+
+fn repository_root() -> PathBuf {
+    // xtask lives one directory below the repository root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+pub(crate) fn check() -> Result<()> {
+    let found = violations(&repository_root())?;
+    if !found.is_empty() {
+        bail!(
+            "tidy found {} problem(s):\n  {}",
+            found.len(),
+            found.join("\n  ")
+        );
+    }
+    eprintln!("xtask: tidy: layering, code map, protocol names and doc references hold");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_repository_passes() {
+        let found = violations(&repository_root()).unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn the_real_protocol_sources_are_found() {
+        let sources = protocol_sources(&repository_root()).unwrap();
+        assert!(
+            sources
+                .iter()
+                .any(|(p, _)| p.starts_with("crates/command/src/")),
+            "{sources:?}"
+        );
+        assert!(
+            sources
+                .iter()
+                .any(|(p, _)| p.starts_with("crates/workspace/src/path")),
+            "{sources:?}"
+        );
+    }
+}
