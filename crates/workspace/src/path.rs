@@ -25,33 +25,28 @@ pub const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
 /// phase finished.
 pub const REPORT_FILE: &str = "report.md";
 
-/// Spelled once, so [`METADATA_DIR`] and the paths under it cannot disagree.
-macro_rules! metadata_dir {
-    () => {
-        ".korvus"
-    };
-}
-
 /// The directory inside a scratch dir where korvus itself writes files about
-/// a run ([`RUN_MANIFEST`], [`HARVEST_MANIFEST`]).
+/// a run ([`RUN_MANIFEST`], [`HARVEST_MANIFEST`]; a unit test checks both
+/// lie under it). The values are plain literals so `cargo xtask tidy` can
+/// check that `docs/command-runner.md` shows each.
 ///
 /// It is dot-prefixed, so the harvest walk never stores what is in it and no
 /// file a session harvests can collide with these paths. Not to be confused
 /// with the CLI's data dir, which by default is also named `.korvus` but
 /// sits in the CLI's working directory (`./.korvus`) and holds its database
 /// and blobs; the two are unrelated.
-pub const METADATA_DIR: &str = metadata_dir!();
+pub const METADATA_DIR: &str = ".korvus";
 
 /// The run manifest, relative to the scratch dir: the JSON file a command
 /// runner writes for the agent before it starts (named in its environment).
-pub const RUN_MANIFEST: &str = concat!(metadata_dir!(), "/run.json");
+pub const RUN_MANIFEST: &str = ".korvus/run.json";
 
 /// The harvest manifest: the workspace path of the artifact that records
 /// what a persist phase did (`korvus-harvest` stores its serialised outcome
 /// under this path). The phase uploads it directly, not from the scratch
 /// dir; a reopen restores it there like any other artifact, and the next
 /// harvest leaves it alone because it lies under [`METADATA_DIR`].
-pub const HARVEST_MANIFEST: &str = concat!(metadata_dir!(), "/harvest.json");
+pub const HARVEST_MANIFEST: &str = ".korvus/harvest.json";
 
 /// A validated workspace-relative path: where a file sits inside a scratch dir.
 ///
