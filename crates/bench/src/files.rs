@@ -30,7 +30,7 @@ fn make_tree(dir: &Path, count: usize, size: usize) -> Result<Vec<PathBuf>> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for i in 0..count {
         let name = if i == 0 {
-            "report.md".to_owned()
+            korvus_workspace::REPORT_FILE.to_owned()
         } else {
             format!("out-{i:03}.bin")
         };

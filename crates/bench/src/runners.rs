@@ -23,7 +23,7 @@ impl Runner for FilesRunner {
             .ok_or_else(|| RunError::msg("the benchmark needs a scratch dir"))?;
         for i in 0..self.files {
             let name = if i == 0 {
-                "report.md".to_owned()
+                korvus_workspace::REPORT_FILE.to_owned()
             } else {
                 format!("out-{i:03}.txt")
             };

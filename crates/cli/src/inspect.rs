@@ -43,7 +43,7 @@ pub(crate) async fn harvest_manifest(
 ) -> Option<String> {
     let manifest = artifacts
         .iter()
-        .find(|a| a.revision == revision && a.path == korvus_harvest::MANIFEST_PATH)?;
+        .find(|a| a.revision == revision && a.path == korvus_harvest::HARVEST_MANIFEST)?;
     let key = BlobKey::new(manifest.blob_key.as_str()).ok()?;
     let blob = backends.blobs.get(&key).await.ok()?;
     let v: serde_json::Value = serde_json::from_slice(&blob.bytes).ok()?;

@@ -377,7 +377,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
         .context("cannot list artifacts")?;
     let mut this: Vec<_> = artifacts
         .iter()
-        .filter(|a| a.revision == report.revision && a.path != korvus_harvest::MANIFEST_PATH)
+        .filter(|a| a.revision == report.revision && a.path != korvus_harvest::HARVEST_MANIFEST)
         .collect();
     this.sort_by(|a, b| a.path.cmp(&b.path));
     if !this.is_empty() {

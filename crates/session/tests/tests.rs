@@ -2,6 +2,7 @@
 //! backends behind fault injectors.
 
 mod backends;
+mod docs;
 mod support;
 
 use std::sync::Arc;
