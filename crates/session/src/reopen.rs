@@ -71,7 +71,7 @@ impl Manager {
     /// a fresh scratch dir, with its inherited context and its own earlier
     /// output restored, landing the next report revision.
     ///
-    /// The row decides, not the registry: a non-terminal row is
+    /// The row decides, not the live-run table: a non-terminal row is
     /// `NotFinished`. If this process's previous run of the session is still
     /// unwinding, it is waited for first. Everything the iteration needs is
     /// read **before** the store's conditional reopen, so the loser of a race
