@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 
-use korvus_log::{Access, Event, EventKind, LogError, LogId, Role};
-use korvus_store::{Artifact, SessionId};
+use korvus_log::{Access, Event, EventKind, LogError, LogHandle, LogId, Role};
+use korvus_store::{Artifact, Incident, Session, SessionId};
 use tracing::{error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
 
-use crate::manager::join_detached;
+use crate::manager::{join_detached, Inner};
 use crate::supervise::{failed, Plan, Resume};
 use crate::{Manager, Result, SessionError};
 
@@ -86,7 +86,7 @@ impl Manager {
     /// # Cancel safety
     /// Cancel-safe in effect: the work runs on its own task, so dropping the
     /// future cannot strand a reopened row without its run.
-    pub async fn reopen(&self, id: SessionId, message: &str) -> Result<korvus_store::Session> {
+    pub async fn reopen(&self, id: SessionId, message: &str) -> Result<Session> {
         let inner = &self.inner;
         let guard = inner.runs.join();
         self.check_not_stopping()?;
@@ -117,38 +117,15 @@ impl Manager {
                 }
             }
 
-            // Plan: read everything before the transition.
-            let incident = inner.store.get_incident(row.incident_id).await?;
-            let log = match inner
-                .logs
-                .open(LogId::from_uuid(id.as_uuid()), Access::Write)
-                .await
-            {
-                Ok(log) => log,
-                // Another reopen of this process holds the writer: it is
-                // winning the same race.
-                Err(LogError::AlreadyOwned { .. }) => {
-                    return Err(SessionError::NotFinished { session: id })
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let events = log.read(0, None).await?;
-            let closers = interrupted_turn_closers(&events);
-            let next_revision = inner.store.next_report_revision(id).await?;
-            let refs = inner.store.list_context_refs(id).await?;
-            let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
-            let mut by_id: HashMap<_, Artifact> = inner
-                .store
-                .get_artifacts(&ids)
-                .await?
-                .into_iter()
-                .map(|a| (a.id, a))
-                .collect();
-            let inherited: Vec<(Artifact, String)> = refs
-                .iter()
-                .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
-                .collect();
-            let own = inner.store.list_session_artifacts(id).await?;
+            // Read everything before the transition.
+            let Reading {
+                incident,
+                log,
+                closers,
+                next_revision,
+                inherited,
+                own,
+            } = read_before_transition(inner, &row).await?;
 
             // Transition: one conditional statement; the loser saves nothing.
             let session = inner.store.reopen_session(id).await?;
@@ -189,4 +166,59 @@ impl Manager {
         .instrument(span);
         join_detached(work).await
     }
+}
+
+/// What a reopen reads before the store's transition, so the loser of a
+/// race has written nothing.
+struct Reading {
+    incident: Incident,
+    /// The session's log, open for write: this process's claim on it.
+    log: LogHandle,
+    closers: Vec<Event>,
+    next_revision: u32,
+    inherited: Vec<(Artifact, String)>,
+    own: Vec<Artifact>,
+}
+
+async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {
+    let id = row.id;
+    let incident = inner.store.get_incident(row.incident_id).await?;
+    let log = match inner
+        .logs
+        .open(LogId::from_uuid(id.as_uuid()), Access::Write)
+        .await
+    {
+        Ok(log) => log,
+        // Another reopen of this process holds the writer: it is winning
+        // the same race.
+        Err(LogError::AlreadyOwned { .. }) => {
+            return Err(SessionError::NotFinished { session: id })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let events = log.read(0, None).await?;
+    let closers = interrupted_turn_closers(&events);
+    let next_revision = inner.store.next_report_revision(id).await?;
+    let refs = inner.store.list_context_refs(id).await?;
+    let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
+    let mut by_id: HashMap<_, Artifact> = inner
+        .store
+        .get_artifacts(&ids)
+        .await?
+        .into_iter()
+        .map(|a| (a.id, a))
+        .collect();
+    let inherited = refs
+        .iter()
+        .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
+        .collect();
+    let own = inner.store.list_session_artifacts(id).await?;
+    Ok(Reading {
+        incident,
+        log,
+        closers,
+        next_revision,
+        inherited,
+        own,
+    })
 }
