@@ -166,7 +166,7 @@ async fn postgres_s3_reopen_restores_and_races() {
                     std::fs::read_to_string(dir.join("same.txt")).unwrap(),
                     "same"
                 );
-                write(&dir, "report.md", &format!("# R{}\n", ctx.revision));
+                write(&dir, "report.md", format!("# R{}\n", ctx.revision));
             }
         }
         Ok(RunOutcome::completed(Counters::default()))
