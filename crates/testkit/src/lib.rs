@@ -8,9 +8,12 @@
 //! each taking `&dyn Trait` ([`store`], [`log`], [`blob`]), plus `run_all`.
 //! The macros [`store_contract_tests!`], [`log_contract_tests!`] and
 //! [`blob_contract_tests!`] turn a suite into one `#[tokio::test]` per case,
-//! so a backend's test run names every behaviour it honours. [`faults`] has
-//! wrappers that make a real backend fail (or hang, or panic) where a test
-//! says and record what was called; [`fixtures`] plants hostile workspaces.
+//! so a backend's test run names every behaviour it honours; their
+//! `skip_unless = …` argument skips the cases where the server a backend
+//! needs is not configured (and `teardown = …` cleans up after each case).
+//! [`faults`] has wrappers that make a real backend fail (or hang, or panic)
+//! where a test says and record what was called; [`fixtures`] plants hostile
+//! workspaces.
 //!
 //! # Why it is shaped like this
 //!

@@ -1,5 +1,9 @@
 //! Macros that turn each contract suite into one `#[tokio::test]` per case,
 //! so a backend's test output names every case it passed.
+//!
+//! The API is the three public macros. The `__`-prefixed ones are exported
+//! only because an expansion in another crate has to reach them through
+//! `$crate`; they are internals and may change with any release.
 
 /// Expands, for each case name, `callback!(args…, [case, case, …])`.
 #[doc(hidden)]
@@ -60,13 +64,15 @@ macro_rules! __with_cases {
     };
 }
 
+/// One `#[tokio::test]` per case: skip check, factory, case, teardown.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __gen_tests {
-    ($suite:ident, $factory:tt, $teardown:tt, [$($case:ident),* $(,)?]) => {
+    ($suite:ident, $factory:tt, $skip:tt, $teardown:tt, [$($case:ident),* $(,)?]) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
+                $crate::__skip_unless!($skip);
                 let subject = $factory.await;
                 $crate::$suite::$case(&*subject).await;
                 $crate::__teardown!(subject, $teardown);
@@ -75,6 +81,20 @@ macro_rules! __gen_tests {
     };
 }
 
+/// Returns from the test early when the `skip_unless` expression is false;
+/// nothing when it was not given.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __skip_unless {
+    (()) => {};
+    (($skip:expr)) => {
+        if !$skip {
+            return;
+        }
+    };
+}
+
+/// Runs the `teardown` function on the subject, or drops it.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __teardown {
@@ -86,6 +106,7 @@ macro_rules! __teardown {
     };
 }
 
+/// A suite module's `run_all`, calling every case in order.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __gen_run_all {
@@ -101,37 +122,121 @@ macro_rules! __gen_run_all {
 
 /// Generates one `#[tokio::test]` per [`Store`](korvus_store::Store) contract case.
 ///
-/// The argument is an async expression producing something that dereferences
-/// to your store (`Arc<MyStore>`, `Box<dyn Store>`, a fixture guard …); it is
-/// evaluated once per case, so each case can get a fresh store. An optional
-/// `teardown = |subject| async { … }` runs after each case that passed. The
-/// calling crate needs `tokio` (features `macros`, `rt-multi-thread`) as a
-/// dev-dependency.
-///
 /// ```text
-/// korvus_testkit::store_contract_tests!(async { std::sync::Arc::new(MyStore::connect().await) });
+/// store_contract_tests!(<factory> [, skip_unless = <bool>] [, teardown = <fn>]);
+/// ```
+///
+/// - `<factory>` is an async expression producing something that
+///   dereferences to your store (`Arc<MyStore>`, `Box<dyn Store>`, a fixture
+///   guard …); it is evaluated once per case, so each case can get a fresh
+///   store.
+/// - `skip_unless = <bool>` (optional) is evaluated at the start of each
+///   case, before the factory. When it is `false` the case returns at once
+///   and passes, so a backend that needs a server can be skipped where none
+///   is configured. Make the expression say why on stderr, and make it panic
+///   instead when `KORVUS_REQUIRE_SERVICES=1` (what `cargo xtask test` sets):
+///   there a missing service is a failure, never a skip. korvus's own
+///   backends do both in `korvus_store_sql::testing::database_url` and
+///   `korvus_blob_s3::testing::endpoint`.
+/// - `teardown = |subject| async { … }` (optional) runs after each case that
+///   passed; without it the subject is dropped.
+///
+/// The named arguments may come in either order. The calling crate needs
+/// `tokio` (features `macros`, `rt-multi-thread`) as a dev-dependency.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use korvus_store::MemoryStore;
+///
+/// /// Whether the server under test is configured; a real check reads an
+/// /// environment variable, prints why it skips, and panics when
+/// /// `KORVUS_REQUIRE_SERVICES=1`.
+/// fn server_configured() -> bool {
+///     std::env::var_os("MY_STORE_URL").is_some()
+/// }
+///
+/// korvus_testkit::store_contract_tests!(
+///     async { Arc::new(MemoryStore::new()) },
+///     skip_unless = server_configured(),
+///     teardown = |store: Arc<MemoryStore>| async move { drop(store) },
+/// );
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! store_contract_tests {
-    ($factory:expr $(, teardown = $teardown:expr)? $(,)?) => {
-        $crate::__with_cases!(store, [$crate::__gen_tests], (store, ($factory), ($($teardown)?),));
+    ($factory:expr $(, skip_unless = $skip:expr)? $(, teardown = $teardown:expr)? $(,)?) => {
+        $crate::__with_cases!(
+            store,
+            [$crate::__gen_tests],
+            (store, ($factory), ($($skip)?), ($($teardown)?),)
+        );
+    };
+    ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
+        $crate::store_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
     };
 }
 
 /// Generates one `#[tokio::test]` per [`TurnLog`](korvus_log::TurnLog) contract
-/// case; see [`store_contract_tests!`] for the argument.
+/// case; see [`store_contract_tests!`] for the arguments (factory,
+/// `skip_unless`, `teardown`).
 #[macro_export]
 macro_rules! log_contract_tests {
-    ($factory:expr $(, teardown = $teardown:expr)? $(,)?) => {
-        $crate::__with_cases!(log, [$crate::__gen_tests], (log, ($factory), ($($teardown)?),));
+    ($factory:expr $(, skip_unless = $skip:expr)? $(, teardown = $teardown:expr)? $(,)?) => {
+        $crate::__with_cases!(
+            log,
+            [$crate::__gen_tests],
+            (log, ($factory), ($($skip)?), ($($teardown)?),)
+        );
+    };
+    ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
+        $crate::log_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
     };
 }
 
 /// Generates one `#[tokio::test]` per [`BlobStore`](korvus_blob::BlobStore)
-/// contract case; see [`store_contract_tests!`] for the argument.
+/// contract case; see [`store_contract_tests!`] for the arguments (factory,
+/// `skip_unless`, `teardown`).
 #[macro_export]
 macro_rules! blob_contract_tests {
-    ($factory:expr $(, teardown = $teardown:expr)? $(,)?) => {
-        $crate::__with_cases!(blob, [$crate::__gen_tests], (blob, ($factory), ($($teardown)?),));
+    ($factory:expr $(, skip_unless = $skip:expr)? $(, teardown = $teardown:expr)? $(,)?) => {
+        $crate::__with_cases!(
+            blob,
+            [$crate::__gen_tests],
+            (blob, ($factory), ($($skip)?), ($($teardown)?),)
+        );
     };
+    ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
+        $crate::blob_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    /// A false `skip_unless` leaves the case before the factory runs, and a
+    /// true one runs the case.
+    mod skip_unless_false_skips_before_the_factory {
+        crate::__gen_tests!(
+            store,
+            (async {
+                unreachable!("the factory of a skipped case ran")
+                    as std::sync::Arc<korvus_store::MemoryStore>
+            }),
+            (false),
+            (),
+            [incidents_round_trip]
+        );
+    }
+
+    mod skip_unless_true_runs_the_case {
+        crate::__gen_tests!(
+            store,
+            (async { std::sync::Arc::new(korvus_store::MemoryStore::new()) }),
+            (true),
+            (),
+            [incidents_round_trip]
+        );
+    }
 }

@@ -1,58 +1,17 @@
-//! End to end on the production backends: PostgreSQL (`PgStore`, `PgLog`)
-//! and S3 (moto), with a real scratch root and `GitSeeder`. Under
-//! `cargo xtask test` these fail, never skip, when a service is missing.
+//! The session lifecycle on the production backends: PostgreSQL (`PgStore`,
+//! `PgLog`) and S3 (moto), with a real scratch root and `GitSeeder`.
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use korvus_blob::{BlobKey, BlobStore};
-use korvus_blob_s3::testing as s3;
+use korvus_blob::BlobKey;
 use korvus_session::{CreateSession, Manager, RunOutcome};
-use korvus_store::{
-    ArtifactKind, Counters, IncidentId, NewIncident, SessionStatus, Store, WorkspaceRef,
-};
-use korvus_store_sql::testing::PgDb;
-use korvus_store_sql::{PgLog, PgStore};
+use korvus_store::{ArtifactKind, Counters, IncidentId, NewIncident, SessionStatus, WorkspaceRef};
 use korvus_workspace::{default_trees, GitSeeder, ScratchRoot};
 
-use crate::support::{settled, write, ScriptRunner};
-
-/// PostgreSQL + S3 for one test; `None` when both may be skipped.
-struct Backends {
-    db: PgDb,
-    bucket: s3::Fixture,
-    store: Arc<dyn Store>,
-    blobs: Arc<dyn BlobStore>,
-    logs: Arc<PgLog>,
-}
-
-impl Backends {
-    async fn new() -> Option<Self> {
-        // Ask both, so a missing service fails under `cargo xtask test`
-        // whichever it is.
-        let db = PgDb::create().await;
-        let bucket = s3::fixture().await;
-        let (db, bucket) = (db?, bucket?);
-        let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
-        let blobs: Arc<dyn BlobStore> = Arc::new(bucket.store.clone());
-        let logs = Arc::new(PgLog::new(db.pool().clone()));
-        Some(Self {
-            db,
-            bucket,
-            store,
-            blobs,
-            logs,
-        })
-    }
-
-    async fn teardown(self) {
-        drop((self.store, self.blobs, self.logs));
-        s3::teardown(self.bucket).await;
-        self.db.drop_db().await;
-    }
-}
+use crate::support::{log_turn, settled, write, Backends, ScriptRunner};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -120,7 +79,7 @@ async fn postgres_s3_git_end_to_end() {
             .permissions()
             .readonly());
         assert_eq!(ctx.skills.skills().len(), 1);
-        crate::support::log_turn(&ctx, 1).await;
+        log_turn(&ctx, 1).await;
         write(&dir, "report.md", "# Disk full\n\nThe WAL grew.\n");
         write(&dir, "evidence/df.txt", "100%\n");
         Ok(RunOutcome::completed(Counters {
@@ -207,7 +166,7 @@ async fn postgres_s3_reopen_restores_and_races() {
                     std::fs::read_to_string(dir.join("same.txt")).unwrap(),
                     "same"
                 );
-                write(&dir, "report.md", &format!("# R{}\n", ctx.revision));
+                write(&dir, "report.md", format!("# R{}\n", ctx.revision));
             }
         }
         Ok(RunOutcome::completed(Counters::default()))

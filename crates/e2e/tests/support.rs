@@ -1,0 +1,129 @@
+//! Shared scaffolding: PostgreSQL + S3 for one test, a scriptable runner,
+//! and small file helpers.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use korvus_blob::BlobStore;
+use korvus_blob_s3::testing as s3;
+use korvus_log::{Event, EventKind};
+use korvus_session::{Manager, RunContext, RunError, RunOutcome, Runner};
+use korvus_store::{Session, Store};
+use korvus_store_sql::testing::PgDb;
+use korvus_store_sql::{PgLog, PgStore};
+
+/// PostgreSQL + S3 for one test: a fresh database and a fresh bucket.
+pub(crate) struct Backends {
+    db: PgDb,
+    bucket: s3::Fixture,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
+    pub(crate) logs: Arc<PgLog>,
+}
+
+impl Backends {
+    /// Both services, or `None` when they are not configured and the test
+    /// may be skipped (each fixture prints why, or panics when
+    /// `KORVUS_REQUIRE_SERVICES=1`).
+    pub(crate) async fn new() -> Option<Self> {
+        // Ask both, so a missing service fails under `cargo xtask test`
+        // whichever it is.
+        let db = PgDb::create().await;
+        let bucket = s3::fixture().await;
+        let (db, bucket) = (db?, bucket?);
+        let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
+        let blobs: Arc<dyn BlobStore> = Arc::new(bucket.store.clone());
+        let logs = Arc::new(PgLog::new(db.pool().clone()));
+        Some(Self {
+            db,
+            bucket,
+            store,
+            blobs,
+            logs,
+        })
+    }
+
+    /// Empties and removes the bucket and drops the database.
+    pub(crate) async fn teardown(self) {
+        drop((self.store, self.blobs, self.logs));
+        s3::teardown(self.bucket).await;
+        self.db.drop_db().await;
+    }
+}
+
+type Script = Arc<
+    dyn Fn(RunContext, Option<String>) -> BoxFuture<'static, Result<RunOutcome, RunError>>
+        + Send
+        + Sync,
+>;
+
+/// A runner whose behaviour is a closure of the run context and, on
+/// resume, the user's message.
+#[derive(Clone)]
+pub(crate) struct ScriptRunner {
+    script: Script,
+}
+
+impl std::fmt::Debug for ScriptRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScriptRunner")
+    }
+}
+
+impl ScriptRunner {
+    pub(crate) fn new<F, Fut>(f: F) -> Self
+    where
+        F: Fn(RunContext, Option<String>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
+    {
+        Self {
+            script: Arc::new(move |ctx, msg| Box::pin(f(ctx, msg))),
+        }
+    }
+}
+
+#[async_trait]
+impl Runner for ScriptRunner {
+    async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
+        (self.script)(ctx, None).await
+    }
+
+    async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError> {
+        (self.script)(ctx, Some(message)).await
+    }
+}
+
+/// Writes `body` to `dir/path`, creating the parent directories.
+pub(crate) fn write(dir: &Path, path: &str, body: impl AsRef<[u8]>) {
+    let p = dir.join(path);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+}
+
+/// Appends one complete turn to the run's log.
+pub(crate) async fn log_turn(ctx: &RunContext, turn: u64) {
+    ctx.log
+        .append(&[
+            Event::new(EventKind::TurnStart { turn }),
+            Event::new(EventKind::Note {
+                text: format!("working on turn {turn}"),
+            }),
+            Event::new(EventKind::TurnEnd {
+                turn,
+                interrupted: false,
+            }),
+        ])
+        .await
+        .unwrap();
+}
+
+/// The session's terminal row, once it has settled.
+pub(crate) async fn settled(manager: &Manager, session: &Session) -> Session {
+    manager
+        .await_settled(session.id, Duration::from_secs(30))
+        .await
+        .unwrap()
+}

@@ -1,0 +1,200 @@
+//! Creating a session: the running row comes back at once and the run lands
+//! its report; bad requests are refused before any row exists; inherited
+//! context is written read-only.
+
+use korvus_blob::{BlobKey, BlobStore};
+use korvus_session::{exit, ContextRequest, RunOutcome, SessionError};
+use korvus_store::{ArtifactId, Counters, NewIncident, SessionKind, SessionStatus, Store};
+use korvus_testkit::faults::StoreOp;
+
+use crate::support::{counters, settled, Env, ScriptRunner};
+
+#[tokio::test]
+async fn returns_running_row_at_once_and_lands_report_then_completes() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::writing(&[
+            ("report.md", "# Found it\n"),
+            ("out/a.csv", "a\n"),
+        ]))
+        .build();
+    let s = manager
+        .create(env.request("why is db-1 full?"))
+        .await
+        .unwrap();
+    assert_eq!(s.status, SessionStatus::Running);
+    assert_eq!(s.kind, SessionKind::Initial);
+    let done = settled(&manager, &s).await;
+    assert_eq!(done.status, SessionStatus::Completed);
+    assert_eq!(done.exit_reason.as_deref(), Some(exit::COMPLETED));
+    assert_eq!(done.counters, counters());
+    assert!(done.ended_at.is_some());
+    let report = env.store.get_report(s.id, 1).await.unwrap();
+    let key = report.markdown_key.clone().expect("markdown key");
+    let bytes = env
+        .blobs
+        .get(&BlobKey::new(key).unwrap())
+        .await
+        .unwrap()
+        .bytes;
+    assert_eq!(&bytes[..], b"# Found it\n");
+    assert_eq!(report.markdown_bytes, 11);
+    env.assert_safe().await;
+    // The second session of the incident is a follow-up.
+    let s2 = manager.create(env.request("and now?")).await.unwrap();
+    assert_eq!(s2.kind, SessionKind::FollowUp);
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn refuses_blank_prompt_closed_incident_and_after_stop() {
+    let env = Env::new().await;
+    let manager = env.builder(ScriptRunner::writing(&[])).build();
+    assert!(matches!(
+        manager.create(env.request("   ")).await,
+        Err(SessionError::PromptRequired)
+    ));
+    let closed = env
+        .store
+        .create_incident(NewIncident {
+            title: "closed".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    env.store.close_incident(closed.id).await.unwrap();
+    let mut req = env.request("x");
+    req.incident_id = closed.id;
+    assert!(matches!(
+        manager.create(req).await,
+        Err(SessionError::IncidentClosed { .. })
+    ));
+    manager.stop().await;
+    assert!(matches!(
+        manager.create(env.request("x")).await,
+        Err(SessionError::ShuttingDown)
+    ));
+    assert!(env
+        .store
+        .list_sessions(env.incident.id)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn bad_context_refs_are_refused_before_the_row_exists() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .build();
+    let first = manager.create(env.request("first")).await.unwrap();
+    settled(&manager, &first).await;
+    let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].clone();
+    let other = env
+        .store
+        .create_incident(NewIncident {
+            title: "other".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let other_manager = env
+        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .build();
+    let mut req = env.request("elsewhere");
+    req.incident_id = other.id;
+    let foreign = other_manager.create(req).await.unwrap();
+    settled(&other_manager, &foreign).await;
+    let foreign_art = env.store.list_session_artifacts(foreign.id).await.unwrap()[0].id;
+    let before = env.store.count(StoreOp::CreateSession);
+    let cases = [
+        vec![ContextRequest {
+            artifact_id: ArtifactId::from_uuid(uuid::Uuid::nil()),
+            role: String::new(),
+        }],
+        vec![
+            ContextRequest {
+                artifact_id: art.id,
+                role: String::new(),
+            },
+            ContextRequest {
+                artifact_id: art.id,
+                role: String::new(),
+            },
+        ],
+        vec![ContextRequest {
+            artifact_id: ArtifactId::new(),
+            role: String::new(),
+        }],
+        vec![ContextRequest {
+            artifact_id: foreign_art,
+            role: String::new(),
+        }],
+    ];
+    for context in cases {
+        let mut req = env.request("with refs");
+        req.context = context;
+        let err = manager.create(req).await.unwrap_err();
+        assert!(
+            matches!(err, SessionError::InvalidContextRef { .. }),
+            "{err:?}"
+        );
+    }
+    assert_eq!(
+        env.store.count(StoreOp::CreateSession),
+        before,
+        "refs are resolved before any row is written"
+    );
+    // A good ref gets its role from the kind.
+    let mut req = env.request("with a good ref");
+    req.context = vec![ContextRequest {
+        artifact_id: art.id,
+        role: "  ".into(),
+    }];
+    let s = manager.create(req).await.unwrap();
+    let refs = env.store.list_context_refs(s.id).await.unwrap();
+    assert_eq!(
+        refs[0].role,
+        korvus_session::default_role(SessionKind::FollowUp)
+    );
+    settled(&manager, &s).await;
+    manager.stop().await;
+    other_manager.stop().await;
+}
+
+#[tokio::test]
+async fn inherited_context_is_written_read_only_at_its_manifest_path() {
+    let env = Env::new().await;
+    let producer = env
+        .builder(ScriptRunner::writing(&[
+            ("report.md", "# R\n"),
+            ("notes.txt", "n"),
+        ]))
+        .build();
+    let first = producer.create(env.request("first")).await.unwrap();
+    settled(&producer, &first).await;
+    let arts = env.store.list_session_artifacts(first.id).await.unwrap();
+    let notes = arts.iter().find(|a| a.path == "notes.txt").unwrap();
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        let f = &ctx.inherited[0];
+        let path = f.path.as_ref().expect("written");
+        let body =
+            std::fs::read_to_string(ctx.scratch.as_ref().unwrap().join(path.as_str())).unwrap();
+        assert_eq!(body, "n");
+        assert_eq!(path.as_str(), "context/1-notes.txt");
+        Ok(RunOutcome::completed(Counters::default()))
+    });
+    let consumer = env.builder(runner.clone()).build();
+    let mut req = env.request("use it");
+    req.context = vec![ContextRequest {
+        artifact_id: notes.id,
+        role: "input".into(),
+    }];
+    let s = consumer.create(req).await.unwrap();
+    let done = settled(&consumer, &s).await;
+    assert_eq!(done.status, SessionStatus::Completed, "{done:?}");
+    assert_eq!(runner.seen.lock().unwrap().len(), 1);
+    producer.stop().await;
+    consumer.stop().await;
+}

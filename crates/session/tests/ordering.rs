@@ -1,0 +1,123 @@
+//! The order in which a run becomes visible: files, then the report row,
+//! then the terminal status, so whoever sees the terminal row sees the rest.
+
+use std::time::Duration;
+
+use korvus_session::{exit, ContextRequest, RunOutcome};
+use korvus_store::{Counters, SessionStatus, Store};
+use korvus_testkit::faults::{StoreFault, StoreOp};
+
+use crate::support::{log_turn, settled, Env, ScriptRunner};
+
+#[tokio::test]
+async fn persist_then_report_row_then_terminal_status() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::writing(&[
+            ("report.md", "# R\n"),
+            ("x.txt", "x"),
+        ]))
+        .build();
+    let s = manager.create(env.request("go")).await.unwrap();
+    settled(&manager, &s).await;
+    let calls = env.store.calls();
+    let pos = |op| calls.iter().position(|c| *c == op).unwrap();
+    assert!(pos(StoreOp::CreateSession) < pos(StoreOp::CreateArtifacts));
+    assert!(
+        pos(StoreOp::CreateArtifacts) < pos(StoreOp::CreateReport),
+        "persist before report row: {calls:?}"
+    );
+    assert!(
+        pos(StoreOp::CreateReport) < pos(StoreOp::SettleSession),
+        "report row before terminal status: {calls:?}"
+    );
+    let writes: Vec<&StoreOp> = calls
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                StoreOp::CreateSession
+                    | StoreOp::InsertContextRefs
+                    | StoreOp::CreateArtifacts
+                    | StoreOp::CreateReport
+                    | StoreOp::SettleSession
+                    | StoreOp::ReopenSession
+            )
+        })
+        .collect();
+    assert_eq!(
+        writes.last(),
+        Some(&&StoreOp::SettleSession),
+        "settle is the last write"
+    );
+    assert_eq!(
+        env.store.count(StoreOp::SettleSession),
+        1,
+        "exactly one settle"
+    );
+    // Bytes before rows: every report/artifact blob was put before rows.
+    assert!(env.blobs.total_puts() >= 2);
+    env.assert_safe().await;
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_watcher_released_by_the_settle_signal_reads_the_terminal_row() {
+    let env = Env::new().await;
+    // A slow settle widens the window between runner return and the
+    // terminal write: a watcher must not be released inside it.
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        log_turn(&ctx, 1).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(RunOutcome::completed(Counters::default()))
+    });
+    let manager = env.builder(runner).build();
+    for _ in 0..20 {
+        let s = manager.create(env.request("go")).await.unwrap();
+        let row = manager
+            .await_settled(s.id, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(
+            row.status.is_terminal(),
+            "released before the terminal write: {row:?}"
+        );
+        assert!(
+            !manager.live_runs().contains(s.id),
+            "deregistered before the signal"
+        );
+    }
+    manager.wait().await;
+    for s in env.store.list_sessions(env.incident.id).await.unwrap() {
+        assert!(s.status.is_terminal(), "wait returned mid-write");
+    }
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn ref_insert_failure_settles_failed_never_running() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .build();
+    let s = manager.create(env.request("first")).await.unwrap();
+    settled(&manager, &s).await;
+    let art = env.store.list_session_artifacts(s.id).await.unwrap()[0].id;
+    env.store
+        .fault(StoreOp::InsertContextRefs, StoreFault::Fail);
+    let mut req = env.request("refs fail");
+    req.context = vec![ContextRequest {
+        artifact_id: art,
+        role: "input".into(),
+    }];
+    assert!(manager.create(req).await.is_err());
+    let rows = env.store.list_sessions(env.incident.id).await.unwrap();
+    let failed = rows.iter().find(|r| r.prompt == "refs fail").unwrap();
+    assert_eq!(failed.status, SessionStatus::Failed);
+    assert_eq!(
+        failed.exit_reason.as_deref(),
+        Some(exit::CONTEXT_REFS_FAILED)
+    );
+    env.assert_safe().await;
+    manager.stop().await;
+}
