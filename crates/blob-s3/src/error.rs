@@ -1,6 +1,7 @@
 //! Turning SDK errors into the source of a
-//! [`BlobError::Backend`](korvus_blob::BlobError::Backend), and classifying
-//! them.
+//! [`BlobError::Backend`](korvus_blob::BlobError::Backend), classifying
+//! them, and mapping them to the seam's errors ([`read_error`],
+//! [`write_error`]).
 //!
 //! The SDK error itself is not kept: [`Failure`] holds only the operation,
 //! the HTTP status, S3's error code and message, or the transport failure in
@@ -10,6 +11,7 @@
 use std::fmt;
 
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use korvus_blob::{BlobError, BlobKey};
 
 /// What the failure means for the seam.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,3 +111,36 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+/// The seam's error for a failed read of `key`: a missing object is
+/// [`BlobError::NotFound`], anything else `Backend`.
+pub(crate) fn read_error<E>(operation: &'static str, key: &BlobKey, error: SdkError<E>) -> BlobError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match Failure::kind(&error) {
+        Kind::NotFound => BlobError::NotFound {
+            key: key.to_string(),
+        },
+        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
+    }
+}
+
+/// The seam's error for a failed write of `key`: bytes the server refused
+/// for their checksum are [`BlobError::ChecksumMismatch`], anything else
+/// `Backend`.
+pub(crate) fn write_error<E>(
+    operation: &'static str,
+    key: &BlobKey,
+    error: SdkError<E>,
+) -> BlobError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match Failure::kind(&error) {
+        Kind::ChecksumMismatch => BlobError::ChecksumMismatch {
+            key: key.to_string(),
+        },
+        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
+    }
+}

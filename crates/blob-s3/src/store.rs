@@ -1,34 +1,30 @@
-//! [`S3BlobStore`]: the [`BlobStore`] implementation.
+//! [`S3BlobStore`]: the [`BlobStore`] implementation. Reads, deletes and
+//! listings are here; the write path (single and multipart uploads) is in
+//! [`upload`].
+
+mod upload;
 
 use std::fmt;
 
 use async_trait::async_trait;
-use aws_sdk_s3::error::SdkError;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
-use futures::stream::{self, StreamExt, TryStreamExt};
 use korvus_blob::{
     Blob, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result, Sha256Digest, MAX_KEY_BYTES,
 };
 
+use self::upload::digest;
 use crate::config::{S3BlobStoreBuilder, S3Credentials};
-use crate::error::{Failure, Kind};
+use crate::error::{read_error, Failure, Kind};
 
 /// Name of the user metadata (`x-amz-meta-sha256`) holding the hex SHA-256
 /// of the whole object. S3's own `x-amz-checksum-sha256` of a multipart
 /// object is a checksum of part checksums, so the metadata is what `get` and
 /// `head` report.
 pub(crate) const SHA256_META: &str = "sha256";
-
-/// Most parts S3 accepts in one multipart upload.
-const MAX_PARTS: usize = 10_000;
-
-/// Bodies from this size are hashed on a blocking thread, not on the runtime.
-const HASH_OFF_RUNTIME_FROM: usize = 256 * 1024;
 
 /// A [`BlobStore`] in an S3 bucket (AWS or any S3-compatible service).
 ///
@@ -136,144 +132,6 @@ impl S3BlobStore {
                 );
                 None
             }
-        }
-    }
-
-    async fn put_single(
-        &self,
-        key: &BlobKey,
-        object_key: String,
-        bytes: Bytes,
-        options: PutOptions,
-    ) -> Result<()> {
-        self.client
-            .put_object()
-            .bucket(&self.settings.bucket)
-            .key(object_key)
-            .content_type(options.content_type)
-            .metadata(SHA256_META, options.sha256.to_hex())
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .checksum_sha256(BASE64.encode(options.sha256.as_bytes()))
-            .body(ByteStream::from(bytes))
-            .send()
-            .await
-            .map_err(|e| write_error("PutObject", key, e))?;
-        Ok(())
-    }
-
-    async fn put_multipart(
-        &self,
-        key: &BlobKey,
-        object_key: String,
-        bytes: Bytes,
-        options: PutOptions,
-    ) -> Result<()> {
-        let created = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.settings.bucket)
-            .key(&object_key)
-            .content_type(options.content_type)
-            .metadata(SHA256_META, options.sha256.to_hex())
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .send()
-            .await
-            .map_err(|e| write_error("CreateMultipartUpload", key, e))?;
-        let Some(upload_id) = created.upload_id().map(str::to_owned) else {
-            return Err(BlobError::backend(
-                "s3",
-                Failure::plain("CreateMultipartUpload", "the response has no upload id"),
-            ));
-        };
-        match self.upload_parts(key, &object_key, &upload_id, bytes).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.abort(&object_key, &upload_id).await;
-                Err(e)
-            }
-        }
-    }
-
-    async fn upload_parts(
-        &self,
-        key: &BlobKey,
-        object_key: &str,
-        upload_id: &str,
-        bytes: Bytes,
-    ) -> Result<()> {
-        // S3 allows at most 10,000 parts: grow the parts of huge objects.
-        let part_size = usize::try_from(self.settings.part_size)
-            .unwrap_or(usize::MAX)
-            .max(bytes.len().div_ceil(MAX_PARTS));
-        let ranges: Vec<(i32, usize, usize)> = (0..bytes.len())
-            .step_by(part_size)
-            .zip(1..)
-            .map(|(start, number)| (number, start, (start + part_size).min(bytes.len())))
-            .collect();
-        let parts: Vec<CompletedPart> = stream::iter(ranges)
-            .map(|(number, start, end)| {
-                let chunk = bytes.slice(start..end);
-                async move {
-                    let checksum = BASE64.encode(digest(chunk.clone()).await?.as_bytes());
-                    let out = self
-                        .client
-                        .upload_part()
-                        .bucket(&self.settings.bucket)
-                        .key(object_key)
-                        .upload_id(upload_id)
-                        .part_number(number)
-                        .checksum_algorithm(ChecksumAlgorithm::Sha256)
-                        .checksum_sha256(&checksum)
-                        .body(ByteStream::from(chunk))
-                        .send()
-                        .await
-                        .map_err(|e| write_error("UploadPart", key, e))?;
-                    Ok::<_, BlobError>(
-                        CompletedPart::builder()
-                            .part_number(number)
-                            .set_e_tag(out.e_tag().map(str::to_owned))
-                            .checksum_sha256(checksum)
-                            .build(),
-                    )
-                }
-            })
-            .buffered(self.settings.part_concurrency)
-            .try_collect()
-            .await?;
-        self.client
-            .complete_multipart_upload()
-            .bucket(&self.settings.bucket)
-            .key(object_key)
-            .upload_id(upload_id)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| write_error("CompleteMultipartUpload", key, e))?;
-        Ok(())
-    }
-
-    /// Aborts a failed multipart upload; a failure here is logged, since the
-    /// error the caller gets is the one that made the upload fail.
-    async fn abort(&self, object_key: &str, upload_id: &str) {
-        let aborted = self
-            .client
-            .abort_multipart_upload()
-            .bucket(&self.settings.bucket)
-            .key(object_key)
-            .upload_id(upload_id)
-            .send()
-            .await;
-        if let Err(e) = aborted {
-            tracing::warn!(
-                bucket = %self.settings.bucket,
-                object_key,
-                error = %Failure::from_sdk("AbortMultipartUpload", &e),
-                "could not abort a failed multipart upload; a lifecycle rule must clean it up"
-            );
         }
     }
 }
@@ -482,16 +340,6 @@ impl BlobStore for S3BlobStore {
     }
 }
 
-/// SHA-256 of `bytes`, off the runtime for large bodies.
-async fn digest(bytes: Bytes) -> Result<Sha256Digest> {
-    if bytes.len() < HASH_OFF_RUNTIME_FROM {
-        return Ok(Sha256Digest::of(&bytes));
-    }
-    tokio::task::spawn_blocking(move || Sha256Digest::of(&bytes))
-        .await
-        .map_err(|e| BlobError::backend("s3", format!("hashing the body failed: {e}")))
-}
-
 /// The digest an object was stored with: our metadata, else S3's own
 /// checksum when it is a whole-object one (a multipart checksum ends in
 /// `-<parts>`).
@@ -501,30 +349,6 @@ fn stored_digest(meta_hex: Option<&String>, checksum_b64: Option<&str>) -> Optio
     }
     let raw = BASE64.decode(checksum_b64?).ok()?;
     Some(Sha256Digest::from_bytes(raw.try_into().ok()?))
-}
-
-fn read_error<E>(operation: &'static str, key: &BlobKey, error: SdkError<E>) -> BlobError
-where
-    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
-{
-    match Failure::kind(&error) {
-        Kind::NotFound => BlobError::NotFound {
-            key: key.to_string(),
-        },
-        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
-    }
-}
-
-fn write_error<E>(operation: &'static str, key: &BlobKey, error: SdkError<E>) -> BlobError
-where
-    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
-{
-    match Failure::kind(&error) {
-        Kind::ChecksumMismatch => BlobError::ChecksumMismatch {
-            key: key.to_string(),
-        },
-        _ => BlobError::backend("s3", Failure::from_sdk(operation, &error)),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,133 @@
+//! Session rows: per-incident seqs, the insert rules, settling, and the
+//! single-winner reopen.
+
+use futures::future::join_all;
+use korvus_store::{Counters, Entity, Session, SessionKind, SessionStatus, Store, StoreError};
+
+use super::{incident, new_session, session, settlement};
+
+/// 100 concurrent creates in one incident get seqs 1..=100, each exactly once.
+pub async fn concurrent_creates_get_seqs_one_to_hundred(store: &dyn Store) {
+    let inc = incident(store).await;
+    let creates = (0..100).map(|i| store.create_session(new_session(&inc, &format!("p{i}"))));
+    let results = join_all(creates).await;
+    let mut seqs: Vec<u32> = results
+        .into_iter()
+        .map(|r| r.expect("concurrent create_session").seq)
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=100).collect::<Vec<u32>>());
+    let listed: Vec<u32> = store
+        .list_sessions(inc.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(
+        listed,
+        (1..=100).collect::<Vec<u32>>(),
+        "listed in seq order"
+    );
+}
+
+/// A new session is born running at revision 1 with its fields intact; a
+/// duplicate id is a conflict; seqs are per incident.
+pub async fn session_insert_rules(store: &dyn Store) {
+    let inc = incident(store).await;
+    let other = incident(store).await;
+    let mut new = new_session(&inc, "why is the disk full? ünïcödé");
+    new.kind = SessionKind::FollowUp;
+    let s = store.create_session(new.clone()).await.unwrap();
+    assert_eq!(s.id, new.id);
+    assert_eq!(s.seq, 1);
+    assert_eq!(s.kind, SessionKind::FollowUp);
+    assert_eq!(s.status, SessionStatus::Running);
+    assert_eq!(s.prompt, new.prompt);
+    assert_eq!(s.workspace_ref, inc.workspace);
+    assert_eq!(s.revision, 1);
+    assert_eq!(s.exit_reason, None);
+    assert_eq!(s.ended_at, None);
+    assert_eq!(s.counters, Counters::default());
+    assert_eq!(store.get_session(s.id).await.unwrap(), s);
+    match store.create_session(new).await {
+        Err(StoreError::Conflict { entity, .. }) => assert_eq!(entity, Entity::Session),
+        other => panic!("duplicate session id: expected Conflict, got {other:?}"),
+    }
+    assert_eq!(session(store, &other).await.seq, 1, "seq is per incident");
+    assert_eq!(session(store, &inc).await.seq, 2);
+}
+
+/// Settling to a terminal status sets `ended_at` and copies the outcome;
+/// settling back to running clears `ended_at`.
+pub async fn settle_sets_and_clears_ended_at(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    for status in SessionStatus::TERMINAL {
+        let settled = store
+            .settle_session(s.id, settlement(*status, status.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(settled.status, *status);
+        assert!(settled.ended_at.is_some(), "{status} sets ended_at");
+        assert_eq!(settled.exit_reason.as_deref(), Some(status.as_str()));
+        assert_eq!(settled.counters.tool_calls, 5);
+        assert_eq!(store.get_session(s.id).await.unwrap(), settled);
+        let waiting = store
+            .settle_session(s.id, settlement(SessionStatus::Running, "awaiting_user"))
+            .await
+            .unwrap();
+        assert_eq!(waiting.status, SessionStatus::Running);
+        assert_eq!(waiting.ended_at, None, "running clears ended_at");
+        assert_eq!(waiting.exit_reason.as_deref(), Some("awaiting_user"));
+    }
+}
+
+/// Of 16 concurrent reopens of one terminal session exactly one wins; the
+/// others get `NotFinished`; the winner's row is running at revision 2.
+pub async fn reopen_has_exactly_one_winner(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    store
+        .settle_session(s.id, settlement(SessionStatus::Completed, "completed"))
+        .await
+        .unwrap();
+    let results = join_all((0..16).map(|_| store.reopen_session(s.id))).await;
+    let winners: Vec<&Session> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "exactly one reopen wins: {results:?}");
+    for r in &results {
+        if let Err(e) = r {
+            assert!(
+                matches!(e, StoreError::NotFinished { session } if *session == s.id),
+                "loser gets NotFinished, got {e:?}"
+            );
+        }
+    }
+    let row = store.get_session(s.id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Running);
+    assert_eq!(row.ended_at, None);
+    assert_eq!(row.exit_reason, None);
+    assert_eq!(row.revision, 2);
+    assert_eq!(&row, winners[0]);
+}
+
+/// Reopening a running session is `NotFinished` and writes nothing; failed
+/// and cancelled sessions reopen.
+pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    assert!(matches!(
+        store.reopen_session(s.id).await,
+        Err(StoreError::NotFinished { .. })
+    ));
+    assert_eq!(store.get_session(s.id).await.unwrap(), s);
+    for status in [SessionStatus::Failed, SessionStatus::Cancelled] {
+        store
+            .settle_session(s.id, settlement(status, "x"))
+            .await
+            .unwrap();
+        let reopened = store.reopen_session(s.id).await.unwrap();
+        assert_eq!(reopened.status, SessionStatus::Running);
+    }
+    assert_eq!(store.get_session(s.id).await.unwrap().revision, 3);
+}
