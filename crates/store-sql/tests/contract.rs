@@ -1,34 +1,52 @@
 //! The `korvus-testkit` Store and TurnLog contracts, one `#[tokio::test]`
 //! per case, against PostgreSQL and SQLite, each case on a fresh database.
 
-/// One `#[tokio::test]` per contract case on a fresh PostgreSQL database.
-///
-/// `store_contract_tests!` cannot skip a case, so the case list is taken from
-/// the same source the testkit macros use and each test may return early
-/// when PostgreSQL is not configured.
-macro_rules! pg_contract {
-    ($suite:ident, $backend:path, [$($case:ident),* $(,)?]) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let Some(db) = crate::support::PgDb::create().await else {
-                    return;
-                };
-                let subject = <$backend>::new(db.pool().clone());
-                korvus_testkit::$suite::$case(&subject).await;
-                drop(subject);
-                db.drop_db().await;
-            }
-        )*
-    };
-}
-
 mod pg_store {
-    korvus_testkit::__with_cases!(store, [pg_contract], (store, korvus_store_sql::PgStore,));
+    use korvus_store_sql::PgStore;
+
+    use crate::support::{database_url, PgDb, With};
+
+    async fn subject() -> With<PgStore, PgDb> {
+        let db = PgDb::create().await.expect("skip_unless checked the URL");
+        With {
+            backend: PgStore::new(db.pool().clone()),
+            db,
+        }
+    }
+
+    // Without `KORVUS_TEST_DATABASE_URL` each case returns early after
+    // `database_url()` printed why (or panicked under `cargo xtask test`).
+    korvus_testkit::store_contract_tests!(
+        subject(),
+        skip_unless = database_url().is_some(),
+        teardown = |s: With<PgStore, PgDb>| async move {
+            drop(s.backend);
+            s.db.drop_db().await;
+        }
+    );
 }
 
 mod pg_log {
-    korvus_testkit::__with_cases!(log, [pg_contract], (log, korvus_store_sql::PgLog,));
+    use korvus_store_sql::PgLog;
+
+    use crate::support::{database_url, PgDb, With};
+
+    async fn subject() -> With<PgLog, PgDb> {
+        let db = PgDb::create().await.expect("skip_unless checked the URL");
+        With {
+            backend: PgLog::new(db.pool().clone()),
+            db,
+        }
+    }
+
+    korvus_testkit::log_contract_tests!(
+        subject(),
+        skip_unless = database_url().is_some(),
+        teardown = |s: With<PgLog, PgDb>| async move {
+            drop(s.backend);
+            s.db.drop_db().await;
+        }
+    );
 }
 
 mod sqlite_store {
