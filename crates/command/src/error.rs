@@ -64,9 +64,9 @@ pub enum CommandError {
 impl CommandError {
     /// The exit reason this crate documents for the error (see
     /// `docs/command-runner.md`): `exit_code_<n>`, `signal_<n>`, `timeout`,
-    /// or `runner_failed` for the rest. The session's own exit reason is
-    /// `runner_failed` for every error today; this text is in the log's
-    /// last note.
+    /// or `runner_failed` for the rest. The runner hands it to the session
+    /// as the [`RunError`](korvus_runner::RunError)'s exit reason and
+    /// writes it into the log's last note.
     pub fn reason(&self) -> String {
         match self {
             CommandError::Exited { code } => format!("exit_code_{code}"),

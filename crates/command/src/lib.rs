@@ -10,12 +10,12 @@
 //! | direction | what |
 //! |---|---|
 //! | stdin | the prompt (first run) or the reopen message (resume), then EOF |
-//! | environment | `KORVUS_SESSION_ID`, `KORVUS_INCIDENT_ID`, `KORVUS_REVISION`, `KORVUS_RESUME` (`0`/`1`), `KORVUS_MANIFEST` (a [`Manifest`] of context files and skills, at [`MANIFEST_FILE`]), `KORVUS_WORKSPACE` |
+//! | environment | `KORVUS_SESSION_ID`, `KORVUS_INCIDENT_ID`, `KORVUS_REVISION`, `KORVUS_RESUME` (`0`/`1`), `KORVUS_MANIFEST` (a [`RunManifest`] of context files and skills, at [`RUN_MANIFEST`](korvus_workspace::RUN_MANIFEST)), `KORVUS_WORKSPACE` |
 //! | stdout | one log event per line: a JSON [`korvus_log::Event`] (`{"type":"turn_start","turn":1}`) is that event; any other line is an assistant message; `{"type":"usage",…}` adds token counts |
 //! | stderr | the last lines are kept (bounded) and logged as notes when the program exits |
-//! | exit 0 | `completed`; the author phase finished when `report.md` exists at the scratch root |
+//! | exit 0 | `completed`; the author phase finished when `report.md` ([`REPORT_FILE`](korvus_workspace::REPORT_FILE)) exists at the scratch root |
 //! | exit [`AWAITING_USER_CODE`] (75) | `awaiting_user`: the row stays `running` |
-//! | other exit | the run fails with [`CommandError::Exited`] (session `failed` / `runner_failed`; the code is in the log's last note and the error) |
+//! | other exit `n` | the run fails with [`CommandError::Exited`] (session `failed` / `exit_code_n`; the code is also in the log's last note and the error) |
 //!
 //! On cancellation (`ctx.cancel`) and on the runner's own
 //! [`timeout`](CommandRunner::timeout), the whole process group gets
@@ -26,6 +26,24 @@
 //! reasons — is `korvus-runner`; this crate depends on it and on the seams
 //! only, never on `korvus-session` (the example below uses the `Manager`
 //! as an embedder would).
+//!
+//! # Code map
+//!
+//! - `runner.rs`: the [`CommandRunner`] builder and its `Runner` impl. Its
+//!   `execute` reads as spawn → pump → drain → classify, each a named
+//!   function of the two modules below.
+//! - `process.rs`: spawning the program in a process group of its own,
+//!   waiting for it, stopping the whole group on cancellation or timeout
+//!   (`SIGTERM`, then `SIGKILL`), and classifying its exit into an exit
+//!   reason or a [`CommandError`].
+//! - `output.rs`: the line readers of stdout and stderr, the sink that
+//!   turns lines into log events and usage counters, and the bounded
+//!   stderr tail.
+//! - `manifest.rs`: the [`RunManifest`] the agent reads; `error.rs`:
+//!   [`CommandError`].
+//!
+//! The file names both sides of a run agree on (`report.md`, the run
+//! manifest) are defined once, in `korvus-workspace`.
 //!
 //! # Why it is shaped like this
 //!
@@ -69,13 +87,16 @@
 
 mod error;
 mod manifest;
+mod output;
+mod process;
 mod runner;
 
 pub use crate::error::CommandError;
 pub use crate::manifest::{
-    Manifest, ManifestContext, ManifestSkill, ManifestWorkspace, MANIFEST_FILE, PROTOCOL_VERSION,
+    ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,
 };
+pub use crate::output::STDERR_LINE_BYTES;
+pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
-    CommandRunner, AWAITING_USER_CODE, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_STDERR_LINES, STDERR_LINE_BYTES,
+    CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,
 };

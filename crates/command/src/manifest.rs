@@ -1,23 +1,21 @@
-//! The run manifest: a JSON file the runner writes into the scratch dir and
-//! names in `KORVUS_MANIFEST`.
+//! The run manifest: a JSON file the runner writes into the scratch dir at
+//! [`RUN_MANIFEST`] and names in `KORVUS_MANIFEST`. (Not the harvest
+//! manifest, which records what a persist phase stored.)
 
 use std::path::{Path, PathBuf};
 
 use korvus_runner::RunContext;
+use korvus_workspace::RUN_MANIFEST;
 use serde::Serialize;
 
 use crate::CommandError;
-
-/// Where the manifest goes, relative to the scratch dir. Dot-prefixed, so
-/// the harvest never stores it.
-pub const MANIFEST_FILE: &str = ".korvus/run.json";
 
 /// Version of the manifest's shape; bumped on an incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// What the agent is told about its run (`KORVUS_MANIFEST`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Manifest {
+pub struct RunManifest {
     /// [`PROTOCOL_VERSION`].
     pub protocol: u32,
     /// The session id.
@@ -79,7 +77,7 @@ pub struct ManifestSkill {
     pub path: String,
 }
 
-impl Manifest {
+impl RunManifest {
     /// The manifest of one run.
     pub fn for_run(ctx: &RunContext, message: Option<&str>) -> Self {
         Self {
@@ -120,10 +118,11 @@ impl Manifest {
         }
     }
 
-    /// Writes the manifest to [`MANIFEST_FILE`] under `scratch` (replacing
+    /// Writes the manifest to [`RUN_MANIFEST`] under `scratch` (replacing
     /// one a restore may have put there) and returns its absolute path.
+    /// The path is dot-prefixed, so the harvest never stores the file.
     pub(crate) async fn write(&self, scratch: &Path) -> Result<PathBuf, CommandError> {
-        let path = scratch.join(MANIFEST_FILE);
+        let path = scratch.join(RUN_MANIFEST);
         let err = |source| CommandError::Manifest {
             path: path.clone(),
             source,

@@ -1,0 +1,333 @@
+//! The agent's output: the line readers of its stdout and stderr, and the
+//! [`Sink`] that turns lines into log events, counters and the stderr tail.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use korvus_log::{Event, EventKind, Role};
+use korvus_runner::RunContext;
+use korvus_store::Counters;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{ChildStderr, ChildStdout};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// Longest stderr line kept (at most [`CommandRunner::max_line_bytes`](crate::CommandRunner::max_line_bytes)),
+/// so the kept tail stays small: 64 lines of 4 KiB by default.
+pub const STDERR_LINE_BYTES: usize = 4 * 1024;
+
+/// How long output left in the pipes is still read after the program exited.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Stdout lines appended to the log in one call at most while the program
+/// runs ([`Output::recv`]'s batch).
+pub(crate) const BATCH: usize = 64;
+
+/// One line of output, cut at the line limit.
+#[derive(Debug)]
+pub(crate) struct Line {
+    text: String,
+    truncated: bool,
+}
+
+/// What one read of the pipes yields.
+#[derive(Debug)]
+pub(crate) enum Chunk {
+    /// Consecutive stdout lines, at most the batch size asked for.
+    Stdout(Vec<Line>),
+    /// One stderr line.
+    Stderr(Line),
+}
+
+/// The agent's stdout and stderr, each read by a task of its own into a
+/// channel, so a slow log never blocks the program on a full pipe.
+#[derive(Debug)]
+pub(crate) struct Output {
+    out_rx: mpsc::Receiver<Line>,
+    err_rx: mpsc::Receiver<Line>,
+    out_open: bool,
+    err_open: bool,
+    readers: [Option<JoinHandle<()>>; 2],
+}
+
+impl Output {
+    /// Starts reading both pipes; stdout lines are cut at `max_line_bytes`,
+    /// stderr lines also at [`STDERR_LINE_BYTES`].
+    pub(crate) fn start(
+        stdout: Option<ChildStdout>,
+        stderr: Option<ChildStderr>,
+        max_line_bytes: usize,
+    ) -> Self {
+        let (out_tx, out_rx) = mpsc::channel(256);
+        let (err_tx, err_rx) = mpsc::channel(64);
+        let readers = [
+            stdout.map(|s| tokio::spawn(read_lines(s, max_line_bytes, out_tx))),
+            stderr.map(|s| {
+                let max = max_line_bytes.min(STDERR_LINE_BYTES);
+                tokio::spawn(read_lines(s, max, err_tx))
+            }),
+        ];
+        Self {
+            out_rx,
+            err_rx,
+            out_open: true,
+            err_open: true,
+            readers,
+        }
+    }
+
+    /// Whether either pipe may still yield a line.
+    pub(crate) fn is_open(&self) -> bool {
+        self.out_open || self.err_open
+    }
+
+    /// The next chunk of output, with up to `batch` stdout lines that are
+    /// already waiting; `None` once both pipes are closed.
+    ///
+    /// Cancel safe: a line is only taken out of a channel when it is returned.
+    pub(crate) async fn recv(&mut self, batch: usize) -> Option<Chunk> {
+        loop {
+            tokio::select! {
+                line = self.out_rx.recv(), if self.out_open => match line {
+                    Some(line) => {
+                        let mut lines = vec![line];
+                        while lines.len() < batch {
+                            match self.out_rx.try_recv() {
+                                Ok(l) => lines.push(l),
+                                Err(_) => break,
+                            }
+                        }
+                        return Some(Chunk::Stdout(lines));
+                    }
+                    None => self.out_open = false,
+                },
+                line = self.err_rx.recv(), if self.err_open => match line {
+                    Some(line) => return Some(Chunk::Stderr(line)),
+                    None => self.err_open = false,
+                },
+                else => return None,
+            }
+        }
+    }
+
+    /// Hands what is left in the pipes to `sink` after the program exited,
+    /// then stops the readers. A process that escaped the group could hold
+    /// the pipes open, so they are read for a bounded time only.
+    pub(crate) async fn drain(mut self, sink: &mut Sink<'_>) {
+        let until = Instant::now() + DRAIN;
+        while self.is_open() {
+            tokio::select! {
+                chunk = self.recv(1) => match chunk {
+                    Some(chunk) => sink.take(chunk).await,
+                    None => break,
+                },
+                () = tokio::time::sleep_until(until) => {
+                    warn!("agent output still open after it exited; no longer read");
+                    break;
+                }
+            }
+        }
+        for reader in self.readers.into_iter().flatten() {
+            reader.abort();
+            let _ = reader.await;
+        }
+    }
+}
+
+/// Reads `\n`-separated lines, never holding more than `max` bytes of one.
+async fn read_lines<R: AsyncRead + Unpin>(reader: R, max: usize, tx: mpsc::Sender<Line>) {
+    let mut reader = BufReader::new(reader);
+    let mut line: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    loop {
+        let (consumed, complete) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => {
+                if !line.is_empty() {
+                    let _ = tx.send(to_line(&line, truncated)).await;
+                }
+                return;
+            }
+            Ok(buf) => {
+                let (chunk, consumed, complete) = match buf.iter().position(|&b| b == b'\n') {
+                    Some(i) => (&buf[..i], i + 1, true),
+                    None => (buf, buf.len(), false),
+                };
+                let room = max.saturating_sub(line.len());
+                if chunk.len() > room {
+                    truncated = true;
+                }
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                (consumed, complete)
+            }
+        };
+        reader.consume(consumed);
+        if complete {
+            if tx.send(to_line(&line, truncated)).await.is_err() {
+                return;
+            }
+            line.clear();
+            truncated = false;
+        }
+    }
+}
+
+fn to_line(bytes: &[u8], truncated: bool) -> Line {
+    let text = String::from_utf8_lossy(bytes);
+    Line {
+        text: text.strip_suffix('\r').unwrap_or(&text).to_owned(),
+        truncated,
+    }
+}
+
+/// A usage line: `{"type":"usage","input_tokens":…,"output_tokens":…}`.
+#[derive(Debug, Deserialize)]
+struct Usage {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// Turns output into log events and counters, and keeps the stderr tail.
+pub(crate) struct Sink<'a> {
+    ctx: &'a RunContext,
+    counters: Counters,
+    stderr: VecDeque<String>,
+    stderr_cap: usize,
+    stderr_dropped: u64,
+    append_failures: u64,
+}
+
+impl<'a> Sink<'a> {
+    /// A sink for one run that keeps the last `stderr_cap` stderr lines.
+    pub(crate) fn new(ctx: &'a RunContext, stderr_cap: usize) -> Self {
+        Self {
+            ctx,
+            counters: Counters::default(),
+            stderr: VecDeque::new(),
+            stderr_cap,
+            stderr_dropped: 0,
+            append_failures: 0,
+        }
+    }
+
+    /// The counters gathered from the output.
+    pub(crate) fn into_counters(self) -> Counters {
+        self.counters
+    }
+
+    /// Logs stdout lines as events, or keeps a stderr line in the tail.
+    pub(crate) async fn take(&mut self, chunk: Chunk) {
+        match chunk {
+            Chunk::Stdout(lines) => self.stdout(lines).await,
+            Chunk::Stderr(line) => self.stderr(line),
+        }
+    }
+
+    async fn stdout(&mut self, lines: Vec<Line>) {
+        let mut events = Vec::with_capacity(lines.len());
+        for line in lines {
+            if let Some(event) = self.event_for(line) {
+                events.push(event);
+            }
+        }
+        self.append(&events).await;
+    }
+
+    fn event_for(&mut self, line: Line) -> Option<Event> {
+        if line.text.trim().is_empty() {
+            return None;
+        }
+        if line.truncated {
+            return Some(Event::now(EventKind::Message {
+                role: Role::Assistant,
+                text: format!("{} [line truncated]", line.text),
+            }));
+        }
+        if line.text.trim_start().starts_with('{') {
+            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
+                match &event.kind {
+                    EventKind::TurnStart { .. } => self.counters.turns += 1,
+                    EventKind::ToolCall { .. } => self.counters.tool_calls += 1,
+                    _ => {}
+                }
+                if event.at.is_none() {
+                    event = Event::now(event.kind);
+                }
+                return Some(event);
+            }
+            if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
+                if usage.kind == "usage" {
+                    self.counters.input_tokens += usage.input_tokens;
+                    self.counters.output_tokens += usage.output_tokens;
+                    return None;
+                }
+            }
+        }
+        Some(Event::now(EventKind::Message {
+            role: Role::Assistant,
+            text: line.text,
+        }))
+    }
+
+    fn stderr(&mut self, line: Line) {
+        debug!(line = %line.text, "agent stderr");
+        if self.stderr_cap == 0 {
+            self.stderr_dropped += 1;
+            return;
+        }
+        if self.stderr.len() == self.stderr_cap {
+            self.stderr.pop_front();
+            self.stderr_dropped += 1;
+        }
+        let suffix = if line.truncated {
+            " [line truncated]"
+        } else {
+            ""
+        };
+        self.stderr.push_back(format!("{}{suffix}", line.text));
+    }
+
+    /// Appends the stderr tail and the exit summary as notes.
+    pub(crate) async fn finish(&mut self, summary: String) {
+        let mut notes = Vec::new();
+        if self.stderr_dropped > 0 {
+            notes.push(format!(
+                "stderr: {} earlier line(s) not kept",
+                self.stderr_dropped
+            ));
+        }
+        notes.extend(self.stderr.drain(..).map(|l| format!("stderr: {l}")));
+        notes.push(summary);
+        let events: Vec<Event> = notes
+            .into_iter()
+            .map(|text| Event::now(EventKind::Note { text }))
+            .collect();
+        self.append(&events).await;
+        if self.append_failures > 0 {
+            warn!(
+                failures = self.append_failures,
+                "some agent events could not be logged"
+            );
+        }
+    }
+
+    async fn append(&mut self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        // A failing log must not stop the agent (its pipes must keep
+        // draining) nor fail a run whose report may be fine: warn once, count.
+        if let Err(e) = self.ctx.log.append(events).await {
+            if self.append_failures == 0 {
+                warn!(error = %e, "agent events not logged");
+            }
+            self.append_failures += events.len() as u64;
+        }
+    }
+}

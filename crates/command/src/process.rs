@@ -1,0 +1,263 @@
+//! The agent's process: started in a process group of its own, waited for,
+//! stopped as a whole group on cancellation or timeout, and its exit
+//! classified into an exit reason or a [`CommandError`].
+
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use korvus_runner::exit;
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::output::{Output, Sink, BATCH};
+use crate::CommandError;
+
+/// The exit code that means "waiting for the user" (`EX_TEMPFAIL` from
+/// `sysexits.h`): the session's row stays `running` with exit reason
+/// [`exit::AWAITING_USER`].
+pub const AWAITING_USER_CODE: i32 = 75;
+
+/// Why the runner stopped the program, when it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The run was cancelled (`ctx.cancel`).
+    Cancelled,
+    /// The runner's own timeout expired.
+    TimedOut,
+}
+
+/// When the runner stops the program on its own, and how gently.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The runner's own ceiling on the run, if any.
+    pub(crate) timeout: Option<Duration>,
+    /// Time between `SIGTERM` and `SIGKILL`.
+    pub(crate) kill_grace: Duration,
+}
+
+/// A started agent: its process, its process group, and the tasks that feed
+/// its stdin and wait for it to exit.
+#[derive(Debug)]
+pub(crate) struct Agent {
+    // Declared before `child`, so dropped before it: if the run's future is
+    // dropped mid-run, the whole group is killed, not only the leader.
+    group: Group,
+    child: Child,
+    /// Resolves when the leader has exited but is not yet reaped.
+    exited: JoinHandle<()>,
+    stdin: JoinHandle<()>,
+    program: String,
+}
+
+impl Agent {
+    /// Starts `cmd` with piped stdio as the leader of a new process group
+    /// and writes `input` to its stdin, then closes it.
+    pub(crate) fn spawn(
+        mut cmd: Command,
+        program: String,
+        input: String,
+    ) -> Result<Self, CommandError> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so the whole tree can be stopped, and
+            // the terminal's Ctrl-C reaches the caller, not the agent.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| CommandError::Wait {
+                program: program.clone(),
+                source: std::io::Error::other("the started program has no pid"),
+            })?;
+        let group = Group {
+            pgid: Pid::from_raw(pid),
+            armed: true,
+        };
+        info!(pid, program = %program, "agent started");
+        let stdin = feed(child.stdin.take(), input);
+        Ok(Self {
+            group,
+            child,
+            exited: exited(pid),
+            stdin,
+            program,
+        })
+    }
+
+    /// The program's stdout and stderr, for [`Output::start`].
+    pub(crate) fn take_pipes(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+        (self.child.stdout.take(), self.child.stderr.take())
+    }
+
+    /// Hands the program's output to `sink` until the leader exits. When
+    /// `cancelled` resolves or the timeout of `limits` expires, the group
+    /// gets `SIGTERM`, then `SIGKILL` after the grace. Returns why the
+    /// runner stopped the program, if it did.
+    pub(crate) async fn pump(
+        &mut self,
+        output: &mut Output,
+        sink: &mut Sink<'_>,
+        cancelled: impl Future<Output = ()>,
+        limits: Limits,
+    ) -> Option<Stop> {
+        tokio::pin!(cancelled);
+        let deadline = limits.timeout.map(|t| Instant::now() + t);
+        let mut stop: Option<Stop> = None;
+        let mut kill_at: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                chunk = output.recv(BATCH), if output.is_open() => {
+                    if let Some(chunk) = chunk {
+                        sink.take(chunk).await;
+                    }
+                }
+                _ = &mut self.exited => return stop,
+                () = &mut cancelled, if stop.is_none() => {
+                    info!("run cancelled; stopping the agent's process group");
+                    stop = Some(Stop::Cancelled);
+                    kill_at = Some(self.terminate(limits.kill_grace));
+                }
+                () = sleep_until(deadline), if stop.is_none() && deadline.is_some() => {
+                    warn!(timeout = ?limits.timeout, "agent timed out; stopping its process group");
+                    stop = Some(Stop::TimedOut);
+                    kill_at = Some(self.terminate(limits.kill_grace));
+                }
+                () = sleep_until(kill_at), if kill_at.is_some() => {
+                    warn!("agent ignored SIGTERM; killing its process group");
+                    self.group.signal(Signal::SIGKILL);
+                    kill_at = None;
+                }
+            }
+        }
+    }
+
+    /// Sends `SIGTERM` to the group; returns when `SIGKILL` is due.
+    fn terminate(&self, grace: Duration) -> Instant {
+        self.group.signal(Signal::SIGTERM);
+        Instant::now() + grace
+    }
+
+    /// Kills what is left of the group — the leader is gone, and nothing of
+    /// its group may outlive it — then reaps the leader.
+    pub(crate) async fn reap(&mut self) -> Result<ExitStatus, CommandError> {
+        self.group.signal(Signal::SIGKILL);
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|source| CommandError::Wait {
+                program: self.program.clone(),
+                source,
+            });
+        // Reaped: the group id may belong to another process from now on.
+        self.group.armed = false;
+        status
+    }
+
+    /// Stops feeding stdin (a program may exit without reading it all) and
+    /// returns the program's name.
+    pub(crate) async fn release(self) -> String {
+        self.stdin.abort();
+        let _ = self.stdin.await;
+        self.program
+    }
+}
+
+/// Writes `input` to the program's stdin, then closes it.
+fn feed(stdin: Option<ChildStdin>, input: String) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Some(mut stdin) = stdin {
+            // An agent that never reads its stdin is not an error.
+            let _ = stdin.write_all(input.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        }
+    })
+}
+
+/// Resolves when the leader has exited but is not yet reaped, so its pid —
+/// the group id — cannot be reused while the group is killed.
+fn exited(pid: i32) -> JoinHandle<()> {
+    tokio::task::spawn_blocking(move || loop {
+        match waitid(
+            Id::Pid(Pid::from_raw(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+        ) {
+            Err(Errno::EINTR) => continue,
+            _ => return,
+        }
+    })
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The exit reason of a program that exited with `status`, or the error it
+/// failed with. A program the runner stopped ends as the stop says,
+/// whatever its status.
+pub(crate) fn classify(
+    stop: Option<Stop>,
+    status: ExitStatus,
+    timeout: Option<Duration>,
+    program: String,
+) -> Result<&'static str, CommandError> {
+    match (stop, status.code(), status.signal()) {
+        (Some(Stop::Cancelled), _, _) => Ok(exit::CANCELLED),
+        (Some(Stop::TimedOut), _, _) => Err(CommandError::TimedOut {
+            after: timeout.unwrap_or_default(),
+        }),
+        (None, Some(0), _) => Ok(exit::COMPLETED),
+        (None, Some(AWAITING_USER_CODE), _) => Ok(exit::AWAITING_USER),
+        (None, Some(code), _) => Err(CommandError::Exited { code }),
+        (None, None, Some(signal)) => Err(CommandError::Signaled { signal }),
+        (None, None, None) => Err(CommandError::Wait {
+            program,
+            source: std::io::Error::other(format!("unexpected exit status {status}")),
+        }),
+    }
+}
+
+/// The agent's process group. Dropped while armed, it kills the group.
+#[derive(Debug)]
+struct Group {
+    pgid: Pid,
+    armed: bool,
+}
+
+impl Group {
+    fn signal(&self, signal: Signal) {
+        if !self.armed {
+            return;
+        }
+        match killpg(self.pgid, signal) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(e) => {
+                warn!(pgid = %self.pgid, error = %e, ?signal, "could not signal the agent's process group")
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
