@@ -3,8 +3,9 @@
 //! - `test [cargo test args…]`: starts the services the tests need, runs
 //!   `cargo test --workspace` (or the crates named with `-p`), and stops the
 //!   services again, also when tests fail or the run is interrupted.
-//! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo deny`,
-//!   and `tidy`.
+//! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings` (and, on
+//!   library targets, `too_many_lines` at clippy.toml's threshold), rustdoc,
+//!   `cargo deny`, and `tidy`.
 //! - `tidy`: checks what the docs claim: the crate layering, the code map of
 //!   `docs/architecture.md`, the protocol names of `docs/command-runner.md`,
 //!   and that no doc refers outside the repository (see `tidy/mod.rs`).
@@ -93,6 +94,18 @@ fn lint() -> Result<()> {
         "--",
         "-D",
         "warnings",
+    ]))?;
+    // Library functions at most 80 lines (the threshold is clippy.toml's).
+    run_cmd(cargo().args([
+        "clippy",
+        "--workspace",
+        "--lib",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+        "-D",
+        "clippy::too_many_lines",
     ]))?;
     run_cmd(
         cargo()

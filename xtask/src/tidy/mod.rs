@@ -7,6 +7,7 @@
 //! - [`protocol`]: the agent protocol's names in the code are shown in
 //!   `docs/command-runner.md`.
 //! - [`outside`]: the docs refer to nothing outside the repository.
+//! - [`size`]: no library source file over 500 lines.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -23,6 +24,7 @@ mod codemap;
 mod layers;
 mod outside;
 mod protocol;
+mod size;
 
 /// Normal and build dependencies of each workspace member, by package name.
 pub(crate) fn workspace_deps(root: &Path) -> Result<BTreeMap<String, Vec<String>>> {
@@ -76,6 +78,27 @@ fn protocol_sources(root: &Path) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// Every Rust file of the library crates' `src` folders (path, text).
+fn library_sources(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in fs::read_dir(root.join("crates")).context("read crates/")? {
+        let dir = entry?.path();
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !size::NOT_LIBRARIES.contains(&name) && dir.join("src").is_dir() {
+            outside::walk(&dir.join("src"), &mut files)?;
+        }
+    }
+    files
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .map(|f| {
+            let text = fs::read_to_string(&f).with_context(|| format!("read {}", f.display()))?;
+            let shown = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            Ok((shown, text))
+        })
+        .collect()
+}
+
 /// Every rule's failures for the repository at `root`, in words.
 pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     let deps = workspace_deps(root)?;
@@ -92,6 +115,7 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
         &read("docs/command-runner.md")?,
     ));
     found.extend(outside::violations(&outside::read_docs(root)?));
+    found.extend(size::violations(&library_sources(root)?));
     Ok(found)
 }
 
@@ -111,7 +135,9 @@ pub(crate) fn check() -> Result<()> {
             found.join("\n  ")
         );
     }
-    eprintln!("xtask: tidy: layering, code map, protocol names and doc references hold");
+    eprintln!(
+        "xtask: tidy: layering, code map, protocol names, doc references and file sizes hold"
+    );
     Ok(())
 }
 
