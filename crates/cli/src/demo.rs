@@ -167,7 +167,7 @@ fn where_stored(
     }
     println!("     {:<44} {}", "demo repository", shown(repo));
     println!("     {:<44} {}", "demo agent", shown(agent));
-    let data = if global.data_dir == Path::new(".korvus") {
+    let data = if global.data_dir == Path::new(crate::DEFAULT_DATA_DIR) {
         String::new()
     } else {
         format!(" --data-dir {}", global.data_dir.display())

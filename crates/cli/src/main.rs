@@ -45,6 +45,11 @@ struct Cli {
     command: Command,
 }
 
+/// The CLI's default data dir, relative to the working directory. Not to be
+/// confused with `korvus_workspace::METADATA_DIR`, the `.korvus` folder inside
+/// each scratch dir where korvus writes its run files.
+pub(crate) const DEFAULT_DATA_DIR: &str = ".korvus";
+
 /// Where things are stored.
 #[derive(Debug, Args)]
 struct Global {
@@ -53,7 +58,7 @@ struct Global {
     #[arg(
         long,
         env = "KORVUS_DATA_DIR",
-        default_value = ".korvus",
+        default_value = DEFAULT_DATA_DIR,
         global = true
     )]
     data_dir: PathBuf,

@@ -112,11 +112,7 @@ pub use crate::path::{
 pub use crate::scratch::{create, reap, Reaped, ScratchDir, ScratchRoot};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
-/// Why seeding was skipped, named apart from `korvus-harvest`'s `SkipReason`
-/// (why a file was left out of a harvest). The same type as [`SkipReason`],
-/// which stays exported under that name for existing callers.
-pub use crate::seed::SkipReason as SeedSkipReason;
-pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, Seeder, SkipReason};
+pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReason, Seeder};
 pub use crate::skills::{
     Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
 };

@@ -51,24 +51,25 @@ pub enum SeedOutcome {
     /// The trees were seeded.
     Seeded(SeedReport),
     /// Nothing was seeded, and nothing went wrong.
-    Skipped(SkipReason),
+    Skipped(SeedSkipReason),
 }
 
-/// Why seeding was skipped.
+/// Why seeding was skipped. Named apart from `korvus-harvest`'s
+/// `SkipReason` (why a file was left out of a harvest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum SkipReason {
+pub enum SeedSkipReason {
     /// The session has no pinned commit.
     NotPinned,
     /// Neither the seeder nor the pin names a repository.
     NoRepository,
 }
 
-impl fmt::Display for SkipReason {
+impl fmt::Display for SeedSkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SkipReason::NotPinned => "session is not pinned to a commit",
-            SkipReason::NoRepository => "no repository is configured",
+            SeedSkipReason::NotPinned => "session is not pinned to a commit",
+            SeedSkipReason::NoRepository => "no repository is configured",
         })
     }
 }
@@ -207,12 +208,12 @@ impl Seeder for GitSeeder {
         pin: Option<&'a WorkspaceRef>,
     ) -> Result<SeedOutcome> {
         let Some(pin) = pin else {
-            return Ok(SeedOutcome::Skipped(SkipReason::NotPinned));
+            return Ok(SeedOutcome::Skipped(SeedSkipReason::NotPinned));
         };
         let repo = match &self.repository {
             Some(repo) => repo.clone(),
             None if pin.repo.trim().is_empty() => {
-                return Ok(SeedOutcome::Skipped(SkipReason::NoRepository))
+                return Ok(SeedOutcome::Skipped(SeedSkipReason::NoRepository))
             }
             None => PathBuf::from(&pin.repo),
         };

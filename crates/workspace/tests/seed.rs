@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use korvus_store::WorkspaceRef;
 use korvus_workspace::{
-    tree_prefix, GitSeeder, SeedOutcome, SeedReport, Seeder, SkipReason, WorkspaceError,
+    tree_prefix, GitSeeder, SeedOutcome, SeedReport, SeedSkipReason, Seeder, WorkspaceError,
 };
 
 use crate::support::{
@@ -181,16 +181,16 @@ async fn unpinned_or_repository_less_sessions_are_skipped_with_a_reason() {
     let seeder = GitSeeder::default();
     assert_eq!(
         seeder.seed(&s.dir, None).await.unwrap(),
-        SeedOutcome::Skipped(SkipReason::NotPinned)
+        SeedOutcome::Skipped(SeedSkipReason::NotPinned)
     );
     let no_repo = WorkspaceRef {
         repo: "  ".into(),
         commit: "abc".into(),
     };
     let outcome = seeder.seed(&s.dir, Some(&no_repo)).await.unwrap();
-    assert_eq!(outcome, SeedOutcome::Skipped(SkipReason::NoRepository));
+    assert_eq!(outcome, SeedOutcome::Skipped(SeedSkipReason::NoRepository));
     assert_eq!(
-        SkipReason::NoRepository.to_string(),
+        SeedSkipReason::NoRepository.to_string(),
         "no repository is configured"
     );
     assert!(listing(s.dir.path()).is_empty());

@@ -4,7 +4,9 @@ use std::fs;
 use std::os::unix::fs::symlink;
 
 use korvus_store::WorkspaceRef;
-use korvus_workspace::{GitSeeder, SeedOutcome, Seeder, SkillCatalog, SkipReason, WorkspaceError};
+use korvus_workspace::{
+    GitSeeder, SeedOutcome, SeedSkipReason, Seeder, SkillCatalog, WorkspaceError,
+};
 use tempfile::TempDir;
 
 use crate::support::{scratch, TestRepo};
@@ -126,7 +128,7 @@ async fn a_pinned_session_whose_seeding_was_skipped_or_failed_gets_no_skills() {
         1
     );
 
-    let skipped = SeedOutcome::Skipped(SkipReason::NoRepository);
+    let skipped = SeedOutcome::Skipped(SeedSkipReason::NoRepository);
     let catalog = SkillCatalog::after_seeding(s.dir.path(), Ok(&skipped))
         .await
         .unwrap();
