@@ -56,6 +56,48 @@ async fn runner_error_may_name_its_exit_reason() {
 }
 
 #[tokio::test]
+async fn an_exit_reason_that_is_not_valid_is_stored_as_a_fixed_code_and_noted_in_the_log() {
+    for (text, failed) in [("x".repeat(5_000), false), ("nul\0inside".to_owned(), true)] {
+        let env = Env::new().await;
+        let manager = env
+            .builder(ScriptRunner::new(move |ctx, _| {
+                let text = text.clone();
+                async move {
+                    write_files(&ctx, &[("report.md", "# done\n")]);
+                    if failed {
+                        return Err(RunError::msg("agent said so").with_exit_reason(text));
+                    }
+                    Ok(RunOutcome {
+                        exit_reason: text.into(),
+                        author_finished: true,
+                        counters: Counters::default(),
+                    })
+                }
+            }))
+            .build();
+        let row = one(&env, &manager).await;
+        let status = if failed {
+            SessionStatus::Failed
+        } else {
+            SessionStatus::Completed
+        };
+        assert_eq!(row.status, status);
+        assert_eq!(row.exit_reason.as_deref(), Some(exit::INVALID_EXIT_REASON));
+        let report = env.store.get_report(row.id, 1).await.unwrap();
+        assert_eq!(report.exit_reason, exit::INVALID_EXIT_REASON);
+        let notes = crate::support::notes(&env, row.id).await;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("exit reason was not valid") && n.len() < 1_200),
+            "{notes:?}"
+        );
+        env.assert_safe().await;
+        manager.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn runner_panic_settles_failed_panicked_and_the_process_lives() {
     let env = Env::new().await;
     let manager = env

@@ -216,3 +216,24 @@ pub(crate) async fn settled(manager: &Manager, session: &Session) -> Session {
         .await
         .unwrap()
 }
+
+/// The texts of every note in a session's turn log.
+pub(crate) async fn notes(env: &Env, session: korvus_store::SessionId) -> Vec<String> {
+    let log = env
+        .logs
+        .open(
+            korvus_log::LogId::from_uuid(session.as_uuid()),
+            korvus_log::Access::Read,
+        )
+        .await
+        .unwrap();
+    log.read(0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Note { text } => Some(text),
+            _ => None,
+        })
+        .collect()
+}
