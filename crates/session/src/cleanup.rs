@@ -1,76 +1,56 @@
-//! What runs after landing: releasing docs search, archiving the scratch
-//! dir (when configured), removing it, and closing the turn log.
+//! What runs after the terminal write: releasing docs search and removing
+//! the scratch dir.
 //!
-//! Clean-up runs on its own task: a panic in it (an archive, a docs
-//! release) must not replace the outcome the report row already carries.
+//! Clean-up runs on its own task, bounded by the clean-up bound
+//! (`ManagerBuilder::cleanup_timeout`): a panic in it cannot change the
+//! outcome the rows already carry, and a hanging docs release or file
+//! system cannot keep `stop` waiting. What it could not do is logged; `reap`
+//! removes a scratch dir left behind.
 
 use std::sync::Arc;
 
-use korvus_log::LogHandle;
 use korvus_runner::DocsLease;
 use korvus_workspace::ScratchDir;
 use tracing::{error, warn, Instrument};
 
 use crate::manager::Inner;
-use crate::supervise::Plan;
 
-/// Releases the docs lease and the scratch dir, then closes the log.
-pub(crate) async fn cleanup(
-    inner: &Arc<Inner>,
-    plan: &Plan,
-    lease: Option<DocsLease>,
-    dir: Option<ScratchDir>,
-    log: Arc<LogHandle>,
-) {
-    let work = {
-        let inner = Arc::clone(inner);
-        let (session, incident, revision) =
-            (plan.session.id, plan.session.incident_id, plan.revision);
-        async move {
-            if let Some(lease) = lease {
-                lease.release.await;
-            }
-            let Some(dir) = dir else { return };
-            if inner.config.archive_on_release {
-                archive(&inner, incident, session, revision, &dir).await;
-            }
+/// What an iteration leaves to clean up after its terminal write.
+#[derive(Default)]
+pub(crate) struct Leftovers {
+    /// The docs lease to release.
+    pub(crate) lease: Option<DocsLease>,
+    /// The scratch dir to remove.
+    pub(crate) dir: Option<ScratchDir>,
+}
+
+/// Releases the docs lease and removes the scratch dir, within the bound.
+pub(crate) async fn cleanup(inner: &Arc<Inner>, leftovers: Leftovers) {
+    let Leftovers { lease, dir } = leftovers;
+    if lease.is_none() && dir.is_none() {
+        return;
+    }
+    let work = async move {
+        if let Some(lease) = lease {
+            lease.release.await;
+        }
+        if let Some(dir) = dir {
             if let Err(e) = dir.release().await {
                 warn!(error = %e, "scratch dir not removed; `reap` will");
             }
         }
     };
-    if let Err(e) = tokio::spawn(work.in_current_span()).await {
-        error!(error = %e, "workspace clean-up panicked; `reap` removes what is left");
-    }
-    if let Err(e) = log.close().await {
-        warn!(error = %e, "turn log close failed");
-    }
-}
-
-/// Stores the scratch dir as one `workspace.tar.gz` artifact.
-async fn archive(
-    inner: &Inner,
-    incident: korvus_store::IncidentId,
-    session: korvus_store::SessionId,
-    revision: u32,
-    dir: &ScratchDir,
-) {
-    let Some(blobs) = &inner.blobs else { return };
-    match korvus_workspace::archive(dir.path()).await {
-        Ok(archive) => {
-            let stored = korvus_workspace::store_archive(
-                &*inner.store,
-                &**blobs,
-                incident,
-                session,
-                revision,
-                &archive,
-            )
-            .await;
-            if let Err(e) = stored {
-                warn!(error = %e, "workspace archive not stored");
-            }
+    let task = tokio::spawn(work.in_current_span());
+    let abort = task.abort_handle();
+    match tokio::time::timeout(inner.config.cleanup_timeout, task).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => error!(error = %e, "clean-up panicked; `reap` removes what is left"),
+        Err(_) => {
+            abort.abort();
+            error!(
+                bound = ?inner.config.cleanup_timeout,
+                "clean-up did not finish in time; abandoned (`reap` removes what is left)"
+            );
         }
-        Err(e) => warn!(error = %e, "workspace not archived"),
     }
 }

@@ -1,5 +1,6 @@
-//! Landing one iteration: persist phase → report row, and the settlement
-//! the supervisor then writes.
+//! Landing one iteration: persist phase → workspace archive → report row,
+//! and the settlement the supervisor then writes; and the report row of a
+//! revision that ended before it ran ([`Inner::fail_early`]).
 //!
 //! The manager's own exit reasons replace the runner's only when the run
 //! itself ended normally (a cancelled run stays cancelled, a failed one
@@ -11,13 +12,17 @@ use std::sync::Arc;
 use korvus_harvest::{persist, PersistOutcome, PersistRequest, ReportFile};
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
-use korvus_store::{Counters, NewReport, SessionStatus, Settlement};
+use std::time::Duration;
+
+use korvus_store::{
+    Counters, IncidentId, NewReport, SessionId, SessionStatus, Settlement, StoreError,
+};
 use tracing::{error, info, warn};
 
 use crate::execute::RunResult;
 use crate::manager::Inner;
 use crate::prepare::Prepared;
-use crate::supervise::Plan;
+use crate::supervise::{failed, saturated, Plan};
 
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
@@ -36,11 +41,14 @@ pub(crate) async fn land(
         note_rejected(log, original).await;
     }
     let (counters, author_finished) = result.outcome().map_or((Counters::default(), false), |o| {
-        (o.counters, o.author_finished)
+        (saturated(o.counters), o.author_finished)
     });
     let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
 
     let outcome = persist_phase(inner, plan, prepared).await;
+    if inner.config.archive_on_release {
+        archive(inner, plan, prepared).await;
+    }
 
     // Which document this revision adopts.
     let markdown = match (&outcome.report, author_finished) {
@@ -68,17 +76,157 @@ pub(crate) async fn land(
         exit_reason: exit_reason.to_string(),
         counters,
     };
-    if let Err(e) = inner.store.create_report(report).await {
-        error!(error = %e, "report row not written");
-        if ended_normally {
-            status = SessionStatus::Failed;
-            exit_reason = ExitReason::REPORT_PERSIST_FAILED;
-        }
+    // The write comes first: a run that did not end normally still gets
+    // its row, only its reason is not replaced.
+    if !inner.write_report(report).await && ended_normally {
+        status = SessionStatus::Failed;
+        exit_reason = ExitReason::REPORT_PERSIST_FAILED;
     }
     Settlement {
         status,
         exit_reason: Some(exit_reason.into()),
         counters,
+    }
+}
+
+/// The revision an iteration lands: where its report row goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Revision {
+    pub(crate) session: SessionId,
+    pub(crate) incident: IncidentId,
+    pub(crate) number: u32,
+}
+
+impl Revision {
+    /// The revision a session row is at (its first, right after create).
+    pub(crate) fn first(session: &korvus_store::Session) -> Self {
+        Self {
+            session: session.id,
+            incident: session.incident_id,
+            number: session.revision,
+        }
+    }
+
+    pub(crate) fn of(plan: &Plan) -> Self {
+        Self {
+            session: plan.session.id,
+            incident: plan.session.incident_id,
+            number: plan.revision,
+        }
+    }
+}
+
+impl Inner {
+    /// Ends a revision that never ran (or whose run was lost): writes its
+    /// report row without a document, then returns the `failed` settlement
+    /// for the caller to write. A report row landing already wrote is kept.
+    pub(crate) async fn fail_early(&self, revision: Revision, reason: ExitReason) -> Settlement {
+        let report = NewReport {
+            session_id: revision.session,
+            incident_id: revision.incident,
+            revision: revision.number,
+            markdown_key: None,
+            markdown_bytes: 0,
+            exit_reason: reason.to_string(),
+            counters: Counters::default(),
+        };
+        self.write_report(report).await;
+        failed(reason)
+    }
+
+    /// Writes a report row: bounded by the report bound, retried with
+    /// backoff on transient errors, never on permanent ones. A row already
+    /// there for the revision (a retry whose first attempt committed, or a
+    /// row landing wrote before a panic) counts as written: one row per
+    /// revision. Returns whether the revision has its row.
+    pub(crate) async fn write_report(&self, report: NewReport) -> bool {
+        let bound = self.config.report_timeout;
+        let store = Arc::clone(&self.store);
+        let attempt = move || {
+            let (store, report) = (Arc::clone(&store), report.clone());
+            async move { store.create_report(report).await.map(|_| ()) }
+        };
+        match retry(bound, attempt).await {
+            Ok(()) => true,
+            Err(Some(StoreError::Conflict { .. })) => {
+                info!("the revision already has its report row; kept");
+                true
+            }
+            Err(Some(e)) => {
+                error!(error = %e, "report row not written");
+                false
+            }
+            Err(None) => {
+                error!(?bound, "report row not written in time");
+                false
+            }
+        }
+    }
+}
+
+/// Runs `attempt` on its own task (so a caller going away or a panic
+/// cannot cut it half-way) until it succeeds, fails permanently (`Err(Some)`)
+/// or `bound` passes (`Err(None)`), retrying transient failures and panics
+/// with backoff.
+pub(crate) async fn retry<F, Fut>(bound: Duration, attempt: F) -> Result<(), Option<StoreError>>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut delay = Duration::from_millis(25);
+    loop {
+        let task = tokio::spawn(attempt());
+        let abort = task.abort_handle();
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(Ok(()))) => return Ok(()),
+            Ok(Ok(Err(e))) if !transient(&e) => return Err(Some(e)),
+            Ok(Ok(Err(e))) => warn!(error = %e, "store write failed; retrying"),
+            Ok(Err(join)) => warn!(error = %join, "store write panicked; retrying"),
+            Err(_) => {
+                abort.abort();
+                return Err(None);
+            }
+        }
+        if tokio::time::Instant::now() + delay >= deadline {
+            return Err(None);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Whether a failed store write may succeed when tried again.
+fn transient(e: &StoreError) -> bool {
+    matches!(e, StoreError::Backend { .. })
+}
+
+/// Stores the scratch dir as one `workspace.tar.gz` artifact of the
+/// revision, before its report row, within the persist bound: on timeout
+/// it is skipped with a reason in the log.
+async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
+    let (Some(blobs), Some(dir)) = (&inner.blobs, &prepared.dir) else {
+        return;
+    };
+    let work = async {
+        let archive = korvus_workspace::archive(dir.path()).await?;
+        korvus_workspace::store_archive(
+            &*inner.store,
+            &**blobs,
+            plan.session.incident_id,
+            plan.session.id,
+            plan.revision,
+            &archive,
+        )
+        .await
+    };
+    match tokio::time::timeout(inner.config.persist.timeout, work).await {
+        Ok(Ok(_)) => info!("workspace archived"),
+        Ok(Err(e)) => warn!(error = %e, "workspace archive not stored"),
+        Err(_) => warn!(
+            bound = ?inner.config.persist.timeout,
+            "workspace archive skipped: not stored within the persist bound"
+        ),
     }
 }
 

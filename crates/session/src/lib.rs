@@ -90,7 +90,9 @@ mod watch;
 
 pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
-pub use crate::manager::{default_role, ContextRequest, CreateSession, Manager, ManagerBuilder};
+pub use crate::manager::{
+    default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_RUN_TIMEOUT,
+};
 pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]
 pub use crate::reopener::MockStreamReopener;

@@ -9,8 +9,9 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
 
+use crate::land::Revision;
 use crate::manager::{join_detached, Inner};
-use crate::supervise::{failed, Plan, Resume};
+use crate::supervise::{Plan, Resume};
 use crate::{Manager, Result, SessionError};
 
 /// The events that close every turn started but not ended and every tool
@@ -149,7 +150,12 @@ impl Manager {
             };
             if let Err(e) = repaired.await {
                 error!(error = %e, "turn log not repaired; settling the session failed");
-                inner.settle(id, failed(ExitReason::TURN_LOG_FAILED)).await;
+                let ended = Revision {
+                    number: revision,
+                    ..Revision::first(&session)
+                };
+                let ended = inner.fail_early(ended, ExitReason::TURN_LOG_FAILED).await;
+                inner.settle(id, ended).await;
                 return Err(e.into());
             }
             info!(revision, closers = closers.len(), "session reopened");

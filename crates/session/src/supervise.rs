@@ -3,14 +3,16 @@
 //!
 //! # Ordering
 //!
-//! One iteration is prepare → execute → land → clean-up (`iterate`); then
-//! the supervisor writes the terminal status (detached, bounded,
-//! panic-guarded), deregisters the run, fires its settle signal and
+//! One iteration is prepare → execute → land (persist, archive, report row)
+//! → log closed (`iterate`); then the supervisor writes the terminal status
+//! (detached, bounded, panic-guarded), cleans up (docs release, scratch
+//! removal; bounded), deregisters the run, fires its settle signal and
 //! releases the run group — in that order, so a released watcher reads the
-//! terminal row and `wait` never returns mid-write.
+//! terminal row, a reopen never finds the old scratch dir, and `wait` never
+//! returns mid-write. Every path, a panic outside the runner included, writes
+//! one report row for the revision before the terminal status.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use korvus_log::LogHandle;
 use korvus_runner::{ExitReason, RunContext, Tools};
@@ -18,9 +20,9 @@ use korvus_store::{Artifact, Counters, Incident, Session, SessionId, SessionStat
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, info_span, warn, Instrument};
 
-use crate::cleanup::cleanup;
+use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::execute;
-use crate::land::land;
+use crate::land::{land, retry, Revision};
 use crate::live::{LiveRun, RunGuard};
 use crate::manager::{Inner, Manager};
 use crate::notify_log::notifying;
@@ -87,33 +89,51 @@ impl Manager {
 /// the order the module docs give.
 async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, guard: RunGuard) {
     let id = plan.session.id;
+    let revision = Revision::of(&plan);
     let work = tokio::spawn(iterate(Arc::clone(&inner), plan, log, run.clone()).in_current_span());
-    let settlement = match work.await {
-        Ok(settlement) => settlement,
+    let (settlement, leftovers) = match work.await {
+        Ok(done) => done,
         Err(join) => {
             error!(error = %join, "run panicked outside the runner; settling failed");
-            failed(ExitReason::PANICKED)
+            // The revision still gets its report row (unless landing wrote it
+            // before the panic); the scratch dir is left for `reap`.
+            (
+                inner.fail_early(revision, ExitReason::PANICKED).await,
+                Leftovers::default(),
+            )
         }
     };
     // 1. The terminal write (detached, bounded, panic-guarded).
     inner.settle(id, settlement).await;
-    // 2. Deregister.
+    // 2. Clean-up (docs release, scratch removal), bounded.
+    cleanup(&inner, leftovers).await;
+    // 3. Deregister.
     inner.live.unregister(id, &run);
-    // 3. Fire the settle signal: a watcher released now reads the final row.
+    // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
-    // 4. Release the run group.
+    // 5. Release the run group.
     drop(guard);
 }
 
-/// One iteration: prepare, execute, land, clean up. Returns the settlement
-/// for the supervisor to write.
-async fn iterate(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun) -> Settlement {
+/// One iteration: prepare, execute, land, close the log. Returns the
+/// settlement for the supervisor to write and what is left to clean up
+/// after it.
+async fn iterate(
+    inner: Arc<Inner>,
+    plan: Plan,
+    log: LogHandle,
+    run: LiveRun,
+) -> (Settlement, Leftovers) {
     let token = run.cancel.clone();
+    let revision = Revision::of(&plan);
     let log = match notifying(&inner.writers, log, Arc::clone(&run.appended)) {
         Ok(log) => Arc::new(log),
         Err(e) => {
             error!(error = %e, "turn log not usable");
-            return failed(ExitReason::TURN_LOG_FAILED);
+            let settlement = inner
+                .fail_early(revision, ExitReason::TURN_LOG_FAILED)
+                .await;
+            return (settlement, Leftovers::default());
         }
     };
     // Preparing and pinning docs obey the run's cancellation; a run
@@ -122,8 +142,11 @@ async fn iterate(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun) ->
         Ok(p) => p,
         Err(e) => {
             error!(error = %e, "workspace not prepared");
-            let _ = log.close().await;
-            return failed(ExitReason::WORKSPACE_FAILED);
+            close_log(&inner, &log).await;
+            let settlement = inner
+                .fail_early(revision, ExitReason::WORKSPACE_FAILED)
+                .await;
+            return (settlement, Leftovers::default());
         }
     };
     let lease = pin_docs(&inner, &plan, &token).await;
@@ -137,8 +160,26 @@ async fn iterate(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun) ->
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
     let result = execute(&inner, ctx, resume, &token).await;
     let settlement = land(&inner, &plan, &prepared, &log, result).await;
-    cleanup(&inner, &plan, lease, prepared.dir, log).await;
-    settlement
+    // A watcher or a reopen must see the whole log once the row is terminal.
+    close_log(&inner, &log).await;
+    let leftovers = Leftovers {
+        lease,
+        dir: prepared.dir,
+    };
+    (settlement, leftovers)
+}
+
+/// Closes the run's turn log (flushing it), bounded by the clean-up bound:
+/// a log backend that hangs must not hold the terminal write for ever.
+async fn close_log(inner: &Inner, log: &LogHandle) {
+    match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(error = %e, "turn log close failed"),
+        Err(_) => error!(
+            bound = ?inner.config.cleanup_timeout,
+            "turn log close did not finish in time; going on"
+        ),
+    }
 }
 
 /// What the runner gets for this iteration.
@@ -166,37 +207,48 @@ fn context(
 }
 
 impl Inner {
-    /// Writes the session's outcome: the last write of every path. Runs on
-    /// its own tasks (detached from any cancellation), retries with backoff,
-    /// and gives up — loudly — after the settle timeout.
+    /// Writes the session's outcome: the last write of every path. The
+    /// settlement is made valid first (counters saturate at what the
+    /// columns hold; exit reasons are valid by construction), then written
+    /// on its own tasks (detached from any cancellation), retried with
+    /// backoff on transient errors and given up — loudly — on a permanent
+    /// one or after the settle bound.
     pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> bool {
         let bound = self.config.settle_timeout;
-        let deadline = tokio::time::Instant::now() + bound;
-        let mut delay = Duration::from_millis(25);
-        loop {
-            let store = Arc::clone(&self.store);
-            let s = settlement.clone();
-            let attempt = tokio::spawn(async move { store.settle_session(id, s).await });
-            let abort = attempt.abort_handle();
-            match tokio::time::timeout_at(deadline, attempt).await {
-                Ok(Ok(Ok(row))) => {
-                    info!(status = %row.status, exit_reason = ?row.exit_reason, "session settled");
-                    return true;
-                }
-                Ok(Ok(Err(e))) => warn!(error = %e, "settle failed; retrying"),
-                Ok(Err(join)) => warn!(error = %join, "settle panicked; retrying"),
-                Err(_) => {
-                    abort.abort();
-                    error!(session_id = %id, "settle gave up after {bound:?}; the row may stay running");
-                    return false;
-                }
+        let settlement = Settlement {
+            counters: saturated(settlement.counters),
+            ..settlement
+        };
+        let (status, reason) = (settlement.status, settlement.exit_reason.clone());
+        let store = Arc::clone(&self.store);
+        let attempt = move || {
+            let (store, s) = (Arc::clone(&store), settlement.clone());
+            async move { store.settle_session(id, s).await.map(|_| ()) }
+        };
+        match retry(bound, attempt).await {
+            Ok(()) => {
+                info!(%status, exit_reason = ?reason, "session settled");
+                true
             }
-            if tokio::time::Instant::now() + delay >= deadline {
+            Err(Some(e)) => {
+                error!(session_id = %id, error = %e, "settle refused; the row may stay running");
+                false
+            }
+            Err(None) => {
                 error!(session_id = %id, "settle gave up after {bound:?}; the row may stay running");
-                return false;
+                false
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
         }
+    }
+}
+
+/// Counters as the columns hold them: each at most `i64::MAX`.
+pub(crate) fn saturated(c: Counters) -> Counters {
+    let max = i64::MAX as u64;
+    Counters {
+        turns: c.turns.min(max),
+        tool_calls: c.tool_calls.min(max),
+        input_tokens: c.input_tokens.min(max),
+        output_tokens: c.output_tokens.min(max),
     }
 }

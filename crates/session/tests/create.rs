@@ -146,7 +146,21 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
         before,
         "refs are resolved before any row is written"
     );
-    // A good ref gets its role from the kind.
+    // A role the store would refuse is refused before any row too.
+    for role in ["nul\0role".to_owned(), "r".repeat(200)] {
+        let mut req = env.request("bad role");
+        req.context = vec![ContextRequest {
+            artifact_id: art.id,
+            role,
+        }];
+        let err = manager.create(req).await.unwrap_err();
+        assert!(
+            matches!(err, SessionError::InvalidContextRef { .. }),
+            "{err:?}"
+        );
+    }
+    assert_eq!(env.store.count(StoreOp::CreateSession), before);
+    // A good ref gets its role from the artifact's kind.
     let mut req = env.request("with a good ref");
     req.context = vec![ContextRequest {
         artifact_id: art.id,
@@ -154,9 +168,11 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     }];
     let s = manager.create(req).await.unwrap();
     let refs = env.store.list_context_refs(s.id).await.unwrap();
+    assert_eq!(art.kind, korvus_store::ArtifactKind::Report);
+    assert_eq!(refs[0].role, "prior_report");
     assert_eq!(
         refs[0].role,
-        korvus_session::default_role(SessionKind::FollowUp)
+        korvus_session::default_role(korvus_store::ArtifactKind::Report)
     );
     settled(&manager, &s).await;
     manager.stop().await;

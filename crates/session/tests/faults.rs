@@ -247,12 +247,17 @@ async fn report_row_failure_settles_failed_report_persist_failed() {
     env.store.fault(StoreOp::CreateReport, StoreFault::Fail);
     let manager = env
         .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .report_timeout(Duration::from_millis(300))
         .build();
     let row = one(&env, &manager).await;
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(
         row.exit_reason.as_deref(),
         Some(exit::REPORT_PERSIST_FAILED)
+    );
+    assert!(
+        env.store.count(StoreOp::CreateReport) > 1,
+        "a transient failure is retried within the report bound"
     );
     env.assert_safe().await;
     manager.stop().await;

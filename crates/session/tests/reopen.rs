@@ -47,8 +47,8 @@ async fn eight_concurrent_reopens_have_one_winner_each_round() {
 #[tokio::test]
 async fn a_revision_whose_report_row_failed_is_not_reused() {
     let env = Env::new().await;
-    env.store
-        .fault_times(StoreOp::CreateReport, StoreFault::Fail, 1);
+    // Failing until the report bound passes (a single failure is retried).
+    env.store.fault(StoreOp::CreateReport, StoreFault::Fail);
     let manager = env
         .builder(ScriptRunner::new(|ctx, _| async move {
             write_files(&ctx, &[("report.md", "# R\n")]);
@@ -59,6 +59,7 @@ async fn a_revision_whose_report_row_failed_is_not_reused() {
             );
             Ok(RunOutcome::completed(Counters::default()))
         }))
+        .report_timeout(Duration::from_millis(300))
         .build();
     let s = manager.create(env.request("first")).await.unwrap();
     let first = settled(&manager, &s).await;
@@ -66,6 +67,8 @@ async fn a_revision_whose_report_row_failed_is_not_reused() {
         first.exit_reason.as_deref(),
         Some(exit::REPORT_PERSIST_FAILED)
     );
+    assert!(env.store.count(StoreOp::CreateReport) > 1, "retried");
+    env.store.heal();
     manager.reopen(s.id, "again").await.unwrap();
     settled(&manager, &s).await;
     let revisions: Vec<u32> = env

@@ -5,6 +5,7 @@
 mod support;
 
 mod cancel;
+mod closure;
 mod create;
 mod docs;
 mod faults;

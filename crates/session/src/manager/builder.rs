@@ -16,13 +16,25 @@ use crate::live::{LiveRuns, RunGroup};
 use crate::manager::{Inner, Manager};
 use crate::StreamReopener;
 
+/// The default upper bound of one run (one agent burst): an hour. A run
+/// is an investigation, not a service; an agent that has not returned after
+/// an hour is stuck far more often than it is nearly done, and a bound is
+/// what lets every session end. Set it per manager with
+/// [`ManagerBuilder::run_timeout`].
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
 /// The bounds and switches of a manager, set through [`ManagerBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     /// Upper bound of one run; zero leaves it to the runner.
     pub(crate) run_timeout: Duration,
+    /// Bound of the report row write, retries included.
+    pub(crate) report_timeout: Duration,
     /// Bound of the final status write, retries included.
     pub(crate) settle_timeout: Duration,
+    /// Bound of closing the turn log, and of the clean-up after the
+    /// terminal write (docs release, scratch removal).
+    pub(crate) cleanup_timeout: Duration,
     /// How long a cancelled runner may take to return before it is dropped.
     pub(crate) cancel_grace: Duration,
     /// Limits of the persist phase.
@@ -34,8 +46,10 @@ pub(crate) struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            run_timeout: Duration::ZERO,
+            run_timeout: DEFAULT_RUN_TIMEOUT,
+            report_timeout: Duration::from_secs(30),
             settle_timeout: Duration::from_secs(30),
+            cleanup_timeout: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
             persist: PersistConfig::default(),
             archive_on_release: false,
@@ -126,15 +140,30 @@ impl ManagerBuilder {
         self
     }
 
-    /// Upper bound of one run; zero (the default) leaves it to the runner.
+    /// Upper bound of one run (default [`DEFAULT_RUN_TIMEOUT`], an hour);
+    /// zero leaves it to the runner. A run past it settles `failed` /
+    /// `timeout`.
     pub fn run_timeout(mut self, timeout: Duration) -> Self {
         self.config.run_timeout = timeout;
+        self
+    }
+
+    /// Bound of the report row write, retries included (default 30 s).
+    pub fn report_timeout(mut self, timeout: Duration) -> Self {
+        self.config.report_timeout = timeout;
         self
     }
 
     /// Bound of the final status write, retries included (default 30 s).
     pub fn settle_timeout(mut self, timeout: Duration) -> Self {
         self.config.settle_timeout = timeout;
+        self
+    }
+
+    /// Bound of closing the turn log before the terminal write, and again of
+    /// the clean-up after it (docs release, scratch removal); default 30 s.
+    pub fn cleanup_timeout(mut self, timeout: Duration) -> Self {
+        self.config.cleanup_timeout = timeout;
         self
     }
 
@@ -151,7 +180,9 @@ impl ManagerBuilder {
         self
     }
 
-    /// Store every scratch dir as one `workspace.tar.gz` before removing it.
+    /// Store every scratch dir as one `workspace.tar.gz` artifact of the
+    /// revision, as part of landing (before the report row, within the
+    /// persist bound; on timeout it is skipped with a reason in the log).
     pub fn archive_on_release(mut self, archive: bool) -> Self {
         self.config.archive_on_release = archive;
         self

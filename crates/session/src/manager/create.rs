@@ -4,14 +4,16 @@ use std::collections::{HashMap, HashSet};
 
 use korvus_log::{LogHeader, LogId};
 use korvus_runner::ExitReason;
+use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
-    Artifact, ArtifactId, ContextRef, Incident, IncidentId, IncidentStatus, NewSession, Session,
-    SessionId, SessionKind, Store,
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
+    NewSession, Session, SessionId, SessionKind, Store,
 };
 use tracing::{error, info, info_span, Instrument};
 
+use crate::land::Revision;
 use crate::manager::{join_detached, Manager};
-use crate::supervise::{failed, Plan};
+use crate::supervise::Plan;
 use crate::{Result, SessionError};
 
 /// A request to create a session.
@@ -31,15 +33,27 @@ pub struct ContextRequest {
     /// The artifact; must belong to the same incident. The nil UUID counts
     /// as an empty id and is refused.
     pub artifact_id: ArtifactId,
-    /// Role; blank means "derive from the session kind" ([`default_role`]).
+    /// Role; blank means "derive from the artifact's kind"
+    /// ([`default_role`]). At most [`MAX_ROLE_BYTES`] bytes, no NUL.
     pub role: String,
 }
 
-/// The role given to a context ref requested with a blank role.
-pub fn default_role(kind: SessionKind) -> &'static str {
+/// The role given to a context ref requested with a blank role, from what
+/// the artifact holds:
+///
+/// | artifact kind | role |
+/// |---|---|
+/// | `report` | `prior_report` |
+/// | `agent_output` | `prior_output` |
+/// | `workspace_archive` | `prior_workspace` |
+/// | `upload` | `input` |
+pub fn default_role(kind: ArtifactKind) -> &'static str {
     match kind {
-        SessionKind::Initial => "input",
-        SessionKind::FollowUp => "prior_output",
+        ArtifactKind::Report => "prior_report",
+        ArtifactKind::AgentOutput => "prior_output",
+        ArtifactKind::WorkspaceArchive => "prior_workspace",
+        // `ArtifactKind` is non-exhaustive: anything new is plain input.
+        _ => "input",
     }
 }
 
@@ -79,8 +93,7 @@ impl Manager {
         } else {
             SessionKind::FollowUp
         };
-        let (refs, inherited) =
-            resolve_refs(&*inner.store, &incident, kind, &request.context).await?;
+        let (refs, inherited) = resolve_refs(&*inner.store, &incident, &request.context).await?;
         let id = SessionId::new();
         let span = info_span!("session", session_id = %id, incident_id = %incident.id);
         // From the row insert on, the work runs on its own task: dropping the
@@ -101,9 +114,10 @@ impl Manager {
             if !refs.is_empty() {
                 if let Err(e) = inner.store.insert_context_refs(id, &refs).await {
                     error!(error = %e, "context refs not inserted; settling the session failed");
-                    inner
-                        .settle(id, failed(ExitReason::CONTEXT_REFS_FAILED))
+                    let ended = inner
+                        .fail_early(Revision::first(&session), ExitReason::CONTEXT_REFS_FAILED)
                         .await;
+                    inner.settle(id, ended).await;
                     return Err(e.into());
                 }
             }
@@ -114,7 +128,10 @@ impl Manager {
                 Ok(log) => log,
                 Err(e) => {
                     error!(error = %e, "turn log not created; settling the session failed");
-                    inner.settle(id, failed(ExitReason::TURN_LOG_FAILED)).await;
+                    let ended = inner
+                        .fail_early(Revision::first(&session), ExitReason::TURN_LOG_FAILED)
+                        .await;
+                    inner.settle(id, ended).await;
                     return Err(e.into());
                 }
             };
@@ -138,7 +155,6 @@ impl Manager {
 async fn resolve_refs(
     store: &dyn Store,
     incident: &Incident,
-    kind: SessionKind,
     requests: &[ContextRequest],
 ) -> Result<(Vec<ContextRef>, Vec<(Artifact, String)>)> {
     if requests.is_empty() {
@@ -154,6 +170,12 @@ async fn resolve_refs(
         if !seen.insert(r.artifact_id) {
             return Err(SessionError::InvalidContextRef {
                 reason: format!("artifact {} is referenced twice", r.artifact_id),
+            });
+        }
+        // The store would refuse the role only after the session row exists.
+        if let Err(e) = validate::text("role", &r.role, MAX_ROLE_BYTES) {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!("context ref {i}: {e}"),
             });
         }
     }
@@ -178,7 +200,7 @@ async fn resolve_refs(
             });
         }
         let role = if r.role.trim().is_empty() {
-            default_role(kind).to_owned()
+            default_role(artifact.kind).to_owned()
         } else {
             r.role.clone()
         };

@@ -27,7 +27,7 @@ mod builder;
 mod create;
 
 pub(crate) use self::builder::Config;
-pub use self::builder::ManagerBuilder;
+pub use self::builder::{ManagerBuilder, DEFAULT_RUN_TIMEOUT};
 pub use self::create::{default_role, ContextRequest, CreateSession};
 
 /// Runs agent sessions and never loses what they produce.
