@@ -177,6 +177,9 @@ impl CommandRunner {
             .env("KORVUS_RESUME", if resume { "1" } else { "0" })
             .env("KORVUS_MANIFEST", manifest)
             .env("KORVUS_WORKSPACE", scratch);
+        if let Some(template) = &ctx.report_template {
+            cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));
+        }
         cmd
     }
 

@@ -3,7 +3,7 @@
 use korvus_log::{EventKind, Role};
 use korvus_store::{SessionStatus, Store};
 
-use crate::support::{harness, sh};
+use crate::support::{harness, harness_with, sh};
 
 #[tokio::test]
 async fn prompt_on_stdin_and_session_facts_in_the_environment() {
@@ -43,6 +43,41 @@ async fn prompt_on_stdin_and_session_facts_in_the_environment() {
     assert_eq!(manifest["context"], serde_json::json!([]));
     assert_eq!(manifest["skills"], serde_json::json!([]));
     h.stop().await;
+}
+
+#[tokio::test]
+async fn the_report_template_is_named_in_the_environment_only_when_configured() {
+    let script = r#"
+        echo "template=${KORVUS_REPORT_TEMPLATE:-unset}"
+        [ -n "$KORVUS_REPORT_TEMPLATE" ] && echo "says=$(head -n 1 "$KORVUS_REPORT_TEMPLATE")"
+        echo '# Findings' > report.md
+    "#;
+    let plain = harness(sh(script)).await;
+    let row = plain.run("no template").await;
+    assert!(plain
+        .texts(row.id)
+        .await
+        .contains(&"template=unset".to_owned()));
+    plain.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("template.md");
+    std::fs::write(&template, "# Incident report\n").unwrap();
+    let with = harness_with(sh(script), |b| b.report_template(&template)).await;
+    let row = with.run("with a template").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let texts = with.texts(row.id).await;
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("template=/") && t.ends_with("/.korvus/report-template.md")),
+        "{texts:?}"
+    );
+    assert!(
+        texts.contains(&"says=# Incident report".to_owned()),
+        "{texts:?}"
+    );
+    with.stop().await;
 }
 
 #[tokio::test]

@@ -50,6 +50,10 @@ pub struct RunContext {
     pub log: Arc<LogHandle>,
     /// The report revision this iteration lands.
     pub revision: u32,
+    /// Where the embedder's report template sits in the scratch dir
+    /// (read-only, at `korvus_workspace::REPORT_TEMPLATE`), when one is
+    /// configured and was copied.
+    pub report_template: Option<WorkspacePath>,
     /// Fires when the run must stop (cancel, stop, timeout). The manager
     /// stops waiting for the runner shortly after it fires.
     pub cancel: CancellationToken,

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use korvus_runner::{DocsLease, InheritedFile};
 use korvus_store::Artifact;
-use korvus_workspace::{RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath};
+use korvus_workspace::{
+    RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath, REPORT_TEMPLATE,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -22,6 +24,8 @@ pub(crate) struct Prepared {
     pub(crate) inherited: Vec<InheritedFile>,
     pub(crate) skills: SkillCatalog,
     pub(crate) restored: BTreeMap<WorkspacePath, RestoredFile>,
+    /// Where the report template was copied, if it was.
+    pub(crate) report_template: Option<WorkspacePath>,
 }
 
 impl Inner {
@@ -54,6 +58,7 @@ impl Inner {
                 .collect(),
             skills: SkillCatalog::default(),
             restored: BTreeMap::new(),
+            report_template: None,
         };
         let Some(root) = &self.scratch else {
             info!("no scratch root configured; running without a workspace");
@@ -74,11 +79,35 @@ impl Inner {
 
     /// Seeds, writes the context and restores own output into `dir`.
     async fn fill(&self, dir: &ScratchDir, plan: &Plan, prepared: &mut Prepared) {
+        prepared.report_template = self.copy_template(dir).await;
         prepared.skills = self.seed(dir, plan).await;
         if self.blobs.is_some() {
             self.write_context(dir, plan, &mut prepared.inherited).await;
             if let Some(resume) = &plan.resume {
                 prepared.restored = self.restore(dir, resume).await;
+            }
+        }
+    }
+
+    /// Copies the report template read-only into the scratch dir, under the
+    /// metadata dir, so the harvest never stores it as the agent's output.
+    async fn copy_template(&self, dir: &ScratchDir) -> Option<WorkspacePath> {
+        let source = self.config.report_template.as_ref()?;
+        let target = dir.path().join(REPORT_TEMPLATE);
+        let copied = async {
+            if let Some(parent) = target.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            tokio::fs::copy(source, &target).await?;
+            let mut perms = tokio::fs::metadata(&target).await?.permissions();
+            perms.set_readonly(true);
+            tokio::fs::set_permissions(&target, perms).await
+        };
+        match copied.await {
+            Ok(()) => WorkspacePath::new(REPORT_TEMPLATE).ok(),
+            Err(e) => {
+                warn!(error = %e, template = %source.display(), "report template not copied; the run goes on without it");
+                None
             }
         }
     }

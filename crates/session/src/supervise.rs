@@ -202,6 +202,7 @@ fn context(
         skills: prepared.skills.clone(),
         log: Arc::clone(log),
         revision: plan.revision,
+        report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
     }
 }

@@ -7,7 +7,7 @@ use korvus_session::{exit, ContextRequest, RunOutcome, SessionError};
 use korvus_store::{ArtifactId, Counters, NewIncident, SessionKind, SessionStatus, Store};
 use korvus_testkit::faults::StoreOp;
 
-use crate::support::{counters, settled, Env, ScriptRunner};
+use crate::support::{counters, settled, write_files, Env, ScriptRunner};
 
 #[tokio::test]
 async fn returns_running_row_at_once_and_lands_report_then_completes() {
@@ -213,4 +213,41 @@ async fn inherited_context_is_written_read_only_at_its_manifest_path() {
     assert_eq!(runner.seen.lock().unwrap().len(), 1);
     producer.stop().await;
     consumer.stop().await;
+}
+
+#[tokio::test]
+async fn the_report_template_is_copied_read_only_and_named_to_the_run() {
+    let env = Env::new().await;
+    let template = env.root.path().join("template.md");
+    std::fs::write(&template, "# Findings\n## Cause\n").unwrap();
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        let at = ctx.report_template.clone().expect("template named");
+        assert_eq!(at.as_str(), korvus_workspace::REPORT_TEMPLATE);
+        let path = ctx.scratch.as_ref().unwrap().join(at.as_str());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "# Findings\n## Cause\n"
+        );
+        assert!(std::fs::metadata(&path).unwrap().permissions().readonly());
+        write_files(&ctx, &[("report.md", "# Findings\n")]);
+        Ok(RunOutcome::completed(Counters::default()))
+    });
+    let manager = env.builder(runner).report_template(&template).build();
+    let s = manager.create(env.request("templated")).await.unwrap();
+    let row = settled(&manager, &s).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    // The template is korvus's, not the agent's output: it is not stored.
+    let paths: Vec<String> = env
+        .store
+        .list_session_artifacts(s.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.path)
+        .collect();
+    assert!(
+        !paths.iter().any(|p| p.contains("report-template")),
+        "{paths:?}"
+    );
+    manager.stop().await;
 }

@@ -48,6 +48,11 @@ pub const RUN_MANIFEST: &str = ".korvus/run.json";
 /// harvest leaves it alone because it lies under [`METADATA_DIR`].
 pub const HARVEST_MANIFEST: &str = ".korvus/harvest.json";
 
+/// The report template, when the embedder configured one: copied read-only
+/// into each scratch dir before the run, so an agent (sandboxed or not) can
+/// read the shape its `report.md` should take.
+pub const REPORT_TEMPLATE: &str = ".korvus/report-template.md";
+
 /// A validated workspace-relative path: where a file sits inside a scratch dir.
 ///
 /// Invariants, checked by [`WorkspacePath::new`]:
@@ -303,7 +308,7 @@ mod tests {
     fn shared_file_names_are_valid_and_the_manifests_are_hidden() {
         let metadata = WorkspacePath::new(METADATA_DIR).unwrap();
         assert!(METADATA_DIR.starts_with('.'));
-        for manifest in [RUN_MANIFEST, HARVEST_MANIFEST] {
+        for manifest in [RUN_MANIFEST, HARVEST_MANIFEST, REPORT_TEMPLATE] {
             let path = WorkspacePath::new(manifest).unwrap();
             assert!(path.is_under(&metadata), "{manifest}");
         }

@@ -1,6 +1,7 @@
 //! [`ManagerBuilder`] and the [`Config`] it fills.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub(crate) struct Config {
     pub(crate) persist: PersistConfig,
     /// Store every scratch dir as one archive before removing it.
     pub(crate) archive_on_release: bool,
+    /// The report template copied into every scratch dir.
+    pub(crate) report_template: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             cancel_grace: Duration::from_secs(10),
             persist: PersistConfig::default(),
             archive_on_release: false,
+            report_template: None,
         }
     }
 }
@@ -177,6 +181,15 @@ impl ManagerBuilder {
     /// Limits of the persist phase (cap, size limit, concurrency, timeout).
     pub fn persist_config(mut self, config: PersistConfig) -> Self {
         self.config.persist = config;
+        self
+    }
+
+    /// A report template (a markdown file) handed to every run: copied
+    /// read-only into the scratch dir at `korvus_workspace::REPORT_TEMPLATE`
+    /// and named in `RunContext::report_template`. A template that cannot
+    /// be read is logged and the run goes on without it.
+    pub fn report_template(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.report_template = Some(path.into());
         self
     }
 
