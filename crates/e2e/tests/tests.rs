@@ -1,9 +1,12 @@
-//! End-to-end tests on PostgreSQL + S3, one module per layer under test.
+//! End-to-end tests on the real backends, one module per topic: PostgreSQL
+//! with S3 (`session`, `harvest`) and the embedded default, SQLite with
+//! files (`closure`).
 //! Each test takes a fresh database and a fresh bucket from
 //! [`support::Backends`]; without the services (plain `cargo test`) it
 //! returns early after printing why, and under `cargo xtask test` it fails.
 
 mod support;
 
+mod closure;
 mod harvest;
 mod session;
