@@ -33,6 +33,13 @@ pub enum SessionError {
         /// The session.
         session: SessionId,
     },
+    /// The session is not waiting for the user (`send_message`), or another
+    /// caller moved it first (a racing cancel or message).
+    #[error("session {session} is not waiting for the user")]
+    NotAwaitingUser {
+        /// The session.
+        session: SessionId,
+    },
     /// The session is already registered as live in this process.
     #[error("session {session} is already live in this process")]
     AlreadyLive {
@@ -66,6 +73,7 @@ impl From<StoreError> for SessionError {
         match e {
             StoreError::NotFound { entity, id } => SessionError::NotFound { entity, id },
             StoreError::NotFinished { session } => SessionError::NotFinished { session },
+            StoreError::NotIdle { session } => SessionError::NotAwaitingUser { session },
             other => SessionError::Store(other),
         }
     }

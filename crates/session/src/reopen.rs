@@ -67,6 +67,34 @@ pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
     closers
 }
 
+/// How a session is continued with a new message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Continue {
+    /// A terminal session is reopened (`reopen`).
+    Reopen,
+    /// An idle session — `running`, waiting for the user — gets the user's
+    /// answer (`send_message`).
+    Answer,
+}
+
+impl Continue {
+    /// Whether `row` is in the state this continuation starts from.
+    fn accepts(self, row: &Session) -> bool {
+        match self {
+            Continue::Reopen => row.status.is_terminal(),
+            Continue::Answer => row.is_idle(),
+        }
+    }
+
+    /// The error for a row in another state.
+    fn refused(self, session: SessionId) -> SessionError {
+        match self {
+            Continue::Reopen => SessionError::NotFinished { session },
+            Continue::Answer => SessionError::NotAwaitingUser { session },
+        }
+    }
+}
+
 impl Manager {
     /// Reopens a finished session with a new message: one more iteration in
     /// a fresh scratch dir, with its inherited context and its own earlier
@@ -88,6 +116,30 @@ impl Manager {
     /// Cancel-safe in effect: the work runs on its own task, so dropping the
     /// future cannot strand a reopened row without its run.
     pub async fn reopen(&self, id: SessionId, message: &str) -> Result<Session> {
+        self.continue_with(id, message, Continue::Reopen).await
+    }
+
+    /// Answers a session that is waiting for the user (its runner returned
+    /// `awaiting_user`; the row is `running` with that exit reason): one
+    /// more iteration exactly as [`reopen`](Manager::reopen) runs one for a
+    /// finished session — next report revision, own output restored,
+    /// `Runner::resume` with `message`.
+    ///
+    /// The transition is one conditional store call: of a racing `cancel`
+    /// and `send_message` (on any replica) exactly one wins; the loser gets
+    /// `NotAwaitingUser` and nothing is written.
+    ///
+    /// # Errors
+    /// `ShuttingDown`, `MessageRequired`, `NotAwaitingUser`, `NotFound`,
+    /// `Store`, `Log`.
+    ///
+    /// # Cancel safety
+    /// As `reopen`.
+    pub async fn send_message(&self, id: SessionId, message: &str) -> Result<Session> {
+        self.continue_with(id, message, Continue::Answer).await
+    }
+
+    async fn continue_with(&self, id: SessionId, message: &str, how: Continue) -> Result<Session> {
         let inner = &self.inner;
         let guard = inner.runs.join();
         self.check_not_stopping()?;
@@ -95,26 +147,26 @@ impl Manager {
             return Err(SessionError::MessageRequired);
         }
         let row = inner.store.get_session(id).await?;
-        let span = info_span!("reopen", session_id = %id, incident_id = %row.incident_id);
+        let span = info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
         let this = self.clone();
         let message = message.to_owned();
         // On its own task: once the store's transition is made, dropping the
         // caller's future must not leave a running row without its run.
         let work = async move {
             let inner = &this.inner;
-            if !row.status.is_terminal() {
-                return Err(SessionError::NotFinished { session: id });
+            if !how.accepts(&row) {
+                return Err(how.refused(id));
             }
-            // A local run that wrote its terminal row may still be unwinding
-            // (deregistering, releasing): let it finish first.
+            // A local run that wrote its row may still be unwinding
+            // (cleaning up, deregistering): let it finish first.
             let unwinding = inner.live.get(id).map(|run| run.settled.subscribe());
             if let Some(mut rx) = unwinding {
                 let _ = rx.wait_for(|done| *done).await;
-                // What we waited for may have been a concurrent reopen's new
+                // What we waited for may have been a concurrent caller's new
                 // run rather than the old one unwinding: then we lost.
                 let now = inner.store.get_session(id).await?;
-                if now.revision != row.revision || !now.status.is_terminal() {
-                    return Err(SessionError::NotFinished { session: id });
+                if now.revision != row.revision || !how.accepts(&now) {
+                    return Err(how.refused(id));
                 }
             }
 
@@ -129,7 +181,10 @@ impl Manager {
             } = read_before_transition(inner, &row).await?;
 
             // Transition: one conditional statement; the loser saves nothing.
-            let session = inner.store.reopen_session(id).await?;
+            let session = match how {
+                Continue::Reopen => inner.store.reopen_session(id).await?,
+                Continue::Answer => inner.store.resume_idle_session(id).await?,
+            };
             // A report row that failed to land leaves the next report
             // revision behind the session's: never reuse a revision (its
             // report key may already hold bytes an artifact row describes).
@@ -140,15 +195,7 @@ impl Manager {
                     warn!(error = %e, "stream reopener panicked");
                 }
             }
-            let repaired = async {
-                log.append(&closers).await?;
-                log.append(&[Event::now(EventKind::Message {
-                    role: Role::User,
-                    text: message.clone(),
-                })])
-                .await
-            };
-            if let Err(e) = repaired.await {
+            if let Err(e) = repair(&log, &closers, &message).await {
                 error!(error = %e, "turn log not repaired; settling the session failed");
                 let ended = Revision {
                     number: revision,
@@ -158,7 +205,7 @@ impl Manager {
                 inner.settle(id, ended).await;
                 return Err(e.into());
             }
-            info!(revision, closers = closers.len(), "session reopened");
+            info!(revision, closers = closers.len(), "session continued");
             let plan = Plan {
                 session: session.clone(),
                 incident,
@@ -172,6 +219,16 @@ impl Manager {
         .instrument(span);
         join_detached(work).await
     }
+}
+
+/// Closes interrupted turns, then appends the user's message.
+async fn repair(log: &LogHandle, closers: &[Event], message: &str) -> korvus_log::Result<()> {
+    log.append(closers).await?;
+    log.append(&[Event::now(EventKind::Message {
+        role: Role::User,
+        text: message.to_owned(),
+    })])
+    .await
 }
 
 /// What a reopen reads before the store's transition, so the loser of a

@@ -34,9 +34,10 @@ impl Manager {
     /// Streams the session's log events: the stored prefix, then live
     /// events as the runner appends them, without gaps or duplicates. The
     /// stream ends after the run's settle (the terminal row is readable
-    /// when it ends); for a session that is not running it ends after the
-    /// stored events. A session running in another process is followed by
-    /// polling until its row is terminal.
+    /// when it ends); for a session that is not running — or is waiting for
+    /// the user — it ends after the stored events. A session running in
+    /// another process is followed by polling until its row is terminal or
+    /// waiting for the user.
     ///
     /// An error item (e.g. the log does not exist) ends the stream.
     pub fn watch(&self, id: SessionId) -> impl Stream<Item = Result<Event>> + Send + 'static {
@@ -132,9 +133,10 @@ impl State {
         match &self.settled {
             Some(rx) => Ok(*rx.borrow()),
             None => {
-                // Not run by this process: the row decides.
+                // Not run by this process: the row decides. A session
+                // waiting for the user has no run to follow either.
                 let row = self.manager.inner.store.get_session(self.id).await?;
-                Ok(row.status.is_terminal())
+                Ok(row.status.is_terminal() || row.is_idle())
             }
         }
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use korvus_blob::BlobStore;
 use korvus_log::{TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{Session, SessionId, Store};
+use korvus_store::{Session, SessionId, Store, StoreError};
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
@@ -123,27 +123,58 @@ impl Manager {
 
     /// Cancels a session.
     ///
-    /// The row decides: a terminal row is `AlreadyEnded`. A running row
-    /// whose run is in this process is cancelled (the run settles
-    /// `cancelled` shortly); a running row this process does not run belongs
-    /// to another replica — a warning is logged and the row is returned
-    /// unchanged.
+    /// The row decides: a terminal row is `AlreadyEnded`. A session waiting
+    /// for the user (`running`, exit reason `awaiting_user`, no run active)
+    /// is settled `cancelled` by one conditional store transition — on any
+    /// replica; its report row already exists, so no second one is written.
+    /// An active row whose run is in this process is cancelled (the run
+    /// settles `cancelled` shortly); an active row this process does not
+    /// run belongs to another replica — a warning is logged and the row is
+    /// returned unchanged.
     ///
     /// # Errors
     /// `AlreadyEnded`, `NotFound`, `Store`.
     ///
     /// # Cancel safety
-    /// Cancel-safe: the only write is the in-process cancellation, made
-    /// after the row was read.
+    /// Cancel-safe: each write is one store call or the in-process
+    /// cancellation, made after the row was read.
     pub async fn cancel(&self, id: SessionId) -> Result<Session> {
         let row = self.inner.store.get_session(id).await?;
         if row.status.is_terminal() {
             return Err(SessionError::AlreadyEnded { session: id });
         }
+        if row.is_idle() {
+            return self.cancel_idle(row).await;
+        }
         if !self.inner.live.cancel(id) {
             warn!(session_id = %id, "cancel: session is running but not in this process; left unchanged");
         }
         Ok(row)
+    }
+
+    /// Cancels a session waiting for the user. A local run that returned
+    /// `awaiting_user` may still be unwinding: it is waited for first.
+    async fn cancel_idle(&self, row: Session) -> Result<Session> {
+        let id = row.id;
+        if let Some(run) = self.inner.live.get(id) {
+            let _ = run.settled.subscribe().wait_for(|done| *done).await;
+        }
+        match self.inner.store.cancel_idle_session(id).await {
+            Ok(row) => {
+                info!(session_id = %id, "cancel: the session waiting for the user is cancelled");
+                Ok(row)
+            }
+            // A racing answer or cancel won: the row as it is now decides.
+            Err(StoreError::NotIdle { .. }) => {
+                let now = self.inner.store.get_session(id).await?;
+                if now.status.is_terminal() {
+                    return Err(SessionError::AlreadyEnded { session: id });
+                }
+                self.inner.live.cancel(id);
+                Ok(now)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Waits until every run of this process has settled and released.
