@@ -54,16 +54,19 @@
 #![deny(missing_docs)]
 
 pub mod constraint;
+mod counters;
 mod error;
+pub mod exit_reason;
 mod memory;
 mod model;
 mod store;
 pub mod validate;
 
-pub use crate::error::{Entity, Result, StoreError};
+pub use crate::counters::Counters;
+pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
-    Artifact, ArtifactId, ArtifactKind, ContextRef, Counters, Incident, IncidentId, IncidentStatus,
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
     NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
     SessionContextRef, SessionId, SessionKind, SessionStatus, Settlement, WorkspaceRef,
 };
