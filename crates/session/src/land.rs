@@ -67,6 +67,7 @@ pub(crate) async fn land(
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
         exit_reason: exit_reason.to_string(),
         counters,
+        detail: None,
     };
     if let Err(e) = inner.store.create_report(report).await {
         error!(error = %e, "report row not written");
