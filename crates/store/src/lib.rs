@@ -17,8 +17,11 @@
 //! what a caller may choose — [`NewSession`] has no `seq` and no `status`, so a
 //! caller cannot allocate a seq racily or create a session in any state but
 //! `running`. Rules that need a race-free answer (seq allocation, the
-//! conditional [`Store::reopen_session`]) live behind the trait, where a
-//! backend can make them one transaction or one statement. Input rules live in
+//! conditional transitions [`Store::reopen_session`],
+//! [`Store::cancel_idle_session`] and [`Store::resume_idle_session`]) live
+//! behind the trait, where a backend can make them one transaction or one
+//! statement. Every error says whether a retry may help
+//! ([`StoreError::is_transient`]), so a caller retries only what may pass. Input rules live in
 //! [`validate`], shared by every backend, so bad input is the same typed
 //! [`StoreError::InvalidInput`] everywhere.
 //!
