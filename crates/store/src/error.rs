@@ -97,8 +97,8 @@ pub enum StoreError {
     /// Transient exactly when `transient` is `true`: the backend classified
     /// the failure as one that may go away (a dropped connection, a pool or
     /// I/O timeout, a serialization failure or deadlock, a busy database).
-    /// Unexpected stored data, a closed pool, a failed migration and every
-    /// unclassified failure are permanent.
+    /// Unexpected stored data, a closed pool and every unclassified failure
+    /// are permanent.
     #[error("{backend} store backend failed")]
     Backend {
         /// Which backend, e.g. `postgres`.
