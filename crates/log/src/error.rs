@@ -5,40 +5,45 @@ use std::fmt;
 use crate::LogId;
 
 /// What a [`TurnLog`](crate::TurnLog) or [`LogHandle`](crate::LogHandle) call can fail with.
+///
+/// Each variant says whether it is *transient* — the same call may succeed
+/// when retried — or *permanent*; [`LogError::is_transient`] answers it. Only
+/// a [`Backend`](LogError::Backend) error can be transient, and only when its
+/// backend marked it so; every other variant is permanent.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogError {
-    /// No log with this id exists.
+    /// No log with this id exists. Permanent.
     #[error("turn log {id} not found")]
     NotFound {
         /// The log.
         id: LogId,
     },
-    /// `create` was called for an id that already has a log.
+    /// `create` was called for an id that already has a log. Permanent.
     #[error("turn log {id} already exists")]
     AlreadyExists {
         /// The log.
         id: LogId,
     },
-    /// A write handle for this log is already open in this process.
+    /// A write handle for this log is already open in this process. Permanent.
     #[error("turn log {id} already has a writer")]
     AlreadyOwned {
         /// The log.
         id: LogId,
     },
-    /// A mutation (append, flush) was attempted through a read handle.
+    /// A mutation (append, flush) was attempted through a read handle. Permanent.
     #[error("turn log {id} handle is read-only")]
     ReadOnly {
         /// The log.
         id: LogId,
     },
-    /// The handle was closed.
+    /// The handle was closed. Permanent.
     #[error("turn log {id} handle is closed")]
     Closed {
         /// The log.
         id: LogId,
     },
-    /// Stored data does not parse or shrank under a reader.
+    /// Stored data does not parse or shrank under a reader. Permanent.
     #[error("turn log {id} is corrupt: {detail}")]
     Corrupt {
         /// The log.
@@ -47,10 +52,17 @@ pub enum LogError {
         detail: String,
     },
     /// The backend failed (I/O, database, serialisation).
+    ///
+    /// Transient exactly when `transient` is `true`: the backend classified
+    /// the failure as one that may go away (a dropped connection, a pool or
+    /// I/O timeout, a busy database). Serialisation failures and every
+    /// unclassified failure are permanent.
     #[error("{backend} turn log backend failed")]
     Backend {
         /// Which backend, e.g. `jsonl`.
         backend: &'static str,
+        /// Whether the same call may succeed when retried.
+        transient: bool,
         /// The underlying error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
@@ -58,16 +70,93 @@ pub enum LogError {
 }
 
 impl LogError {
-    /// Shorthand for [`LogError::Backend`].
+    /// A [`LogError::Backend`] classified from its source: transient when an
+    /// [`std::io::Error`] of a transient kind (interrupted, would block,
+    /// timed out, connection refused, reset, aborted or not connected, broken
+    /// pipe, unexpected end of file) is anywhere in the source chain,
+    /// permanent otherwise. A backend that knows better says so with
+    /// [`LogError::transient`] or [`LogError::permanent`].
     pub fn backend(
+        backend: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        let source = source.into();
+        let transient = chain_has_transient_io(&*source);
+        LogError::Backend {
+            backend,
+            transient,
+            source,
+        }
+    }
+
+    /// A [`LogError::Backend`] that may succeed when retried.
+    pub fn transient(
         backend: &'static str,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
         LogError::Backend {
             backend,
+            transient: true,
             source: source.into(),
         }
     }
+
+    /// A [`LogError::Backend`] that a retry cannot fix.
+    pub fn permanent(
+        backend: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        LogError::Backend {
+            backend,
+            transient: false,
+            source: source.into(),
+        }
+    }
+
+    /// `true` when the same call may succeed if retried: only a
+    /// [`Backend`](LogError::Backend) error its backend marked transient
+    /// (connection, pool, timeout, I/O). `false` for every other variant,
+    /// including variants added later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LogError::Backend {
+                transient: true,
+                ..
+            }
+        )
+    }
+}
+
+/// The same rule as `korvus_store::io_kind_is_transient` (the seams do not
+/// depend on each other, so each states it).
+fn io_kind_is_transient(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::Interrupted
+            | K::WouldBlock
+            | K::TimedOut
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::UnexpectedEof
+    )
+}
+
+fn chain_has_transient_io(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io_kind_is_transient(io.kind()) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// `Result` with [`LogError`] as the default error.
@@ -95,3 +184,34 @@ impl fmt::Display for FlushError {
 }
 
 impl std::error::Error for FlushError {}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn only_backend_errors_marked_transient_are_transient() {
+        let id = LogId::from_uuid(uuid::Uuid::nil());
+        let permanent = [
+            LogError::NotFound { id },
+            LogError::AlreadyExists { id },
+            LogError::AlreadyOwned { id },
+            LogError::ReadOnly { id },
+            LogError::Closed { id },
+            LogError::Corrupt {
+                id,
+                detail: "torn".into(),
+            },
+            LogError::permanent("x", io::Error::from(io::ErrorKind::TimedOut)),
+            LogError::backend("x", io::Error::from(io::ErrorKind::NotFound)),
+            LogError::backend("x", "serialisation failed"),
+        ];
+        for e in &permanent {
+            assert!(!e.is_transient(), "{e:?}");
+        }
+        assert!(LogError::transient("x", "pool timed out").is_transient());
+        assert!(LogError::backend("x", io::Error::from(io::ErrorKind::Interrupted)).is_transient());
+    }
+}

@@ -75,6 +75,7 @@ pub(crate) async fn land(
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
         exit_reason: exit_reason.to_string(),
         counters,
+        detail: None,
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.

@@ -64,23 +64,77 @@ impl Op {
                 _ => {}
             }
         }
-        StoreError::backend(self.backend, e)
+        store_backend(self.backend, e)
+    }
+}
+
+/// Whether a driver error may go away when the call is retried:
+///
+/// - the pool timed out waiting for a connection, an I/O error (the
+///   connection dropped or timed out), or SQLite's worker thread crashed;
+/// - PostgreSQL: a serialization failure (`40001`), a deadlock (`40P01`), a
+///   connection exception (class `08`), or the server shutting down or not
+///   yet accepting connections (`57P01`, `57P02`, `57P03`);
+/// - SQLite: `SQLITE_BUSY` or `SQLITE_LOCKED`, with any extended code.
+///
+/// Everything else is permanent: constraint and data errors, a closed pool
+/// (closed on purpose), configuration, TLS, protocol and decoding errors,
+/// and every other database error.
+///
+/// `backend` is `postgres` or `sqlite`: it says how to read a database
+/// error's code.
+pub(crate) fn is_transient(backend: &str, e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| is_transient_code(backend, &code)),
+        _ => false,
+    }
+}
+
+/// Whether a database error code is transient: an SQLite result code (a
+/// decimal number, the primary code in its low byte) or a PostgreSQL
+/// SQLSTATE, by `backend`.
+pub(crate) fn is_transient_code(backend: &str, code: &str) -> bool {
+    const SQLITE_BUSY: i64 = 5;
+    const SQLITE_LOCKED: i64 = 6;
+    if backend == "sqlite" {
+        return code
+            .parse::<i64>()
+            .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED));
+    }
+    matches!(code, "40001" | "40P01" | "57P01" | "57P02" | "57P03") || code.starts_with("08")
+}
+
+/// A driver error as a `Backend` store error, classified by [`is_transient`].
+pub(crate) fn store_backend(backend: &'static str, e: sqlx::Error) -> StoreError {
+    if is_transient(backend, &e) {
+        StoreError::transient(backend, e)
+    } else {
+        StoreError::permanent(backend, e)
     }
 }
 
 /// Any driver error, when no semantic mapping applies (reads).
 pub(crate) fn backend(backend: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
-    move |e| StoreError::backend(backend, e)
+    move |e| store_backend(backend, e)
 }
 
-/// Stored data that does not fit the model.
+/// Stored data that does not fit the model: permanent.
 pub(crate) fn unexpected(backend: &'static str, what: impl Into<String>) -> StoreError {
-    StoreError::backend(backend, UnexpectedData(what.into()))
+    StoreError::permanent(backend, UnexpectedData(what.into()))
 }
 
-/// A turn-log driver error: `Backend`.
+/// A turn-log driver error: `Backend`, classified by [`is_transient`].
 pub(crate) fn log_backend(backend: &'static str) -> impl Fn(sqlx::Error) -> LogError {
-    move |e| LogError::backend(backend, e)
+    move |e| {
+        if is_transient(backend, &e) {
+            LogError::transient(backend, e)
+        } else {
+            LogError::permanent(backend, e)
+        }
+    }
 }
 
 /// `true` when `e` is a unique violation (e.g. creating a log twice).
@@ -93,5 +147,69 @@ pub(crate) fn corrupt(id: LogId, detail: impl Into<String>) -> LogError {
     LogError::Corrupt {
         id,
         detail: detail.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn pool_timeouts_io_and_crashed_workers_are_transient() {
+        for backend in ["postgres", "sqlite"] {
+            assert!(store_backend(backend, sqlx::Error::PoolTimedOut).is_transient());
+            let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+            assert!(store_backend(backend, sqlx::Error::Io(reset)).is_transient());
+            assert!(store_backend(backend, sqlx::Error::WorkerCrashed).is_transient());
+            let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+            assert!(log_backend(backend)(sqlx::Error::Io(eof)).is_transient());
+            assert!(log_backend(backend)(sqlx::Error::PoolTimedOut).is_transient());
+        }
+    }
+
+    #[test]
+    fn closed_pools_protocol_and_decoding_errors_are_permanent() {
+        let permanent = [
+            sqlx::Error::PoolClosed,
+            sqlx::Error::RowNotFound,
+            sqlx::Error::Protocol("unexpected message".into()),
+            sqlx::Error::ColumnNotFound("detail".into()),
+            sqlx::Error::Decode("bad uuid".into()),
+            sqlx::Error::Configuration("bad url".into()),
+        ];
+        for e in permanent {
+            let shown = e.to_string();
+            assert!(!store_backend("postgres", e).is_transient(), "{shown}");
+        }
+        assert!(!log_backend("sqlite")(sqlx::Error::PoolClosed).is_transient());
+        assert!(!unexpected("sqlite", "status \"paused\"").is_transient());
+    }
+
+    #[test]
+    fn postgres_serialization_deadlock_and_connection_codes_are_transient() {
+        for code in ["40001", "40P01", "08006", "08003", "57P01", "57P03"] {
+            assert!(is_transient_code("postgres", code), "{code}");
+        }
+        // Unique violation, foreign key, not null, check, syntax, and a
+        // statement timeout cancelled on purpose.
+        for code in ["23505", "23503", "23502", "23514", "42601", "57014"] {
+            assert!(!is_transient_code("postgres", code), "{code}");
+        }
+    }
+
+    #[test]
+    fn sqlite_busy_and_locked_are_transient_with_any_extended_code() {
+        // SQLITE_BUSY, _RECOVERY, _SNAPSHOT, _TIMEOUT; SQLITE_LOCKED,
+        // _SHAREDCACHE, _VTAB.
+        for code in ["5", "261", "517", "773", "6", "262", "518"] {
+            assert!(is_transient_code("sqlite", code), "{code}");
+        }
+        // SQLITE_ERROR, SQLITE_CONSTRAINT_UNIQUE, _FOREIGNKEY, SQLITE_FULL,
+        // SQLITE_READONLY, SQLITE_CORRUPT.
+        for code in ["1", "2067", "787", "13", "8", "11"] {
+            assert!(!is_transient_code("sqlite", code), "{code}");
+        }
     }
 }

@@ -20,7 +20,8 @@
 //!
 //! The rules that must hold under concurrency are left to the database, not
 //! to process-local locks: a session's `seq` is allocated inside the
-//! inserting statement, reopen is one conditional `UPDATE … RETURNING`, and a
+//! inserting statement, reopen and the idle transitions are each one
+//! conditional `UPDATE … RETURNING`, and a
 //! context ref to another incident's artifact is refused by a composite
 //! foreign key `(incident_id, artifact_id)`. Each write is one statement
 //! where the database allows it, so it is atomic without a client-side
@@ -62,6 +63,7 @@
 //! | `create_session` (seq allocated inside the `INSERT`) | 1 | 1 |
 //! | `get_session`, `list_sessions`, `settle_session` | 1 | 1 |
 //! | `reopen_session` | 1; 2 when it fails (telling `NotFound` from `NotFinished`) | same |
+//! | `cancel_idle_session`, `resume_idle_session` | 1; 2 when it fails (telling `NotFound` from `NotIdle`) | same |
 //! | `insert_context_refs` | 1 (0 refs: 1 existence check) | 1 per 2000 refs; more than one chunk adds `BEGIN IMMEDIATE` and `COMMIT` |
 //! | `list_context_refs` | 1 | 1 |
 //! | `create_report`, `get_report`, `list_reports`, `next_report_revision` | 1 | 1 |
@@ -141,6 +143,7 @@ mod sqlite;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod transition;
 
 pub use crate::migrate::{migrate, Migrations};
 #[cfg(feature = "postgres")]

@@ -116,7 +116,7 @@ macro_rules! sql_log {
                         if is_unique_violation(&e) {
                             LogError::AlreadyExists { id }
                         } else {
-                            LogError::backend(BACKEND, e)
+                            log_backend(BACKEND)(e)
                         }
                     })?;
                     self.handle(header, Access::Write)

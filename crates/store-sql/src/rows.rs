@@ -36,7 +36,7 @@ macro_rules! incident_columns {
 macro_rules! report_columns {
     () => {
         "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
-         turns, tool_calls, input_tokens, output_tokens, created_at"
+         turns, tool_calls, input_tokens, output_tokens, detail, created_at"
     };
 }
 
@@ -198,6 +198,7 @@ pub(crate) struct ReportRow {
     tool_calls: i64,
     input_tokens: i64,
     output_tokens: i64,
+    detail: Option<String>,
     created_at: DateTime<Utc>,
 }
 
@@ -217,6 +218,7 @@ impl ReportRow {
                 self.input_tokens,
                 self.output_tokens,
             )?,
+            detail: self.detail,
             created_at: self.created_at,
         })
     }

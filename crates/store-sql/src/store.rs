@@ -18,13 +18,8 @@
 //! users, so they would be repeated on every impl. Expanded once per engine,
 //! the shared code is plain sqlx calls on a concrete pool.
 
-use std::sync::LazyLock;
-
-use korvus_store::SessionStatus;
-
 #[cfg(doc)]
 use crate::dialect::StoreDialect;
-use crate::rows::session_columns;
 
 /// `$first, $first+1, …` for `n` values.
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
@@ -33,25 +28,6 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-/// The one conditional statement of `reopen_session`: a session in a
-/// terminal status (bound from `$3` on, one value each, so both engines run
-/// the same text) becomes running again with the next revision.
-///
-/// Concurrent reopens cannot both match. PostgreSQL lets the first to take
-/// the row lock update it, and the others re-check the condition on the
-/// updated row, match nothing and write nothing; SQLite runs writes one at a
-/// time, so the later ones find the session running.
-pub(crate) static REOPEN_SESSION: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        concat!(
-            "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-             revision = revision + 1 WHERE id = $1 AND status IN ({}) RETURNING ",
-            session_columns!()
-        ),
-        placeholders(3, SessionStatus::TERMINAL.len())
-    )
-});
 
 /// Defines a SQL store type over one engine's pool and implements
 /// [`Store`](korvus_store::Store) for it with the statements both engines
@@ -88,7 +64,7 @@ macro_rules! sql_store {
         // not in each engine module.
         const _: () = {
             use korvus_store::{
-                constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
+                constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
                 IncidentId, IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession,
                 Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
                 Store, StoreError,
@@ -101,7 +77,7 @@ macro_rules! sql_store {
                 session_columns, to_i32, to_i64, ArtifactRow, ContextRefRow, IncidentRow,
                 ReportRow, SessionRow,
             };
-            use $crate::store::REOPEN_SESSION;
+            use $crate::transition::Transition;
 
             impl $store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
@@ -116,6 +92,42 @@ macro_rules! sql_store {
                     .map_err(backend(Self::BACKEND))?;
                     row.ok_or_else(|| StoreError::not_found(Entity::Session, id))?
                         .into_model(Self::BACKEND)
+                }
+
+                /// Runs one conditional transition (see [`Transition`]).
+                async fn transition(&self, id: SessionId, t: Transition) -> Result<Session> {
+                    let running = SessionStatus::Running.as_str();
+                    let q = sqlx::query_as::<_, SessionRow>(t.statement()).bind(id.as_uuid());
+                    let q = match t {
+                        Transition::Reopen => SessionStatus::TERMINAL
+                            .iter()
+                            .fold(q.bind(running), |q, s| q.bind(s.as_str())),
+                        Transition::CancelIdle => q
+                            .bind(SessionStatus::Cancelled.as_str())
+                            .bind(exit_reason::CANCELLED)
+                            .bind(rows::now())
+                            .bind(running)
+                            .bind(exit_reason::AWAITING_USER),
+                        Transition::ResumeIdle => q.bind(running).bind(exit_reason::AWAITING_USER),
+                    };
+                    let row = q
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    if let Some(row) = row {
+                        return row.into_model(Self::BACKEND);
+                    }
+                    // Failure path only: tell an unknown session from one
+                    // the condition refused.
+                    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+                        .bind(id.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    Err(match exists {
+                        Some(_) => t.refused(id),
+                        None => StoreError::not_found(Entity::Session, id),
+                    })
                 }
             }
 
@@ -313,49 +325,25 @@ macro_rules! sql_store {
                 }
 
                 async fn reopen_session(&self, id: SessionId) -> Result<Session> {
-                    let mut q = sqlx::query_as::<_, SessionRow>(&REOPEN_SESSION)
-                        .bind(id.as_uuid())
-                        .bind(SessionStatus::Running.as_str());
-                    for s in SessionStatus::TERMINAL {
-                        q = q.bind(s.as_str());
-                    }
-                    let row = q
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    if let Some(row) = row {
-                        return row.into_model(Self::BACKEND);
-                    }
-                    // Failure path only: tell an unknown session from a
-                    // running one.
-                    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
-                        .bind(id.as_uuid())
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    Err(match exists {
-                        Some(_) => StoreError::NotFinished { session: id },
-                        None => StoreError::not_found(Entity::Session, id),
-                    })
+                    self.transition(id, Transition::Reopen).await
+                }
+
+                async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
+                    self.transition(id, Transition::CancelIdle).await
+                }
+
+                async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
+                    self.transition(id, Transition::ResumeIdle).await
                 }
 
                 async fn create_report(&self, new: NewReport) -> Result<Report> {
                     validate::new_report(&new)?;
-                    let report = Report {
-                        session_id: new.session_id,
-                        incident_id: new.incident_id,
-                        revision: new.revision,
-                        markdown_key: new.markdown_key,
-                        markdown_bytes: new.markdown_bytes,
-                        exit_reason: new.exit_reason,
-                        counters: new.counters,
-                        created_at: rows::now(),
-                    };
+                    let report = new.stored_at(rows::now());
                     let c = report.counters;
                     sqlx::query(concat!(
                         "INSERT INTO reports (",
                         report_columns!(),
-                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                     ))
                     .bind(report.session_id.as_uuid())
                     .bind(report.incident_id.as_uuid())
@@ -367,6 +355,7 @@ macro_rules! sql_store {
                     .bind(to_i64(c.tool_calls))
                     .bind(to_i64(c.input_tokens))
                     .bind(to_i64(c.output_tokens))
+                    .bind(report.detail.as_deref())
                     .bind(report.created_at)
                     .execute(&self.pool)
                     .await

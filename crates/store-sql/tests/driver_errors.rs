@@ -1,4 +1,5 @@
-//! Driver failures surface as `Backend`, never as a panic or a raw sqlx error.
+//! Driver failures surface as `Backend`, never as a panic or a raw sqlx
+//! error, classified transient or permanent.
 
 use korvus_log::{LogError, TurnLog};
 use korvus_store::{IncidentId, NewIncident, Store, StoreError};
@@ -9,9 +10,14 @@ use crate::support::{PgDb, SqliteDb};
 
 async fn closed_pool_is_backend(store: &dyn Store, logs: &dyn TurnLog, backend: &str) {
     match store.get_incident(IncidentId::new()).await {
-        Err(StoreError::Backend { backend: b, source }) => {
+        Err(StoreError::Backend {
+            backend: b,
+            transient,
+            source,
+        }) => {
             assert_eq!(b, backend);
             assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source}");
+            assert!(!transient, "a pool closed on purpose stays closed");
         }
         other => panic!("expected Backend, got {other:?}"),
     }
@@ -19,14 +25,14 @@ async fn closed_pool_is_backend(store: &dyn Store, logs: &dyn TurnLog, backend: 
         title: "t".into(),
         workspace: None,
     };
-    assert!(matches!(
-        store.create_incident(new).await,
-        Err(StoreError::Backend { .. })
-    ));
-    assert!(matches!(
-        logs.stat(fresh_id()).await,
-        Err(LogError::Backend { .. })
-    ));
+    match store.create_incident(new).await {
+        Err(e @ StoreError::Backend { .. }) => assert!(!e.is_transient(), "{e:?}"),
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    match logs.stat(fresh_id()).await {
+        Err(e @ LogError::Backend { .. }) => assert!(!e.is_transient(), "{e:?}"),
+        other => panic!("expected Backend, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,4 +76,57 @@ async fn sqlite_without_foreign_keys_is_refused_by_migrate() {
         Err(StoreError::Backend { .. })
     ));
     pool.close().await;
+}
+
+/// A write refused with `SQLITE_BUSY` (another connection holds the write
+/// lock, and this one does not wait) is a transient `Backend` error, for
+/// the store and the turn log alike; once the lock is gone the retry works.
+#[tokio::test]
+async fn sqlite_busy_is_transient() {
+    use std::time::Duration;
+
+    use korvus_log::LogHeader;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let holder = korvus_store_sql::open_sqlite(&path).await.unwrap();
+    korvus_store_sql::migrate(&holder).await.unwrap();
+    let impatient = SqlitePoolOptions::new()
+        .connect_with(
+            SqliteConnectOptions::new()
+                .filename(&path)
+                .foreign_keys(true)
+                .busy_timeout(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    let store = SqliteStore::new(impatient.clone());
+    let logs = SqliteLog::new(impatient.clone());
+    let new = || NewIncident {
+        title: "busy".into(),
+        workspace: None,
+    };
+
+    let mut lock = holder.acquire().await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    match store.create_incident(new()).await {
+        Err(e) => assert!(e.is_transient(), "busy store write: {e:?}"),
+        Ok(i) => panic!("wrote {i:?} past an exclusive lock"),
+    }
+    match logs.create(LogHeader::new(fresh_id())).await {
+        Err(e) => assert!(e.is_transient(), "busy log write: {e:?}"),
+        Ok(_) => panic!("created a log past an exclusive lock"),
+    }
+    sqlx::query("ROLLBACK").execute(&mut *lock).await.unwrap();
+    drop(lock);
+    store
+        .create_incident(new())
+        .await
+        .expect("retry after the lock");
+    impatient.close().await;
+    holder.close().await;
 }

@@ -17,8 +17,11 @@
 //! what a caller may choose — [`NewSession`] has no `seq` and no `status`, so a
 //! caller cannot allocate a seq racily or create a session in any state but
 //! `running`. Rules that need a race-free answer (seq allocation, the
-//! conditional [`Store::reopen_session`]) live behind the trait, where a
-//! backend can make them one transaction or one statement. Input rules live in
+//! conditional transitions [`Store::reopen_session`],
+//! [`Store::cancel_idle_session`] and [`Store::resume_idle_session`]) live
+//! behind the trait, where a backend can make them one transaction or one
+//! statement. Every error says whether a retry may help
+//! ([`StoreError::is_transient`]), so a caller retries only what may pass. Input rules live in
 //! [`validate`], shared by every backend, so bad input is the same typed
 //! [`StoreError::InvalidInput`] everywhere.
 //!
@@ -54,16 +57,19 @@
 #![deny(missing_docs)]
 
 pub mod constraint;
+mod counters;
 mod error;
+pub mod exit_reason;
 mod memory;
 mod model;
 mod store;
 pub mod validate;
 
-pub use crate::error::{Entity, Result, StoreError};
+pub use crate::counters::Counters;
+pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
-    Artifact, ArtifactId, ArtifactKind, ContextRef, Counters, Incident, IncidentId, IncidentStatus,
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
     NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
     SessionContextRef, SessionId, SessionKind, SessionStatus, Settlement, WorkspaceRef,
 };

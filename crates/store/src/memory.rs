@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::{
-    constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident, IncidentId,
-    IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession, Report, Result, Session,
-    SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
+    constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
+    IncidentId, IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession, Report, Result,
+    Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
 };
 
 /// A [`Store`] that keeps every row in memory, behind one lock.
@@ -46,6 +46,21 @@ impl MemoryStore {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies `change` to an idle session under the lock, so of concurrent
+    /// transitions exactly one finds it idle.
+    fn idle_transition(&self, id: SessionId, change: impl FnOnce(&mut Session)) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if !session.is_idle() {
+            return Err(StoreError::NotIdle { session: id });
+        }
+        change(session);
+        Ok(session.clone())
     }
 }
 
@@ -250,6 +265,21 @@ impl Store for MemoryStore {
         Ok(session.clone())
     }
 
+    async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
+        self.idle_transition(id, |session| {
+            session.status = SessionStatus::Cancelled;
+            session.exit_reason = Some(exit_reason::CANCELLED.to_owned());
+            session.ended_at = Some(Utc::now());
+        })
+    }
+
+    async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
+        self.idle_transition(id, |session| {
+            session.exit_reason = None;
+            session.revision += 1;
+        })
+    }
+
     async fn create_report(&self, new: NewReport) -> Result<Report> {
         validate::new_report(&new)?;
         let mut inner = self.lock();
@@ -268,16 +298,7 @@ impl Store for MemoryStore {
                 ),
             });
         }
-        let report = Report {
-            session_id: new.session_id,
-            incident_id: new.incident_id,
-            revision: new.revision,
-            markdown_key: new.markdown_key,
-            markdown_bytes: new.markdown_bytes,
-            exit_reason: new.exit_reason,
-            counters: new.counters,
-            created_at: Utc::now(),
-        };
+        let report = new.stored_at(Utc::now());
         inner.reports.insert(key, report.clone());
         Ok(report)
     }

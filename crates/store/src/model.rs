@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::Counters;
+
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -229,31 +231,6 @@ pub struct NewIncident {
     pub workspace: Option<WorkspaceRef>,
 }
 
-/// Usage counters copied onto sessions and reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Counters {
-    /// Agent turns taken.
-    pub turns: u64,
-    /// Tool calls made.
-    pub tool_calls: u64,
-    /// Model input tokens.
-    pub input_tokens: u64,
-    /// Model output tokens.
-    pub output_tokens: u64,
-}
-
-impl Counters {
-    /// The counters with their field names, for backends that validate ranges.
-    pub fn fields(&self) -> [(&'static str, u64); 4] {
-        [
-            ("counters.turns", self.turns),
-            ("counters.tool_calls", self.tool_calls),
-            ("counters.input_tokens", self.input_tokens),
-            ("counters.output_tokens", self.output_tokens),
-        ]
-    }
-}
-
 /// A session row.
 ///
 /// Invariant kept by every store: `ended_at.is_some() == status.is_terminal()`.
@@ -283,6 +260,19 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     /// When the session reached its current terminal status; `None` while running.
     pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl Session {
+    /// `true` for an idle session: `running` with exit reason
+    /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER) — the runner
+    /// returned to wait for the user and no run is active. Such a row is
+    /// recognisable on any replica; only
+    /// [`cancel_idle_session`](crate::Store::cancel_idle_session) and
+    /// [`resume_idle_session`](crate::Store::resume_idle_session) move it on.
+    pub fn is_idle(&self) -> bool {
+        self.status == SessionStatus::Running
+            && self.exit_reason.as_deref() == Some(crate::exit_reason::AWAITING_USER)
+    }
 }
 
 /// What it takes to create a session.
@@ -331,6 +321,10 @@ pub struct Report {
     pub exit_reason: String,
     /// Usage of the iteration.
     pub counters: Counters,
+    /// What went wrong while landing the iteration, cause first (e.g. a
+    /// degraded persist), or `None`. At most
+    /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
+    pub detail: Option<String>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
 }
@@ -352,6 +346,28 @@ pub struct NewReport {
     pub exit_reason: String,
     /// Usage of the iteration.
     pub counters: Counters,
+    /// What went wrong while landing the iteration, cause first, or `None`.
+    /// No NUL byte, at most
+    /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
+    pub detail: Option<String>,
+}
+
+impl NewReport {
+    /// The row a store returns after inserting this request at `created_at`.
+    /// One definition for every backend.
+    pub fn stored_at(self, created_at: DateTime<Utc>) -> Report {
+        Report {
+            session_id: self.session_id,
+            incident_id: self.incident_id,
+            revision: self.revision,
+            markdown_key: self.markdown_key,
+            markdown_bytes: self.markdown_bytes,
+            exit_reason: self.exit_reason,
+            counters: self.counters,
+            detail: self.detail,
+            created_at,
+        }
+    }
 }
 
 /// A stored file: bytes live in blob storage at `blob_key`, this row describes them.

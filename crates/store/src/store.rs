@@ -111,11 +111,49 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// race; nothing is written); `NotFound` for an unknown session.
     async fn reopen_session(&self, id: SessionId) -> Result<Session>;
 
+    /// Moves an idle session (`running` with exit reason
+    /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER), see
+    /// [`Session::is_idle`](crate::Session::is_idle)) to `cancelled` in one
+    /// conditional step: exit reason
+    /// [`CANCELLED`](crate::exit_reason::CANCELLED), `ended_at` now, counters
+    /// and revision kept. Of concurrent transitions of one idle session
+    /// (this, [`resume_idle_session`](Store::resume_idle_session)) exactly
+    /// one succeeds.
+    ///
+    /// # Errors
+    /// `NotIdle` when the session is active, terminal, or was moved by
+    /// another caller first (nothing is written); `NotFound` for an unknown
+    /// session.
+    async fn cancel_idle_session(&self, id: SessionId) -> Result<Session>;
+
+    /// Moves an idle session back to active in one conditional step, the
+    /// way [`reopen_session`](Store::reopen_session) continues a terminal
+    /// one: still `running`, exit reason cleared, `revision` incremented,
+    /// counters kept. Of concurrent transitions of one idle session (this,
+    /// [`cancel_idle_session`](Store::cancel_idle_session)) exactly one
+    /// succeeds.
+    ///
+    /// # Errors
+    /// `NotIdle` when the session is active, terminal, or was moved by
+    /// another caller first (nothing is written); `NotFound` for an unknown
+    /// session.
+    async fn resume_idle_session(&self, id: SessionId) -> Result<Session>;
+
     /// Inserts a report row.
+    ///
+    /// Not idempotent by itself: a second `create_report` for the same
+    /// session and revision — even of an identical [`NewReport`], e.g. a
+    /// retry whose first attempt committed but whose answer was lost — is
+    /// `Conflict`, and the stored row is left unchanged. A caller that
+    /// retries reads the row back with [`get_report`](Store::get_report)
+    /// and compares it to its request to tell a lost acknowledgement from a
+    /// real conflict.
     ///
     /// # Errors
     /// `Conflict` when the session already has this revision; `Constraint`
-    /// (`reports_session_fk`) when the session does not exist in that incident.
+    /// (`reports_session_fk`) when the session does not exist in that
+    /// incident; `InvalidInput` for a bad key, exit reason, detail or
+    /// out-of-range counter.
     async fn create_report(&self, new: NewReport) -> Result<Report>;
 
     /// Reads one report revision.

@@ -22,6 +22,9 @@ pub const MAX_ROLE_BYTES: usize = 128;
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Maximum length in bytes of a content type.
 pub const MAX_CONTENT_TYPE_BYTES: usize = 255;
+/// Maximum length in bytes of a report's `detail` (4 KiB): enough for the
+/// cause-first text of a degraded persist, small enough for every listing.
+pub const MAX_REPORT_DETAIL_BYTES: usize = 4096;
 
 type Result = std::result::Result<(), StoreError>;
 
@@ -118,6 +121,9 @@ pub fn new_report(n: &NewReport) -> Result {
     }
     size("markdown_bytes", n.markdown_bytes)?;
     text("exit_reason", &n.exit_reason, MAX_EXIT_REASON_BYTES)?;
+    if let Some(detail) = &n.detail {
+        text("detail", detail, MAX_REPORT_DETAIL_BYTES)?;
+    }
     counters(&n.counters)
 }
 

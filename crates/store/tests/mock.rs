@@ -35,8 +35,13 @@ async fn get_artifact_passes_a_backend_failure_through_with_its_source() {
         ))
     });
     match store.get_artifact(ArtifactId::new()).await {
-        Err(StoreError::Backend { backend, source }) => {
+        Err(StoreError::Backend {
+            backend,
+            transient,
+            source,
+        }) => {
             assert_eq!(backend, "flaky");
+            assert!(transient, "a reset connection is transient");
             let cause = source
                 .downcast_ref::<io::Error>()
                 .expect("the driver's error");

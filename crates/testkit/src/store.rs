@@ -11,6 +11,7 @@
 mod artifacts;
 mod context_refs;
 mod errors;
+mod idle;
 mod incidents;
 mod reports;
 mod sessions;
@@ -26,9 +27,16 @@ pub use self::context_refs::{
     duplicate_context_ref_is_a_conflict,
 };
 pub use self::errors::{invalid_input_is_refused_and_nothing_written, unknown_ids_are_not_found};
+pub use self::idle::{
+    cancel_and_resume_of_an_idle_row_have_exactly_one_winner,
+    cancel_idle_session_cancels_an_idle_row, idle_transitions_refuse_terminal_and_active_rows,
+    resume_idle_session_continues_an_idle_row,
+};
 pub use self::incidents::incidents_round_trip;
 pub use self::reports::{
-    report_for_another_incidents_session_is_refused, reports_are_unique_per_revision,
+    identical_second_report_is_a_conflict_and_keeps_the_first,
+    report_detail_round_trips_and_is_bounded, report_for_another_incidents_session_is_refused,
+    reports_are_unique_per_revision,
 };
 pub use self::sessions::{
     concurrent_creates_get_seqs_one_to_hundred, reopen_has_exactly_one_winner,
@@ -110,5 +118,6 @@ fn new_report(session: &Session, revision: u32) -> NewReport {
         markdown_bytes: 42,
         exit_reason: "completed".into(),
         counters: Counters::default(),
+        detail: None,
     }
 }

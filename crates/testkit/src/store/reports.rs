@@ -1,7 +1,7 @@
 //! Report rows: unique revisions per session, and the composite key that
 //! ties a report or artifact to a session of its own incident.
 
-use korvus_store::{constraint, Entity, Store, StoreError};
+use korvus_store::{constraint, validate, Entity, Store, StoreError};
 
 use super::{incident, new_artifact, new_report, session};
 
@@ -66,4 +66,65 @@ pub async fn report_for_another_incidents_session_is_refused(store: &dyn Store) 
         .await
         .unwrap()
         .is_empty());
+}
+
+/// A report's `detail` round-trips with and without a value (4 KiB is the
+/// limit, multi-byte text kept exactly); longer or NUL-bearing detail is
+/// `InvalidInput` and writes nothing.
+pub async fn report_detail_round_trips_and_is_bounded(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    let without = store.create_report(new_report(&s, 1)).await.unwrap();
+    assert_eq!(without.detail, None);
+    assert_eq!(store.get_report(s.id, 1).await.unwrap(), without);
+
+    let mut with = new_report(&s, 2);
+    let cause = "persist degraded: artifact rows failed: ünïcödé; ";
+    let mut detail = cause.repeat(validate::MAX_REPORT_DETAIL_BYTES / cause.len());
+    detail.push_str(&"x".repeat(validate::MAX_REPORT_DETAIL_BYTES - detail.len()));
+    assert_eq!(detail.len(), validate::MAX_REPORT_DETAIL_BYTES);
+    with.detail = Some(detail.clone());
+    let stored = store.create_report(with).await.unwrap();
+    assert_eq!(stored.detail.as_deref(), Some(detail.as_str()));
+    assert_eq!(store.get_report(s.id, 2).await.unwrap(), stored);
+    assert_eq!(
+        store.list_reports(s.id).await.unwrap(),
+        vec![without, stored]
+    );
+
+    for bad in [
+        "d".repeat(validate::MAX_REPORT_DETAIL_BYTES + 1),
+        "cause\0more".to_owned(),
+    ] {
+        let mut report = new_report(&s, 3);
+        report.detail = Some(bad);
+        match store.create_report(report).await {
+            Err(StoreError::InvalidInput { field, .. }) => assert_eq!(field, "detail"),
+            other => panic!("bad detail: expected InvalidInput, got {other:?}"),
+        }
+    }
+    assert_eq!(store.next_report_revision(s.id).await.unwrap(), 3);
+}
+
+/// A second `create_report` of an identical request — a retry after a lost
+/// acknowledgement — is `Conflict`, and the first row stays as it was.
+pub async fn identical_second_report_is_a_conflict_and_keeps_the_first(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    let mut new = new_report(&s, 1);
+    new.detail = Some("artifact rows failed: connection reset".into());
+    let first = store.create_report(new.clone()).await.unwrap();
+    match store.create_report(new.clone()).await {
+        Err(StoreError::Conflict { entity, .. }) => assert_eq!(entity, Entity::Report),
+        other => panic!("identical second insert: expected Conflict, got {other:?}"),
+    }
+    let mut different = new;
+    different.exit_reason = "failed".into();
+    different.detail = None;
+    assert!(matches!(
+        store.create_report(different).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(store.get_report(s.id, 1).await.unwrap(), first);
+    assert_eq!(store.list_reports(s.id).await.unwrap(), vec![first]);
 }

@@ -1,0 +1,225 @@
+//! [`FaultStore`]: a [`Store`] wrapper that records calls and injects faults.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use korvus_store::{
+    Artifact, ArtifactId, ContextRef, Incident, IncidentId, NewArtifact, NewIncident, NewReport,
+    NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement, Store,
+    StoreError,
+};
+
+/// One [`Store`] method, for choosing faults and reading the call record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // Each variant is the method of the same name.
+pub enum StoreOp {
+    CreateIncident,
+    GetIncident,
+    ListIncidents,
+    CloseIncident,
+    CreateSession,
+    GetSession,
+    ListSessions,
+    InsertContextRefs,
+    ListContextRefs,
+    SettleSession,
+    ReopenSession,
+    CancelIdleSession,
+    ResumeIdleSession,
+    CreateReport,
+    GetReport,
+    ListReports,
+    NextReportRevision,
+    CreateArtifacts,
+    GetArtifacts,
+    ListSessionArtifacts,
+    ListIncidentArtifacts,
+}
+
+/// What a faulty call does instead of reaching the wrapped store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFault {
+    /// Return a transient `StoreError::Backend`, as a dropped connection
+    /// would: a caller that retries transient errors retries it.
+    Fail,
+    /// Return a permanent `StoreError::Backend`, which a caller must not retry.
+    FailPermanent,
+    /// Panic inside the call.
+    Panic,
+    /// Never return.
+    Hang,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    faults: HashMap<StoreOp, (StoreFault, Option<u32>)>,
+    calls: Vec<StoreOp>,
+}
+
+/// A [`Store`] wrapper that records every call in order and injects
+/// faults into chosen operations; everything else reaches the wrapped store.
+#[derive(Debug, Clone)]
+pub struct FaultStore {
+    inner: Arc<dyn Store>,
+    state: Arc<Mutex<State>>,
+}
+
+impl FaultStore {
+    /// Wraps `inner`; nothing fails until told.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            state: Arc::default(),
+        }
+    }
+
+    /// Every later call of `op` does `fault`.
+    pub fn fault(&self, op: StoreOp, fault: StoreFault) {
+        self.state.lock().unwrap().faults.insert(op, (fault, None));
+    }
+
+    /// The next `times` calls of `op` do `fault`; later ones succeed.
+    pub fn fault_times(&self, op: StoreOp, fault: StoreFault, times: u32) {
+        self.state
+            .lock()
+            .unwrap()
+            .faults
+            .insert(op, (fault, Some(times)));
+    }
+
+    /// Removes every fault.
+    pub fn heal(&self) {
+        self.state.lock().unwrap().faults.clear();
+    }
+
+    /// Every call so far, in order (faulty ones included).
+    pub fn calls(&self) -> Vec<StoreOp> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    /// How many times `op` was called.
+    pub fn count(&self, op: StoreOp) -> usize {
+        self.calls().iter().filter(|c| **c == op).count()
+    }
+
+    async fn enter(&self, op: StoreOp) -> Result<()> {
+        let fault = {
+            let mut state = self.state.lock().unwrap();
+            state.calls.push(op);
+            match state.faults.get_mut(&op) {
+                Some((fault, None)) => Some(*fault),
+                Some((fault, Some(n))) if *n > 0 => {
+                    *n -= 1;
+                    Some(*fault)
+                }
+                _ => None,
+            }
+        };
+        match fault {
+            None => Ok(()),
+            Some(StoreFault::Fail) => Err(StoreError::transient(
+                "fault-store",
+                format!("injected failure of {op:?}"),
+            )),
+            Some(StoreFault::FailPermanent) => Err(StoreError::permanent(
+                "fault-store",
+                format!("injected permanent failure of {op:?}"),
+            )),
+            Some(StoreFault::Panic) => panic!("injected panic in {op:?}"),
+            Some(StoreFault::Hang) => std::future::pending().await,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultStore {
+    async fn create_incident(&self, new: NewIncident) -> Result<Incident> {
+        self.enter(StoreOp::CreateIncident).await?;
+        self.inner.create_incident(new).await
+    }
+    async fn get_incident(&self, id: IncidentId) -> Result<Incident> {
+        self.enter(StoreOp::GetIncident).await?;
+        self.inner.get_incident(id).await
+    }
+    async fn list_incidents(&self) -> Result<Vec<Incident>> {
+        self.enter(StoreOp::ListIncidents).await?;
+        self.inner.list_incidents().await
+    }
+    async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
+        self.enter(StoreOp::CloseIncident).await?;
+        self.inner.close_incident(id).await
+    }
+    async fn create_session(&self, new: NewSession) -> Result<Session> {
+        self.enter(StoreOp::CreateSession).await?;
+        self.inner.create_session(new).await
+    }
+    async fn get_session(&self, id: SessionId) -> Result<Session> {
+        self.enter(StoreOp::GetSession).await?;
+        self.inner.get_session(id).await
+    }
+    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+        self.enter(StoreOp::ListSessions).await?;
+        self.inner.list_sessions(incident).await
+    }
+    async fn insert_context_refs(
+        &self,
+        session: SessionId,
+        refs: &[ContextRef],
+    ) -> Result<Vec<SessionContextRef>> {
+        self.enter(StoreOp::InsertContextRefs).await?;
+        self.inner.insert_context_refs(session, refs).await
+    }
+    async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>> {
+        self.enter(StoreOp::ListContextRefs).await?;
+        self.inner.list_context_refs(session).await
+    }
+    async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session> {
+        self.enter(StoreOp::SettleSession).await?;
+        self.inner.settle_session(id, settlement).await
+    }
+    async fn reopen_session(&self, id: SessionId) -> Result<Session> {
+        self.enter(StoreOp::ReopenSession).await?;
+        self.inner.reopen_session(id).await
+    }
+    async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
+        self.enter(StoreOp::CancelIdleSession).await?;
+        self.inner.cancel_idle_session(id).await
+    }
+    async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
+        self.enter(StoreOp::ResumeIdleSession).await?;
+        self.inner.resume_idle_session(id).await
+    }
+    async fn create_report(&self, new: NewReport) -> Result<Report> {
+        self.enter(StoreOp::CreateReport).await?;
+        self.inner.create_report(new).await
+    }
+    async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report> {
+        self.enter(StoreOp::GetReport).await?;
+        self.inner.get_report(session, revision).await
+    }
+    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+        self.enter(StoreOp::ListReports).await?;
+        self.inner.list_reports(session).await
+    }
+    async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
+        self.enter(StoreOp::NextReportRevision).await?;
+        self.inner.next_report_revision(session).await
+    }
+    async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::CreateArtifacts).await?;
+        self.inner.create_artifacts(new).await
+    }
+    async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::GetArtifacts).await?;
+        self.inner.get_artifacts(ids).await
+    }
+    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::ListSessionArtifacts).await?;
+        self.inner.list_session_artifacts(session).await
+    }
+    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::ListIncidentArtifacts).await?;
+        self.inner.list_incident_artifacts(incident).await
+    }
+}
