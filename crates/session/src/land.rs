@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 use crate::execute::RunResult;
 use crate::manager::Inner;
 use crate::prepare::Prepared;
-use crate::supervise::{failed, saturated, Plan};
+use crate::supervise::{failed, Plan};
 
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
@@ -41,7 +41,7 @@ pub(crate) async fn land(
         note_rejected(log, original).await;
     }
     let (counters, author_finished) = result.outcome().map_or((Counters::default(), false), |o| {
-        (saturated(o.counters), o.author_finished)
+        (o.counters.saturating(), o.author_finished)
     });
     let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
 
@@ -130,6 +130,7 @@ impl Inner {
             markdown_bytes: 0,
             exit_reason: reason.to_string(),
             counters: Counters::default(),
+            detail: None,
         };
         self.write_report(report).await;
         failed(reason)
@@ -181,7 +182,7 @@ where
         let abort = task.abort_handle();
         match tokio::time::timeout_at(deadline, task).await {
             Ok(Ok(Ok(()))) => return Ok(()),
-            Ok(Ok(Err(e))) if !transient(&e) => return Err(Some(e)),
+            Ok(Ok(Err(e))) if !e.is_transient() => return Err(Some(e)),
             Ok(Ok(Err(e))) => warn!(error = %e, "store write failed; retrying"),
             Ok(Err(join)) => warn!(error = %join, "store write panicked; retrying"),
             Err(_) => {
@@ -195,11 +196,6 @@ where
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(1));
     }
-}
-
-/// Whether a failed store write may succeed when tried again.
-fn transient(e: &StoreError) -> bool {
-    matches!(e, StoreError::Backend { .. })
 }
 
 /// Stores the scratch dir as one `workspace.tar.gz` artifact of the

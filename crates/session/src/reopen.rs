@@ -147,7 +147,8 @@ impl Manager {
             return Err(SessionError::MessageRequired);
         }
         let row = inner.store.get_session(id).await?;
-        let span = info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
+        let span =
+            info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
         let this = self.clone();
         let message = message.to_owned();
         // On its own task: once the store's transition is made, dropping the

@@ -217,7 +217,7 @@ impl Inner {
     pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> bool {
         let bound = self.config.settle_timeout;
         let settlement = Settlement {
-            counters: saturated(settlement.counters),
+            counters: settlement.counters.saturating(),
             ..settlement
         };
         let (status, reason) = (settlement.status, settlement.exit_reason.clone());
@@ -240,16 +240,5 @@ impl Inner {
                 false
             }
         }
-    }
-}
-
-/// Counters as the columns hold them: each at most `i64::MAX`.
-pub(crate) fn saturated(c: Counters) -> Counters {
-    let max = i64::MAX as u64;
-    Counters {
-        turns: c.turns.min(max),
-        tool_calls: c.tool_calls.min(max),
-        input_tokens: c.input_tokens.min(max),
-        output_tokens: c.output_tokens.min(max),
     }
 }
