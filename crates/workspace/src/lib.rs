@@ -21,7 +21,8 @@
 //! [`read_only_prefixes`] is the one deny list (the seeded trees and
 //! `context/`) that restore here and the harvest walk in `korvus-harvest`
 //! both use. [`SkillCatalog`] reads `skills/*/SKILL.md` front matter. At the
-//! end, [`archive`] packs the directory into one `workspace.tar.gz`,
+//! end, [`archive`] packs the directory into one `workspace.tar.gz` (streamed
+//! into a temporary file, capped by [`ArchiveConfig`]),
 //! [`store_archive`] stores it bytes-first/row-second, and
 //! [`ScratchDir::release`] removes it. [`reap`] removes the directories a
 //! crash left behind.
@@ -101,7 +102,8 @@ mod skills;
 mod upload;
 
 pub use crate::archive::{
-    archive, store_archive, WorkspaceArchive, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
+    archive, archive_with, store_archive, ArchiveConfig, WorkspaceArchive, ARCHIVE_CONTENT_TYPE,
+    ARCHIVE_PATH, DEFAULT_ARCHIVE_MAX_BYTES,
 };
 pub use crate::context::{
     materialize_context, restore_own_output, ContextFile, ContextOutcome, FileFailure,
