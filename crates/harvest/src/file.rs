@@ -40,8 +40,15 @@ pub(crate) async fn store_file(
     candidate: Candidate,
 ) -> FileResult {
     let path = candidate.path.as_str().to_owned();
-    let bytes = match read_file(dir, &candidate, config.max_file_bytes).await {
+    let is_report = path == REPORT_FILE;
+    let limit = if is_report {
+        config.report_max_bytes
+    } else {
+        config.max_file_bytes
+    };
+    let bytes = match read_file(dir, &candidate, limit).await {
         Ok(bytes) => bytes,
+        Err(result) if is_report => return report_not_read(result),
         Err(result) => return result,
     };
     let digest = Sha256Digest::of(&bytes);
@@ -60,7 +67,7 @@ pub(crate) async fn store_file(
         incident: request.incident,
         session: request.session,
         revision: request.revision,
-        kind: if path == REPORT_FILE {
+        kind: if is_report {
             ArtifactKind::Report
         } else {
             ArtifactKind::AgentOutput
@@ -75,6 +82,24 @@ pub(crate) async fn store_file(
             stage: FailStage::Upload,
             cause: upload_cause(&e),
         }),
+    }
+}
+
+/// What became of a root `report.md` that was not read: one over its own
+/// limit ([`PersistConfig::report_max_bytes`]) existed but cannot be stored,
+/// so it is a failure, not a skip. An empty one stays a skip (the outcome's
+/// report is then [`ReportFile::Empty`](crate::ReportFile::Empty)).
+fn report_not_read(result: FileResult) -> FileResult {
+    match result {
+        FileResult::Skipped(Skipped {
+            path,
+            reason: SkipReason::TooLarge { size, limit },
+        }) => FileResult::Failed(FailedFile {
+            path,
+            stage: FailStage::Limit,
+            cause: format!("{size} bytes is over the {limit}-byte report limit"),
+        }),
+        other => other,
     }
 }
 

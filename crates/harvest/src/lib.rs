@@ -15,6 +15,15 @@
 //! failed, and is itself stored as the harvest manifest
 //! ([`HARVEST_MANIFEST`]). `korvus-session` runs this phase when a run returns.
 //!
+//! The root `report.md` has outcomes of its own ([`ReportFile`]) and its own
+//! size limit ([`PersistConfig::report_max_bytes`], 8 MiB by default,
+//! independent of the artifact limit): over it, or when its upload or its
+//! artifact row fails, it is [`ReportFile::Failed`] (it existed but is not
+//! stored, so no report row may point at it); a 0-byte one is
+//! [`ReportFile::Empty`] (nothing was authored). The manifest's `report`
+//! field says which. [`PersistOutcome::detail`] is the cause-first text of a
+//! degraded phase, bounded to [`DETAIL_MAX_BYTES`], for the report row.
+//!
 //! The code reads in the order the phase runs: `walk.rs` (the walk, the
 //! size limits and the cap), `persist.rs` (the orchestration: detached
 //! task, timeout, uploads in parallel, manifest, one row batch), `file.rs`
@@ -71,9 +80,9 @@ mod walk;
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
 pub use crate::manifest::MANIFEST_PATH;
 pub use crate::outcome::{
-    FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile,
+    FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile, DETAIL_MAX_BYTES,
 };
-pub use crate::persist::{persist, PersistConfig, PersistRequest};
+pub use crate::persist::{persist, PersistConfig, PersistRequest, DEFAULT_REPORT_MAX_BYTES};
 pub use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Skipped, Walk,
     DEFAULT_MAX_FILES,

@@ -52,6 +52,10 @@ pub enum FailStage {
     Upload,
     /// Writing its row (its bytes are stored and harmless).
     Row,
+    /// Checking its size: over its limit. Only the root `report.md` fails
+    /// here (it has its own limit, and a report that existed but cannot be
+    /// stored is a failure); other over-size files are skipped.
+    Limit,
 }
 
 /// A file that could not be stored.
@@ -85,7 +89,13 @@ pub enum ReportFile {
         /// Size in bytes.
         bytes: u64,
     },
-    /// It existed but could not be stored (read or upload failed).
+    /// It existed but was empty (0 bytes): nothing was authored. It is
+    /// listed in [`PersistOutcome::skipped`] as empty, and no document is
+    /// stored.
+    Empty,
+    /// It existed but could not be stored: reading or uploading it failed,
+    /// it was over [`PersistConfig::report_max_bytes`](crate::PersistConfig::report_max_bytes),
+    /// or its artifact row was not written. No report row may point at it.
     Failed {
         /// The cause.
         cause: String,
@@ -173,6 +183,7 @@ impl PersistOutcome {
                     FailStage::Read => "read",
                     FailStage::Upload => "upload",
                     FailStage::Row => "row of",
+                    FailStage::Limit => "size of",
                 };
                 format!("{} ({stage} {})", f.cause, f.path)
             })
@@ -182,6 +193,38 @@ impl PersistOutcome {
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
+}
+
+/// The most [`PersistOutcome::detail`] returns, in bytes: what a report
+/// row's `detail` column holds.
+pub const DETAIL_MAX_BYTES: usize = 4096;
+
+impl PersistOutcome {
+    /// The cause-first text of a degraded phase ([`error_text`](Self::error_text)),
+    /// bounded to [`DETAIL_MAX_BYTES`] for the report row an operator reads.
+    /// A longer text is cut on a character boundary and ends with `…`.
+    /// `None` when nothing failed (an empty `report.md` is not a failure of
+    /// this phase: see [`ReportFile::Empty`]).
+    pub fn detail(&self) -> Option<String> {
+        self.error_text()
+            .map(|text| bounded(text, DETAIL_MAX_BYTES))
+    }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, with `…`
+/// marking a cut.
+fn bounded(mut text: String, max: usize) -> String {
+    const MARK: &str = "…";
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(MARK);
+    text
 }
 
 impl fmt::Display for PersistOutcome {
@@ -230,4 +273,19 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_on_a_char_boundary_and_marks_the_cut() {
+        assert_eq!(bounded("short".into(), 10), "short");
+        assert_eq!(bounded("x".repeat(10), 10), "x".repeat(10));
+        // Two-byte characters: the cut never splits one.
+        let cut = bounded("é".repeat(10), 10);
+        assert!(cut.len() <= 10, "{cut}");
+        assert_eq!(cut, format!("{}…", "é".repeat(3)));
+    }
 }

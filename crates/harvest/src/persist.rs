@@ -18,17 +18,27 @@ use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
 use crate::file::{store_file, FileResult};
 use crate::manifest::upload_manifest;
-use crate::outcome::{FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
-use crate::walk::{apply_cap, apply_size_limits, harvest_candidates, Candidate, Walk};
+use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
+use crate::walk::{apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk};
 use crate::DEFAULT_MAX_FILES;
+
+/// The default of [`PersistConfig::report_max_bytes`]: 8 MiB. A report is
+/// read by people and rendered whole; anything larger is not a report.
+pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Limits of the persist phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersistConfig {
     /// At most this many files are stored (`report.md` always kept).
     pub max_files: usize,
-    /// Files larger than this are skipped.
+    /// Files larger than this are skipped. Not applied to the root
+    /// `report.md`, which has its own limit.
     pub max_file_bytes: u64,
+    /// The root `report.md` larger than this is not stored and the outcome's
+    /// report is [`ReportFile::Failed`] (it existed but cannot be stored).
+    /// Independent of `max_file_bytes`; [`DEFAULT_REPORT_MAX_BYTES`] by
+    /// default.
+    pub report_max_bytes: u64,
     /// Uploads in flight at once.
     pub concurrency: usize,
     /// The whole phase is bounded by this, whatever the backends do.
@@ -40,6 +50,7 @@ impl Default for PersistConfig {
         Self {
             max_files: DEFAULT_MAX_FILES,
             max_file_bytes: 16 * 1024 * 1024,
+            report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
             concurrency: 8,
             timeout: Duration::from_secs(120),
         }
@@ -189,8 +200,11 @@ impl Progress {
             }
             FileResult::Skipped(s) => {
                 if s.path == REPORT_FILE {
-                    o.report = ReportFile::Failed {
-                        cause: format!("{REPORT_FILE} skipped: {}", s.reason),
+                    o.report = match s.reason {
+                        SkipReason::Empty => ReportFile::Empty,
+                        _ => ReportFile::Failed {
+                            cause: format!("{REPORT_FILE} skipped: {}", s.reason),
+                        },
                     };
                 }
                 o.skipped.push(s.clone());
@@ -209,8 +223,15 @@ impl Progress {
 }
 
 /// Moves every stored file to the failed list at the row stage: their bytes
-/// are up but no row points at them.
+/// are up but no row points at them. A stored `report.md` becomes
+/// [`ReportFile::Failed`] with the same cause: a report row must never point
+/// at bytes whose artifact row is missing.
 fn rows_failed(outcome: &mut PersistOutcome, cause: &str) {
+    if matches!(outcome.report, ReportFile::Stored { .. }) {
+        outcome.report = ReportFile::Failed {
+            cause: cause.to_owned(),
+        };
+    }
     for s in outcome.stored.drain(..) {
         outcome.failed.push(FailedFile {
             path: s.path,
@@ -326,7 +347,7 @@ impl Phase {
         match self.store.create_artifacts(rows).await {
             Ok(_) => self.progress.update(|o| o.rows_written = true),
             Err(e) => {
-                let cause = format!("artifact rows not written: {e}");
+                let cause = format!("artifact rows not written: {}", error_chain(&e));
                 warn!(error = %e, "artifact rows not written; their bytes remain");
                 self.progress.update(|o| {
                     rows_failed(o, &cause);

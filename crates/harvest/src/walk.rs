@@ -202,11 +202,17 @@ pub fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]) -> Wa
 /// Moves empty files and files over `max_bytes` (by their walked size) from
 /// the candidates to the skipped list, so they do not take places under the
 /// cap. The persist phase re-checks the size of what it actually reads.
+///
+/// The root [`REPORT_FILE`](korvus_workspace::REPORT_FILE) is always kept,
+/// whatever its size: it has its own limit
+/// ([`PersistConfig::report_max_bytes`](crate::PersistConfig::report_max_bytes)),
+/// and an empty or over-size report is an outcome of its own
+/// ([`ReportFile`](crate::ReportFile)), decided by the persist phase.
 pub fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
     let (keep, drop): (Vec<Candidate>, Vec<Candidate>) = walk
         .candidates
         .drain(..)
-        .partition(|c| c.size > 0 && c.size <= max_bytes);
+        .partition(|c| c.path.as_str() == REPORT_FILE || (c.size > 0 && c.size <= max_bytes));
     walk.candidates = keep;
     walk.skipped.extend(drop.into_iter().map(|c| Skipped {
         path: c.path.as_str().to_owned(),
@@ -288,6 +294,29 @@ mod tests {
             .skipped
             .iter()
             .all(|s| s.reason == SkipReason::OverCap { cap: 2 }));
+    }
+
+    #[test]
+    fn size_limits_keep_the_root_report_whatever_its_size() {
+        let sized = |p: &str, size| Candidate {
+            path: WorkspacePath::new(p).unwrap(),
+            size,
+        };
+        let mut walk = Walk {
+            candidates: vec![
+                sized("empty.txt", 0),
+                sized("big.txt", 11),
+                sized("ok.txt", 10),
+                sized(REPORT_FILE, 0),
+                sized("sub/report.md", 11),
+            ],
+            skipped: vec![],
+        };
+        apply_size_limits(&mut walk, 10);
+        let kept: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(kept, ["ok.txt", REPORT_FILE]);
+        let left: Vec<&str> = walk.skipped.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(left, ["empty.txt", "big.txt", "sub/report.md"]);
     }
 
     #[test]

@@ -164,9 +164,9 @@ async fn failed_row_batch_is_reported_and_bytes_remain() {
         .error_text()
         .unwrap()
         .contains("artifact rows not written"));
-    // The report document is stored even though its artifact row is not:
-    // the report row may still point at it.
-    assert!(matches!(outcome.report, ReportFile::Stored { .. }));
+    // The report's bytes are up but its artifact row is not: no report row
+    // may point at them.
+    assert!(matches!(outcome.report, ReportFile::Failed { .. }));
     assert_eq!(
         blobs.list(None).await.unwrap().len(),
         3,

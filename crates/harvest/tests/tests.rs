@@ -7,4 +7,5 @@ mod support;
 
 mod containment;
 mod persist_phase;
+mod report;
 mod walk;

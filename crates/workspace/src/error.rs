@@ -87,6 +87,14 @@ pub enum WorkspaceError {
         /// The artifact.
         artifact: ArtifactId,
     },
+    /// The workspace archive would be larger than its cap
+    /// ([`ArchiveConfig::max_bytes`](crate::ArchiveConfig::max_bytes)): it
+    /// was given up and nothing is stored.
+    #[error("workspace archive is over its {limit}-byte cap; not archived")]
+    ArchiveTooLarge {
+        /// The cap, in bytes of compressed archive.
+        limit: u64,
+    },
     /// A blob store call failed.
     #[error("blob {key} could not be {op}")]
     Blob {

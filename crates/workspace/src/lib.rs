@@ -4,9 +4,12 @@
 //!
 //! # Overview
 //!
-//! A session runs in `<root>/<session id>`, a [`ScratchDir`] made by
-//! [`create`] under a [`ScratchRoot`] (supplied by the embedder, or owned and
-//! removed on release). Into it go, in this order:
+//! Each iteration of a session (its first run, then every reopen) runs in
+//! `<root>/<session id>/<revision>`, a [`ScratchDir`] made by
+//! [`create_iteration`] under a [`ScratchRoot`] (supplied by the embedder, or
+//! owned and removed on release), so a dir an earlier iteration left behind
+//! never blocks a later one; [`create`] makes the older one-dir-per-session
+//! layout `<root>/<session id>`. Into it go, in this order:
 //!
 //! 1. the read-only trees of a repository at the session's pinned commit,
 //!    written by a [`Seeder`] — for real by [`GitSeeder`] with the `git`
@@ -18,7 +21,8 @@
 //! [`read_only_prefixes`] is the one deny list (the seeded trees and
 //! `context/`) that restore here and the harvest walk in `korvus-harvest`
 //! both use. [`SkillCatalog`] reads `skills/*/SKILL.md` front matter. At the
-//! end, [`archive`] packs the directory into one `workspace.tar.gz`,
+//! end, [`archive`] packs the directory into one `workspace.tar.gz` (streamed
+//! into a temporary file, capped by [`ArchiveConfig`]),
 //! [`store_archive`] stores it bytes-first/row-second, and
 //! [`ScratchDir::release`] removes it. [`reap`] removes the directories a
 //! crash left behind.
@@ -36,8 +40,9 @@
 //!
 //! # Why it is shaped like this
 //!
-//! A scratch dir is made with one non-recursive `mkdir` under a fresh id, so
-//! an existing directory is someone else's and is refused. Everything a
+//! A scratch dir is made with one non-recursive `mkdir` under a fresh id (or
+//! a fresh revision of a session), so an existing directory is someone
+//! else's and is refused. Everything a
 //! session could have planted is handled without following symlinks: restore
 //! writes only validated [`WorkspacePath`]s, archive and reap never follow a
 //! link, and a failed seeding leaves no half-written tree. Every path rule
@@ -97,7 +102,8 @@ mod skills;
 mod upload;
 
 pub use crate::archive::{
-    archive, store_archive, WorkspaceArchive, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
+    archive, archive_with, store_archive, ArchiveConfig, WorkspaceArchive, ARCHIVE_CONTENT_TYPE,
+    ARCHIVE_PATH, DEFAULT_ARCHIVE_MAX_BYTES,
 };
 pub use crate::context::{
     materialize_context, restore_own_output, ContextFile, ContextOutcome, FileFailure,
@@ -109,7 +115,7 @@ pub use crate::path::{
     CONTEXT_DIR, DEFAULT_TREES, HARVEST_MANIFEST, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, METADATA_DIR,
     REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
-pub use crate::scratch::{create, reap, Reaped, ScratchDir, ScratchRoot};
+pub use crate::scratch::{create, create_iteration, reap, Reaped, ScratchDir, ScratchRoot};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
 pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReason, Seeder};

@@ -74,6 +74,17 @@ impl ScratchRoot {
         create(&self.path, session).await
     }
 
+    /// Creates this iteration's scratch dir; see [`create_iteration`].
+    ///
+    /// # Errors
+    /// As [`create_iteration`].
+    ///
+    /// # Cancel safety
+    /// As [`create_iteration`].
+    pub async fn create_iteration(&self, session: SessionId, revision: u32) -> Result<ScratchDir> {
+        create_iteration(&self.path, session, revision).await
+    }
+
     /// Releases the root: an owned root is removed with everything in it
     /// (symlinks are removed, never followed); a supplied root is left as it
     /// is.
@@ -93,7 +104,9 @@ impl ScratchRoot {
     }
 }
 
-/// One session's scratch directory, `<root>/<session id>`.
+/// A scratch directory: one session's, `<root>/<session id>` (made by
+/// [`create`]), or one iteration's, `<root>/<session id>/<revision>` (made by
+/// [`create_iteration`]).
 ///
 /// Not `Clone`: [`ScratchDir::release`] consumes it. Dropping it removes
 /// nothing; a directory left behind by a crash is removed by [`reap`].
@@ -101,6 +114,7 @@ impl ScratchRoot {
 pub struct ScratchDir {
     path: PathBuf,
     session: SessionId,
+    revision: Option<u32>,
 }
 
 impl ScratchDir {
@@ -114,8 +128,17 @@ impl ScratchDir {
         self.session
     }
 
+    /// The revision of an iteration's dir ([`create_iteration`]); `None` for
+    /// a session's dir ([`create`]).
+    pub fn revision(&self) -> Option<u32> {
+        self.revision
+    }
+
     /// Removes the directory and everything in it. Read-only seeded trees
-    /// are made writable first; symlinks are removed, never followed.
+    /// are made writable first; symlinks are removed, never followed. An
+    /// iteration's dir also takes its session's dir with it when that is
+    /// then empty (one non-recursive `rmdir`; a session dir still holding
+    /// another iteration's dir, or anything else, stays).
     ///
     /// # Errors
     /// [`WorkspaceError::Io`] when something cannot be removed.
@@ -125,7 +148,32 @@ impl ScratchDir {
     /// this future is dropped.
     pub async fn release(self) -> Result<()> {
         let path = self.path;
-        blocking(move || remove_tree_if_exists(&path)).await
+        let iteration = self.revision.is_some();
+        blocking(move || {
+            remove_tree_if_exists(&path)?;
+            match path.parent().filter(|_| iteration) {
+                Some(session_dir) => remove_if_empty(session_dir),
+                None => Ok(()),
+            }
+        })
+        .await
+    }
+}
+
+/// Removes `dir` if it is an empty directory; one that is missing or not
+/// empty is left as it is.
+fn remove_if_empty(dir: &Path) -> Result<()> {
+    match fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::DirectoryNotEmpty
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(WorkspaceError::io("remove", dir, e)),
     }
 }
 
@@ -154,7 +202,75 @@ pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
         Err(e) => Err(WorkspaceError::io("create scratch directory", &p, e)),
     })
     .await?;
-    Ok(ScratchDir { path, session })
+    Ok(ScratchDir {
+        path,
+        session,
+        revision: None,
+    })
+}
+
+/// Creates one iteration's scratch dir, `<root>/<session id>/<revision>`
+/// (the revision in decimal), mode 0700.
+///
+/// The session's dir is made if it is missing (mode 0700) and reused if it
+/// is a real directory, so a dir an earlier iteration left behind never
+/// blocks a later one. The revision's dir is made with one non-recursive
+/// `mkdir`: an existing one belongs to another run of that revision and is
+/// refused, untouched. [`ScratchDir::release`] removes the revision's dir and
+/// then the session's dir when it is empty; [`reap`] removes leftovers of
+/// both layouts.
+///
+/// The root must already exist.
+///
+/// # Errors
+/// [`WorkspaceError::AlreadyExists`] when the revision's dir exists (as
+/// anything, even a symlink), or when the session's path exists and is not
+/// a real directory (a file, a symlink — never followed);
+/// [`WorkspaceError::Io`] for any other failure, e.g. a missing root.
+///
+/// # Cancel safety
+/// Not cancel-safe: the directories are created on a blocking task that
+/// finishes even if this future is dropped; [`reap`] removes such leftovers.
+pub async fn create_iteration(
+    root: &Path,
+    session: SessionId,
+    revision: u32,
+) -> Result<ScratchDir> {
+    let session_dir = root.join(session.to_string());
+    let path = session_dir.join(revision.to_string());
+    let p = path.clone();
+    blocking(move || {
+        make_session_dir(&session_dir)?;
+        match make_dir(&p, DIR_MODE) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(WorkspaceError::AlreadyExists { path: p })
+            }
+            Err(e) => Err(WorkspaceError::io("create scratch directory", &p, e)),
+        }
+    })
+    .await?;
+    Ok(ScratchDir {
+        path,
+        session,
+        revision: Some(revision),
+    })
+}
+
+/// Makes a session's dir, or accepts an existing one that is a real
+/// directory (`lstat`: a symlink is refused, not followed).
+fn make_session_dir(dir: &Path) -> Result<()> {
+    match make_dir(dir, DIR_MODE) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match fs::symlink_metadata(dir) {
+            Ok(meta) if meta.file_type().is_dir() => Ok(()),
+            Ok(_) => Err(WorkspaceError::AlreadyExists {
+                path: dir.to_path_buf(),
+            }),
+            Err(e) => Err(WorkspaceError::io("inspect session directory", dir, e)),
+        },
+        Err(e) => Err(WorkspaceError::io("create session directory", dir, e)),
+    }
 }
 
 /// What [`reap`] did.
@@ -171,7 +287,9 @@ pub struct Reaped {
 /// Removes the scratch dirs a crash left under `root`.
 ///
 /// Only real directories whose names are canonical hyphenated lower-case
-/// UUIDs (the form [`create`] uses) are removed. Files, other names and
+/// UUIDs (the form [`create`] and [`create_iteration`] use) are removed,
+/// whole: a session's dir of either layout, with every iteration's dir in
+/// it. Files, other names and
 /// symlinks — even ones named like a UUID — are left alone, and no symlink is
 /// ever followed, inside a removed directory either. Call it when no session
 /// of this process runs under `root`; a directory of a live session would be

@@ -9,7 +9,10 @@ use std::process::Command;
 use flate2::read::GzDecoder;
 use korvus_blob::{artifact_key, BlobKey, BlobStore, MemoryBlobStore, Sha256Digest};
 use korvus_store::{ArtifactKind, MemoryStore, NewIncident, NewSession, SessionKind, Store};
-use korvus_workspace::{archive, store_archive, WorkspaceError, ARCHIVE_PATH};
+use korvus_workspace::{
+    archive, archive_with, store_archive, ArchiveConfig, WorkspaceError, ARCHIVE_PATH,
+    DEFAULT_ARCHIVE_MAX_BYTES,
+};
 use tempfile::TempDir;
 
 use korvus_testkit::faults::BlobFault;
@@ -60,15 +63,18 @@ async fn the_archive_has_no_symlinks_and_unpacks_to_the_same_regular_files() {
         .success());
 
     let packed = archive(dir).await.unwrap();
+    let bytes = packed.read_bytes().await.unwrap();
     assert_eq!(packed.files, 6);
     assert_eq!(packed.dirs, 4, "out, out/deep, out/deep/er, empty-dir");
     assert_eq!(packed.symlinks_left_out, 2);
     assert_eq!(packed.specials_left_out, 1);
     assert!(packed.unreadable.is_empty());
-    assert_eq!(packed.sha256, Sha256Digest::of(&packed.bytes));
+    assert!(packed.changed.is_empty());
+    assert_eq!(packed.size, bytes.len() as u64);
+    assert_eq!(packed.sha256, Sha256Digest::of(&bytes));
 
     // Entries: no symlinks or specials, sorted, relative.
-    let mut tar = tar::Archive::new(GzDecoder::new(&packed.bytes[..]));
+    let mut tar = tar::Archive::new(GzDecoder::new(&bytes[..]));
     let mut names = Vec::new();
     for entry in tar.entries().unwrap() {
         let entry = entry.unwrap();
@@ -85,7 +91,7 @@ async fn the_archive_has_no_symlinks_and_unpacks_to_the_same_regular_files() {
 
     // Unpacks to the same regular files, byte for byte.
     let unpacked = TempDir::new().unwrap();
-    tar::Archive::new(GzDecoder::new(&packed.bytes[..]))
+    tar::Archive::new(GzDecoder::new(&bytes[..]))
         .unpack(unpacked.path())
         .unwrap();
     assert_eq!(regular_files(unpacked.path()), regular_files(dir));
@@ -93,7 +99,11 @@ async fn the_archive_has_no_symlinks_and_unpacks_to_the_same_regular_files() {
     assert!(fs::symlink_metadata(unpacked.path().join("passwd")).is_err());
 
     // Deterministic: the same tree gives the same bytes.
-    assert_eq!(archive(dir).await.unwrap().bytes, packed.bytes);
+    let again = archive(dir).await.unwrap();
+    assert_eq!(again.read_bytes().await.unwrap(), bytes);
+    assert_eq!(again.sha256, packed.sha256);
+    // The temporary file has no name: the scratch dir holds what it held.
+    assert_eq!(regular_files(dir).len(), 6);
 }
 
 #[tokio::test]
@@ -109,7 +119,7 @@ async fn a_hostile_workspace_is_archived_without_following_anything() {
 
     // Not one byte from outside the scratch dir, anywhere in the stream.
     let mut tar_bytes = Vec::new();
-    GzDecoder::new(&packed.bytes[..])
+    GzDecoder::new(&packed.read_bytes().await.unwrap()[..])
         .read_to_end(&mut tar_bytes)
         .unwrap();
     assert!(!tar_bytes
@@ -173,7 +183,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
     assert_eq!(row.path, ARCHIVE_PATH);
     assert_eq!(row.revision, 1);
     assert_eq!(row.sha256, packed.sha256.to_hex());
-    assert_eq!(row.size_bytes, packed.bytes.len() as u64);
+    assert_eq!(row.size_bytes, packed.size);
     assert_eq!(
         row.blob_key,
         artifact_key(
@@ -188,7 +198,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
         .get(&BlobKey::new(row.blob_key.as_str()).unwrap())
         .await
         .unwrap();
-    assert_eq!(blob.bytes, packed.bytes);
+    assert_eq!(blob.bytes, packed.read_bytes().await.unwrap());
     assert_eq!(blob.meta.content_type.as_deref(), Some("application/gzip"));
     assert_eq!(
         store.list_session_artifacts(session.id).await.unwrap(),
@@ -254,4 +264,139 @@ async fn a_failed_upload_writes_no_row() {
     .unwrap_err();
     assert!(matches!(err, WorkspaceError::Store { .. }), "{err:?}");
     assert_eq!(blobs.list(None).await.unwrap().len(), 1);
+}
+
+/// `len` bytes that gzip cannot shrink (xorshift), so archive sizes are
+/// predictable.
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_archive_over_its_cap_is_a_typed_error_and_nothing_is_stored() {
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let s = scratch().await;
+    fs::write(s.dir.path().join("report.md"), "# r\n").unwrap();
+    fs::write(s.dir.path().join("big.bin"), noise(4 * 1024 * 1024, 7)).unwrap();
+    let before = regular_files(s.dir.path());
+
+    let config = ArchiveConfig {
+        max_bytes: 1024 * 1024,
+    };
+    let err = archive_with(s.dir.path(), &config).await.unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::ArchiveTooLarge { limit } if limit == 1024 * 1024),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("cap"), "{err}");
+    // The way a caller lands an archive: only a packed one is stored.
+    if let Ok(packed) = archive_with(s.dir.path(), &config).await {
+        store_archive(
+            &store,
+            &blobs,
+            korvus_store::IncidentId::new(),
+            s.dir.session_id(),
+            1,
+            &packed,
+        )
+        .await
+        .unwrap();
+    }
+    assert!(blobs.list(None).await.unwrap().is_empty());
+    assert!(store
+        .list_session_artifacts(s.dir.session_id())
+        .await
+        .unwrap()
+        .is_empty());
+    // No temporary file is left in the scratch dir.
+    assert_eq!(regular_files(s.dir.path()), before);
+}
+
+#[tokio::test]
+async fn the_cap_is_on_the_compressed_size_and_an_archive_at_it_is_kept() {
+    let s = scratch().await;
+    fs::write(s.dir.path().join("a.bin"), noise(100_000, 3)).unwrap();
+    // Compressible: far over the cap uncompressed, far under it packed.
+    fs::write(s.dir.path().join("zeros"), vec![0u8; 2_000_000]).unwrap();
+    let full = archive(s.dir.path()).await.unwrap();
+    assert_eq!(DEFAULT_ARCHIVE_MAX_BYTES, 256 * 1024 * 1024);
+    assert!(full.size < 200_000, "{}", full.size);
+
+    let at = archive_with(
+        s.dir.path(),
+        &ArchiveConfig {
+            max_bytes: full.size,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(at.sha256, full.sha256);
+    let err = archive_with(
+        s.dir.path(),
+        &ArchiveConfig {
+            max_bytes: full.size - 1,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::ArchiveTooLarge { .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_archive_round_trips_through_the_blob_store() {
+    let store = MemoryStore::new();
+    let blobs = MemoryBlobStore::new();
+    let incident = store
+        .create_incident(NewIncident {
+            title: "t".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let s = scratch().await;
+    let session = store
+        .create_session(NewSession {
+            id: s.dir.session_id(),
+            incident_id: incident.id,
+            kind: SessionKind::Initial,
+            prompt: "p".into(),
+            workspace_ref: None,
+        })
+        .await
+        .unwrap();
+    // Larger than every buffer on the way (tar, gzip, file writer).
+    fs::create_dir_all(s.dir.path().join("out/nested")).unwrap();
+    fs::write(
+        s.dir.path().join("out/nested/big.bin"),
+        noise(3_000_000, 11),
+    )
+    .unwrap();
+    fs::write(s.dir.path().join("report.md"), "# r\n").unwrap();
+
+    let packed = archive(s.dir.path()).await.unwrap();
+    let row = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+        .await
+        .unwrap();
+    let blob = blobs
+        .get(&BlobKey::new(row.blob_key.as_str()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(blob.bytes.len() as u64, packed.size);
+    assert_eq!(Sha256Digest::of(&blob.bytes), packed.sha256);
+    let unpacked = TempDir::new().unwrap();
+    tar::Archive::new(GzDecoder::new(&blob.bytes[..]))
+        .unpack(unpacked.path())
+        .unwrap();
+    assert_eq!(regular_files(unpacked.path()), regular_files(s.dir.path()));
 }

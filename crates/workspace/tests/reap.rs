@@ -89,3 +89,47 @@ async fn reaping_a_missing_root_is_an_error() {
     let tmp = TempDir::new().unwrap();
     assert!(reap(&tmp.path().join("missing")).await.is_err());
 }
+
+#[tokio::test]
+async fn reap_removes_leftovers_of_both_layouts() {
+    let tmp = TempDir::new().unwrap();
+    let root = tmp.path().to_path_buf();
+
+    // The session layout: `<root>/<session>`.
+    let old = korvus_workspace::create(&root, SessionId::new())
+        .await
+        .unwrap();
+    fs::write(old.path().join("report.md"), "r").unwrap();
+    let old_id = old.session_id();
+    drop(old);
+
+    // The iteration layout: `<root>/<session>/<revision>`, two iterations
+    // left behind, one with a read-only tree.
+    let id = SessionId::new();
+    let first = korvus_workspace::create_iteration(&root, id, 1)
+        .await
+        .unwrap();
+    fs::create_dir(first.path().join("docs")).unwrap();
+    fs::write(first.path().join("docs/a.md"), "a").unwrap();
+    fs::set_permissions(first.path().join("docs"), fs::Permissions::from_mode(0o555)).unwrap();
+    let second = korvus_workspace::create_iteration(&root, id, 2)
+        .await
+        .unwrap();
+    fs::write(second.path().join("out.txt"), "o").unwrap();
+    drop((first, second));
+
+    let reaped = reap(&root).await.unwrap();
+    let mut removed = reaped.removed.clone();
+    removed.sort();
+    let mut expected = vec![old_id, id];
+    expected.sort();
+    assert_eq!(removed, expected);
+    assert!(reaped.failed.is_empty(), "{:?}", reaped.failed);
+    assert!(listing(&root).is_empty(), "{:?}", listing(&root));
+
+    // The next iteration of the reaped session starts clean.
+    let next = korvus_workspace::create_iteration(&root, id, 3)
+        .await
+        .unwrap();
+    assert!(listing(next.path()).is_empty());
+}

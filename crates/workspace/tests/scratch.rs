@@ -3,7 +3,7 @@
 use std::fs;
 
 use korvus_store::SessionId;
-use korvus_workspace::{create, GitSeeder, ScratchRoot, Seeder, WorkspaceError};
+use korvus_workspace::{create, create_iteration, GitSeeder, ScratchRoot, Seeder, WorkspaceError};
 use tempfile::TempDir;
 
 use crate::support::{listing, mode, TestRepo};
@@ -129,4 +129,113 @@ async fn releasing_a_seeded_dir_removes_the_read_only_trees() {
     dir.release().await.unwrap();
     assert!(!path.exists());
     assert!(listing(tmp.path()).is_empty());
+}
+
+#[tokio::test]
+async fn an_iteration_dir_is_made_0700_under_the_session_and_revision() {
+    let tmp = TempDir::new().unwrap();
+    let id = SessionId::new();
+    let dir = create_iteration(tmp.path(), id, 1).await.unwrap();
+    let session_dir = tmp.path().join(id.to_string());
+    assert_eq!(dir.path(), session_dir.join("1"));
+    assert_eq!(dir.session_id(), id);
+    assert_eq!(dir.revision(), Some(1));
+    assert_eq!(mode(&session_dir), 0o700);
+    assert_eq!(mode(dir.path()), 0o700);
+    // The session layout has no revision.
+    assert_eq!(
+        create(tmp.path(), SessionId::new())
+            .await
+            .unwrap()
+            .revision(),
+        None
+    );
+
+    // Releasing the only iteration takes the session's dir with it.
+    dir.release().await.unwrap();
+    assert!(!session_dir.exists());
+}
+
+#[tokio::test]
+async fn a_leftover_earlier_iteration_does_not_block_the_next() {
+    let tmp = TempDir::new().unwrap();
+    let id = SessionId::new();
+    let session_dir = tmp.path().join(id.to_string());
+    // Revision 1's dir is left behind (never released), with a seeded-like
+    // read-only tree in it.
+    let first = create_iteration(tmp.path(), id, 1).await.unwrap();
+    fs::create_dir(first.path().join("docs")).unwrap();
+    fs::write(first.path().join("docs/a.md"), "a").unwrap();
+    fs::set_permissions(
+        first.path().join("docs"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o555),
+    )
+    .unwrap();
+    drop(first);
+
+    let second = create_iteration(tmp.path(), id, 2).await.unwrap();
+    assert_eq!(second.path(), session_dir.join("2"));
+    // Releasing it leaves the session's dir, which still holds revision 1.
+    second.release().await.unwrap();
+    assert!(!session_dir.join("2").exists());
+    assert_eq!(
+        fs::read_to_string(session_dir.join("1/docs/a.md")).unwrap(),
+        "a"
+    );
+
+    // The leftover revision itself is refused, untouched.
+    let err = create_iteration(tmp.path(), id, 1).await.unwrap_err();
+    assert!(
+        matches!(&err, WorkspaceError::AlreadyExists { path } if *path == session_dir.join("1")),
+        "{err:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(session_dir.join("1/docs/a.md")).unwrap(),
+        "a"
+    );
+
+    // The session layout's leftover (a dir made by `create`) does not block
+    // an iteration either: it is the session's dir, reused.
+    let old = SessionId::new();
+    create(tmp.path(), old).await.unwrap();
+    create_iteration(tmp.path(), old, 3)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(!tmp.path().join(old.to_string()).exists());
+}
+
+#[tokio::test]
+async fn a_session_path_that_is_not_a_directory_is_refused_not_followed() {
+    let tmp = TempDir::new().unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    let linked = SessionId::new();
+    std::os::unix::fs::symlink(&elsewhere, tmp.path().join(linked.to_string())).unwrap();
+    let err = create_iteration(tmp.path(), linked, 1).await.unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::AlreadyExists { .. }),
+        "{err:?}"
+    );
+    assert!(
+        listing(&elsewhere).is_empty(),
+        "nothing made through the link"
+    );
+
+    let file = SessionId::new();
+    fs::write(tmp.path().join(file.to_string()), "a file").unwrap();
+    let err = create_iteration(tmp.path(), file, 1).await.unwrap_err();
+    assert!(
+        matches!(err, WorkspaceError::AlreadyExists { .. }),
+        "{err:?}"
+    );
+
+    // And the root must exist: nothing is made recursively above it.
+    let err = create_iteration(&tmp.path().join("no/root"), SessionId::new(), 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WorkspaceError::Io { .. }), "{err:?}");
+    assert!(!tmp.path().join("no").exists());
 }
