@@ -279,3 +279,100 @@ async fn a_role_the_database_would_refuse_is_refused_before_any_row() {
     env.assert_closed().await;
     env.db.close().await;
 }
+
+#[tokio::test]
+async fn an_oversized_report_is_an_upload_failure_and_an_empty_one_was_never_authored() {
+    let env = Embedded::new().await;
+    for (body, reason) in [
+        (vec![b'#'; 2048], exit::REPORT_UPLOAD_FAILED),
+        (Vec::new(), exit::REPORT_AUTHOR_FAILED),
+    ] {
+        let manager = env
+            .builder(ScriptRunner::new(move |ctx, _| {
+                let body = body.clone();
+                async move {
+                    write(ctx.scratch.as_ref().unwrap(), "report.md", body);
+                    Ok(RunOutcome::completed(Counters::default()))
+                }
+            }))
+            .persist_config(PersistConfig {
+                report_max_bytes: 1024,
+                ..PersistConfig::default()
+            })
+            .build();
+        let row = one(&env, &manager).await;
+        assert_eq!(row.status, SessionStatus::Failed);
+        assert_eq!(row.exit_reason.as_deref(), Some(reason));
+        let report = env.store.get_report(row.id, 1).await.unwrap();
+        assert_eq!(report.markdown_key, None);
+        manager.stop().await;
+    }
+    env.assert_closed().await;
+}
+
+/// Asks the user on its first run; completes once answered.
+fn asks_then_answers() -> ScriptRunner {
+    ScriptRunner::new(|ctx, message| async move {
+        write(ctx.scratch.as_ref().unwrap(), "report.md", "# R\n");
+        Ok(match message {
+            None => RunOutcome {
+                exit_reason: ExitReason::AWAITING_USER,
+                author_finished: true,
+                counters: Counters::default(),
+            },
+            Some(_) => RunOutcome::completed(Counters::default()),
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_session_waiting_for_the_user_is_cancelled_or_answered_on_any_replica() {
+    let env = Embedded::new().await;
+    let first = env.builder(asks_then_answers()).build();
+    let waiting = one(&env, &first).await;
+    let answered = one(&env, &first).await;
+    assert!(waiting.is_idle() && answered.is_idle());
+    first.stop().await;
+    // Another manager — a replica, or this process after a restart.
+    let replica = env.builder(asks_then_answers()).build();
+    let cancelled = replica.cancel(waiting.id).await.unwrap();
+    assert_eq!(cancelled.status, SessionStatus::Cancelled);
+    assert_eq!(env.store.list_reports(waiting.id).await.unwrap().len(), 1);
+    let continued = replica.send_message(answered.id, "db-1").await.unwrap();
+    assert_eq!(continued.revision, 2);
+    let done = settled(&replica, &continued).await;
+    assert_eq!(done.status, SessionStatus::Completed);
+    assert!(matches!(
+        replica.send_message(waiting.id, "too late").await,
+        Err(SessionError::NotAwaitingUser { .. })
+    ));
+    replica.stop().await;
+    env.assert_closed().await;
+}
+
+#[tokio::test]
+async fn send_message_racing_cancel_has_exactly_one_winner() {
+    let env = Embedded::new().await;
+    let manager = env.builder(asks_then_answers()).build();
+    for round in 0..20 {
+        let row = one(&env, &manager).await;
+        let (sent, cancelled) = tokio::join!(
+            manager.send_message(row.id, "answer"),
+            manager.cancel(row.id)
+        );
+        let now = settled(&manager, &row).await;
+        assert!(now.status.is_terminal(), "round {round}: {now:?}");
+        let reports = env.store.list_reports(row.id).await.unwrap().len();
+        match sent {
+            Ok(_) => assert_eq!(reports, 2, "round {round}"),
+            Err(SessionError::NotAwaitingUser { .. }) => {
+                assert_eq!(now.status, SessionStatus::Cancelled, "round {round}");
+                assert!(cancelled.is_ok());
+                assert_eq!(reports, 1, "round {round}: the loser wrote nothing");
+            }
+            Err(e) => panic!("round {round}: {e:?}"),
+        }
+    }
+    manager.stop().await;
+    env.assert_closed().await;
+}

@@ -59,7 +59,8 @@ pub(crate) async fn land(
         (report, _) => report.markdown().map(|(k, b)| (k.to_owned(), b)),
     };
     if ended_normally {
-        if !author_finished {
+        // An empty report.md is nothing authored, like a missing one.
+        if !author_finished || matches!(outcome.report, ReportFile::Empty) {
             status = SessionStatus::Failed;
             exit_reason = ExitReason::REPORT_AUTHOR_FAILED;
         } else if matches!(outcome.report, ReportFile::Failed { .. }) {
@@ -75,7 +76,8 @@ pub(crate) async fn land(
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
         exit_reason: exit_reason.to_string(),
         counters,
-        detail: None,
+        // What degraded the persist phase, cause first, for the operator.
+        detail: outcome.detail(),
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.

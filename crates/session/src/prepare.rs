@@ -64,7 +64,9 @@ impl Inner {
             info!("no scratch root configured; running without a workspace");
             return Ok(prepared);
         };
-        let dir = korvus_workspace::create(root, plan.session.id)
+        // One directory per iteration: a leftover of an earlier one never
+        // blocks this one.
+        let dir = korvus_workspace::create_iteration(root, plan.session.id, plan.revision)
             .await
             .map_err(|e| format!("scratch dir not created: {e}"))?;
         tokio::select! {

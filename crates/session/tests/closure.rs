@@ -236,3 +236,36 @@ async fn a_run_the_manager_cancelled_settles_cancelled_every_time() {
     }
     manager.stop().await;
 }
+
+#[tokio::test]
+async fn an_oversized_report_is_an_upload_failure_and_an_empty_one_was_never_authored() {
+    let env = Env::new().await;
+    for (body, reason) in [
+        (vec![b'#'; 2048], exit::REPORT_UPLOAD_FAILED),
+        (Vec::new(), exit::REPORT_AUTHOR_FAILED),
+    ] {
+        let manager = quick(
+            &env,
+            ScriptRunner::new(move |ctx, _| {
+                let body = body.clone();
+                async move {
+                    std::fs::write(ctx.scratch.as_ref().unwrap().join("report.md"), body).unwrap();
+                    Ok(RunOutcome::completed(Counters::default()))
+                }
+            }),
+        )
+        .persist_config(PersistConfig {
+            report_max_bytes: 1024,
+            ..PersistConfig::default()
+        })
+        .build();
+        let s = manager.create(env.request("report")).await.unwrap();
+        let row = settled(&manager, &s).await;
+        assert_eq!(row.status, SessionStatus::Failed);
+        assert_eq!(row.exit_reason.as_deref(), Some(reason));
+        let report = env.store.get_report(row.id, 1).await.unwrap();
+        assert_eq!(report.markdown_key, None);
+        assert_closed(&env, &row).await;
+        manager.stop().await;
+    }
+}

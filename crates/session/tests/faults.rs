@@ -217,7 +217,7 @@ async fn report_upload_failure_lands_a_row_without_key() {
 }
 
 #[tokio::test]
-async fn artifact_row_failure_still_lands_report_and_status() {
+async fn artifact_row_failure_lands_a_report_row_without_a_document_and_says_why() {
     let env = Env::new().await;
     env.store.fault(StoreOp::CreateArtifacts, StoreFault::Fail);
     let manager = env
@@ -227,10 +227,14 @@ async fn artifact_row_failure_still_lands_report_and_status() {
         ]))
         .build();
     let row = one(&env, &manager).await;
-    // The document's bytes are stored; the report row points at them.
-    assert_eq!(row.status, SessionStatus::Completed);
+    // The document's bytes are stored, but no artifact row describes them:
+    // the report row must not point at them, and says why.
+    assert_eq!(row.status, SessionStatus::Failed);
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::REPORT_UPLOAD_FAILED));
     let report = env.store.get_report(row.id, 1).await.unwrap();
-    assert!(report.markdown_key.is_some());
+    assert_eq!(report.markdown_key, None);
+    let detail = report.detail.expect("the cause reaches the report row");
+    assert!(detail.contains("artifact rows not written"), "{detail}");
     assert!(env
         .store
         .list_session_artifacts(row.id)
