@@ -186,6 +186,12 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             human_bytes(r.markdown_bytes),
             r.markdown_key.as_deref().unwrap_or("(no report.md)")
         );
+        // What degraded the persist phase, cause first (at most 4 KiB).
+        if let Some(detail) = &r.detail {
+            for line in detail.lines() {
+                println!("          ! {line}");
+            }
+        }
     }
     let mut artifacts = backends.store.list_session_artifacts(id).await?;
     artifacts.sort_by(|a, b| (a.revision, &a.path).cmp(&(b.revision, &b.path)));

@@ -7,5 +7,6 @@ mod context;
 mod demo;
 mod errors;
 mod ops;
+mod report;
 mod services;
 mod sigint;

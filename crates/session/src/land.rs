@@ -170,26 +170,32 @@ impl Inner {
 
 /// Runs `attempt` on its own task (so a caller going away or a panic
 /// cannot cut it half-way) until it succeeds, fails permanently (`Err(Some)`)
-/// or `bound` passes (`Err(None)`), retrying transient failures and panics
-/// with backoff.
+/// or `bound` passes (`Err(None)`), retrying transient failures, panics and
+/// hangs with backoff. One attempt may take a quarter of the bound: a call
+/// that hangs once (a dropped connection) is abandoned and tried again
+/// rather than using up the whole bound. Both writes retried this way are
+/// safe to repeat: a settle writes the same row again, and a report row
+/// that did land makes the retry a `Conflict` the caller accepts.
 pub(crate) async fn retry<F, Fut>(bound: Duration, attempt: F) -> Result<(), Option<StoreError>>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
 {
     let deadline = tokio::time::Instant::now() + bound;
+    let per_attempt = bound / 4;
     let mut delay = Duration::from_millis(25);
     loop {
         let task = tokio::spawn(attempt());
         let abort = task.abort_handle();
-        match tokio::time::timeout_at(deadline, task).await {
+        let until = deadline.min(tokio::time::Instant::now() + per_attempt);
+        match tokio::time::timeout_at(until, task).await {
             Ok(Ok(Ok(()))) => return Ok(()),
             Ok(Ok(Err(e))) if !e.is_transient() => return Err(Some(e)),
             Ok(Ok(Err(e))) => warn!(error = %e, "store write failed; retrying"),
             Ok(Err(join)) => warn!(error = %join, "store write panicked; retrying"),
             Err(_) => {
                 abort.abort();
-                return Err(None);
+                warn!(?per_attempt, "store write did not answer in time; retrying");
             }
         }
         if tokio::time::Instant::now() + delay >= deadline {

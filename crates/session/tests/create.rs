@@ -251,3 +251,36 @@ async fn the_report_template_is_copied_read_only_and_named_to_the_run() {
     );
     manager.stop().await;
 }
+
+#[tokio::test]
+async fn the_row_is_running_in_the_store_while_the_runner_works() {
+    let env = Env::new().await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let runner = ScriptRunner::new(move |ctx, _| {
+        if let Some(tx) = started_tx.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            write_files(&ctx, &[("report.md", "# R\n")]);
+            Ok(RunOutcome::completed(Counters::default()))
+        }
+    });
+    let manager = env.builder(runner).build();
+    let s = manager.create(env.request("slow")).await.unwrap();
+    started_rx.await.unwrap();
+    // While the runner works, the stored row (not the returned copy) is
+    // running with no end time and no report row yet.
+    let stored = env.store.get_session(s.id).await.unwrap();
+    assert_eq!(stored.status, SessionStatus::Running);
+    assert_eq!(stored.ended_at, None);
+    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    release.notify_one();
+    let done = settled(&manager, &s).await;
+    assert_eq!(done.status, SessionStatus::Completed);
+    manager.stop().await;
+}

@@ -298,7 +298,8 @@ async fn settle_panics_and_hangs_are_bounded() {
     );
 
     // A store that never answers: settle gives up at its bound, and the
-    // run group is still released (stop returns).
+    // run group is still released (stop returns). The revision's report
+    // row was written before; the row itself cannot be (see below).
     env.store.fault(StoreOp::SettleSession, StoreFault::Hang);
     let manager = env
         .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
@@ -309,11 +310,50 @@ async fn settle_panics_and_hangs_are_bounded() {
         .await
         .expect("stop returns although settle cannot");
     env.store.heal();
+    assert!(env.store.get_report(s.id, 1).await.is_ok(), "report row");
     let row = env.store.get_session(s.id).await.unwrap();
-    // Documented give-up: the row stays as it was; a later operator
-    // (or reopen after repair) sees it. FIXME: a sweeper could settle
-    // such rows `failed` once the store answers again.
+    // Documented give-up: a store that never answers cannot be written, so
+    // the row stays as it was. FIXME(F11): the orphan reaper settles such
+    // rows `failed` once the owner's lease has expired.
     assert_eq!(row.status, SessionStatus::Running);
+}
+
+#[tokio::test]
+async fn a_settle_that_hangs_once_is_abandoned_and_tried_again() {
+    let env = Env::new().await;
+    env.store
+        .fault_times(StoreOp::SettleSession, StoreFault::Hang, 1);
+    let manager = env
+        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .settle_timeout(Duration::from_secs(2))
+        .build();
+    let row = one(&env, &manager).await;
+    assert_eq!(row.status, SessionStatus::Completed);
+    assert_eq!(env.store.count(StoreOp::SettleSession), 2);
+    env.assert_safe().await;
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_report_row_write_that_hangs_once_is_abandoned_and_tried_again() {
+    let env = Env::new().await;
+    env.store
+        .fault_times(StoreOp::CreateReport, StoreFault::Hang, 1);
+    let manager = env
+        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .report_timeout(Duration::from_secs(2))
+        .build();
+    let row = one(&env, &manager).await;
+    assert_eq!(row.status, SessionStatus::Completed);
+    assert!(env
+        .store
+        .get_report(row.id, 1)
+        .await
+        .unwrap()
+        .markdown_key
+        .is_some());
+    env.assert_safe().await;
+    manager.stop().await;
 }
 
 #[tokio::test]

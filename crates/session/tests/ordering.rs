@@ -1,7 +1,13 @@
 //! The order in which a run becomes visible: files, then the report row,
 //! then the terminal status, so whoever sees the terminal row sees the rest.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use korvus_blob::{Blob, BlobKey, BlobMeta, BlobStore, PutOptions};
+use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 
 use korvus_session::{exit, ContextRequest, RunOutcome};
 use korvus_store::{Counters, SessionStatus, Store};
@@ -9,14 +15,56 @@ use korvus_testkit::faults::{StoreFault, StoreOp};
 
 use crate::support::{log_turn, settled, Env, ScriptRunner};
 
+/// Records, for every put, how many store calls had been made before it:
+/// one order across the blob store and the store.
+#[derive(Debug)]
+struct PutRecorder {
+    inner: Arc<FaultBlobStore>,
+    store: Arc<FaultStore>,
+    puts: Mutex<Vec<(String, usize)>>,
+}
+
+#[async_trait]
+impl BlobStore for PutRecorder {
+    async fn put(
+        &self,
+        key: &BlobKey,
+        bytes: Bytes,
+        options: PutOptions,
+    ) -> korvus_blob::Result<()> {
+        self.inner.put(key, bytes, options).await?;
+        let before = self.store.calls().len();
+        self.puts.lock().unwrap().push((key.to_string(), before));
+        Ok(())
+    }
+    async fn get(&self, key: &BlobKey) -> korvus_blob::Result<Blob> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &BlobKey) -> korvus_blob::Result<BlobMeta> {
+        self.inner.head(key).await
+    }
+    async fn delete(&self, key: &BlobKey) -> korvus_blob::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> korvus_blob::Result<Vec<BlobMeta>> {
+        self.inner.list(prefix).await
+    }
+}
+
 #[tokio::test]
 async fn persist_then_report_row_then_terminal_status() {
     let env = Env::new().await;
+    let recorder = Arc::new(PutRecorder {
+        inner: env.blobs.clone(),
+        store: env.store.clone(),
+        puts: Mutex::default(),
+    });
     let manager = env
         .builder(ScriptRunner::writing(&[
             ("report.md", "# R\n"),
             ("x.txt", "x"),
         ]))
+        .blob_store(recorder.clone())
         .build();
     let s = manager.create(env.request("go")).await.unwrap();
     settled(&manager, &s).await;
@@ -55,8 +103,16 @@ async fn persist_then_report_row_then_terminal_status() {
         1,
         "exactly one settle"
     );
-    // Bytes before rows: every report/artifact blob was put before rows.
-    assert!(env.blobs.total_puts() >= 2);
+    // Bytes before rows: one recorder saw every put and every store call.
+    let puts = recorder.puts.lock().unwrap().clone();
+    assert!(puts.len() >= 2, "{puts:?}");
+    let rows = pos(StoreOp::CreateArtifacts);
+    for (key, store_calls_before) in &puts {
+        assert!(
+            *store_calls_before <= rows,
+            "{key} was put after the artifact rows: {puts:?} / {calls:?}"
+        );
+    }
     env.assert_safe().await;
     manager.stop().await;
 }
