@@ -269,3 +269,119 @@ async fn an_oversized_report_is_an_upload_failure_and_an_empty_one_was_never_aut
         manager.stop().await;
     }
 }
+
+/// A turn log that cannot create logs, or whose write handles refuse
+/// appends once opened again (a reopen's repair).
+#[derive(Debug)]
+struct BrokenLog {
+    inner: korvus_log::MemoryLog,
+    writers: korvus_log::Writers,
+    fail_create: bool,
+}
+
+#[derive(Debug)]
+struct RefusesAppends(korvus_log::LogHandle);
+
+#[async_trait::async_trait]
+impl korvus_log::LogIo for RefusesAppends {
+    async fn read(
+        &self,
+        offset: u64,
+        len: Option<u64>,
+    ) -> korvus_log::Result<Vec<korvus_log::Event>> {
+        self.0.read(offset, len).await
+    }
+    async fn append(&self, _: &[korvus_log::Event]) -> korvus_log::Result<()> {
+        Err(korvus_log::LogError::permanent("broken", "appends refused"))
+    }
+    async fn flush(&self) -> korvus_log::Result<()> {
+        self.0.flush().await
+    }
+    async fn close(&self) -> korvus_log::Result<()> {
+        self.0.close().await
+    }
+}
+
+#[async_trait::async_trait]
+impl korvus_log::TurnLog for BrokenLog {
+    async fn create(
+        &self,
+        header: korvus_log::LogHeader,
+    ) -> korvus_log::Result<korvus_log::LogHandle> {
+        if self.fail_create {
+            return Err(korvus_log::LogError::permanent("broken", "cannot create"));
+        }
+        self.inner.create(header).await
+    }
+    async fn open(
+        &self,
+        id: korvus_log::LogId,
+        access: korvus_log::Access,
+    ) -> korvus_log::Result<korvus_log::LogHandle> {
+        let handle = self.inner.open(id, access).await?;
+        if access != korvus_log::Access::Write {
+            return Ok(handle);
+        }
+        let header = handle.header().clone();
+        let claim = self.writers.claim(id)?;
+        Ok(korvus_log::LogHandle::writer(
+            header,
+            Arc::new(RefusesAppends(handle)),
+            claim,
+        ))
+    }
+    async fn stat(&self, id: korvus_log::LogId) -> korvus_log::Result<korvus_log::LogStat> {
+        self.inner.stat(id).await
+    }
+    async fn list(&self) -> korvus_log::Result<Vec<korvus_log::LogId>> {
+        self.inner.list().await
+    }
+    async fn flush(&self) -> Result<(), korvus_log::FlushError> {
+        self.inner.flush().await
+    }
+}
+
+#[tokio::test]
+async fn a_turn_log_that_cannot_be_created_still_lands_a_report_row() {
+    let logs: Arc<dyn korvus_log::TurnLog> = Arc::new(BrokenLog {
+        inner: korvus_log::MemoryLog::new(),
+        writers: korvus_log::Writers::new(),
+        fail_create: true,
+    });
+    let env = Env::with(
+        Arc::new(korvus_store::MemoryStore::new()),
+        Arc::new(korvus_blob::MemoryBlobStore::new()),
+        logs,
+    )
+    .await;
+    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    assert!(manager.create(env.request("no log")).await.is_err());
+    let row = env.store.list_sessions(env.incident.id).await.unwrap()[0].clone();
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::TURN_LOG_FAILED));
+    assert_closed(&env, &row).await;
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_reopen_whose_log_cannot_be_repaired_still_lands_a_report_row() {
+    let logs: Arc<dyn korvus_log::TurnLog> = Arc::new(BrokenLog {
+        inner: korvus_log::MemoryLog::new(),
+        writers: korvus_log::Writers::new(),
+        fail_create: false,
+    });
+    let env = Env::with(
+        Arc::new(korvus_store::MemoryStore::new()),
+        Arc::new(korvus_blob::MemoryBlobStore::new()),
+        logs,
+    )
+    .await;
+    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    let s = manager.create(env.request("first")).await.unwrap();
+    assert_eq!(settled(&manager, &s).await.status, SessionStatus::Completed);
+    assert!(manager.reopen(s.id, "again").await.is_err());
+    let row = env.store.get_session(s.id).await.unwrap();
+    assert_eq!(row.revision, 2);
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::TURN_LOG_FAILED));
+    assert_closed(&env, &row).await;
+    manager.stop().await;
+}
