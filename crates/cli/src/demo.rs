@@ -84,7 +84,10 @@ pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
     );
 
     // 3. A session with the bundled agent, followed live.
-    let runner = CommandRunner::new("sh").arg(&agent);
+    // The demo agent's own knob passes the environment policy by name.
+    let runner = CommandRunner::new("sh")
+        .arg(&agent)
+        .env_pass("KORVUS_DEMO_PAUSE");
     let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
     // Whatever happens below, every run is cancelled and joined before the
     // pools close.

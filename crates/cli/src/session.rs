@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use korvus_command::CommandRunner;
+use korvus_command::{CommandRunner, Inherit};
 use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
 use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus, Settlement};
@@ -42,6 +42,23 @@ pub(crate) struct AgentArgs {
     /// End the session `failed` / `timeout` after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
+    /// Which of korvus's own environment variables the agent starts from:
+    /// `core` (PATH, LANG, TZ, USER, SHELL, TERM), `all` or `none`. Names
+    /// that look like secrets (`*TOKEN*`, `*KEY*`, `AWS_*`, …) are dropped
+    /// either way.
+    #[arg(
+        long = "agent-env-inherit",
+        value_name = "all|core|none",
+        default_value = "core"
+    )]
+    pub(crate) env_inherit: Inherit,
+    /// Set a variable for the agent, whatever the excludes say (repeatable).
+    #[arg(long = "agent-env", value_name = "KEY=VALUE")]
+    pub(crate) env_set: Vec<String>,
+    /// Pass korvus's own variable NAME to the agent, whatever the excludes
+    /// say — e.g. an API key the agent needs (repeatable).
+    #[arg(long = "agent-env-pass", value_name = "NAME")]
+    pub(crate) env_pass: Vec<String>,
 }
 
 /// `korvus run`.
@@ -82,7 +99,22 @@ impl AgentArgs {
         } else {
             self.agent.clone().into()
         };
-        Ok(CommandRunner::new(program).args(&self.agent_args))
+        let mut runner = CommandRunner::new(program)
+            .args(&self.agent_args)
+            .env_inherit(self.env_inherit);
+        for pair in &self.env_set {
+            let Some((key, value)) = pair.split_once('=') else {
+                bail!("--agent-env {pair}: expected KEY=VALUE");
+            };
+            if key.is_empty() {
+                bail!("--agent-env {pair}: the name is empty");
+            }
+            runner = runner.env(key, value);
+        }
+        for name in &self.env_pass {
+            runner = runner.env_pass(name.as_str());
+        }
+        Ok(runner)
     }
 
     fn timeout(&self) -> Option<Duration> {

@@ -5,6 +5,7 @@ mod support;
 mod cancel;
 mod context;
 mod demo;
+mod environment;
 mod errors;
 mod ops;
 mod report;

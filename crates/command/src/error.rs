@@ -13,6 +13,16 @@ pub enum CommandError {
     /// root, and a command needs a working directory of its own.
     #[error("no scratch dir: CommandRunner needs a Manager with a scratch root")]
     NoScratchDir,
+    /// The agent's private `HOME` or `TMPDIR` could not be made in the
+    /// scratch dir.
+    #[error("could not make the agent's private directory {path}")]
+    PrivateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The manifest could not be written into the scratch dir.
     #[error("could not write the run manifest {path}")]
     Manifest {

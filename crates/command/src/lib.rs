@@ -85,12 +85,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod env;
 mod error;
 mod manifest;
 mod output;
 mod process;
 mod runner;
 
+pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
 pub use crate::error::CommandError;
 pub use crate::manifest::{
     ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,

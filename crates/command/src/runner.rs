@@ -3,7 +3,7 @@
 //! ([`Output::drain`]) → classify ([`process::classify`]).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +12,11 @@ use async_trait::async_trait;
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
-use korvus_workspace::REPORT_FILE;
+use korvus_workspace::{AGENT_HOME, AGENT_TMP, REPORT_FILE};
 use tokio::process::Command;
 use tracing::{info, warn};
 
+use crate::env::{EnvPolicy, Inherit};
 use crate::manifest::RunManifest;
 use crate::output::{Output, Sink};
 use crate::process::{self, Agent, Limits};
@@ -42,7 +43,8 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
 pub struct CommandRunner {
     program: OsString,
     args: Vec<OsString>,
-    env: Vec<(OsString, OsString)>,
+    env: EnvPolicy,
+    env_source: Option<Vec<(OsString, OsString)>>,
     timeout: Option<Duration>,
     kill_grace: Duration,
     stderr_lines: usize,
@@ -57,7 +59,8 @@ impl CommandRunner {
         Self {
             program: program.into(),
             args: Vec::new(),
-            env: Vec::new(),
+            env: EnvPolicy::default(),
+            env_source: None,
             timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
             stderr_lines: DEFAULT_STDERR_LINES,
@@ -81,10 +84,40 @@ impl CommandRunner {
         self
     }
 
-    /// Sets an environment variable for the program (on top of the
-    /// inherited environment; the `KORVUS_*` session variables win).
+    /// Sets an environment variable for the program, whatever the
+    /// [`EnvPolicy`] excludes (`HOME`, `TMPDIR` and the `KORVUS_*` session
+    /// variables still win).
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
-        self.env.push((key.into(), value.into()));
+        self.env.set.push((key.into(), value.into()));
+        self
+    }
+
+    /// Passes the embedding process's variable `name` through, whatever the
+    /// [`EnvPolicy`] excludes (an agent may need its own `*_API_KEY`).
+    pub fn env_pass(mut self, name: impl Into<String>) -> Self {
+        self.env.pass.push(name.into());
+        self
+    }
+
+    /// Which variables of the embedding process the agent starts from
+    /// (default [`Inherit::Core`]).
+    pub fn env_inherit(mut self, inherit: Inherit) -> Self {
+        self.env.inherit = inherit;
+        self
+    }
+
+    /// Resolves the [`EnvPolicy`] against `vars` instead of the embedding
+    /// process's own environment (e.g. an environment the embedder curated,
+    /// or a test's).
+    pub fn env_source(mut self, vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        self.env_source = Some(vars.into_iter().collect());
+        self
+    }
+
+    /// Replaces the whole environment policy (default: [`EnvPolicy::default`],
+    /// the core variables without anything that looks like a secret).
+    pub fn env_policy(mut self, policy: EnvPolicy) -> Self {
+        self.env = policy;
         self
     }
 
@@ -141,7 +174,8 @@ impl CommandRunner {
         let manifest = RunManifest::for_run(&ctx, message.as_deref())
             .write(&scratch)
             .await?;
-        let cmd = self.command(&ctx, &scratch, &manifest, message.is_some());
+        let private = PrivateDirs::make(&scratch).await?;
+        let cmd = self.command(&ctx, &scratch, &manifest, &private, message.is_some());
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         let program = self.program.to_string_lossy().into_owned();
 
@@ -166,11 +200,31 @@ impl CommandRunner {
     }
 
     /// The program, its arguments and its environment, in the scratch dir.
-    fn command(&self, ctx: &RunContext, scratch: &Path, manifest: &Path, resume: bool) -> Command {
+    fn command(
+        &self,
+        ctx: &RunContext,
+        scratch: &Path,
+        manifest: &Path,
+        private: &PrivateDirs,
+        resume: bool,
+    ) -> Command {
+        let env = match &self.env_source {
+            Some(vars) => self.env.resolve(vars.iter().cloned()),
+            None => self.env.resolve(std::env::vars_os()),
+        };
+        let names: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        // Names only: values may be secrets the embedder chose to pass.
+        info!(?names, "agent environment (plus HOME, TMPDIR and KORVUS_*)");
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .current_dir(scratch)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env_clear()
+            .envs(env)
+            .env("HOME", &private.home)
+            .env("TMPDIR", &private.tmp)
             .env("KORVUS_SESSION_ID", ctx.session.id.to_string())
             .env("KORVUS_INCIDENT_ID", ctx.incident.id.to_string())
             .env("KORVUS_REVISION", ctx.revision.to_string())
@@ -294,4 +348,28 @@ async fn report_exists(scratch: &Path) -> bool {
     tokio::fs::symlink_metadata(scratch.join(REPORT_FILE))
         .await
         .is_ok_and(|m| m.is_file())
+}
+
+/// The agent's private `HOME` and `TMPDIR`, inside its scratch dir.
+struct PrivateDirs {
+    home: PathBuf,
+    tmp: PathBuf,
+}
+
+impl PrivateDirs {
+    async fn make(scratch: &Path) -> Result<Self, CommandError> {
+        let dirs = Self {
+            home: scratch.join(AGENT_HOME),
+            tmp: scratch.join(AGENT_TMP),
+        };
+        for path in [&dirs.home, &dirs.tmp] {
+            tokio::fs::create_dir_all(path)
+                .await
+                .map_err(|source| CommandError::PrivateDir {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        Ok(dirs)
+    }
 }

@@ -265,3 +265,55 @@ async fn long_stderr_lines_are_cut_at_four_kib() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn the_agent_sees_no_secret_of_the_embedding_process() {
+    let parent = [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("LANG", "C.UTF-8".to_owned()),
+        ("GITHUB_TOKEN", "ghp_leak".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "aws_leak".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "akid_leak".to_owned()),
+        (
+            "KORVUS_DATABASE_URL",
+            "postgres://u:pw_leak@h/db".to_owned(),
+        ),
+        ("DATABASE_URL", "postgres://u:pw_leak@h/db".to_owned()),
+        ("MY_API_KEY", "needed".to_owned()),
+        ("EDITOR", "vi".to_owned()),
+    ]
+    .map(|(k, v)| (k.into(), v.into()));
+    let script = r#"env | sort | sed 's/^/env: /'; echo '# R' > report.md"#;
+    let h = harness(
+        sh(script)
+            .env_source(parent.clone())
+            .env_pass("MY_API_KEY")
+            .env("SET_BY_EMBEDDER", "yes"),
+    )
+    .await;
+    let row = h.run("print your environment").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let texts = h.texts(row.id).await;
+    let env: Vec<&str> = texts
+        .iter()
+        .filter_map(|t| t.strip_prefix("env: "))
+        .collect();
+    let all = env.join("\n");
+    assert!(!all.contains("leak"), "a secret reached the agent:\n{all}");
+    assert!(!all.contains("EDITOR="), "not a core variable:\n{all}");
+    for expected in ["LANG=C.UTF-8", "MY_API_KEY=needed", "SET_BY_EMBEDDER=yes"] {
+        assert!(env.contains(&expected), "{expected} missing:\n{all}");
+    }
+    let home = env
+        .iter()
+        .find_map(|l| l.strip_prefix("HOME="))
+        .expect("HOME");
+    let tmp = env
+        .iter()
+        .find_map(|l| l.strip_prefix("TMPDIR="))
+        .expect("TMPDIR");
+    assert!(home.ends_with("/.korvus/home"), "{home}");
+    assert!(tmp.ends_with("/.korvus/tmp"), "{tmp}");
+    assert!(env.iter().any(|l| l.starts_with("KORVUS_SESSION_ID=")));
+    h.stop().await;
+}

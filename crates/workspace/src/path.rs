@@ -53,6 +53,15 @@ pub const HARVEST_MANIFEST: &str = ".korvus/harvest.json";
 /// read the shape its `report.md` should take.
 pub const REPORT_TEMPLATE: &str = ".korvus/report-template.md";
 
+/// The agent's private home directory inside its scratch dir (a command
+/// runner points `HOME` at it): writable, never harvested, removed with the
+/// scratch dir.
+pub const AGENT_HOME: &str = ".korvus/home";
+
+/// The agent's private temporary directory inside its scratch dir (a
+/// command runner points `TMPDIR` at it), like [`AGENT_HOME`].
+pub const AGENT_TMP: &str = ".korvus/tmp";
+
 /// A validated workspace-relative path: where a file sits inside a scratch dir.
 ///
 /// Invariants, checked by [`WorkspacePath::new`]:
@@ -308,7 +317,13 @@ mod tests {
     fn shared_file_names_are_valid_and_the_manifests_are_hidden() {
         let metadata = WorkspacePath::new(METADATA_DIR).unwrap();
         assert!(METADATA_DIR.starts_with('.'));
-        for manifest in [RUN_MANIFEST, HARVEST_MANIFEST, REPORT_TEMPLATE] {
+        for manifest in [
+            RUN_MANIFEST,
+            HARVEST_MANIFEST,
+            REPORT_TEMPLATE,
+            AGENT_HOME,
+            AGENT_TMP,
+        ] {
             let path = WorkspacePath::new(manifest).unwrap();
             assert!(path.is_under(&metadata), "{manifest}");
         }
