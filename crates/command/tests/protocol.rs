@@ -212,6 +212,23 @@ async fn the_report_lands_and_resume_gets_the_message() {
 }
 
 #[tokio::test]
+async fn a_resume_that_exits_zero_without_touching_the_report_authored_nothing() {
+    let h = harness(sh(r##"
+        if [ "$KORVUS_RESUME" = 0 ]; then echo "# Findings" > report.md; fi
+    "##))
+    .await;
+    let row = h.run("first").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    h.manager.reopen(row.id, "and now?").await.expect("reopen");
+    let row = h.settled(row.id).await;
+    assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
+    assert_eq!(row.exit_reason.as_deref(), Some("report_author_failed"));
+    let r2 = h.store.get_report(row.id, 2).await.expect("revision 2");
+    assert_eq!(r2.markdown_key, None, "the old document is not adopted");
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_run_without_a_scratch_dir_fails_clearly() {
     let store = std::sync::Arc::new(korvus_store::MemoryStore::new());
     let manager =

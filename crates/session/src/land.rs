@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 
 use crate::execute::RunResult;
 use crate::manager::Inner;
-use crate::prepare::Prepared;
+use crate::prepare::{FileStamp, Prepared};
 use crate::supervise::{failed, Plan};
 
 /// How much of a rejected exit reason the turn log keeps.
@@ -40,9 +40,12 @@ pub(crate) async fn land(
     if let Some(original) = exit_reason.rejected() {
         note_rejected(log, original).await;
     }
-    let (counters, author_finished) = result.outcome().map_or((Counters::default(), false), |o| {
+    let (counters, claimed) = result.outcome().map_or((Counters::default(), false), |o| {
         (o.counters.saturating(), o.author_finished)
     });
+    // Whatever the runner claims, a restored report.md it never touched was
+    // not authored in this iteration.
+    let author_finished = claimed && !untouched_restored_report(prepared).await;
     let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
 
     let outcome = persist_phase(inner, plan, prepared).await;
@@ -233,6 +236,20 @@ async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
             "workspace archive skipped: not stored within the persist bound"
         ),
     }
+}
+
+/// Whether the scratch dir's `report.md` is still exactly the restored
+/// one (same inode, same modification time): then nothing was authored.
+async fn untouched_restored_report(prepared: &Prepared) -> bool {
+    let (Some(before), Some(dir)) = (prepared.restored_report, &prepared.dir) else {
+        return false;
+    };
+    let now = FileStamp::of(&dir.path().join(korvus_workspace::REPORT_FILE)).await;
+    let untouched = now == Some(before);
+    if untouched {
+        info!("report.md is the restored one, untouched in this iteration");
+    }
+    untouched
 }
 
 /// The persist phase of this iteration (bytes first, rows second), logged.

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use korvus_runner::{DocsLease, InheritedFile};
 use korvus_store::Artifact;
 use korvus_workspace::{
-    RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath, REPORT_TEMPLATE,
+    RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath, REPORT_FILE,
+    REPORT_TEMPLATE,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -26,6 +27,29 @@ pub(crate) struct Prepared {
     pub(crate) restored: BTreeMap<WorkspacePath, RestoredFile>,
     /// Where the report template was copied, if it was.
     pub(crate) report_template: Option<WorkspacePath>,
+    /// The restored `report.md` as it was before the runner started, so
+    /// landing can tell whether this iteration wrote it.
+    pub(crate) restored_report: Option<FileStamp>,
+}
+
+/// What identifies one version of a file on disk: a rewrite — even of the
+/// same text — changes the modification time, a replacement the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path`, if it is a regular file.
+    pub(crate) async fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = tokio::fs::symlink_metadata(path).await.ok()?;
+        meta.is_file().then(|| Self {
+            inode: meta.ino(),
+            modified: meta.modified().ok(),
+        })
+    }
 }
 
 impl Inner {
@@ -59,6 +83,7 @@ impl Inner {
             skills: SkillCatalog::default(),
             restored: BTreeMap::new(),
             report_template: None,
+            restored_report: None,
         };
         let Some(root) = &self.scratch else {
             info!("no scratch root configured; running without a workspace");
@@ -87,6 +112,7 @@ impl Inner {
             self.write_context(dir, plan, &mut prepared.inherited).await;
             if let Some(resume) = &plan.resume {
                 prepared.restored = self.restore(dir, resume).await;
+                prepared.restored_report = FileStamp::of(&dir.path().join(REPORT_FILE)).await;
             }
         }
     }

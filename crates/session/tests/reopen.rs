@@ -366,3 +366,42 @@ async fn stream_reopener_is_called_before_reopen_returns() {
     assert!(latch.0.load(Ordering::SeqCst));
     manager.stop().await;
 }
+
+#[tokio::test]
+async fn a_resume_that_never_touches_the_restored_report_authored_nothing() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::new(|ctx, message| async move {
+            match message.as_deref() {
+                None => write_files(&ctx, &[("report.md", "# R1\n")]),
+                // Claims success but leaves the restored report as it is.
+                Some("idle") => {}
+                // Writes the very same text again: that is authoring.
+                Some(_) => write_files(&ctx, &[("report.md", "# R1\n")]),
+            }
+            Ok(RunOutcome::completed(Counters::default()))
+        }))
+        .build();
+    let s = manager.create(env.request("first")).await.unwrap();
+    settled(&manager, &s).await;
+    manager.reopen(s.id, "idle").await.unwrap();
+    let row = settled(&manager, &s).await;
+    assert_eq!(row.status, SessionStatus::Failed);
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::REPORT_AUTHOR_FAILED));
+    assert_eq!(
+        env.store.get_report(s.id, 2).await.unwrap().markdown_key,
+        None
+    );
+
+    manager.reopen(s.id, "write it again").await.unwrap();
+    let row = settled(&manager, &s).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let r1 = env.store.get_report(s.id, 1).await.unwrap();
+    let r3 = env.store.get_report(s.id, 3).await.unwrap();
+    assert_eq!(
+        r3.markdown_key, r1.markdown_key,
+        "unchanged text keeps its key"
+    );
+    env.assert_safe().await;
+    manager.stop().await;
+}
