@@ -194,8 +194,32 @@ struct Usage {
 }
 
 /// Turns output into log events and counters, and keeps the stderr tail.
+/// How much of an agent's output one run stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCaps {
+    /// Events stored from stdout at most.
+    pub max_events: u64,
+    /// Bytes of stdout lines stored at most.
+    pub max_bytes: u64,
+}
+
+impl Default for OutputCaps {
+    /// 100,000 events or 64 MiB per run, whichever comes first.
+    fn default() -> Self {
+        Self {
+            max_events: 100_000,
+            max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
 pub(crate) struct Sink<'a> {
     ctx: &'a RunContext,
+    caps: OutputCaps,
+    /// Events and bytes of agent output stored so far.
+    stored: (u64, u64),
+    /// Events and bytes of agent output dropped past a cap.
+    dropped: (u64, u64),
     counters: Counters,
     stderr: VecDeque<String>,
     stderr_cap: usize,
@@ -204,10 +228,14 @@ pub(crate) struct Sink<'a> {
 }
 
 impl<'a> Sink<'a> {
-    /// A sink for one run that keeps the last `stderr_cap` stderr lines.
-    pub(crate) fn new(ctx: &'a RunContext, stderr_cap: usize) -> Self {
+    /// A sink for one run that keeps the last `stderr_cap` stderr lines
+    /// and stores agent output up to `caps`.
+    pub(crate) fn new(ctx: &'a RunContext, stderr_cap: usize, caps: OutputCaps) -> Self {
         Self {
             ctx,
+            caps,
+            stored: (0, 0),
+            dropped: (0, 0),
             counters: Counters::default(),
             stderr: VecDeque::new(),
             stderr_cap,
@@ -232,8 +260,17 @@ impl<'a> Sink<'a> {
     async fn stdout(&mut self, lines: Vec<Line>) {
         let mut events = Vec::with_capacity(lines.len());
         for line in lines {
+            let bytes = line.text.len() as u64;
+            // Usage lines still count past a cap; only storing stops.
             if let Some(event) = self.event_for(line) {
-                events.push(event);
+                if self.stored.0 < self.caps.max_events
+                    && self.stored.1 + bytes <= self.caps.max_bytes
+                {
+                    self.stored = (self.stored.0 + 1, self.stored.1 + bytes);
+                    events.push(event);
+                } else {
+                    self.dropped = (self.dropped.0 + 1, self.dropped.1 + bytes);
+                }
             }
         }
         self.append(&events).await;
@@ -296,6 +333,18 @@ impl<'a> Sink<'a> {
     /// Appends the stderr tail and the exit summary as notes.
     pub(crate) async fn finish(&mut self, summary: String) {
         let mut notes = Vec::new();
+        if self.dropped.0 > 0 {
+            warn!(
+                events = self.dropped.0,
+                bytes = self.dropped.1,
+                "agent output past the cap was not stored"
+            );
+            notes.push(format!(
+                "output cap reached: {} more event(s) ({} bytes) of agent output were not stored; \
+                 the cap is {} events or {} bytes per run",
+                self.dropped.0, self.dropped.1, self.caps.max_events, self.caps.max_bytes
+            ));
+        }
         if self.stderr_dropped > 0 {
             notes.push(format!(
                 "stderr: {} earlier line(s) not kept",

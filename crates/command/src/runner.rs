@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::env::{EnvPolicy, Inherit};
 use crate::manifest::RunManifest;
-use crate::output::{Output, Sink};
+use crate::output::{Output, OutputCaps, Sink};
 use crate::process::{self, Agent, Limits};
 use crate::CommandError;
 
@@ -49,6 +49,7 @@ pub struct CommandRunner {
     kill_grace: Duration,
     stderr_lines: usize,
     max_line_bytes: usize,
+    caps: OutputCaps,
 }
 
 impl CommandRunner {
@@ -65,6 +66,7 @@ impl CommandRunner {
             kill_grace: DEFAULT_KILL_GRACE,
             stderr_lines: DEFAULT_STDERR_LINES,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            caps: OutputCaps::default(),
         }
     }
 
@@ -152,6 +154,15 @@ impl CommandRunner {
         self
     }
 
+    /// How much of the agent's stdout one run stores (default
+    /// [`OutputCaps::default`]: 100,000 events or 64 MiB). Past a cap the
+    /// rest is read and dropped, one note says how much, and the run is not
+    /// failed for it.
+    pub fn output_caps(mut self, caps: OutputCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
     /// The program this runner starts.
     pub fn program(&self) -> &OsString {
         &self.program
@@ -182,7 +193,7 @@ impl CommandRunner {
         let mut agent = Agent::spawn(cmd, program, input)?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
-        let mut sink = Sink::new(&ctx, self.stderr_lines);
+        let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
         let stop = agent
             .pump(
                 &mut output,

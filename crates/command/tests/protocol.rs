@@ -334,3 +334,29 @@ async fn the_agent_sees_no_secret_of_the_embedding_process() {
     assert!(env.iter().any(|l| l.starts_with("KORVUS_SESSION_ID=")));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn output_past_the_cap_is_dropped_with_one_note_and_the_run_lands() {
+    let h = harness(sh(
+        "yes 'line of output' | head -n 1000000; echo '# R' > report.md",
+    ))
+    .await;
+    let row = h.run("flood").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let events = h.events(row.id).await;
+    let messages = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Message { .. }))
+        .count();
+    assert_eq!(messages, 100_000, "the default cap of stored events");
+    let notes: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Note { text } if text.starts_with("output cap reached") => Some(text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("900000 more event(s)"), "{notes:?}");
+    h.stop().await;
+}
