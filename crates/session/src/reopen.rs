@@ -37,17 +37,20 @@ use crate::{Manager, Result, SessionError};
 /// assert!(interrupted_turn_closers(&repaired).is_empty());
 /// ```
 pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
-    let mut turns: Vec<u64> = Vec::new();
-    let mut calls: Vec<String> = Vec::new();
+    // One pass, linear in the log's length: a log of a long session holds
+    // hundreds of thousands of events.
+    let mut turns: OpenSet<u64> = OpenSet::default();
+    let mut calls: OpenSet<String> = OpenSet::default();
     for e in events {
         match &e.kind {
-            EventKind::TurnStart { turn } => turns.push(*turn),
-            EventKind::TurnEnd { turn, .. } => turns.retain(|t| t != turn),
-            EventKind::ToolCall { call_id, .. } => calls.push(call_id.clone()),
-            EventKind::ToolResult { call_id, .. } => calls.retain(|c| c != call_id),
+            EventKind::TurnStart { turn } => turns.open(*turn),
+            EventKind::TurnEnd { turn, .. } => turns.close(turn),
+            EventKind::ToolCall { call_id, .. } => calls.open(call_id.clone()),
+            EventKind::ToolResult { call_id, .. } => calls.close(call_id),
             _ => {}
         }
     }
+    let (turns, calls) = (turns.into_open(), calls.into_open());
     let mut closers: Vec<Event> = calls
         .into_iter()
         .map(|call_id| {
@@ -65,6 +68,43 @@ pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
         })
     }));
     closers
+}
+
+/// Things opened in order and closed by key; an end closes every open
+/// entry with its key (a log may repeat a turn number or a call id).
+struct OpenSet<K> {
+    entries: Vec<Option<K>>,
+    open: HashMap<K, Vec<usize>>,
+}
+
+impl<K> Default for OpenSet<K> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            open: HashMap::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> OpenSet<K> {
+    fn open(&mut self, key: K) {
+        self.open
+            .entry(key.clone())
+            .or_default()
+            .push(self.entries.len());
+        self.entries.push(Some(key));
+    }
+
+    fn close(&mut self, key: &K) {
+        for at in self.open.remove(key).unwrap_or_default() {
+            self.entries[at] = None;
+        }
+    }
+
+    /// What is still open, in the order it was opened.
+    fn into_open(self) -> Vec<K> {
+        self.entries.into_iter().flatten().collect()
+    }
 }
 
 /// How a session is continued with a new message.
@@ -285,4 +325,73 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         inherited,
         own,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: usize) -> Event {
+        Event::new(EventKind::ToolCall {
+            call_id: format!("c{id}"),
+            tool: "sh".into(),
+            input: Default::default(),
+        })
+    }
+
+    fn result(id: usize) -> Event {
+        Event::new(EventKind::ToolResult {
+            call_id: format!("c{id}"),
+            ok: true,
+            output: Default::default(),
+        })
+    }
+
+    #[test]
+    fn closers_of_a_long_log_in_one_pass() {
+        // 400,000 events: 200,000 calls, every other one answered, inside
+        // one open turn. (The earlier quadratic version took minutes here.)
+        let mut log = vec![Event::new(EventKind::TurnStart { turn: 1 })];
+        for id in 0..200_000 {
+            log.push(call(id));
+            if id % 2 == 0 {
+                log.push(result(id));
+            }
+        }
+        log.extend((0..100_000).map(|_| Event::new(EventKind::Note { text: "n".into() })));
+        let closers = interrupted_turn_closers(&log);
+        assert_eq!(closers.len(), 100_000 + 1);
+        assert!(
+            matches!(&closers[0].kind, EventKind::ToolResult { call_id, ok: false, .. } if call_id == "c1")
+        );
+        assert!(matches!(
+            closers.last().map(|e| &e.kind),
+            Some(EventKind::TurnEnd {
+                turn: 1,
+                interrupted: true
+            })
+        ));
+    }
+
+    #[test]
+    fn an_end_closes_every_open_entry_with_its_key() {
+        let log = vec![
+            Event::new(EventKind::TurnStart { turn: 1 }),
+            Event::new(EventKind::TurnStart { turn: 2 }),
+            Event::new(EventKind::TurnStart { turn: 1 }),
+            call(7),
+            call(7),
+            Event::new(EventKind::TurnEnd {
+                turn: 1,
+                interrupted: false,
+            }),
+            result(7),
+        ];
+        let closers = interrupted_turn_closers(&log);
+        assert_eq!(closers.len(), 1);
+        assert!(matches!(
+            closers[0].kind,
+            EventKind::TurnEnd { turn: 2, .. }
+        ));
+    }
 }
