@@ -436,8 +436,12 @@ pub(crate) struct PidFile(Option<PathBuf>);
 impl PidFile {
     pub(crate) fn create(dir: &Path, id: SessionId) -> Self {
         let path = dir.join(format!("{id}.pid"));
+        let pid = std::process::id() as i32;
+        // The start time makes the file name this process, not whichever
+        // process gets the pid after this one is gone.
+        let start = start_time(pid).unwrap_or_default();
         let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&path, std::process::id().to_string()));
+            .and_then(|()| std::fs::write(&path, format!("{pid} {start}")));
         match written {
             Ok(()) => Self(Some(path)),
             Err(e) => {
@@ -459,16 +463,32 @@ impl Drop for PidFile {
     }
 }
 
-/// The pid in a run's pid file, when that process is alive. A stale file is
-/// removed.
+/// The pid in a run's pid file, when that very process is alive: same pid
+/// and same start time. A stale file — its process gone, or the pid reused
+/// by an unrelated process, or a file without a start time — is removed, so
+/// `cancel` never signals a process that is not the run.
 fn live_pid(path: &Path) -> Option<i32> {
-    let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    if kill(Pid::from_raw(pid), None).is_ok() {
-        Some(pid)
-    } else {
-        let _ = std::fs::remove_file(path);
-        None
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.split_whitespace();
+    let pid: Option<i32> = fields.next().and_then(|p| p.parse().ok());
+    let start: Option<u64> = fields.next().and_then(|s| s.parse().ok());
+    match (pid, start) {
+        (Some(pid), Some(start)) if start_time(pid) == Some(start) => Some(pid),
+        _ => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
     }
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`); `None` when there is no such process.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count
+    // fields after its closing parenthesis, which starts with field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Sessions driven by a live `korvus run` on this machine.
@@ -522,6 +542,17 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        None if row.is_idle() => {
+            // Waiting for the user, run by no process: one conditional
+            // transition ends it (a racing answer wins or loses cleanly).
+            let row = backends
+                .store
+                .cancel_idle_session(id)
+                .await
+                .with_context(|| format!("cannot cancel session {id}"))?;
+            println!("session {id}: {} (it was waiting for the user)", row.status);
+            ExitCode::SUCCESS
+        }
         None if force => {
             let row = backends
                 .store
@@ -540,7 +571,7 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
         }
         None => bail!(
             "session {id} is running, but no `korvus run` on this machine drives it \
-             (another host, a crash, or it awaits the user); \
+             (another host, or a crash); \
              `korvus cancel --force {id}` marks it cancelled"
         ),
     };
