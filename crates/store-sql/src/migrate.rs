@@ -19,8 +19,11 @@ pub trait Migrations: sealed::Sealed + Send + Sync {
 /// Applies the pending migrations of `migrations/postgres` or
 /// `migrations/sqlite` (embedded at build time) to the pool's database.
 ///
-/// Idempotent: an up-to-date database is left as it is. Concurrent calls are
-/// safe (sqlx serialises them with a lock in the database).
+/// Idempotent: an up-to-date database is left as it is. Concurrent calls,
+/// also from several processes, are safe: PostgreSQL serialises them with
+/// an advisory lock; on SQLite, which has none, a run that lost a race is
+/// tried again (each migration is one transaction, applied ones are
+/// skipped).
 ///
 /// # Errors
 /// `Backend` when the database cannot be reached, a migration fails, an
@@ -75,9 +78,27 @@ impl Migrations for sqlx::SqlitePool {
                  open it with korvus_store_sql::open_sqlite or foreign_keys(true)",
             ));
         }
-        SQLITE
-            .run(self)
-            .await
-            .map_err(|e| StoreError::backend(BACKEND, e))
+        // SQLite has no lock sqlx can take around a migration run: two
+        // processes migrating a fresh file race, and the loser fails (a
+        // table the winner just made, a locked database). Every migration
+        // is one transaction and applied ones are skipped, so running again
+        // is safe: a failed run is retried a few times before it counts.
+        let mut delay = std::time::Duration::from_millis(20);
+        let mut attempt = 1;
+        loop {
+            match SQLITE.run(self).await {
+                Ok(()) => return Ok(()),
+                Err(_) if attempt < MIGRATE_ATTEMPTS => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    attempt += 1;
+                }
+                Err(e) => return Err(StoreError::backend(BACKEND, e)),
+            }
+        }
     }
 }
+
+/// How often a SQLite migration run is tried before its error counts.
+#[cfg(feature = "sqlite")]
+const MIGRATE_ATTEMPTS: u32 = 6;

@@ -44,6 +44,8 @@ const MAX_ROWS: usize = 2000;
 /// settings the store and log rely on: foreign keys enforced, write-ahead
 /// logging, `synchronous = FULL` (a returned write is durable), and a 30 s
 /// busy timeout. Run [`migrate`](fn@crate::migrate) on the pool before use.
+/// An open that finds the file locked by another process setting it up is
+/// retried a few times.
 ///
 /// # Errors
 /// `Backend` when the file cannot be opened or created.
@@ -58,12 +60,30 @@ pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(BUSY_TIMEOUT);
-    SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .map_err(backend(BACKEND))
+    // Another process opening or migrating the same fresh file can hold the
+    // lock the switch to write-ahead logging needs, which SQLite reports at
+    // once (the busy timeout does not cover it): such an open is retried.
+    let mut delay = Duration::from_millis(20);
+    let mut attempt = 1;
+    loop {
+        let opened = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.clone())
+            .await
+            .map_err(backend(BACKEND));
+        match opened {
+            Err(e) if e.is_transient() && attempt < OPEN_ATTEMPTS => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
 }
+
+/// How often an open that finds the database locked is tried.
+const OPEN_ATTEMPTS: u32 = 8;
 
 sql_store! {
     /// A [`Store`](korvus_store::Store) on SQLite.

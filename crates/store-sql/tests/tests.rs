@@ -18,5 +18,6 @@ mod contract;
 mod database_keys;
 mod driver_errors;
 mod invalid_input;
+mod migrations;
 mod shared_database;
 mod turn_logs;
