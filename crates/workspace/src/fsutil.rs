@@ -80,19 +80,8 @@ pub(crate) fn set_dir_modes(path: &Path, mode: u32) -> io::Result<()> {
 /// Removes `path` and everything below it without following symlinks (a
 /// symlink is removed, never its target). Read-only directories are made
 /// writable first, so seeded trees can be removed by a non-root owner.
-pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
-    let meta = fs::symlink_metadata(path)?;
-    if !meta.is_dir() {
-        return fs::remove_file(path);
-    }
-    if meta.permissions().mode() & 0o700 != 0o700 {
-        fs::set_permissions(path, Permissions::from_mode(DIR_MODE))?;
-    }
-    for entry in fs::read_dir(path)? {
-        remove_tree(&entry?.path())?;
-    }
-    fs::remove_dir(path)
-}
+/// Iterative and descriptor-relative, so no depth is too deep.
+pub(crate) use crate::remove::remove_tree;
 
 /// [`remove_tree`], treating an already missing path as removed.
 pub(crate) fn remove_tree_if_exists(path: &Path) -> Result<()> {

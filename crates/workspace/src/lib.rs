@@ -96,6 +96,7 @@ mod context;
 mod error;
 mod fsutil;
 mod path;
+mod remove;
 mod scratch;
 mod seed;
 mod skills;
