@@ -3,6 +3,7 @@
 //! classified into an exit reason or a [`CommandError`].
 
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -12,11 +13,12 @@ use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::output::{Output, Sink, BATCH};
 use crate::CommandError;
@@ -191,7 +193,38 @@ fn feed(stdin: Option<ChildStdin>, input: String) -> JoinHandle<()> {
 
 /// Resolves when the leader has exited but is not yet reaped, so its pid —
 /// the group id — cannot be reused while the group is killed.
+///
+/// A pidfd becomes readable when the process exits and does not reap it:
+/// waiting on it costs no thread, so any number of long agents leave
+/// tokio's blocking pool to harvests and fsyncs. Where pidfds are missing
+/// (a kernel before 5.3, a runtime without its I/O driver) the wait falls
+/// back to one blocking `waitid(WNOWAIT)` per run.
 fn exited(pid: i32) -> JoinHandle<()> {
+    match pidfd(pid) {
+        Ok(fd) => tokio::spawn(async move {
+            let _ = fd.readable().await;
+        }),
+        Err(e) => {
+            debug!(error = %e, "no pidfd; waiting for the agent on a blocking thread");
+            exited_blocking(pid)
+        }
+    }
+}
+
+/// A pidfd of `pid` registered with the runtime's I/O driver.
+fn pidfd(pid: i32) -> std::io::Result<AsyncFd<OwnedFd>> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::other("not a process id"))?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK)?;
+    // Deprecated because a caller could close a borrowed descriptor while it
+    // is registered; here the `AsyncFd` owns the `OwnedFd` and closes it
+    // only after deregistering, so that cannot happen. The replacement,
+    // `register_with_interest`, is `unsafe`, which this workspace forbids.
+    #[allow(deprecated)]
+    AsyncFd::with_interest(fd, Interest::READABLE)
+}
+
+fn exited_blocking(pid: i32) -> JoinHandle<()> {
     tokio::task::spawn_blocking(move || loop {
         match waitid(
             Id::Pid(Pid::from_raw(pid)),

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod blocking;
 mod exit_codes;
 mod kill;
 mod protocol;
