@@ -176,7 +176,19 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("korvus: error: internal error: {info}");
     }));
+    // Agents run as children of this process: keep its memory and
+    // /proc/<pid>/environ from processes of the same user.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("korvus: warning: cannot make this process non-dumpable ({e}); agents of the same user can read its environment");
+    }
     let cli = Cli::parse();
+    if password_in_arguments(std::env::args_os()) {
+        eprintln!(
+            "korvus: warning: --database-url carries a password on the command line, \
+             where every process on this machine can read it; set KORVUS_DATABASE_URL \
+             (or a ~/.pgpass file) instead"
+        );
+    }
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -195,6 +207,31 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether a `--database-url` argument holds a password
+/// (`scheme://user:password@host`).
+fn password_in_arguments(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let values = args.iter().enumerate().filter_map(|(i, arg)| {
+        if arg == "--database-url" {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            arg.strip_prefix("--database-url=")
+        }
+    });
+    values.into_iter().any(|url| {
+        let Some((_, rest)) = url.split_once("://") else {
+            return false;
+        };
+        let userinfo = rest.split(['/', '?']).next().unwrap_or("");
+        userinfo
+            .rsplit_once('@')
+            .is_some_and(|(user, _)| user.split_once(':').is_some_and(|(_, pw)| !pw.is_empty()))
+    })
 }
 
 /// The error and its causes on one line, outermost first.
@@ -242,5 +279,43 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reap { force } => session::reap(&global, force).await,
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo => demo::demo(&global).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::password_in_arguments;
+
+    fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
+        list.iter().map(|a| a.into()).collect()
+    }
+
+    #[test]
+    fn a_password_in_a_database_url_argument_is_noticed() {
+        assert!(password_in_arguments(args(&[
+            "korvus",
+            "--database-url",
+            "postgres://u:secret@h:5432/db",
+            "ls"
+        ])));
+        assert!(password_in_arguments(args(&[
+            "korvus",
+            "--database-url=postgres://u:secret@h/db"
+        ])));
+        assert!(!password_in_arguments(args(&[
+            "korvus",
+            "--database-url",
+            "postgres://u@h/db"
+        ])));
+        assert!(!password_in_arguments(args(&[
+            "korvus",
+            "--database-url",
+            "postgres://h/db"
+        ])));
+        assert!(!password_in_arguments(args(&[
+            "korvus",
+            "run",
+            "postgres://u:p@h/db"
+        ])));
     }
 }
