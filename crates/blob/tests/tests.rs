@@ -1,6 +1,8 @@
 //! Integration tests of korvus-blob: the `korvus-testkit` BlobStore contract
 //! against both backends, and the filesystem backend's containment.
 
+mod props;
+
 mod memory_contract {
 
     korvus_testkit::blob_contract_tests!(async {

@@ -4,6 +4,7 @@
 //! `MockLogIo`/`MockTurnLog`.
 
 mod mock;
+mod props;
 
 mod memory_contract {
     use std::sync::Arc;

@@ -6,6 +6,7 @@ mod archive;
 mod context;
 mod mock;
 mod permissions;
+mod props;
 mod reap;
 mod restore;
 mod scratch;
