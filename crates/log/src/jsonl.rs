@@ -268,8 +268,26 @@ impl LogIo for JsonlIo {
         };
         // The file is opened in append mode: every write lands at the end,
         // in one call, so a reader sees whole lines or a torn tail it skips.
-        file.write_all(&buf)
-            .map_err(|e| LogError::backend(BACKEND, e))
+        // A write that fails half-way (a full disk, a file size limit) is cut
+        // back to the last complete line, so the log stays readable and the
+        // next append starts on a clean line.
+        let (written, failed) = write_counted(file, &buf);
+        let Some(e) = failed else { return Ok(()) };
+        if written > 0 {
+            // Only this writer appends, so the file grew by `written`.
+            let cut = file
+                .metadata()
+                .and_then(|m| file.set_len(m.len().saturating_sub(written as u64)));
+            if let Err(cut) = cut {
+                return Err(LogError::backend(
+                    BACKEND,
+                    std::io::Error::other(format!(
+                        "{e}; and the partial line could not be cut off: {cut}"
+                    )),
+                ));
+            }
+        }
+        Err(LogError::backend(BACKEND, e))
     }
 
     async fn flush(&self) -> Result<()> {
@@ -283,6 +301,21 @@ impl LogIo for JsonlIo {
             None => Ok(()),
         }
     }
+}
+
+/// Writes all of `buf`, like `write_all`, but says how much was written
+/// before a failure.
+fn write_counted(file: &mut File, buf: &[u8]) -> (usize, Option<std::io::Error>) {
+    let mut written = 0;
+    while written < buf.len() {
+        match file.write(&buf[written..]) {
+            Ok(0) => return (written, Some(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Some(e)),
+        }
+    }
+    (written, None)
 }
 
 /// Cuts a torn final line off, so the next append starts on a clean line.

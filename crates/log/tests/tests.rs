@@ -5,6 +5,7 @@
 
 mod mock;
 mod props;
+mod short_write;
 
 mod memory_contract {
     use std::sync::Arc;

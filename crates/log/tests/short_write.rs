@@ -1,0 +1,67 @@
+//! A JSONL append cut short by the file system (here a file size limit in a
+//! child process) is cut back to the last complete line: the log stays
+//! readable and the next append that fits succeeds.
+
+use std::process::Command;
+
+use korvus_log::{Access, Event, EventKind, JsonlLog, LogHeader, LogId, TurnLog};
+
+/// Set in the child: the directory of its log, and the log's id.
+const CHILD_DIR: &str = "KORVUS_TEST_SHORT_WRITE_DIR";
+const CHILD_ID: &str = "KORVUS_TEST_SHORT_WRITE_ID";
+
+fn note(text: String) -> Event {
+    Event::new(EventKind::Note { text })
+}
+
+/// The child: small appends, then one too big for the file size limit,
+/// then a small one that must still fit.
+async fn child(dir: &str, id: &str) {
+    let logs = JsonlLog::open_dir(dir).unwrap();
+    let id: LogId = id.parse().unwrap();
+    let w = logs.create(LogHeader::new(id)).await.unwrap();
+    for i in 0..3 {
+        w.append(&[note(format!("small {i}"))]).await.unwrap();
+    }
+    let big = w.append(&[note("x".repeat(64 * 1024))]).await;
+    assert!(big.is_err(), "the limit stops the big append");
+    w.append(&[note("after".into())])
+        .await
+        .expect("an append that fits still works after a short write");
+    w.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_short_append_is_cut_back_and_the_log_stays_readable() {
+    if let (Ok(dir), Ok(id)) = (std::env::var(CHILD_DIR), std::env::var(CHILD_ID)) {
+        child(&dir, &id).await;
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let id = korvus_testkit::log::fresh_id();
+    let exe = std::env::current_exe().unwrap();
+    // 64 blocks of 512 bytes: 32 KiB, room for the small events only.
+    // SIGXFSZ ignored, so the write fails with EFBIG instead of killing.
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(r#"trap "" XFSZ; ulimit -f 64; exec "$0" --exact short_write::a_short_append_is_cut_back_and_the_log_stays_readable --test-threads=1"#)
+        .arg(&exe)
+        .env(CHILD_DIR, dir.path())
+        .env(CHILD_ID, id.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+    let logs = JsonlLog::open_dir(dir.path()).unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    let texts: Vec<String> = r
+        .read(0, None)
+        .await
+        .expect("the log reads without a corrupt line")
+        .into_iter()
+        .map(|e| match e.kind {
+            EventKind::Note { text } => text,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(texts, ["small 0", "small 1", "small 2", "after"]);
+}
