@@ -64,7 +64,13 @@ impl std::str::FromStr for Inherit {
     }
 }
 
-/// Which environment variables an agent gets; see the [module docs](self).
+/// Which environment variables an agent gets.
+///
+/// [`EnvPolicy::resolve`] applies it, in this order: the starting point
+/// ([`Inherit`]); the default excludes ([`DEFAULT_EXCLUDES`], unless
+/// `keep_default_excludes` is `false`) and `exclude`; `include_only`; then
+/// `pass` and `set`, which override every exclude. Patterns match
+/// case-insensitively, `*` matching any run of characters.
 #[derive(Debug, Clone)]
 pub struct EnvPolicy {
     /// The starting point.
