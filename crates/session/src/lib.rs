@@ -11,8 +11,9 @@
 //! exactly one final status is written — whatever happened. [`Manager::cancel`],
 //! [`Manager::wait`], [`Manager::stop`], [`Manager::await_settled`] and
 //! [`Manager::watch`] observe and steer runs; [`Manager::reopen`] runs one
-//! more iteration of a finished session. [`LiveRuns`] shows
-//! which sessions this process runs.
+//! more iteration of a finished session and [`Manager::send_message`] one of
+//! a session waiting for the user. [`LiveRuns`] shows which sessions this
+//! process runs.
 //!
 //! The manager is composed from seams — `Arc<dyn Store>`,
 //! `Arc<dyn TurnLog>`, `Arc<dyn BlobStore>` — chosen by the embedder: this
@@ -26,9 +27,11 @@
 //! `land.rs`, `cleanup.rs`, plus `reopen.rs` and `watch.rs`. Everything
 //! other calls need to reach a live run sits in one table, [`LiveRuns`].
 //! The orderings that keep data safe are fixed in the supervisor and
-//! `land`: bytes before rows, report row before the terminal status, the
-//! terminal write before deregistration, the settle signal and the run
-//! group's release. A run's cancellation is its live-run entry, never the
+//! `land`: bytes before rows, report row before the terminal status (on
+//! every path, also where the agent never ran), the terminal write before
+//! clean-up, deregistration, the settle signal and the run group's release.
+//! Every write on that path is bounded, and retried only when the store
+//! says the error is transient. A run's cancellation is its live-run entry, never the
 //! caller's request; landing and settling are detached from it,
 //! because a cancelled run's files are the ones worth keeping. The store and
 //! runner are constructor arguments of [`ManagerBuilder`]: a manager without
