@@ -42,15 +42,23 @@ async fn a_short_append_is_cut_back_and_the_log_stays_readable() {
     let exe = std::env::current_exe().unwrap();
     // 64 blocks of 512 bytes: 32 KiB, room for the small events only.
     // SIGXFSZ ignored, so the write fails with EFBIG instead of killing.
-    let status = Command::new("sh")
+    // Its output goes through pipes: the size limit would also stop writes
+    // to a stdout redirected into a large file.
+    let child = Command::new("sh")
         .arg("-c")
         .arg(r#"trap "" XFSZ; ulimit -f 64; exec "$0" --exact short_write::a_short_append_is_cut_back_and_the_log_stays_readable --test-threads=1"#)
         .arg(&exe)
         .env(CHILD_DIR, dir.path())
         .env(CHILD_ID, id.to_string())
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "the child failed: {status}");
+    assert!(
+        child.status.success(),
+        "the child failed: {}\n{}\n{}",
+        child.status,
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
     let logs = JsonlLog::open_dir(dir.path()).unwrap();
     let r = logs.open(id, Access::Read).await.unwrap();
     let texts: Vec<String> = r
