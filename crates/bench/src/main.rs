@@ -24,6 +24,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use tracing_subscriber::layer::SubscriberExt;
 
+mod closers;
 mod files;
 mod pg;
 mod report;
@@ -139,7 +140,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=6u32 {
+    for n in 1..=7u32 {
         if !wanted(n) {
             continue;
         }
@@ -151,7 +152,8 @@ async fn all(
             3 => files::persist_fs(&mut b).await,
             4 => files::persist_s3(&mut b).await,
             5 => turnlog::turn_log(&mut b).await,
-            _ => scale::scale(&mut b).await,
+            6 => scale::scale(&mut b).await,
+            _ => closers::closers(&mut b),
         };
         match result {
             Ok(r) => {

@@ -70,7 +70,7 @@ pub(crate) enum Goal {
 /// One line of the report.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Row {
-    /// Which benchmark (1–6) and what is measured.
+    /// Which benchmark (1–7) and what is measured.
     pub(crate) bench: String,
     /// What the baseline is.
     pub(crate) baseline_name: String,

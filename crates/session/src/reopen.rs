@@ -40,13 +40,14 @@ pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
     // One pass, linear in the log's length: a log of a long session holds
     // hundreds of thousands of events.
     let mut turns: OpenSet<u64> = OpenSet::default();
-    let mut calls: OpenSet<String> = OpenSet::default();
+    // Call ids are borrowed from the log; only the open ones are copied.
+    let mut calls: OpenSet<&str> = OpenSet::default();
     for e in events {
         match &e.kind {
             EventKind::TurnStart { turn } => turns.open(*turn),
             EventKind::TurnEnd { turn, .. } => turns.close(turn),
-            EventKind::ToolCall { call_id, .. } => calls.open(call_id.clone()),
-            EventKind::ToolResult { call_id, .. } => calls.close(call_id),
+            EventKind::ToolCall { call_id, .. } => calls.open(call_id),
+            EventKind::ToolResult { call_id, .. } => calls.close(&call_id.as_str()),
             _ => {}
         }
     }
@@ -55,7 +56,7 @@ pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
         .into_iter()
         .map(|call_id| {
             Event::now(EventKind::ToolResult {
-                call_id,
+                call_id: call_id.to_owned(),
                 ok: false,
                 output: serde_json::json!({ "error": "interrupted" }),
             })
