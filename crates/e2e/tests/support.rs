@@ -5,12 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use futures::future::BoxFuture;
 use korvus_blob::BlobStore;
 use korvus_blob_s3::testing as s3;
 use korvus_log::{Event, EventKind};
-use korvus_session::{Manager, RunContext, RunError, RunOutcome, Runner};
+use korvus_session::{Manager, RunContext};
 use korvus_store::{Session, Store};
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::{PgLog, PgStore};
@@ -54,47 +52,7 @@ impl Backends {
     }
 }
 
-type Script = Arc<
-    dyn Fn(RunContext, Option<String>) -> BoxFuture<'static, Result<RunOutcome, RunError>>
-        + Send
-        + Sync,
->;
-
-/// A runner whose behaviour is a closure of the run context and, on
-/// resume, the user's message.
-#[derive(Clone)]
-pub(crate) struct ScriptRunner {
-    script: Script,
-}
-
-impl std::fmt::Debug for ScriptRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ScriptRunner")
-    }
-}
-
-impl ScriptRunner {
-    pub(crate) fn new<F, Fut>(f: F) -> Self
-    where
-        F: Fn(RunContext, Option<String>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
-    {
-        Self {
-            script: Arc::new(move |ctx, msg| Box::pin(f(ctx, msg))),
-        }
-    }
-}
-
-#[async_trait]
-impl Runner for ScriptRunner {
-    async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
-        (self.script)(ctx, None).await
-    }
-
-    async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError> {
-        (self.script)(ctx, Some(message)).await
-    }
-}
+pub(crate) use korvus_runner::testing::ScriptRunner;
 
 /// Writes `body` to `dir/path`, creating the parent directories.
 pub(crate) fn write(dir: &Path, path: &str, body: impl AsRef<[u8]>) {

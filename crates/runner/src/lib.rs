@@ -62,12 +62,15 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient` ([`mockall`](https://docs.rs/mockall)) |
+//! | `testing` | `testing::ScriptRunner`, a runner whose behaviour is a closure |
 #![deny(missing_docs)]
 
 mod context;
 mod docs;
 mod reason;
 mod runner;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::context::{InheritedFile, RunContext, Tools};
 pub use crate::docs::{DocsClient, DocsLease, DocsSearch};

@@ -5,12 +5,12 @@ use std::time::Duration;
 use korvus_session::SessionError;
 use korvus_store::{NewSession, SessionId, SessionKind, Store};
 
-use crate::support::{Env, ScriptRunner};
+use crate::support::{writing, Env};
 
 #[tokio::test]
 async fn a_session_of_another_replica_is_left_unchanged() {
     let env = Env::new().await;
-    let manager = env.builder(ScriptRunner::writing(&[])).build();
+    let manager = env.builder(writing(&[])).build();
     let foreign = env
         .store
         .create_session(NewSession {

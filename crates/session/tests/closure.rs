@@ -12,7 +12,7 @@ use korvus_store::{Counters, NewIncident, Session, SessionStatus, Store, Workspa
 use korvus_testkit::faults::{BlobFault, StoreFault, StoreOp};
 use korvus_workspace::ScratchRoot;
 
-use crate::support::{settled, write_files, Env, ScriptRunner};
+use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 
 /// The row is terminal and its revision has exactly one report row.
 async fn assert_closed(env: &Env, row: &Session) {
@@ -76,7 +76,7 @@ async fn a_scratch_dir_that_cannot_be_made_still_lands_a_report_row() {
     // The scratch root is a file: no directory can be made under it.
     let file = env.root.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")]))
+    let manager = quick(&env, writing(&[("report.md", "# R\n")]))
         .scratch_root(ScratchRoot::supplied(&file))
         .build();
     let s = manager.create(env.request("no workspace")).await.unwrap();
@@ -89,7 +89,7 @@ async fn a_scratch_dir_that_cannot_be_made_still_lands_a_report_row() {
 #[tokio::test]
 async fn context_refs_that_cannot_be_inserted_still_land_a_report_row() {
     let env = Env::new().await;
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     let first = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &first).await;
     let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].id;
@@ -123,7 +123,7 @@ async fn a_panic_outside_the_runner_still_lands_a_report_row() {
         }
     }
     let env = Env::new().await;
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")]))
+    let manager = quick(&env, writing(&[("report.md", "# R\n")]))
         .seeder(Arc::new(Panics), korvus_workspace::default_trees())
         .build();
     let s = manager.create(env.request("seeder panics")).await.unwrap();
@@ -137,7 +137,7 @@ async fn a_panic_outside_the_runner_still_lands_a_report_row() {
 async fn a_hanging_report_row_write_is_bounded() {
     let env = Env::new().await;
     env.store.fault(StoreOp::CreateReport, StoreFault::Hang);
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     let s = manager.create(env.request("report hangs")).await.unwrap();
     let row = settled(&manager, &s).await;
     assert_eq!(row.status, SessionStatus::Failed);
@@ -354,7 +354,7 @@ async fn a_turn_log_that_cannot_be_created_still_lands_a_report_row() {
         logs,
     )
     .await;
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     assert!(manager.create(env.request("no log")).await.is_err());
     let row = env.store.list_sessions(env.incident.id).await.unwrap()[0].clone();
     assert_eq!(row.exit_reason.as_deref(), Some(exit::TURN_LOG_FAILED));
@@ -375,7 +375,7 @@ async fn a_reopen_whose_log_cannot_be_repaired_still_lands_a_report_row() {
         logs,
     )
     .await;
-    let manager = quick(&env, ScriptRunner::writing(&[("report.md", "# R\n")])).build();
+    let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     let s = manager.create(env.request("first")).await.unwrap();
     assert_eq!(settled(&manager, &s).await.status, SessionStatus::Completed);
     assert!(manager.reopen(s.id, "again").await.is_err());

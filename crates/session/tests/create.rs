@@ -7,13 +7,13 @@ use korvus_session::{exit, ContextRequest, RunOutcome, SessionError};
 use korvus_store::{ArtifactId, Counters, NewIncident, SessionKind, SessionStatus, Store};
 use korvus_testkit::faults::StoreOp;
 
-use crate::support::{counters, settled, write_files, Env, ScriptRunner};
+use crate::support::{counters, settled, write_files, writing, Env, ScriptRunner};
 
 #[tokio::test]
 async fn returns_running_row_at_once_and_lands_report_then_completes() {
     let env = Env::new().await;
     let manager = env
-        .builder(ScriptRunner::writing(&[
+        .builder(writing(&[
             ("report.md", "# Found it\n"),
             ("out/a.csv", "a\n"),
         ]))
@@ -49,7 +49,7 @@ async fn returns_running_row_at_once_and_lands_report_then_completes() {
 #[tokio::test]
 async fn refuses_blank_prompt_closed_incident_and_after_stop() {
     let env = Env::new().await;
-    let manager = env.builder(ScriptRunner::writing(&[])).build();
+    let manager = env.builder(writing(&[])).build();
     assert!(matches!(
         manager.create(env.request("   ")).await,
         Err(SessionError::PromptRequired)
@@ -85,9 +85,7 @@ async fn refuses_blank_prompt_closed_incident_and_after_stop() {
 #[tokio::test]
 async fn bad_context_refs_are_refused_before_the_row_exists() {
     let env = Env::new().await;
-    let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let first = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &first).await;
     let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].clone();
@@ -99,9 +97,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
         })
         .await
         .unwrap();
-    let other_manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let other_manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let mut req = env.request("elsewhere");
     req.incident_id = other.id;
     let foreign = other_manager.create(req).await.unwrap();
@@ -183,10 +179,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
 async fn inherited_context_is_written_read_only_at_its_manifest_path() {
     let env = Env::new().await;
     let producer = env
-        .builder(ScriptRunner::writing(&[
-            ("report.md", "# R\n"),
-            ("notes.txt", "n"),
-        ]))
+        .builder(writing(&[("report.md", "# R\n"), ("notes.txt", "n")]))
         .build();
     let first = producer.create(env.request("first")).await.unwrap();
     settled(&producer, &first).await;

@@ -9,7 +9,7 @@ use korvus_session::{exit, Manager, RunError, RunOutcome, SessionError};
 use korvus_store::{Counters, SessionStatus, Store};
 use korvus_testkit::faults::{BlobFault, StoreFault, StoreOp};
 
-use crate::support::{settled, write_files, Env, ScriptRunner};
+use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 
 async fn one(env: &Env, manager: &Manager) -> korvus_store::Session {
     let s = manager.create(env.request("go")).await.unwrap();
@@ -162,7 +162,7 @@ async fn a_hanging_seeder_obeys_cancel_and_stop() {
     }
     let env = Env::new().await;
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .seeder(Arc::new(Hang), korvus_workspace::default_trees())
         .build();
     let s = manager.create(env.request("seed hangs")).await.unwrap();
@@ -196,10 +196,7 @@ async fn report_upload_failure_lands_a_row_without_key() {
     let env = Env::new().await;
     env.blobs.fault_put("/reports/", BlobFault::Fail);
     let manager = env
-        .builder(ScriptRunner::writing(&[
-            ("report.md", "# R\n"),
-            ("ok.txt", "ok"),
-        ]))
+        .builder(writing(&[("report.md", "# R\n"), ("ok.txt", "ok")]))
         .build();
     let row = one(&env, &manager).await;
     assert_eq!(row.status, SessionStatus::Failed);
@@ -221,10 +218,7 @@ async fn artifact_row_failure_lands_a_report_row_without_a_document_and_says_why
     let env = Env::new().await;
     env.store.fault(StoreOp::CreateArtifacts, StoreFault::Fail);
     let manager = env
-        .builder(ScriptRunner::writing(&[
-            ("report.md", "# R\n"),
-            ("ok.txt", "ok"),
-        ]))
+        .builder(writing(&[("report.md", "# R\n"), ("ok.txt", "ok")]))
         .build();
     let row = one(&env, &manager).await;
     // The document's bytes are stored, but no artifact row describes them:
@@ -250,7 +244,7 @@ async fn report_row_failure_settles_failed_report_persist_failed() {
     let env = Env::new().await;
     env.store.fault(StoreOp::CreateReport, StoreFault::Fail);
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .report_timeout(Duration::from_millis(300))
         .build();
     let row = one(&env, &manager).await;
@@ -272,9 +266,7 @@ async fn settle_failure_is_retried_until_it_succeeds() {
     let env = Env::new().await;
     env.store
         .fault_times(StoreOp::SettleSession, StoreFault::Fail, 3);
-    let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let row = one(&env, &manager).await;
     assert_eq!(row.status, SessionStatus::Completed);
     assert_eq!(env.store.count(StoreOp::SettleSession), 4);
@@ -287,9 +279,7 @@ async fn settle_panics_and_hangs_are_bounded() {
     let env = Env::new().await;
     env.store
         .fault_times(StoreOp::SettleSession, StoreFault::Panic, 1);
-    let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let row = one(&env, &manager).await;
     assert_eq!(
         row.status,
@@ -302,7 +292,7 @@ async fn settle_panics_and_hangs_are_bounded() {
     // row was written before; the row itself cannot be (see below).
     env.store.fault(StoreOp::SettleSession, StoreFault::Hang);
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .settle_timeout(Duration::from_millis(300))
         .build();
     let s = manager.create(env.request("hang settle")).await.unwrap();
@@ -324,7 +314,7 @@ async fn a_settle_that_hangs_once_is_abandoned_and_tried_again() {
     env.store
         .fault_times(StoreOp::SettleSession, StoreFault::Hang, 1);
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .settle_timeout(Duration::from_secs(2))
         .build();
     let row = one(&env, &manager).await;
@@ -340,7 +330,7 @@ async fn a_report_row_write_that_hangs_once_is_abandoned_and_tried_again() {
     env.store
         .fault_times(StoreOp::CreateReport, StoreFault::Hang, 1);
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .report_timeout(Duration::from_secs(2))
         .build();
     let row = one(&env, &manager).await;

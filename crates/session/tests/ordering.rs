@@ -13,7 +13,7 @@ use korvus_session::{exit, ContextRequest, RunOutcome};
 use korvus_store::{Counters, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 
-use crate::support::{log_turn, settled, Env, ScriptRunner};
+use crate::support::{log_turn, settled, writing, Env, ScriptRunner};
 
 /// Records, for every put, how many store calls had been made before it:
 /// one order across the blob store and the store.
@@ -60,10 +60,7 @@ async fn persist_then_report_row_then_terminal_status() {
         puts: Mutex::default(),
     });
     let manager = env
-        .builder(ScriptRunner::writing(&[
-            ("report.md", "# R\n"),
-            ("x.txt", "x"),
-        ]))
+        .builder(writing(&[("report.md", "# R\n"), ("x.txt", "x")]))
         .blob_store(recorder.clone())
         .build();
     let s = manager.create(env.request("go")).await.unwrap();
@@ -153,9 +150,7 @@ async fn a_watcher_released_by_the_settle_signal_reads_the_terminal_row() {
 #[tokio::test]
 async fn ref_insert_failure_settles_failed_never_running() {
     let env = Env::new().await;
-    let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;
     let art = env.store.list_session_artifacts(s.id).await.unwrap()[0].id;

@@ -12,14 +12,12 @@ use korvus_session::{exit, RunError, RunOutcome, SessionError};
 use korvus_store::{Counters, SessionId, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 
-use crate::support::{settled, write_files, Env, ScriptRunner};
+use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 
 #[tokio::test]
 async fn eight_concurrent_reopens_have_one_winner_each_round() {
     let env = Env::new().await;
-    let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
-        .build();
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;
     for round in 0..200u32 {
@@ -356,7 +354,7 @@ async fn stream_reopener_is_called_before_reopen_returns() {
     let env = Env::new().await;
     let latch = Arc::new(Latch::default());
     let manager = env
-        .builder(ScriptRunner::writing(&[("report.md", "# R\n")]))
+        .builder(writing(&[("report.md", "# R\n")]))
         .stream_reopener(latch.clone())
         .build();
     let s = manager.create(env.request("first")).await.unwrap();

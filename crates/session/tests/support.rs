@@ -2,78 +2,25 @@
 //! in-memory backends wrapped in fault injectors.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use futures::future::BoxFuture;
 use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
 use korvus_log::{Event, EventKind, MemoryLog, TurnLog};
-use korvus_session::{
-    CreateSession, Manager, ManagerBuilder, RunContext, RunError, RunOutcome, Runner,
-};
+use korvus_session::{CreateSession, Manager, ManagerBuilder, RunContext, RunOutcome, Runner};
 use korvus_store::{Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store};
 use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 use korvus_workspace::ScratchRoot;
 
-type Script = Arc<
-    dyn Fn(RunContext, Option<String>) -> BoxFuture<'static, Result<RunOutcome, RunError>>
-        + Send
-        + Sync,
->;
+pub(crate) use korvus_runner::testing::ScriptRunner;
 
-/// A context a runner got, with the reopen message if any.
-pub(crate) type Seen = (RunContext, Option<String>);
-
-/// A runner whose behaviour is a closure; records every context it got.
-#[derive(Clone)]
-pub(crate) struct ScriptRunner {
-    script: Script,
-    pub(crate) seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl std::fmt::Debug for ScriptRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ScriptRunner")
-    }
-}
-
-impl ScriptRunner {
-    pub(crate) fn new<F, Fut>(f: F) -> Self
-    where
-        F: Fn(RunContext, Option<String>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
-    {
-        Self {
-            script: Arc::new(move |ctx, msg| Box::pin(f(ctx, msg))),
-            seen: Arc::default(),
-        }
-    }
-
-    /// Writes `report.md` plus `files`, logs one turn, completes.
-    pub(crate) fn writing(files: &'static [(&'static str, &'static str)]) -> Self {
-        Self::new(move |ctx, _| async move {
-            write_files(&ctx, files);
-            log_turn(&ctx, 1).await;
-            Ok(RunOutcome::completed(counters()))
-        })
-    }
-}
-
-#[async_trait]
-impl Runner for ScriptRunner {
-    async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
-        self.seen.lock().unwrap().push((ctx.clone(), None));
-        (self.script)(ctx, None).await
-    }
-
-    async fn resume(&self, ctx: RunContext, message: String) -> Result<RunOutcome, RunError> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((ctx.clone(), Some(message.clone())));
-        (self.script)(ctx, Some(message)).await
-    }
+/// A runner that writes `report.md` plus `files`, logs one turn, completes.
+pub(crate) fn writing(files: &'static [(&'static str, &'static str)]) -> ScriptRunner {
+    ScriptRunner::new(move |ctx, _| async move {
+        write_files(&ctx, files);
+        log_turn(&ctx, 1).await;
+        Ok(RunOutcome::completed(counters()))
+    })
 }
 
 pub(crate) fn counters() -> Counters {

@@ -194,14 +194,7 @@ fn remove_if_empty(dir: &Path) -> Result<()> {
 pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
     let path = root.join(session.to_string());
     let p = path.clone();
-    blocking(move || match make_dir(&p, DIR_MODE) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            Err(WorkspaceError::AlreadyExists { path: p })
-        }
-        Err(e) => Err(WorkspaceError::io("create scratch directory", &p, e)),
-    })
-    .await?;
+    blocking(move || make_fresh_dir(&p)).await?;
     Ok(ScratchDir {
         path,
         session,
@@ -241,13 +234,7 @@ pub async fn create_iteration(
     let p = path.clone();
     blocking(move || {
         make_session_dir(&session_dir)?;
-        match make_dir(&p, DIR_MODE) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                Err(WorkspaceError::AlreadyExists { path: p })
-            }
-            Err(e) => Err(WorkspaceError::io("create scratch directory", &p, e)),
-        }
+        make_fresh_dir(&p)
     })
     .await?;
     Ok(ScratchDir {
@@ -255,6 +242,18 @@ pub async fn create_iteration(
         session,
         revision: Some(revision),
     })
+}
+
+/// Makes `path` with one non-recursive `mkdir`: a directory already there
+/// belongs to another run and is refused, untouched.
+fn make_fresh_dir(path: &Path) -> Result<()> {
+    match make_dir(path, DIR_MODE) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(WorkspaceError::AlreadyExists {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(WorkspaceError::io("create scratch directory", path, e)),
+    }
 }
 
 /// Makes a session's dir, or accepts an existing one that is a real
