@@ -12,6 +12,7 @@ use korvus_session::CreateSession;
 use korvus_store::{NewIncident, SessionStatus};
 
 use crate::compose::{shown, Backends};
+use crate::confine::ConfineArgs;
 use crate::inspect::{demo_dir, pin};
 use crate::session::{exit_code, follow, logged_events, summary, PidFile, Signals};
 use crate::Global;
@@ -46,7 +47,7 @@ const REPO_FILES: &[(&str, &str)] = &[
 const PROMPT: &str = "db-1 disk is 95% full since 06:41. Why, and what is safe to free?";
 const FOLLOW_UP: &str = "Which files exactly can we delete right now?";
 
-pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
+pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
     let dir = demo_dir(&backends);
     println!("korvus demo — data dir {}", shown(&backends.data_dir));
@@ -88,6 +89,7 @@ pub(crate) async fn demo(global: &Global) -> Result<ExitCode> {
     let runner = CommandRunner::new("sh")
         .arg(&agent)
         .env_pass("KORVUS_DEMO_PAUSE");
+    let runner = confine.apply(runner, &backends)?;
     let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
     // Whatever happens below, every run is cancelled and joined before the
     // pools close.

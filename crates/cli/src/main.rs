@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod compose;
+mod confine;
 mod demo;
 mod inspect;
 mod session;
@@ -146,7 +147,10 @@ enum Command {
     /// Apply pending database migrations (every command also does).
     Migrate,
     /// Show the whole lifecycle on the embedded default with a bundled agent.
-    Demo,
+    Demo {
+        #[command(flatten)]
+        confine: confine::ConfineArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -278,7 +282,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
         Command::Reap { force } => session::reap(&global, force).await,
         Command::Migrate => inspect::migrate(&global).await,
-        Command::Demo => demo::demo(&global).await,
+        Command::Demo { confine } => demo::demo(&global, &confine).await,
     }
 }
 

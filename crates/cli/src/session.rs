@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::compose::Backends;
+use crate::confine::ConfineArgs;
 use crate::inspect::{harvest_manifest, human_bytes, parse_id};
 use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
 
@@ -59,6 +60,8 @@ pub(crate) struct AgentArgs {
     /// say — e.g. an API key the agent needs (repeatable).
     #[arg(long = "agent-env-pass", value_name = "NAME")]
     pub(crate) env_pass: Vec<String>,
+    #[command(flatten)]
+    pub(crate) confine: ConfineArgs,
 }
 
 /// `korvus run`.
@@ -88,7 +91,8 @@ pub(crate) struct ReopenArgs {
 }
 
 impl AgentArgs {
-    pub(crate) fn runner(&self) -> Result<CommandRunner> {
+    /// The agent's runner, confined as the flags say.
+    pub(crate) fn runner(&self, backends: &Backends) -> Result<CommandRunner> {
         let program = if self.agent.contains('/') {
             let path = std::path::absolute(&self.agent)
                 .with_context(|| format!("invalid agent path {}", self.agent))?;
@@ -114,7 +118,7 @@ impl AgentArgs {
         for name in &self.env_pass {
             runner = runner.env_pass(name.as_str());
         }
-        Ok(runner)
+        self.confine.apply(runner, backends)
     }
 
     fn timeout(&self) -> Option<Duration> {
@@ -133,7 +137,7 @@ fn text_arg(text: &str) -> Result<String> {
 
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let runner = args.agent.runner()?;
+    let runner = args.agent.runner(&backends)?;
     let prompt = text_arg(&args.prompt)?;
     let incident = match &args.incident {
         Some(id) => parse_id::<IncidentId>(id, "incident")?,
@@ -190,7 +194,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
 
 pub(crate) async fn reopen(global: &Global, args: ReopenArgs) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let runner = args.agent.runner()?;
+    let runner = args.agent.runner(&backends)?;
     let id = parse_id::<SessionId>(&args.session, "session")?;
     let message = text_arg(&args.message)?;
     let manager = backends.manager(Arc::new(runner), args.agent.timeout());

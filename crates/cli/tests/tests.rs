@@ -9,5 +9,6 @@ mod environment;
 mod errors;
 mod ops;
 mod report;
+mod sandbox;
 mod services;
 mod sigint;

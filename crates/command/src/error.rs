@@ -41,6 +41,44 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
+    /// The [`Sandbox`](crate::Sandbox) is
+    /// [`required`](crate::Sandbox::required) but could not be put in force
+    /// (e.g. the kernel has no Landlock); the program was not started.
+    #[error("the agent's sandbox is required but not in force: {reason}")]
+    Sandbox {
+        /// Why it is not in force.
+        reason: String,
+    },
+    /// The agent user ([`AgentUser::lookup`](crate::AgentUser::lookup))
+    /// does not exist.
+    #[error("unknown agent user {name}: {reason}")]
+    UnknownUser {
+        /// The name looked up.
+        name: String,
+        /// Why it was not found.
+        reason: String,
+    },
+    /// The agent user cannot walk through `dir` to its scratch dir: give
+    /// the directory search permission for others (`chmod o+x`) or put
+    /// the scratch root elsewhere.
+    #[error("agent user {user} cannot reach its scratch dir: {dir} is not searchable by it")]
+    Unreachable {
+        /// The agent user.
+        user: String,
+        /// The first directory on the way it may not search.
+        dir: PathBuf,
+    },
+    /// The scratch dir could not be handed over to the agent user.
+    #[error("could not hand {path} over to agent user {user}")]
+    HandOver {
+        /// The agent user.
+        user: String,
+        /// The entry.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Waiting for the program failed.
     #[error("could not wait for {program}")]
     Wait {

@@ -39,6 +39,13 @@
 //! - `output.rs`: the line readers of stdout and stderr, the sink that
 //!   turns lines into log events and usage counters, and the bounded
 //!   stderr tail.
+//! - `env.rs`: the [`EnvPolicy`] (which variables the agent gets).
+//! - `sandbox.rs`: the [`Sandbox`] (Landlock): writes confined to the
+//!   scratch dir, reads denied beneath private paths; a short-lived
+//!   thread restricts itself and spawns the agent, so the embedding
+//!   process is never restricted.
+//! - `user.rs`: the [`AgentUser`] an agent may run as, and handing the
+//!   scratch dir over to it.
 //! - `manifest.rs`: the [`RunManifest`] the agent reads; `error.rs`:
 //!   [`CommandError`].
 //!
@@ -91,6 +98,8 @@ mod manifest;
 mod output;
 mod process;
 mod runner;
+mod sandbox;
+mod user;
 
 pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
 pub use crate::error::CommandError;
@@ -102,3 +111,5 @@ pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,
 };
+pub use crate::sandbox::{Sandbox, WRITABLE_DEVICES};
+pub use crate::user::AgentUser;

@@ -330,6 +330,11 @@ impl<'a> Sink<'a> {
         self.stderr.push_back(format!("{}{suffix}", line.text));
     }
 
+    /// Appends one note to the log.
+    pub(crate) async fn note(&mut self, text: String) {
+        self.append(&[Event::now(EventKind::Note { text })]).await;
+    }
+
     /// Appends the stderr tail and the exit summary as notes.
     pub(crate) async fn finish(&mut self, summary: String) {
         let mut notes = Vec::new();

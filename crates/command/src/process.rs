@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::output::{Output, Sink, BATCH};
+use crate::sandbox::{self, Confinement, Sandbox};
 use crate::CommandError;
 
 /// The exit code that means "waiting for the user" (`EX_TEMPFAIL` from
@@ -61,13 +63,17 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    /// Starts `cmd` with piped stdio as the leader of a new process group
-    /// and writes `input` to its stdin, then closes it.
-    pub(crate) fn spawn(
+    /// Starts `cmd` with piped stdio as the leader of a new process group,
+    /// confined by `sandbox` (writes allowed in `scratch`), and writes
+    /// `input` to its stdin, then closes it. Also returns how the program
+    /// was confined.
+    pub(crate) async fn spawn(
         mut cmd: Command,
         program: String,
         input: String,
-    ) -> Result<Self, CommandError> {
+        sandbox: &Sandbox,
+        scratch: &Path,
+    ) -> Result<(Self, Confinement), CommandError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -75,10 +81,7 @@ impl Agent {
             // the terminal's Ctrl-C reaches the caller, not the agent.
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        let (mut child, confinement) = sandbox::spawn(cmd, sandbox, scratch, &program).await?;
         let pid = child
             .id()
             .and_then(|p| i32::try_from(p).ok())
@@ -92,13 +95,14 @@ impl Agent {
         };
         info!(pid, program = %program, "agent started");
         let stdin = feed(child.stdin.take(), input);
-        Ok(Self {
+        let agent = Self {
             group,
             child,
             exited: exited(pid),
             stdin,
             program,
-        })
+        };
+        Ok((agent, confinement))
     }
 
     /// The program's stdout and stderr, for [`Output::start`].

@@ -20,6 +20,8 @@ use crate::env::{EnvPolicy, Inherit};
 use crate::manifest::RunManifest;
 use crate::output::{Output, OutputCaps, Sink};
 use crate::process::{self, Agent, Limits};
+use crate::sandbox::{Confinement, Sandbox};
+use crate::user::{self, AgentUser};
 use crate::CommandError;
 
 /// Default number of stderr lines kept (the last ones) and logged as notes.
@@ -50,6 +52,8 @@ pub struct CommandRunner {
     stderr_lines: usize,
     max_line_bytes: usize,
     caps: OutputCaps,
+    sandbox: Sandbox,
+    user: Option<AgentUser>,
 }
 
 impl CommandRunner {
@@ -67,6 +71,8 @@ impl CommandRunner {
             stderr_lines: DEFAULT_STDERR_LINES,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             caps: OutputCaps::default(),
+            sandbox: Sandbox::new(),
+            user: None,
         }
     }
 
@@ -163,6 +169,23 @@ impl CommandRunner {
         self
     }
 
+    /// What the agent may touch on the filesystem (default
+    /// [`Sandbox::new`]: writes confined to the scratch dir, reads open).
+    /// [`Sandbox::disabled`] turns it off.
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// Runs the agent as `user` (the embedding process must be allowed to
+    /// switch to it, i.e. run as root). Before the program starts, the
+    /// writable part of the scratch dir is handed over to that user; its
+    /// `USER` and `LOGNAME` name it.
+    pub fn run_as(mut self, user: AgentUser) -> Self {
+        self.user = Some(user);
+        self
+    }
+
     /// The program this runner starts.
     pub fn program(&self) -> &OsString {
         &self.program
@@ -186,14 +209,22 @@ impl CommandRunner {
             .write(&scratch)
             .await?;
         let private = PrivateDirs::make(&scratch).await?;
+        self.hand_over(&scratch).await?;
         let cmd = self.command(&ctx, &scratch, &manifest, &private, message.is_some());
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         let program = self.program.to_string_lossy().into_owned();
 
-        let mut agent = Agent::spawn(cmd, program, input)?;
+        let (mut agent, confinement) =
+            Agent::spawn(cmd, program, input, &self.sandbox, &scratch).await?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
+        if let Confinement::NotEnforced(reason) = confinement {
+            sink.note(format!(
+                "sandbox not in force ({reason}): the agent ran without filesystem confinement"
+            ))
+            .await;
+        }
         let stop = agent
             .pump(
                 &mut output,
@@ -208,6 +239,23 @@ impl CommandRunner {
         let status = status?;
         let result = process::classify(stop, status, self.timeout, program);
         conclude(&scratch, sink, status, result).await
+    }
+
+    /// Hands the scratch dir over to the agent user, if there is one.
+    async fn hand_over(&self, scratch: &Path) -> Result<(), CommandError> {
+        let Some(user) = self.user.clone() else {
+            return Ok(());
+        };
+        let name = user.name().to_owned();
+        let path = scratch.to_path_buf();
+        let scratch = path.clone();
+        tokio::task::spawn_blocking(move || user::hand_over(&scratch, &user))
+            .await
+            .map_err(|e| CommandError::HandOver {
+                user: name,
+                path,
+                source: std::io::Error::other(e),
+            })?
     }
 
     /// The program, its arguments and its environment, in the scratch dir.
@@ -242,6 +290,12 @@ impl CommandRunner {
             .env("KORVUS_RESUME", if resume { "1" } else { "0" })
             .env("KORVUS_MANIFEST", manifest)
             .env("KORVUS_WORKSPACE", scratch);
+        if let Some(user) = &self.user {
+            cmd.uid(user.uid())
+                .gid(user.gid())
+                .env("USER", user.name())
+                .env("LOGNAME", user.name());
+        }
         if let Some(template) = &ctx.report_template {
             cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));
         }

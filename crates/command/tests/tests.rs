@@ -7,3 +7,4 @@ mod blocking;
 mod exit_codes;
 mod kill;
 mod protocol;
+mod sandbox;

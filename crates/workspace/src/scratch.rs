@@ -244,6 +244,10 @@ pub async fn create_iteration(
     })
 }
 
+/// Mode of `<root>/<session id>`: the owner's, plus search (not list) for
+/// everyone else.
+const SESSION_DIR_MODE: u32 = 0o711;
+
 /// Makes `path` with one non-recursive `mkdir`: a directory already there
 /// belongs to another run and is refused, untouched.
 fn make_fresh_dir(path: &Path) -> Result<()> {
@@ -257,9 +261,11 @@ fn make_fresh_dir(path: &Path) -> Result<()> {
 }
 
 /// Makes a session's dir, or accepts an existing one that is a real
-/// directory (`lstat`: a symlink is refused, not followed).
+/// directory (`lstat`: a symlink is refused, not followed). Others may
+/// search it but not list it ([`SESSION_DIR_MODE`]), so an agent running
+/// under a user of its own reaches the iteration dir handed to it.
 fn make_session_dir(dir: &Path) -> Result<()> {
-    match make_dir(dir, DIR_MODE) {
+    match make_dir(dir, SESSION_DIR_MODE) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match fs::symlink_metadata(dir) {
             Ok(meta) if meta.file_type().is_dir() => Ok(()),

@@ -1,0 +1,416 @@
+//! The agent's filesystem sandbox: a [`Sandbox`] policy, turned into a
+//! Landlock ruleset when the program starts.
+//!
+//! Landlock restricts the calling **thread** and everything it starts
+//! afterwards (the domain is inherited across `fork` and `exec`). The
+//! workspace forbids unsafe code, so there is no `pre_exec` hook: a
+//! short-lived thread of its own builds the ruleset, restricts itself,
+//! spawns the agent and exits. The embedding process's other threads are
+//! never restricted.
+//!
+//! Landlock can only grant. "Read everything but X" is built by granting
+//! reads on every sibling along the path from `/` down to X: the ancestors
+//! of X themselves get no rule (a rule on a directory covers everything
+//! beneath it), so they stay walkable but not listable.
+
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use landlock::{
+    Access, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, ABI,
+};
+use rustix::fs::{FileType, Mode, OFlags};
+use tokio::process::{Child, Command};
+use tracing::{debug, warn};
+
+use crate::CommandError;
+
+/// Device files an agent may open for writing: the null and zero
+/// devices and the terminals.
+pub const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// The newest Landlock ABI the sandbox uses. ABI 9 adds a right over
+/// connecting to UNIX sockets, which would cut agents off name services
+/// such as `systemd-resolved`; it is left unhandled until korvus offers a
+/// way to grant sockets.
+const NEWEST_ABI: u8 = 8;
+
+/// What an agent may touch on the filesystem (Linux Landlock; see
+/// `docs/command-runner.md`).
+///
+/// The default ([`Sandbox::new`]) confines **writes** to the session's
+/// scratch dir (its private `HOME` and `TMPDIR` are inside it) and
+/// [`WRITABLE_DEVICES`]; reads stay open except beneath the paths declared
+/// [`private`](Sandbox::private). Where the kernel has no Landlock the
+/// program runs unconfined: a warning once per process and a note in every
+/// run's log say so, unless the policy is [`required`](Sandbox::required),
+/// which makes such a run fail instead.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    enabled: bool,
+    required: bool,
+    writable: Vec<PathBuf>,
+    readable: Vec<PathBuf>,
+    private: Vec<PathBuf>,
+    abi: u8,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    /// Writes confined to the scratch dir and [`WRITABLE_DEVICES`]; reads
+    /// open; degrades with a warning where Landlock is missing.
+    pub fn new() -> Self {
+        Self {
+            enabled: true,
+            required: false,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            private: Vec::new(),
+            abi: NEWEST_ABI,
+        }
+    }
+
+    /// No sandbox: the agent may touch whatever its user may.
+    pub fn disabled() -> Self {
+        Self {
+            enabled: false,
+            ..Self::new()
+        }
+    }
+
+    /// Whether the agent is confined at all.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Fail the run ([`CommandError::Sandbox`](crate::CommandError::Sandbox))
+    /// instead of running the agent unconfined where Landlock is missing.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Lets the agent write beneath `path` too (e.g. a shared cache).
+    pub fn writable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.writable.push(path.into());
+        self
+    }
+
+    /// Lets the agent read beneath `path` even where it lies beneath a
+    /// private path.
+    pub fn readable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.readable.push(path.into());
+        self
+    }
+
+    /// Denies the agent reading anything beneath `path` (a file or a
+    /// directory; it need not exist yet). The scratch dir and the
+    /// [`readable`](Sandbox::readable) paths are still granted where they
+    /// lie beneath it.
+    pub fn private(mut self, path: impl Into<PathBuf>) -> Self {
+        self.private.push(path.into());
+        self
+    }
+
+    /// The newest Landlock ABI to use (default: the newest this crate
+    /// handles). Lower values pin the behaviour of older kernels; `0`
+    /// behaves as a kernel without Landlock (how the degraded mode is
+    /// tested).
+    pub fn landlock_abi(mut self, abi: u8) -> Self {
+        self.abi = abi.min(NEWEST_ABI);
+        self
+    }
+}
+
+/// Starts `cmd` confined by `policy` (writes allowed in `scratch`): a
+/// thread of its own restricts itself, spawns the program and ends. With
+/// the sandbox off the program is spawned here.
+pub(crate) async fn spawn(
+    mut cmd: Command,
+    policy: &Sandbox,
+    scratch: &Path,
+    program: &str,
+) -> Result<(Child, Confinement), CommandError> {
+    let spawn_error = |source| CommandError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    if !policy.enabled {
+        return cmd
+            .spawn()
+            .map(|c| (c, Confinement::Off))
+            .map_err(spawn_error);
+    }
+    let policy = policy.clone();
+    let scratch = scratch.to_path_buf();
+    // The child registers with this runtime's process and I/O drivers.
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("korvus-sandbox".to_owned())
+        .spawn(move || {
+            let confinement = confine(&policy, &scratch);
+            let _runtime = runtime.enter();
+            let result = match confinement {
+                Confinement::NotEnforced(reason) if policy.required => Err(Refused(reason)),
+                confinement => Ok(cmd.spawn().map(|child| (child, confinement))),
+            };
+            // The thread ends here, and its restriction with it.
+            let _ = tx.send(result);
+        })
+        .map_err(spawn_error)?;
+    match rx.await {
+        Ok(Ok(spawned)) => spawned.map_err(spawn_error),
+        Ok(Err(Refused(reason))) => Err(CommandError::Sandbox { reason }),
+        Err(_) => Err(spawn_error(std::io::Error::other(
+            "the sandbox thread ended without starting the program",
+        ))),
+    }
+}
+
+/// A required sandbox that is not in force.
+struct Refused(String);
+
+/// How the agent of one run was confined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Confinement {
+    /// The policy is [`Sandbox::disabled`].
+    Off,
+    /// The ruleset is in force (`partial`: only what this kernel offers).
+    Enforced { partial: bool },
+    /// Landlock is missing or refused the ruleset; the agent runs
+    /// unconfined. The text says why.
+    NotEnforced(String),
+}
+
+/// Restricts the calling thread by `policy`, with `scratch` writable.
+/// Never fails: an error leaves the thread unrestricted and says why.
+pub(crate) fn confine(policy: &Sandbox, scratch: &Path) -> Confinement {
+    if !policy.enabled {
+        return Confinement::Off;
+    }
+    let abi = abi(policy.abi);
+    let status = ruleset(policy, scratch, abi).and_then(|r| {
+        r.restrict_self()
+            .map_err(|e| format!("landlock_restrict_self failed: {e}"))
+    });
+    let confinement = match status {
+        Ok(s) => match s.ruleset {
+            RulesetStatus::FullyEnforced => Confinement::Enforced { partial: false },
+            RulesetStatus::PartiallyEnforced => Confinement::Enforced { partial: true },
+            _ => Confinement::NotEnforced("this kernel does not offer Landlock".to_owned()),
+        },
+        Err(e) => Confinement::NotEnforced(e),
+    };
+    if let Confinement::NotEnforced(why) = &confinement {
+        announce_degraded(why);
+    }
+    confinement
+}
+
+static DEGRADED_ANNOUNCED: AtomicBool = AtomicBool::new(false);
+
+/// Warns once per process that agents run without a sandbox.
+fn announce_degraded(why: &str) {
+    if !DEGRADED_ANNOUNCED.swap(true, Ordering::Relaxed) {
+        warn!(
+            reason = why,
+            "agents run WITHOUT a filesystem sandbox: they may write wherever their user may \
+             (said once per process; every run's log says it too)"
+        );
+    }
+}
+
+fn abi(n: u8) -> ABI {
+    match n {
+        0 => ABI::Unsupported,
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        7 => ABI::V7,
+        _ => ABI::V8,
+    }
+}
+
+/// The ruleset of `policy`: every filesystem right handled, reads granted
+/// outside the private paths, everything granted beneath the writable ones.
+fn ruleset(policy: &Sandbox, scratch: &Path, abi: ABI) -> Result<landlock::RulesetCreated, String> {
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let mut rules = Rules::default();
+    if policy.private.is_empty() {
+        rules.grant(Path::new("/"), read);
+    } else {
+        let private: BTreeSet<PathBuf> = policy.private.iter().map(|p| resolved(p)).collect();
+        rules.grant_outside(&private, read);
+    }
+    for path in &policy.readable {
+        rules.grant(path, read);
+    }
+    rules.grant(scratch, all);
+    for path in &policy.writable {
+        rules.grant(path, all);
+    }
+    for device in WRITABLE_DEVICES {
+        rules.grant(Path::new(device), all);
+    }
+    let mut created = Ruleset::default()
+        .handle_access(all)
+        .and_then(|r| r.create())
+        .map_err(|e| format!("no Landlock ruleset: {e}"))?;
+    for (fd, access) in rules.0 {
+        let rule = PathBeneath::new(fd, access);
+        created = created
+            .add_rule(rule)
+            .map_err(|e| format!("a Landlock rule was refused: {e}"))?;
+    }
+    Ok(created)
+}
+
+/// Open `O_PATH` descriptors and the rights granted beneath each.
+#[derive(Default)]
+struct Rules(Vec<(OwnedFd, BitFlags<AccessFs>)>);
+
+impl Rules {
+    /// Grants `access` beneath `path`, following symlinks (the caller named
+    /// it). A missing path grants nothing.
+    fn grant(&mut self, path: &Path, access: BitFlags<AccessFs>) {
+        match rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => self.push(fd, access),
+            Err(e) => debug!(path = %path.display(), error = %e, "sandbox: path not granted"),
+        }
+    }
+
+    /// Grants `access` on every entry of the filesystem that is not beneath
+    /// a path of `private`: the siblings along each private path's
+    /// ancestors. Symlinks get no rule of their own (their targets are
+    /// judged where they lie), so none can lead into a private path.
+    fn grant_outside(&mut self, private: &BTreeSet<PathBuf>, access: BitFlags<AccessFs>) {
+        let mut dirs = vec![PathBuf::from("/")];
+        while let Some(dir) = dirs.pop() {
+            let Ok(fd) = rustix::fs::open(
+                &dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let path = dir.join(std::ffi::OsStr::from_bytes(name));
+                if private.contains(&path) {
+                    continue;
+                }
+                if private.iter().any(|p| p.starts_with(&path)) {
+                    dirs.push(path);
+                    continue;
+                }
+                let Ok(child) = rustix::fs::openat(
+                    &fd,
+                    entry.file_name(),
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) else {
+                    continue;
+                };
+                self.push(child, access);
+            }
+        }
+    }
+
+    /// Keeps `fd` with the part of `access` its file type takes; a symlink
+    /// gets nothing.
+    fn push(&mut self, fd: OwnedFd, access: BitFlags<AccessFs>) {
+        let Ok(stat) = rustix::fs::fstat(fd.as_fd()) else {
+            return;
+        };
+        let access = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => return,
+            FileType::Directory => access,
+            _ => access & AccessFs::from_file(ABI::V8),
+        };
+        if !access.is_empty() {
+            self.0.push((fd, access));
+        }
+    }
+}
+
+/// `path` made absolute with its existing part's symlinks resolved, so it
+/// compares with the paths the walk from `/` meets.
+fn resolved(path: &Path) -> PathBuf {
+    let path = normal(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
+/// `path` with `.` and `..` folded away lexically.
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_private_path_resolves_beneath_its_real_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(resolved(&dir.path().join("a/../b/c")), real.join("b/c"));
+        assert_eq!(resolved(&dir.path().join("x.db")), real.join("x.db"));
+    }
+
+    #[test]
+    fn abi_numbers_past_the_newest_use_the_newest() {
+        assert_eq!(abi(0), ABI::Unsupported);
+        assert_eq!(abi(200), ABI::V8);
+        assert_eq!(Sandbox::new().landlock_abi(99).abi, NEWEST_ABI);
+    }
+}
