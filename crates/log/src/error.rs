@@ -43,6 +43,18 @@ pub enum LogError {
         /// The log.
         id: LogId,
     },
+    /// An append expected the log to hold `expected` events (or already
+    /// its own ones after them) and it held `found`: another writer
+    /// appended. Nothing was stored. Permanent.
+    #[error("turn log {id} holds {found} events where an append expected {expected}")]
+    Conflict {
+        /// The log.
+        id: LogId,
+        /// Where the append meant to start.
+        expected: u64,
+        /// How many events the log held.
+        found: u64,
+    },
     /// Stored data does not parse or shrank under a reader. Permanent.
     #[error("turn log {id} is corrupt: {detail}")]
     Corrupt {
@@ -200,6 +212,11 @@ mod tests {
             LogError::AlreadyOwned { id },
             LogError::ReadOnly { id },
             LogError::Closed { id },
+            LogError::Conflict {
+                id,
+                expected: 1,
+                found: 3,
+            },
             LogError::Corrupt {
                 id,
                 detail: "torn".into(),

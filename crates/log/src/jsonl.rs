@@ -125,7 +125,16 @@ struct JsonlIo {
     /// inline — one `write` of whole lines, no thread hand-off — because a
     /// page-cache write is cheaper than waking a blocking thread; `fsync`
     /// goes to a blocking thread.
-    writer: Option<Arc<Mutex<Option<File>>>>,
+    writer: Option<Arc<Mutex<Option<WriteSide>>>>,
+}
+
+/// The write side's file, and how many events it holds when known.
+#[derive(Debug)]
+struct WriteSide {
+    file: File,
+    /// Complete events in the file; `None` until counted (a writer opened
+    /// on an existing log counts them before its first append).
+    count: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -139,6 +148,12 @@ struct IoState {
 }
 
 impl IoState {
+    /// The number of complete events, indexing the lines not yet indexed.
+    fn count(&mut self, id: LogId) -> Result<u64> {
+        self.read(id, u64::MAX, None)?;
+        Ok(self.starts.len() as u64)
+    }
+
     /// Reads events `offset..offset+len` (or to the end), indexing new complete
     /// lines as it goes.
     fn read(&mut self, id: LogId, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
@@ -191,7 +206,7 @@ impl IoState {
 }
 
 impl JsonlIo {
-    fn new(id: LogId, read: File, write: Option<File>, first_event: u64) -> Self {
+    fn new(id: LogId, read: File, write: Option<WriteSide>, first_event: u64) -> Self {
         Self {
             id,
             state: Arc::new(Mutex::new(IoState {
@@ -204,7 +219,7 @@ impl JsonlIo {
         }
     }
 
-    fn writer(&self) -> Result<&Arc<Mutex<Option<File>>>> {
+    fn writer(&self) -> Result<&Arc<Mutex<Option<WriteSide>>>> {
         self.writer
             .as_ref()
             .ok_or(LogError::ReadOnly { id: self.id })
@@ -220,14 +235,14 @@ impl JsonlIo {
         let id = self.id;
         blocking(move || {
             let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(file) = guard.as_ref() else {
+            let Some(side) = guard.as_ref() else {
                 return if close {
                     Ok(())
                 } else {
                     Err(LogError::Closed { id })
                 };
             };
-            let result = f(file).map_err(|e| LogError::backend(BACKEND, e));
+            let result = f(&side.file).map_err(|e| LogError::backend(BACKEND, e));
             if close {
                 *guard = None;
             }
@@ -260,25 +275,60 @@ impl LogIo for JsonlIo {
         self.with_state(move |id, s| s.read(id, offset, len)).await
     }
 
-    async fn append(&self, events: &[Event]) -> Result<()> {
+    async fn event_count(&self) -> Result<u64> {
+        self.with_state(|id, s| s.count(id)).await
+    }
+
+    async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
         let buf = serialise(events)?;
+        let known = match self
+            .writer()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(side) => side.count,
+            None => return Err(LogError::Closed { id: self.id }),
+        };
+        let found = match known {
+            Some(count) => count,
+            None => self.event_count().await?,
+        };
         let mut guard = self.writer()?.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(file) = guard.as_mut() else {
+        let Some(side) = guard.as_mut() else {
             return Err(LogError::Closed { id: self.id });
         };
+        side.count = Some(found);
+        let n = events.len() as u64;
+        if found == at + n {
+            // An earlier try of this append is in the file already.
+            return Ok(());
+        }
+        if found != at {
+            return Err(LogError::Conflict {
+                id: self.id,
+                expected: at,
+                found,
+            });
+        }
         // The file is opened in append mode: every write lands at the end,
         // in one call, so a reader sees whole lines or a torn tail it skips.
         // A write that fails half-way (a full disk, a file size limit) is cut
         // back to the last complete line, so the log stays readable and the
         // next append starts on a clean line.
-        let (written, failed) = write_counted(file, &buf);
-        let Some(e) = failed else { return Ok(()) };
+        let (written, failed) = write_counted(&mut side.file, &buf);
+        let Some(e) = failed else {
+            side.count = Some(at + n);
+            return Ok(());
+        };
         if written > 0 {
             // Only this writer appends, so the file grew by `written`.
+            let file = &side.file;
             let cut = file
                 .metadata()
                 .and_then(|m| file.set_len(m.len().saturating_sub(written as u64)));
             if let Err(cut) = cut {
+                side.count = None;
                 return Err(LogError::backend(
                     BACKEND,
                     std::io::Error::other(format!(
@@ -386,7 +436,15 @@ impl TurnLog for JsonlLog {
         let (read, write, first_event) = file?;
         Ok(LogHandle::writer(
             header,
-            Arc::new(JsonlIo::new(id, read, Some(write), first_event)),
+            Arc::new(JsonlIo::new(
+                id,
+                read,
+                Some(WriteSide {
+                    file: write,
+                    count: Some(0),
+                }),
+                first_event,
+            )),
             claim,
         ))
     }
@@ -407,7 +465,7 @@ impl TurnLog for JsonlLog {
                         .open(&path)
                         .map_err(|e| io_err(id, e))?;
                     cut_torn_tail(id, &mut file)?;
-                    Some(file)
+                    Some(WriteSide { file, count: None })
                 }
                 Access::Read => None,
             };

@@ -53,6 +53,7 @@
 mod error;
 mod event;
 mod export;
+mod handle;
 mod jsonl;
 mod memory;
 mod seam;
@@ -60,8 +61,9 @@ mod seam;
 pub use crate::error::{FlushError, LogError, Result};
 pub use crate::event::{Event, EventKind, LogHeader, LogId, Role};
 pub use crate::export::export_jsonl;
+pub use crate::handle::{LogHandle, APPEND_ATTEMPTS, APPEND_BACKOFF, DROPPED_PREFIX};
 pub use crate::jsonl::JsonlLog;
 pub use crate::memory::MemoryLog;
-pub use crate::seam::{Access, LogHandle, LogIo, LogStat, Revision, TurnLog, WriterClaim, Writers};
+pub use crate::seam::{Access, LogIo, LogStat, Revision, TurnLog, WriterClaim, Writers};
 #[cfg(feature = "mock")]
 pub use crate::seam::{MockLogIo, MockTurnLog};

@@ -69,8 +69,24 @@ impl LogIo for MemoryIo {
         Ok(events[start..end].to_vec())
     }
 
-    async fn append(&self, events: &[Event]) -> Result<()> {
-        self.data.events().extend_from_slice(events);
+    async fn event_count(&self) -> Result<u64> {
+        Ok(self.data.events().len() as u64)
+    }
+
+    async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
+        let mut stored = self.data.events();
+        let found = stored.len() as u64;
+        if found == at + events.len() as u64 {
+            return Ok(());
+        }
+        if found != at {
+            return Err(LogError::Conflict {
+                id: self.data.header.id,
+                expected: at,
+                found,
+            });
+        }
+        stored.extend_from_slice(events);
         Ok(())
     }
 

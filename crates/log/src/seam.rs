@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::fmt::{self, Debug};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 
-use crate::{Event, FlushError, LogError, LogHeader, LogId, Result};
+use crate::{Event, FlushError, LogError, LogHandle, LogHeader, LogId, Result};
 
 /// How a handle was opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,8 +121,19 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// never includes a torn tail. Fewer than `len` events means the log ends.
     async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>>;
 
-    /// Appends events at the end, visible to reads that start after it returns.
-    async fn append(&self, events: &[Event]) -> Result<()>;
+    /// The number of events stored completely (a torn tail does not count).
+    async fn event_count(&self) -> Result<u64>;
+
+    /// Appends `events` so that the first is stored at offset `at`, visible
+    /// to reads that start after it returns; all of them or none.
+    ///
+    /// Idempotent, so a retry is safe: when the log already holds
+    /// `at + events.len()` events, an earlier attempt of this same append
+    /// committed (its acknowledgement was lost) and nothing is stored
+    /// again. When it holds any other number than `at`, the append fails
+    /// with [`LogError::Conflict`] and stores nothing. `events` is never
+    /// empty.
+    async fn append(&self, at: u64, events: &[Event]) -> Result<()>;
 
     /// Makes everything appended durable.
     async fn flush(&self) -> Result<()>;
@@ -232,7 +243,7 @@ async fn futures_join_all(ios: Vec<(LogId, Arc<dyn LogIo>)>) -> Vec<(LogId, Resu
 }
 
 impl WriterClaim {
-    fn attach(&self, io: &Arc<dyn LogIo>) {
+    pub(crate) fn attach(&self, io: &Arc<dyn LogIo>) {
         let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = active.get_mut(&self.id) {
             if slot.token == self.token {
@@ -247,191 +258,6 @@ impl Drop for WriterClaim {
         let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         if active.get(&self.id).is_some_and(|s| s.token == self.token) {
             active.remove(&self.id);
-        }
-    }
-}
-
-/// An open log: the one type for both accesses.
-///
-/// All methods take `&self`; share a handle with `Arc` if several tasks use it.
-/// A handle's reads never shrink: once it has returned events up to `n`, a
-/// later read to the end returns at least `n` (a backend that lost data is
-/// reported as [`LogError::Corrupt`], never as a shorter log).
-pub struct LogHandle {
-    header: LogHeader,
-    access: Access,
-    io: Arc<dyn LogIo>,
-    seen: AtomicU64,
-    closing: AtomicBool,
-    closed: Arc<tokio::sync::watch::Sender<bool>>,
-    claim: Mutex<Option<WriterClaim>>,
-}
-
-impl Debug for LogHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LogHandle")
-            .field("id", &self.header.id)
-            .field("access", &self.access)
-            .field("seen", &self.seen.load(Ordering::Relaxed))
-            .field("closing", &self.closing.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
-    }
-}
-
-impl LogHandle {
-    /// A read handle over a backend's I/O.
-    pub fn reader(header: LogHeader, io: Arc<dyn LogIo>) -> Self {
-        Self::build(header, Access::Read, io, None)
-    }
-
-    /// The write handle over a backend's I/O, holding the writer claim.
-    pub fn writer(header: LogHeader, io: Arc<dyn LogIo>, claim: WriterClaim) -> Self {
-        claim.attach(&io);
-        Self::build(header, Access::Write, io, Some(claim))
-    }
-
-    fn build(
-        header: LogHeader,
-        access: Access,
-        io: Arc<dyn LogIo>,
-        claim: Option<WriterClaim>,
-    ) -> Self {
-        Self {
-            header,
-            access,
-            io,
-            seen: AtomicU64::new(0),
-            closing: AtomicBool::new(false),
-            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
-            claim: Mutex::new(claim),
-        }
-    }
-
-    /// The log's id.
-    pub fn id(&self) -> LogId {
-        self.header.id
-    }
-
-    /// The log's header.
-    pub fn header(&self) -> &LogHeader {
-        &self.header
-    }
-
-    /// How the handle was opened.
-    pub fn access(&self) -> Access {
-        self.access
-    }
-
-    /// The number of events this handle has seen so far (its high-water mark).
-    pub fn seen(&self) -> u64 {
-        self.seen.load(Ordering::Acquire)
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closing.load(Ordering::Acquire) {
-            Err(LogError::Closed { id: self.id() })
-        } else {
-            Ok(())
-        }
-    }
-
-    fn check_writable(&self) -> Result<()> {
-        self.check_open()?;
-        if self.access == Access::Read {
-            return Err(LogError::ReadOnly { id: self.id() });
-        }
-        Ok(())
-    }
-
-    /// Reads events `offset..offset+len`, or to the end when `len` is `None`.
-    /// Returns fewer than `len` events when the log ends sooner, and an empty
-    /// vector when `offset` is at or past the end.
-    ///
-    /// # Errors
-    /// [`LogError::Closed`]; [`LogError::Corrupt`] when stored data does not
-    /// parse or the log shrank below what this handle already saw.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: reading changes nothing but the handle's high-water mark.
-    pub async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
-        self.check_open()?;
-        let events = self.io.read(offset, len).await?;
-        let end = offset + events.len() as u64;
-        let seen = self.seen();
-        let short = len.is_none_or(|l| (events.len() as u64) < l);
-        if short && end < seen && offset <= seen {
-            return Err(LogError::Corrupt {
-                id: self.id(),
-                detail: format!("log ends at event {end} but this handle already saw {seen}"),
-            });
-        }
-        if !events.is_empty() {
-            self.seen.fetch_max(end, Ordering::AcqRel);
-        }
-        Ok(events)
-    }
-
-    /// Appends events. An empty slice is a no-op.
-    ///
-    /// # Errors
-    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`]; `Backend`.
-    ///
-    /// # Cancel safety
-    /// Not cancel-safe: a dropped append may or may not have stored its events
-    /// (never a part of one event: backends discard torn tails).
-    pub async fn append(&self, events: &[Event]) -> Result<()> {
-        self.check_writable()?;
-        if events.is_empty() {
-            return Ok(());
-        }
-        self.io.append(events).await
-    }
-
-    /// Durability barrier for everything appended so far.
-    ///
-    /// # Errors
-    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`]; `Backend`.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: call it again.
-    pub async fn flush(&self) -> Result<()> {
-        self.check_writable()?;
-        self.io.flush().await
-    }
-
-    /// Closes the handle: makes appends durable and releases the writer claim.
-    /// Idempotent; later calls wait for the first to finish and return `Ok`.
-    ///
-    /// # Errors
-    /// The first call reports the backend's close failure; the claim is
-    /// released anyway.
-    ///
-    /// # Cancel safety
-    /// The close runs on its own task: dropping this future does not stop it
-    /// half-way.
-    pub async fn close(&self) -> Result<()> {
-        if self.closing.swap(true, Ordering::AcqRel) {
-            let mut rx = self.closed.subscribe();
-            // The sender lives in `self`, so it cannot be dropped while we wait.
-            let _ = rx.wait_for(|done| *done).await;
-            return Ok(());
-        }
-        let io = Arc::clone(&self.io);
-        let claim = self.claim.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let done = Arc::clone(&self.closed);
-        let task = tokio::spawn(async move {
-            let result = io.close().await;
-            drop(claim);
-            done.send_replace(true);
-            result
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(join) => {
-                // The close panicked: the claim was dropped during unwinding.
-                self.closed.send_replace(true);
-                Err(LogError::backend("close", join))
-            }
         }
     }
 }

@@ -71,5 +71,11 @@ async fn a_short_append_is_cut_back_and_the_log_stays_readable() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(texts, ["small 0", "small 1", "small 2", "after"]);
+    assert_eq!(texts[..3], ["small 0", "small 1", "small 2"]);
+    // The failed append is noted before the next one that worked.
+    assert!(
+        texts[3].starts_with("dropped: 1 event(s) could not be stored"),
+        "{texts:?}"
+    );
+    assert_eq!(texts[4..], ["after"]);
 }

@@ -27,8 +27,12 @@ impl LogIo for NotifyingIo {
         self.inner.read(offset, len).await
     }
 
-    async fn append(&self, events: &[Event]) -> Result<()> {
-        self.inner.append(events).await?;
+    async fn event_count(&self) -> Result<u64> {
+        self.inner.len().await
+    }
+
+    async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
+        self.inner.append_at(at, events).await?;
         self.notify.notify_waiters();
         Ok(())
     }

@@ -291,7 +291,10 @@ impl korvus_log::LogIo for RefusesAppends {
     ) -> korvus_log::Result<Vec<korvus_log::Event>> {
         self.0.read(offset, len).await
     }
-    async fn append(&self, _: &[korvus_log::Event]) -> korvus_log::Result<()> {
+    async fn event_count(&self) -> korvus_log::Result<u64> {
+        self.0.len().await
+    }
+    async fn append(&self, _: u64, _: &[korvus_log::Event]) -> korvus_log::Result<()> {
         Err(korvus_log::LogError::permanent("broken", "appends refused"))
     }
     async fn flush(&self) -> korvus_log::Result<()> {

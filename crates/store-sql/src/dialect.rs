@@ -67,8 +67,12 @@ pub(crate) trait LogDialect {
     const BACKEND: &'static str;
 
     /// Appends `bodies` (the events' JSON texts, at least one) to this log in
-    /// one transaction: numbered contiguously after the stored events, with
-    /// `bytes` added to the log's size, even when writers in other processes
-    /// append at the same time. `NotFound` when the log does not exist.
-    async fn append_bodies(&self, bodies: &[String], bytes: i64) -> korvus_log::Result<()>;
+    /// one transaction, numbered from `at`, with `bytes` added to the log's
+    /// size — when the log holds exactly `at` events, checked under the log
+    /// row's lock so writers in other processes cannot interleave. When it
+    /// already holds `at + bodies.len()`, an earlier try committed: nothing
+    /// is stored. Any other count is [`LogError::Conflict`](korvus_log::LogError::Conflict);
+    /// `NotFound` when the log does not exist.
+    async fn append_bodies(&self, at: u64, bodies: &[String], bytes: i64)
+        -> korvus_log::Result<()>;
 }

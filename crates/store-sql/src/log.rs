@@ -163,12 +163,23 @@ macro_rules! sql_log {
                     log_rows::events(self.id, start, rows)
                 }
 
-                async fn append(&self, events: &[Event]) -> Result<()> {
+                async fn event_count(&self) -> Result<u64> {
+                    let count: Option<i64> =
+                        sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+                            .bind(self.id.as_uuid())
+                            .fetch_optional(&self.pool)
+                            .await
+                            .map_err(log_backend(BACKEND))?;
+                    let count = count.ok_or(LogError::NotFound { id: self.id })?;
+                    log_rows::count(self.id, count)
+                }
+
+                async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
                     let (bodies, bytes) = log_rows::event_lines(BACKEND, events)?;
                     if bodies.is_empty() {
                         return Ok(());
                     }
-                    self.append_bodies(&bodies, bytes).await
+                    self.append_bodies(at, &bodies, bytes).await
                 }
 
                 async fn flush(&self) -> Result<()> {

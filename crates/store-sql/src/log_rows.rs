@@ -30,8 +30,7 @@ impl LogRow {
 
     /// What `stat` returns: read from this row alone.
     pub(crate) fn stat(&self, id: LogId) -> korvus_log::Result<LogStat> {
-        let count = u64::try_from(self.event_count)
-            .map_err(|_| corrupt(id, format!("event count {}", self.event_count)))?;
+        let count = count(id, self.event_count)?;
         let size = u64::try_from(self.size_bytes)
             .map_err(|_| corrupt(id, format!("size {}", self.size_bytes)))?;
         Ok(LogStat {
@@ -41,6 +40,32 @@ impl LogRow {
             revision: Revision::new(count.to_string()),
             event_count: Some(count),
             size_bytes: Some(size),
+        })
+    }
+}
+
+/// A stored event count as a `u64`.
+pub(crate) fn count(id: LogId, count: i64) -> korvus_log::Result<u64> {
+    u64::try_from(count).map_err(|_| corrupt(id, format!("event count {count}")))
+}
+
+/// What an append that found the log holding `found` events, not the `at`
+/// it expected, amounts to: done already (an earlier try of the same
+/// `n` events committed), or a conflict.
+pub(crate) fn settled_elsewhere(
+    id: LogId,
+    at: u64,
+    n: usize,
+    found: i64,
+) -> korvus_log::Result<()> {
+    let found = count(id, found)?;
+    if found == at + n as u64 {
+        Ok(())
+    } else {
+        Err(LogError::Conflict {
+            id,
+            expected: at,
+            found,
         })
     }
 }

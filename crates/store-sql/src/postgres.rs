@@ -162,14 +162,25 @@ sql_log! {
 impl LogDialect for PgLogIo {
     const BACKEND: &'static str = BACKEND;
 
-    async fn append_bodies(&self, bodies: &[String], bytes: i64) -> korvus_log::Result<()> {
-        // One statement: bump the count under the log row's lock (so even
-        // writers in other processes cannot interleave) and insert the events
-        // numbered after the stored ones.
+    async fn append_bodies(
+        &self,
+        at: u64,
+        bodies: &[String],
+        bytes: i64,
+    ) -> korvus_log::Result<()> {
+        let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
+            id: self.id,
+            expected: at,
+            found: 0,
+        })?;
+        // One statement: bump the count under the log row's lock — only
+        // when the log holds exactly `at` events, so even writers in other
+        // processes cannot interleave — and insert the events numbered
+        // from there.
         let appended = sqlx::query(
             "WITH l AS ( \
                  UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4 \
-                 WHERE id = $1 RETURNING event_count - $3 AS start \
+                 WHERE id = $1 AND event_count = $5 RETURNING event_count - $3 AS start \
              ) \
              INSERT INTO turn_events (log_id, seq, body) \
              SELECT $1, l.start + e.ord - 1, e.body \
@@ -179,12 +190,23 @@ impl LogDialect for PgLogIo {
         .bind(bodies)
         .bind(i64::try_from(bodies.len()).unwrap_or(i64::MAX))
         .bind(bytes)
+        .bind(start)
         .execute(&self.pool)
         .await
         .map_err(log_backend(BACKEND))?;
-        if appended.rows_affected() == 0 {
-            return Err(korvus_log::LogError::NotFound { id: self.id });
+        if appended.rows_affected() > 0 {
+            return Ok(());
         }
-        Ok(())
+        // Nothing stored: the log is missing, or holds another count.
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+                .bind(self.id.as_uuid())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(log_backend(BACKEND))?;
+        match found {
+            None => Err(korvus_log::LogError::NotFound { id: self.id }),
+            Some(found) => crate::log_rows::settled_elsewhere(self.id, at, bodies.len(), found),
+        }
     }
 }

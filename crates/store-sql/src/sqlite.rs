@@ -274,26 +274,47 @@ sql_log! {
 impl LogDialect for SqliteLogIo {
     const BACKEND: &'static str = BACKEND;
 
-    async fn append_bodies(&self, bodies: &[String], bytes: i64) -> korvus_log::Result<()> {
+    async fn append_bodies(
+        &self,
+        at: u64,
+        bodies: &[String],
+        bytes: i64,
+    ) -> korvus_log::Result<()> {
         let count = i64::try_from(bodies.len()).unwrap_or(i64::MAX);
+        let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
+            id: self.id,
+            expected: at,
+            found: 0,
+        })?;
+        // IMMEDIATE: the write lock is taken before the count is read, so
+        // no other connection appends in between.
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(log_backend(BACKEND))?;
-        let start: Option<i64> = sqlx::query_scalar(
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+                .bind(self.id.as_uuid())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(log_backend(BACKEND))?;
+        let Some(found) = found else {
+            return Err(korvus_log::LogError::NotFound { id: self.id });
+        };
+        if found != start {
+            return crate::log_rows::settled_elsewhere(self.id, at, bodies.len(), found);
+        }
+        sqlx::query(
             "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3 \
-             WHERE id = $1 RETURNING event_count - $2",
+             WHERE id = $1",
         )
         .bind(self.id.as_uuid())
         .bind(count)
         .bind(bytes)
-        .fetch_optional(&mut *tx)
+        .execute(&mut *tx)
         .await
         .map_err(log_backend(BACKEND))?;
-        let Some(start) = start else {
-            return Err(korvus_log::LogError::NotFound { id: self.id });
-        };
         let mut seq = start;
         for chunk in bodies.chunks(MAX_ROWS) {
             // Sequence numbers are our own integers, written into the SQL;

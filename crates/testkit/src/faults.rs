@@ -15,10 +15,41 @@ use korvus_log::{
 struct LogFaults {
     fail_flush: HashSet<LogId>,
     flushed: Vec<LogId>,
+    /// Per log: the next tries of an append that fail before storing.
+    fail_appends: std::collections::HashMap<LogId, (u32, bool)>,
+    /// Per log: the next tries of an append that store, then fail.
+    lose_acks: std::collections::HashMap<LogId, u32>,
 }
 
-/// A [`TurnLog`] wrapper whose handles fail `flush` for chosen logs; every
-/// other call goes to the wrapped service. It keeps its own writer registry,
+/// What the next append try of a log does under a [`FailingLog`].
+enum AppendFault {
+    None,
+    FailBefore { transient: bool },
+    LoseAck,
+}
+
+impl LogFaults {
+    fn next_append(&mut self, id: LogId) -> AppendFault {
+        if let Some((left, transient)) = self.fail_appends.get_mut(&id) {
+            if *left > 0 {
+                *left -= 1;
+                return AppendFault::FailBefore {
+                    transient: *transient,
+                };
+            }
+        }
+        if let Some(left) = self.lose_acks.get_mut(&id) {
+            if *left > 0 {
+                *left -= 1;
+                return AppendFault::LoseAck;
+            }
+        }
+        AppendFault::None
+    }
+}
+
+/// A [`TurnLog`] wrapper whose handles fail `flush` or append tries for
+/// chosen logs; every other call goes to the wrapped service. It keeps its own writer registry,
 /// so its service-wide [`flush`](FailingLog::flush) sweeps its own handles
 /// with the same [`Writers`] machinery backends use.
 pub struct FailingLog<'a> {
@@ -48,6 +79,24 @@ impl<'a> FailingLog<'a> {
     /// From now on, flushing the log `id` fails.
     pub fn fail_flush(&self, id: LogId) {
         self.faults.lock().unwrap().fail_flush.insert(id);
+    }
+
+    /// The next `tries` append tries of log `id` fail before storing
+    /// anything, with a transient or a permanent error. A [`LogHandle`]
+    /// retries transient ones itself, up to
+    /// [`APPEND_ATTEMPTS`](korvus_log::APPEND_ATTEMPTS) tries per append.
+    pub fn fail_appends(&self, id: LogId, tries: u32, transient: bool) {
+        self.faults
+            .lock()
+            .unwrap()
+            .fail_appends
+            .insert(id, (tries, transient));
+    }
+
+    /// The next `tries` append tries of log `id` store their events, then
+    /// fail with a transient error, as if the acknowledgement was lost.
+    pub fn lose_acks(&self, id: LogId, tries: u32) {
+        self.faults.lock().unwrap().lose_acks.insert(id, tries);
     }
 
     /// Logs whose flush succeeded, in order.
@@ -130,8 +179,32 @@ impl LogIo for FailingIo {
         self.inner.read(offset, len).await
     }
 
-    async fn append(&self, events: &[Event]) -> Result<()> {
-        self.inner.append(events).await
+    async fn event_count(&self) -> Result<u64> {
+        self.inner.len().await
+    }
+
+    async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
+        let id = self.inner.id();
+        let fault = self.faults.lock().unwrap().next_append(id);
+        let injected = |what: &str| format!("injected append failure for {id}: {what}");
+        match fault {
+            AppendFault::None => self.inner.append_at(at, events).await,
+            AppendFault::FailBefore { transient: true } => Err(LogError::transient(
+                "failing-log",
+                injected("nothing stored"),
+            )),
+            AppendFault::FailBefore { transient: false } => Err(LogError::permanent(
+                "failing-log",
+                injected("nothing stored"),
+            )),
+            AppendFault::LoseAck => {
+                self.inner.append_at(at, events).await?;
+                Err(LogError::transient(
+                    "failing-log",
+                    injected("stored, acknowledgement lost"),
+                ))
+            }
+        }
     }
 
     async fn flush(&self) -> Result<()> {

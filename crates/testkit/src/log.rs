@@ -371,3 +371,120 @@ pub async fn export_is_canonical(logs: &dyn TurnLog) {
     let r = logs.open(id, Access::Read).await.unwrap();
     assert_eq!(export_jsonl(&r).await.unwrap(), expected);
 }
+
+/// `append_at` stores events at the offset it names; the same append
+/// again stores nothing; any other offset is a `Conflict` that stores
+/// nothing; and the handle's own appends continue after all of it.
+pub async fn append_at_is_idempotent_and_checks_the_offset(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    let events = sample_events(1);
+    w.append_at(0, &events[..2]).await.unwrap();
+    w.append_at(0, &events[..2]).await.unwrap();
+    assert_eq!(w.len().await.unwrap(), 2);
+    // (At 1 the log would already hold 1 + 1 events: taken for an earlier
+    // try of the same append, by design.)
+    for at in [0, 3, 9] {
+        let err = w.append_at(at, &events[2..3]).await.unwrap_err();
+        assert!(
+            matches!(err, LogError::Conflict { expected, found: 2, .. } if expected == at),
+            "at {at}: {err:?}"
+        );
+        assert!(!err.is_transient());
+    }
+    w.append_at(2, &events[2..4]).await.unwrap();
+    w.append(&events[4..]).await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.read(0, None).await.unwrap(), events);
+    assert_eq!(r.len().await.unwrap(), 6);
+    w.close().await.unwrap();
+}
+
+/// An append whose events were stored but whose acknowledgement was lost
+/// is retried by the handle and stored once.
+pub async fn an_append_whose_ack_was_lost_is_stored_once(logs: &dyn TurnLog) {
+    let faulty = FailingLog::new(logs);
+    let id = fresh_id();
+    let w = faulty.create(header(id)).await.unwrap();
+    let events = sample_events(1);
+    faulty.lose_acks(id, 1);
+    w.append(&events[..3]).await.unwrap();
+    faulty.lose_acks(id, 2);
+    w.append(&events[3..]).await.unwrap();
+    assert_eq!(w.lost().await, 0);
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.read(0, None).await.unwrap(), events, "each event once");
+    w.close().await.unwrap();
+}
+
+/// Transient failures fewer than the handle's tries lose nothing and leave
+/// no note.
+pub async fn transient_append_failures_are_retried(logs: &dyn TurnLog) {
+    let faulty = FailingLog::new(logs);
+    let id = fresh_id();
+    let w = faulty.create(header(id)).await.unwrap();
+    faulty.fail_appends(id, korvus_log::APPEND_ATTEMPTS - 1, true);
+    let events = sample_events(1);
+    w.append(&events).await.unwrap();
+    w.close().await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    assert_eq!(r.read(0, None).await.unwrap(), events);
+}
+
+/// Appends that fail for good count their events as lost; the next append
+/// that works first stores one note saying how many, then its own events.
+pub async fn failed_appends_are_noted_once_an_append_works(logs: &dyn TurnLog) {
+    let faulty = FailingLog::new(logs);
+    let id = fresh_id();
+    let w = faulty.create(header(id)).await.unwrap();
+    let first = sample_events(1);
+    let fourth = sample_events(4);
+    w.append(&first).await.unwrap();
+    // Three appends fail: one permanently, two after every try.
+    faulty.fail_appends(id, 1, false);
+    assert!(w.append(&sample_events(2)).await.is_err());
+    faulty.fail_appends(id, 2 * korvus_log::APPEND_ATTEMPTS, true);
+    assert!(w.append(&sample_events(3)[..2]).await.is_err());
+    assert!(w.append(&sample_events(3)[2..]).await.is_err());
+    assert_eq!(w.lost().await, 12);
+    w.append(&fourth).await.unwrap();
+    assert_eq!(w.lost().await, 0);
+    w.append(&sample_events(5)).await.unwrap();
+    w.close().await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    let all = r.read(0, None).await.unwrap();
+    assert_eq!(all.len(), 6 + 1 + 6 + 6, "{all:#?}");
+    assert_eq!(all[..6], first[..]);
+    match &all[6].kind {
+        EventKind::Note { text } => {
+            assert!(text.starts_with(korvus_log::DROPPED_PREFIX), "{text}");
+            assert!(text.contains("12 event(s)"), "{text}");
+            assert!(text.contains("injected append failure"), "{text}");
+        }
+        other => panic!("expected the note about lost events, got {other:?}"),
+    }
+    assert_eq!(all[7..13], fourth[..]);
+}
+
+/// A writer opened on a log that has events appends after them, and the
+/// note owed for lost events is stored by `close` at the latest.
+pub async fn a_reopened_writer_appends_after_the_stored_events(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    let w = logs.create(header(id)).await.unwrap();
+    w.append(&sample_events(1)).await.unwrap();
+    w.close().await.unwrap();
+    let faulty = FailingLog::new(logs);
+    let w = faulty.open(id, Access::Write).await.unwrap();
+    assert_eq!(w.len().await.unwrap(), 6);
+    faulty.fail_appends(id, 1, false);
+    assert!(w.append(&sample_events(2)).await.is_err());
+    w.close().await.unwrap();
+    let r = logs.open(id, Access::Read).await.unwrap();
+    let all = r.read(0, None).await.unwrap();
+    assert_eq!(all.len(), 7, "{all:#?}");
+    assert!(
+        matches!(&all[6].kind, EventKind::Note { text } if text.contains("6 event(s)")),
+        "{:?}",
+        all[6]
+    );
+}

@@ -51,6 +51,11 @@ macro_rules! __with_cases {
             list_names_every_log,
             events_round_trip_exactly,
             export_is_canonical,
+            append_at_is_idempotent_and_checks_the_offset,
+            an_append_whose_ack_was_lost_is_stored_once,
+            transient_append_failures_are_retried,
+            failed_appends_are_noted_once_an_append_works,
+            a_reopened_writer_appends_after_the_stored_events,
         ]);
     };
     (blob, [$($cb:tt)+], ($($args:tt)*)) => {

@@ -132,7 +132,7 @@ async fn releasing_a_seeded_dir_removes_the_read_only_trees() {
 }
 
 #[tokio::test]
-async fn an_iteration_dir_is_made_0700_under_the_session_and_revision() {
+async fn an_iteration_dir_is_made_0700_under_a_searchable_session_dir() {
     let tmp = TempDir::new().unwrap();
     let id = SessionId::new();
     let dir = create_iteration(tmp.path(), id, 1).await.unwrap();
@@ -140,7 +140,9 @@ async fn an_iteration_dir_is_made_0700_under_the_session_and_revision() {
     assert_eq!(dir.path(), session_dir.join("1"));
     assert_eq!(dir.session_id(), id);
     assert_eq!(dir.revision(), Some(1));
-    assert_eq!(mode(&session_dir), 0o700);
+    // Others may walk through the session dir (to reach an iteration dir
+    // handed to an agent user) but not list it.
+    assert_eq!(mode(&session_dir), 0o711);
     assert_eq!(mode(dir.path()), 0o700);
     // The session layout has no revision.
     assert_eq!(

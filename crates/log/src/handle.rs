@@ -1,0 +1,379 @@
+//! [`LogHandle`]: the one type callers hold, for both accesses. It adds
+//! the rules every backend shares: read-only checks, never-shrinking reads,
+//! an idempotent uncancellable close, and for the writer the offset of the
+//! next append, bounded retries of transient failures, and a note in the
+//! log itself for events that could not be stored.
+
+use std::fmt::{self, Debug};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::seam::{Access, LogIo, WriterClaim};
+use crate::{Event, EventKind, LogError, LogHeader, LogId, Result};
+
+/// How often [`LogHandle::append`] tries one batch before it counts the
+/// events as lost.
+pub const APPEND_ATTEMPTS: u32 = 4;
+
+/// The pause before the first retry of an append; it doubles with each
+/// retry (25, 50, 100 ms).
+pub const APPEND_BACKOFF: Duration = Duration::from_millis(25);
+
+/// How every note about output that was not stored begins — events a log
+/// could not store, agent output past a cap, output cut at the end of a
+/// run — so readers (`korvus show`) can find them.
+pub const DROPPED_PREFIX: &str = "dropped: ";
+
+/// An open log: the one type for both accesses.
+///
+/// All methods take `&self`; share a handle with `Arc` if several tasks use it.
+/// A handle's reads never shrink: once it has returned events up to `n`, a
+/// later read to the end returns at least `n` (a backend that lost data is
+/// reported as [`LogError::Corrupt`], never as a shorter log).
+pub struct LogHandle {
+    header: LogHeader,
+    access: Access,
+    io: Arc<dyn LogIo>,
+    seen: AtomicU64,
+    closing: AtomicBool,
+    closed: Arc<tokio::sync::watch::Sender<bool>>,
+    claim: Mutex<Option<WriterClaim>>,
+    writing: tokio::sync::Mutex<Writing>,
+}
+
+/// The writer's side of a handle: appends are serialised through it.
+#[derive(Debug, Default)]
+struct Writing {
+    /// Where the next append starts; `None` until asked of the backend, and
+    /// again after an append whose outcome is unknown.
+    next: Option<u64>,
+    /// Events of failed appends not yet noted in the log.
+    lost: u64,
+    /// Why the last of them failed.
+    reason: String,
+}
+
+impl Debug for LogHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogHandle")
+            .field("id", &self.header.id)
+            .field("access", &self.access)
+            .field("seen", &self.seen.load(Ordering::Relaxed))
+            .field("closing", &self.closing.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LogHandle {
+    /// A read handle over a backend's I/O.
+    pub fn reader(header: LogHeader, io: Arc<dyn LogIo>) -> Self {
+        Self::build(header, Access::Read, io, None)
+    }
+
+    /// The write handle over a backend's I/O, holding the writer claim.
+    pub fn writer(header: LogHeader, io: Arc<dyn LogIo>, claim: WriterClaim) -> Self {
+        claim.attach(&io);
+        Self::build(header, Access::Write, io, Some(claim))
+    }
+
+    fn build(
+        header: LogHeader,
+        access: Access,
+        io: Arc<dyn LogIo>,
+        claim: Option<WriterClaim>,
+    ) -> Self {
+        Self {
+            header,
+            access,
+            io,
+            seen: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
+            claim: Mutex::new(claim),
+            writing: tokio::sync::Mutex::new(Writing::default()),
+        }
+    }
+
+    /// The log's id.
+    pub fn id(&self) -> LogId {
+        self.header.id
+    }
+
+    /// The log's header.
+    pub fn header(&self) -> &LogHeader {
+        &self.header
+    }
+
+    /// How the handle was opened.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The number of events this handle has seen so far (its high-water mark).
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closing.load(Ordering::Acquire) {
+            Err(LogError::Closed { id: self.id() })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.access == Access::Read {
+            return Err(LogError::ReadOnly { id: self.id() });
+        }
+        Ok(())
+    }
+
+    /// Reads events `offset..offset+len`, or to the end when `len` is `None`.
+    /// Returns fewer than `len` events when the log ends sooner, and an empty
+    /// vector when `offset` is at or past the end.
+    ///
+    /// # Errors
+    /// [`LogError::Closed`]; [`LogError::Corrupt`] when stored data does not
+    /// parse or the log shrank below what this handle already saw.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: reading changes nothing but the handle's high-water mark.
+    pub async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
+        self.check_open()?;
+        let events = self.io.read(offset, len).await?;
+        let end = offset + events.len() as u64;
+        let seen = self.seen();
+        let short = len.is_none_or(|l| (events.len() as u64) < l);
+        if short && end < seen && offset <= seen {
+            return Err(LogError::Corrupt {
+                id: self.id(),
+                detail: format!("log ends at event {end} but this handle already saw {seen}"),
+            });
+        }
+        if !events.is_empty() {
+            self.seen.fetch_max(end, Ordering::AcqRel);
+        }
+        Ok(events)
+    }
+
+    /// The number of events stored completely.
+    ///
+    /// # Errors
+    /// [`LogError::Closed`]; `Backend`.
+    pub async fn len(&self) -> Result<u64> {
+        self.check_open()?;
+        self.io.event_count().await
+    }
+
+    /// Whether the log holds no event.
+    ///
+    /// # Errors
+    /// As [`LogHandle::len`].
+    pub async fn is_empty(&self) -> Result<bool> {
+        Ok(self.len().await? == 0)
+    }
+
+    /// Appends events at the end. An empty slice is a no-op.
+    ///
+    /// A transient failure is retried, up to [`APPEND_ATTEMPTS`] tries with
+    /// a doubling pause from [`APPEND_BACKOFF`]; every try names the offset
+    /// the events start at, so one whose acknowledgement was lost is not
+    /// stored twice. Do not retry a failed append yourself: its events are
+    /// counted as lost, and the next append that works — or at the latest
+    /// [`close`](LogHandle::close) — first stores one note (beginning with
+    /// [`DROPPED_PREFIX`]) saying how many events were lost and why.
+    ///
+    /// # Errors
+    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`];
+    /// [`LogError::Conflict`] when another writer appended; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe: a dropped append may or may not have stored its events
+    /// (never a part of one event: backends discard torn tails).
+    pub async fn append(&self, events: &[Event]) -> Result<()> {
+        self.check_writable()?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut writing = self.writing.lock().await;
+        let note = (writing.lost > 0).then(|| lost_note(writing.lost, &writing.reason));
+        let batch: std::borrow::Cow<'_, [Event]> = match &note {
+            Some(note) => std::iter::once(note.clone())
+                .chain(events.iter().cloned())
+                .collect::<Vec<_>>()
+                .into(),
+            None => events.into(),
+        };
+        match self.try_append(&mut writing, &batch).await {
+            Ok(()) => {
+                if note.is_some() {
+                    writing.lost = 0;
+                    writing.reason.clear();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                writing.lost += events.len() as u64;
+                writing.reason = error_chain(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends `events` so the first is stored at offset `at`, in one try:
+    /// when the log already holds them there (an earlier try committed),
+    /// nothing is stored again. For wrappers that forward a handle's
+    /// appends; [`LogHandle::append`] is what callers want.
+    ///
+    /// # Errors
+    /// As [`LogHandle::append`]; [`LogError::Conflict`] when the log holds
+    /// neither `at` nor `at + events.len()` events.
+    ///
+    /// # Cancel safety
+    /// As [`LogHandle::append`].
+    pub async fn append_at(&self, at: u64, events: &[Event]) -> Result<()> {
+        self.check_writable()?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut writing = self.writing.lock().await;
+        writing.next = None;
+        self.io.append(at, events).await?;
+        writing.next = Some(at + events.len() as u64);
+        Ok(())
+    }
+
+    /// Events of failed appends not yet noted in the log.
+    pub async fn lost(&self) -> u64 {
+        self.writing.lock().await.lost
+    }
+
+    /// One append, retried on transient failures at the same offset.
+    async fn try_append(&self, writing: &mut Writing, batch: &[Event]) -> Result<()> {
+        let mut pause = APPEND_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let result = match writing.next {
+                Some(at) => Ok(at),
+                None => self.io.event_count().await,
+            };
+            let result = match result {
+                Ok(at) => {
+                    // Unknown while the try is in flight: a dropped future
+                    // leaves the next append to ask the backend again.
+                    writing.next = None;
+                    self.io
+                        .append(at, batch)
+                        .await
+                        .map(|()| at + batch.len() as u64)
+                        .inspect_err(|e| {
+                            if e.is_transient() {
+                                // The same offset again: idempotent.
+                                writing.next = Some(at);
+                            }
+                        })
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(next) => {
+                    writing.next = Some(next);
+                    return Ok(());
+                }
+                Err(e) if e.is_transient() && attempt < APPEND_ATTEMPTS => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    // Whether it committed is unknown: ask before the next.
+                    writing.next = None;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Durability barrier for everything appended so far.
+    ///
+    /// # Errors
+    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`]; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: call it again.
+    pub async fn flush(&self) -> Result<()> {
+        self.check_writable()?;
+        self.io.flush().await
+    }
+
+    /// Closes the handle: stores the note about lost events if one is
+    /// still owed, makes appends durable and releases the writer claim.
+    /// Idempotent; later calls wait for the first to finish and return `Ok`.
+    ///
+    /// # Errors
+    /// The first call reports the backend's close failure; the claim is
+    /// released anyway.
+    ///
+    /// # Cancel safety
+    /// The close runs on its own task: dropping this future does not stop it
+    /// half-way.
+    pub async fn close(&self) -> Result<()> {
+        if self.access == Access::Write && !self.closing.load(Ordering::Acquire) {
+            let mut writing = self.writing.lock().await;
+            if writing.lost > 0 {
+                let note = lost_note(writing.lost, &writing.reason);
+                if self.try_append(&mut writing, &[note]).await.is_ok() {
+                    writing.lost = 0;
+                }
+            }
+        }
+        if self.closing.swap(true, Ordering::AcqRel) {
+            let mut rx = self.closed.subscribe();
+            // The sender lives in `self`, so it cannot be dropped while we wait.
+            let _ = rx.wait_for(|done| *done).await;
+            return Ok(());
+        }
+        let io = Arc::clone(&self.io);
+        let claim = self.claim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let done = Arc::clone(&self.closed);
+        let task = tokio::spawn(async move {
+            let result = io.close().await;
+            drop(claim);
+            done.send_replace(true);
+            result
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) => {
+                // The close panicked: the claim was dropped during unwinding.
+                self.closed.send_replace(true);
+                Err(LogError::backend("close", join))
+            }
+        }
+    }
+}
+
+/// The note stored for `lost` events that could not be appended.
+fn lost_note(lost: u64, reason: &str) -> Event {
+    Event::now(EventKind::Note {
+        text: format!(
+            "{DROPPED_PREFIX}{lost} event(s) could not be stored in this log \
+             (after {APPEND_ATTEMPTS} tries): {reason}"
+        ),
+    })
+}
+
+/// An error and its sources, joined with `: `.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
