@@ -3,7 +3,7 @@
 //!
 //! Every figure is a ratio against a baseline measured in the same run on
 //! the same machine (which is shared and noisy): medians over repeated runs,
-//! with min and max. The six benchmarks (`docs/bench.md` explains each):
+//! with min and max. The eight benchmarks (`docs/bench.md` explains each):
 //!
 //! 1. SQL round trips of a whole session lifecycle (counting Store wrapper,
 //!    cross-checked by PostgreSQL's own statement log);
@@ -11,7 +11,9 @@
 //! 3. persist to `FsBlobStore` vs `cp -r` + `sync`;
 //! 4. persist to S3 vs a sequential aws-sdk-s3 put loop;
 //! 5. `JsonlLog` vs `BufWriter` + `fsync`, plus `PgLog`/`SqliteLog` throughput;
-//! 6. resident memory per parked session and the time `stop` takes.
+//! 6. resident memory per parked session and the time `stop` takes;
+//! 7. the interrupted-turn closers on a long log (linear, not quadratic);
+//! 8. an agent's stdout into each turn log vs the same output into a file.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -26,6 +28,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 mod closers;
 mod files;
+mod output;
 mod pg;
 mod report;
 mod runners;
@@ -140,7 +143,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=7u32 {
+    for n in 1..=8u32 {
         if !wanted(n) {
             continue;
         }
@@ -153,7 +156,8 @@ async fn all(
             4 => files::persist_s3(&mut b).await,
             5 => turnlog::turn_log(&mut b).await,
             6 => scale::scale(&mut b).await,
-            _ => closers::closers(&mut b),
+            7 => closers::closers(&mut b),
+            _ => output::agent_output(&mut b).await,
         };
         match result {
             Ok(r) => {

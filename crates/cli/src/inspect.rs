@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use korvus_blob::BlobKey;
-use korvus_log::{export_jsonl, Access, LogId};
+use korvus_log::{export_jsonl, Access, EventKind, LogId, DROPPED_PREFIX};
 use korvus_store::{Artifact, IncidentId, IncidentStatus, NewIncident, SessionId, WorkspaceRef};
 
 use crate::compose::Backends;
@@ -176,6 +176,9 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
         "counters   {} turn(s), {} tool call(s), {} input / {} output tokens",
         c.turns, c.tool_calls, c.input_tokens, c.output_tokens
     );
+    for note in dropped_notes(&backends, id).await {
+        println!("  ! {note}");
+    }
     let reports = backends.store.list_reports(id).await?;
     println!("reports");
     for r in &reports {
@@ -216,6 +219,33 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     }
     backends.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The log's notes about output that was not stored (agent output past a
+/// cap, output cut at exit, events a failing log lost), read page by page.
+async fn dropped_notes(backends: &Backends, id: SessionId) -> Vec<String> {
+    const PAGE: u64 = 4096;
+    let Ok(log) = backends
+        .logs
+        .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    let mut offset = 0;
+    while let Ok(page) = log.read(offset, Some(PAGE)).await {
+        let last = (page.len() as u64) < PAGE;
+        offset += page.len() as u64;
+        notes.extend(page.into_iter().filter_map(|e| match e.kind {
+            EventKind::Note { text } if text.starts_with(DROPPED_PREFIX) => Some(text),
+            _ => None,
+        }));
+        if last {
+            break;
+        }
+    }
+    notes
 }
 
 pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> {

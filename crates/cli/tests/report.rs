@@ -29,3 +29,30 @@ fn show_prints_why_a_report_was_not_stored() {
         "the cause is printed:\n{show}"
     );
 }
+
+#[test]
+fn show_prints_what_was_not_stored_of_the_agents_output() {
+    let data = tempfile::tempdir().expect("temp dir");
+    // 100,000 events is the default cap per run.
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "seq 1 100250\necho '# R' > report.md\n",
+    );
+    let run = ok(korvus(data.path())
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("print a lot"));
+    let id = session_id(&run);
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("status     completed"), "{show}");
+    let dropped: Vec<&str> = show
+        .lines()
+        .filter(|l| l.trim_start().starts_with("! dropped: "))
+        .collect();
+    assert_eq!(dropped.len(), 1, "{show}");
+    assert!(
+        dropped[0].contains("output cap reached: 250 more event(s)"),
+        "{show}"
+    );
+}

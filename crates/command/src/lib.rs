@@ -106,7 +106,9 @@ pub use crate::error::CommandError;
 pub use crate::manifest::{
     ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,
 };
-pub use crate::output::{OutputCaps, STDERR_LINE_BYTES};
+pub use crate::output::{
+    ExitDrain, OutputCaps, DEFAULT_DRAIN_IDLE, DEFAULT_DRAIN_MAX, STDERR_LINE_BYTES,
+};
 pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,

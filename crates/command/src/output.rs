@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use korvus_log::{Event, EventKind, Role};
+use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
 use korvus_runner::RunContext;
 use korvus_store::Counters;
 use serde::Deserialize;
@@ -19,12 +19,47 @@ use tracing::{debug, warn};
 /// so the kept tail stays small: 64 lines of 4 KiB by default.
 pub const STDERR_LINE_BYTES: usize = 4 * 1024;
 
-/// How long output left in the pipes is still read after the program exited.
-const DRAIN: Duration = Duration::from_secs(2);
+/// Default of [`ExitDrain::idle`].
+pub const DEFAULT_DRAIN_IDLE: Duration = Duration::from_secs(2);
 
-/// Stdout lines appended to the log in one call at most while the program
-/// runs ([`Output::recv`]'s batch).
-pub(crate) const BATCH: usize = 64;
+/// Default of [`ExitDrain::max`].
+pub const DEFAULT_DRAIN_MAX: Duration = Duration::from_secs(60);
+
+/// Stdout lines appended to the log in one call at most ([`Output::recv`]'s
+/// batch), live and at exit: a batch takes only lines already waiting, so a
+/// quiet agent's lines are stored one by one, a busy one's many at once.
+pub(crate) const BATCH: usize = 1024;
+
+/// Bytes of stdout lines in one batch at most (a batch also ends at
+/// [`BATCH`] lines).
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// How the output still in the pipes is read after the program exited.
+///
+/// Everything is read until both pipes reach end of file, so the agent's
+/// own last words are always stored (up to the [`OutputCaps`]). Only a
+/// process that left the agent's process group can hold a pipe open after
+/// the group was killed; for that case two bounds apply, and when one ends
+/// the drain, the log gets a note (beginning with
+/// [`DROPPED_PREFIX`](korvus_log::DROPPED_PREFIX)) saying the output was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitDrain {
+    /// The longest wait for more output: time spent storing what was read
+    /// does not count (default [`DEFAULT_DRAIN_IDLE`]).
+    pub idle: Duration,
+    /// The longest whole drain, storing included (default
+    /// [`DEFAULT_DRAIN_MAX`]).
+    pub max: Duration,
+}
+
+impl Default for ExitDrain {
+    fn default() -> Self {
+        Self {
+            idle: DEFAULT_DRAIN_IDLE,
+            max: DEFAULT_DRAIN_MAX,
+        }
+    }
+}
 
 /// One line of output, cut at the line limit.
 #[derive(Debug)]
@@ -93,10 +128,14 @@ impl Output {
             tokio::select! {
                 line = self.out_rx.recv(), if self.out_open => match line {
                     Some(line) => {
+                        let mut bytes = line.text.len();
                         let mut lines = vec![line];
-                        while lines.len() < batch {
+                        while lines.len() < batch && bytes < BATCH_BYTES {
                             match self.out_rx.try_recv() {
-                                Ok(l) => lines.push(l),
+                                Ok(l) => {
+                                    bytes += l.text.len();
+                                    lines.push(l);
+                                }
                                 Err(_) => break,
                             }
                         }
@@ -114,18 +153,28 @@ impl Output {
     }
 
     /// Hands what is left in the pipes to `sink` after the program exited,
-    /// then stops the readers. A process that escaped the group could hold
-    /// the pipes open, so they are read for a bounded time only.
-    pub(crate) async fn drain(mut self, sink: &mut Sink<'_>) {
-        let until = Instant::now() + DRAIN;
+    /// in batches like the live path, until both pipes reach end of file —
+    /// or a bound of `limits` ends it, which the log then notes. Stops the
+    /// readers.
+    pub(crate) async fn drain(mut self, sink: &mut Sink<'_>, limits: ExitDrain) {
+        let started = Instant::now();
+        let deadline = started + limits.max;
+        let mut cut = None;
         while self.is_open() {
+            // The idle bound starts after each store: only waiting counts.
+            let wake = (Instant::now() + limits.idle).min(deadline);
             tokio::select! {
-                chunk = self.recv(1) => match chunk {
+                biased;
+                chunk = self.recv(BATCH) => match chunk {
                     Some(chunk) => sink.take(chunk).await,
                     None => break,
                 },
-                () = tokio::time::sleep_until(until) => {
-                    warn!("agent output still open after it exited; no longer read");
+                () = tokio::time::sleep_until(wake) => {
+                    cut = Some(if Instant::now() >= deadline {
+                        format!("still printing {:?} after the agent exited", limits.max)
+                    } else {
+                        format!("silent but open for {:?}", limits.idle)
+                    });
                     break;
                 }
             }
@@ -133,6 +182,15 @@ impl Output {
         for reader in self.readers.into_iter().flatten() {
             reader.abort();
             let _ = reader.await;
+        }
+        if let Some(why) = cut {
+            warn!(%why, "agent output cut: a process outside the agent's group holds its pipes");
+            sink.note(format!(
+                "{DROPPED_PREFIX}output cut: the agent's stdout/stderr were {why} \
+                 (a process that left its process group holds them); \
+                 anything printed after this was not stored"
+            ))
+            .await;
         }
     }
 }
@@ -345,7 +403,7 @@ impl<'a> Sink<'a> {
                 "agent output past the cap was not stored"
             );
             notes.push(format!(
-                "output cap reached: {} more event(s) ({} bytes) of agent output were not stored; \
+                "{DROPPED_PREFIX}output cap reached: {} more event(s) ({} bytes) of agent output were not stored; \
                  the cap is {} events or {} bytes per run",
                 self.dropped.0, self.dropped.1, self.caps.max_events, self.caps.max_bytes
             ));

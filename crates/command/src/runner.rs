@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::env::{EnvPolicy, Inherit};
 use crate::manifest::RunManifest;
-use crate::output::{Output, OutputCaps, Sink};
+use crate::output::{ExitDrain, Output, OutputCaps, Sink};
 use crate::process::{self, Agent, Limits};
 use crate::sandbox::{Confinement, Sandbox};
 use crate::user::{self, AgentUser};
@@ -54,6 +54,7 @@ pub struct CommandRunner {
     caps: OutputCaps,
     sandbox: Sandbox,
     user: Option<AgentUser>,
+    drain: ExitDrain,
 }
 
 impl CommandRunner {
@@ -73,6 +74,7 @@ impl CommandRunner {
             caps: OutputCaps::default(),
             sandbox: Sandbox::new(),
             user: None,
+            drain: ExitDrain::default(),
         }
     }
 
@@ -186,6 +188,15 @@ impl CommandRunner {
         self
     }
 
+    /// How long output still in the pipes is read after the program
+    /// exited (default [`ExitDrain::default`]: until end of file, with a
+    /// 2 s idle bound and a 60 s overall bound for pipes a process outside
+    /// the agent's group holds open).
+    pub fn exit_drain(mut self, drain: ExitDrain) -> Self {
+        self.drain = drain;
+        self
+    }
+
     /// The program this runner starts.
     pub fn program(&self) -> &OsString {
         &self.program
@@ -234,7 +245,7 @@ impl CommandRunner {
             )
             .await;
         let status = agent.reap().await;
-        output.drain(&mut sink).await;
+        output.drain(&mut sink, self.drain).await;
         let program = agent.release().await;
         let status = status?;
         let result = process::classify(stop, status, self.timeout, program);

@@ -352,7 +352,9 @@ async fn output_past_the_cap_is_dropped_with_one_note_and_the_run_lands() {
     let notes: Vec<&String> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Note { text } if text.starts_with("output cap reached") => Some(text),
+            EventKind::Note { text } if text.starts_with("dropped: output cap reached") => {
+                Some(text)
+            }
             _ => None,
         })
         .collect();

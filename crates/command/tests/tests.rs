@@ -4,6 +4,7 @@
 mod support;
 
 mod blocking;
+mod drain;
 mod exit_codes;
 mod kill;
 mod protocol;

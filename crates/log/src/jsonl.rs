@@ -6,19 +6,20 @@
 //! always continues on a clean line.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+use crate::jsonl_file::{
+    blocking, cut_torn_tail, io_err, read_header, revision_of, serialise, write_counted, BACKEND,
+};
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
-    Revision, TurnLog, Writers,
+    TurnLog, Writers,
 };
 
-const BACKEND: &str = "jsonl";
 const EXTENSION: &str = "jsonl";
 
 /// A [`TurnLog`] storing each log as `<dir>/<id>.jsonl`.
@@ -55,65 +56,6 @@ impl JsonlLog {
     fn path(&self, id: LogId) -> PathBuf {
         self.dir.join(format!("{id}.{EXTENSION}"))
     }
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| LogError::backend(BACKEND, e))?
-}
-
-fn io_err(id: LogId, e: io::Error) -> LogError {
-    if e.kind() == io::ErrorKind::NotFound {
-        LogError::NotFound { id }
-    } else {
-        LogError::backend(BACKEND, e)
-    }
-}
-
-/// Reads the header line; returns it and the byte offset of the first event.
-fn read_header(id: LogId, file: &File) -> Result<(LogHeader, u64)> {
-    let mut reader = BufReader::new(file);
-    reader.seek(SeekFrom::Start(0)).map_err(|e| io_err(id, e))?;
-    let mut line = Vec::new();
-    reader
-        .read_until(b'\n', &mut line)
-        .map_err(|e| io_err(id, e))?;
-    if line.last() != Some(&b'\n') {
-        return Err(LogError::Corrupt {
-            id,
-            detail: "header line is incomplete".into(),
-        });
-    }
-    let header: LogHeader = serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
-        id,
-        detail: format!("header line does not parse: {e}"),
-    })?;
-    if header.id != id {
-        return Err(LogError::Corrupt {
-            id,
-            detail: format!("header names log {}", header.id),
-        });
-    }
-    Ok((header, line.len() as u64))
-}
-
-fn revision_of(meta: &std::fs::Metadata) -> Revision {
-    Revision::new(format!(
-        "{}-{}.{}",
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec()
-    ))
-}
-
-fn serialise(events: &[Event]) -> Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(events.len() * 64);
-    for e in events {
-        serde_json::to_writer(&mut buf, e).map_err(|e| LogError::backend(BACKEND, e))?;
-        buf.push(b'\n');
-    }
-    Ok(buf)
 }
 
 #[derive(Debug)]
@@ -294,23 +236,29 @@ impl LogIo for JsonlIo {
             Some(count) => count,
             None => self.event_count().await?,
         };
-        let mut guard = self.writer()?.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(side) = guard.as_mut() else {
-            return Err(LogError::Closed { id: self.id });
-        };
-        side.count = Some(found);
         let n = events.len() as u64;
-        if found == at + n {
-            // An earlier try of this append is in the file already.
-            return Ok(());
-        }
         if found != at {
+            // Done already only when an earlier try of this very append
+            // stored these events at `at`.
+            if found == at + n {
+                let stored = self
+                    .with_state(move |id, s| s.read(id, at, Some(n)))
+                    .await?;
+                if stored == events {
+                    return Ok(());
+                }
+            }
             return Err(LogError::Conflict {
                 id: self.id,
                 expected: at,
                 found,
             });
         }
+        let mut guard = self.writer()?.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(side) = guard.as_mut() else {
+            return Err(LogError::Closed { id: self.id });
+        };
+        side.count = Some(found);
         // The file is opened in append mode: every write lands at the end,
         // in one call, so a reader sees whole lines or a torn tail it skips.
         // A write that fails half-way (a full disk, a file size limit) is cut
@@ -350,54 +298,6 @@ impl LogIo for JsonlIo {
             Some(_) => self.with_writer(true, File::sync_data).await,
             None => Ok(()),
         }
-    }
-}
-
-/// Writes all of `buf`, like `write_all`, but says how much was written
-/// before a failure.
-fn write_counted(file: &mut File, buf: &[u8]) -> (usize, Option<std::io::Error>) {
-    let mut written = 0;
-    while written < buf.len() {
-        match file.write(&buf[written..]) {
-            Ok(0) => return (written, Some(std::io::ErrorKind::WriteZero.into())),
-            Ok(n) => written += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return (written, Some(e)),
-        }
-    }
-    (written, None)
-}
-
-/// Cuts a torn final line off, so the next append starts on a clean line.
-fn cut_torn_tail(id: LogId, file: &mut File) -> Result<()> {
-    let len = file.metadata().map_err(|e| io_err(id, e))?.len();
-    if len == 0 {
-        return Ok(());
-    }
-    let mut end = len;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let start = end.saturating_sub(buf.len() as u64);
-        let chunk = &mut buf[..(end - start) as usize];
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| io_err(id, e))?;
-        file.read_exact(chunk).map_err(|e| io_err(id, e))?;
-        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
-            let keep = start + i as u64 + 1;
-            if keep != len {
-                file.set_len(keep).map_err(|e| io_err(id, e))?;
-                file.sync_data().map_err(|e| io_err(id, e))?;
-            }
-            return Ok(());
-        }
-        if start == 0 {
-            // Not even a complete header: nothing a writer could continue.
-            return Err(LogError::Corrupt {
-                id,
-                detail: "header line is incomplete".into(),
-            });
-        }
-        end = start;
     }
 }
 

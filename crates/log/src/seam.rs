@@ -128,9 +128,9 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// to reads that start after it returns; all of them or none.
     ///
     /// Idempotent, so a retry is safe: when the log already holds
-    /// `at + events.len()` events, an earlier attempt of this same append
-    /// committed (its acknowledgement was lost) and nothing is stored
-    /// again. When it holds any other number than `at`, the append fails
+    /// `at + events.len()` events and those from `at` on are these very
+    /// events, an earlier attempt of this same append committed (its
+    /// acknowledgement was lost) and nothing is stored again. When it holds any other number than `at`, the append fails
     /// with [`LogError::Conflict`] and stores nothing. `events` is never
     /// empty.
     async fn append(&self, at: u64, events: &[Event]) -> Result<()>;

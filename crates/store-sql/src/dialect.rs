@@ -68,11 +68,14 @@ pub(crate) trait LogDialect {
 
     /// Appends `bodies` (the events' JSON texts, at least one) to this log in
     /// one transaction, numbered from `at`, with `bytes` added to the log's
-    /// size — when the log holds exactly `at` events, checked under the log
-    /// row's lock so writers in other processes cannot interleave. When it
-    /// already holds `at + bodies.len()`, an earlier try committed: nothing
-    /// is stored. Any other count is [`LogError::Conflict`](korvus_log::LogError::Conflict);
-    /// `NotFound` when the log does not exist.
-    async fn append_bodies(&self, at: u64, bodies: &[String], bytes: i64)
-        -> korvus_log::Result<()>;
+    /// size — only when the log holds exactly `at` events, checked under the
+    /// log row's lock so writers in other processes cannot interleave.
+    /// Returns `None` when stored, or the count the log held instead (then
+    /// nothing was stored); `NotFound` when the log does not exist.
+    async fn append_bodies(
+        &self,
+        at: u64,
+        bodies: &[String],
+        bytes: i64,
+    ) -> korvus_log::Result<Option<i64>>;
 }

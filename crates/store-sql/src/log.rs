@@ -144,6 +144,25 @@ macro_rules! sql_log {
                 }
             }
 
+            impl $io {
+                /// The stored texts of events `at..at + n`.
+                async fn bodies_at(&self, at: u64, n: usize) -> Result<Vec<String>> {
+                    let Some((start, limit)) = log_rows::window(at, Some(n as u64)) else {
+                        return Ok(Vec::new());
+                    };
+                    sqlx::query_scalar(
+                        "SELECT body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
+                         ORDER BY seq LIMIT $3",
+                    )
+                    .bind(self.id.as_uuid())
+                    .bind(start)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(log_backend(BACKEND))
+                }
+            }
+
             #[async_trait]
             impl LogIo for $io {
                 async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
@@ -179,7 +198,20 @@ macro_rules! sql_log {
                     if bodies.is_empty() {
                         return Ok(());
                     }
-                    self.append_bodies(at, &bodies, bytes).await
+                    let Some(found) = self.append_bodies(at, &bodies, bytes).await? else {
+                        return Ok(());
+                    };
+                    // Not stored: done already only when an earlier try of
+                    // this very append committed — the same texts at `at`.
+                    let found = log_rows::count(self.id, found)?;
+                    if found == at + bodies.len() as u64 && self.bodies_at(at, bodies.len()).await? == bodies {
+                        return Ok(());
+                    }
+                    Err(LogError::Conflict {
+                        id: self.id,
+                        expected: at,
+                        found,
+                    })
                 }
 
                 async fn flush(&self) -> Result<()> {

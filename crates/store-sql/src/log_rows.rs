@@ -49,27 +49,6 @@ pub(crate) fn count(id: LogId, count: i64) -> korvus_log::Result<u64> {
     u64::try_from(count).map_err(|_| corrupt(id, format!("event count {count}")))
 }
 
-/// What an append that found the log holding `found` events, not the `at`
-/// it expected, amounts to: done already (an earlier try of the same
-/// `n` events committed), or a conflict.
-pub(crate) fn settled_elsewhere(
-    id: LogId,
-    at: u64,
-    n: usize,
-    found: i64,
-) -> korvus_log::Result<()> {
-    let found = count(id, found)?;
-    if found == at + n as u64 {
-        Ok(())
-    } else {
-        Err(LogError::Conflict {
-            id,
-            expected: at,
-            found,
-        })
-    }
-}
-
 /// The header's JSON text.
 pub(crate) fn header_json(backend: &'static str, header: &LogHeader) -> korvus_log::Result<String> {
     serde_json::to_string(header).map_err(|e| LogError::backend(backend, e))

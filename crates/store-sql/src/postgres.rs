@@ -167,7 +167,7 @@ impl LogDialect for PgLogIo {
         at: u64,
         bodies: &[String],
         bytes: i64,
-    ) -> korvus_log::Result<()> {
+    ) -> korvus_log::Result<Option<i64>> {
         let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
             id: self.id,
             expected: at,
@@ -195,7 +195,7 @@ impl LogDialect for PgLogIo {
         .await
         .map_err(log_backend(BACKEND))?;
         if appended.rows_affected() > 0 {
-            return Ok(());
+            return Ok(None);
         }
         // Nothing stored: the log is missing, or holds another count.
         let found: Option<i64> =
@@ -206,7 +206,7 @@ impl LogDialect for PgLogIo {
                 .map_err(log_backend(BACKEND))?;
         match found {
             None => Err(korvus_log::LogError::NotFound { id: self.id }),
-            Some(found) => crate::log_rows::settled_elsewhere(self.id, at, bodies.len(), found),
+            Some(found) => Ok(Some(found)),
         }
     }
 }

@@ -279,7 +279,7 @@ impl LogDialect for SqliteLogIo {
         at: u64,
         bodies: &[String],
         bytes: i64,
-    ) -> korvus_log::Result<()> {
+    ) -> korvus_log::Result<Option<i64>> {
         let count = i64::try_from(bodies.len()).unwrap_or(i64::MAX);
         let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
             id: self.id,
@@ -303,7 +303,7 @@ impl LogDialect for SqliteLogIo {
             return Err(korvus_log::LogError::NotFound { id: self.id });
         };
         if found != start {
-            return crate::log_rows::settled_elsewhere(self.id, at, bodies.len(), found);
+            return Ok(Some(found));
         }
         sqlx::query(
             "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3 \
@@ -333,6 +333,7 @@ impl LogDialect for SqliteLogIo {
             q.execute(&mut *tx).await.map_err(log_backend(BACKEND))?;
             seq += chunk.len() as i64;
         }
-        tx.commit().await.map_err(log_backend(BACKEND))
+        tx.commit().await.map_err(log_backend(BACKEND))?;
+        Ok(None)
     }
 }

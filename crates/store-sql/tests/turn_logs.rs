@@ -1,7 +1,8 @@
 //! SQL turn logs beyond the contract: the same export as the reference
-//! backends, and contiguous numbering when two services append to one log.
+//! backends, and appends that never interleave when two services write one
+//! log.
 
-use korvus_log::{export_jsonl, Access, Event, EventKind, LogHeader, MemoryLog, TurnLog};
+use korvus_log::{export_jsonl, Access, Event, EventKind, LogError, LogHeader, MemoryLog, TurnLog};
 use korvus_store_sql::{PgLog, SqliteLog};
 use korvus_testkit::log::{fresh_id, sample_events};
 
@@ -16,9 +17,12 @@ async fn export(logs: &dyn TurnLog, header: &LogHeader, events: &[Event]) -> Str
     String::from_utf8(export_jsonl(&r).await.unwrap()).unwrap()
 }
 
-/// Two services (as in two processes) append to one log at once; every
-/// event lands exactly once, numbered contiguously.
-async fn concurrent_services_append_contiguously(a: &dyn TurnLog, b: &dyn TurnLog) {
+/// Two services (as in two processes) append to one log at once. Each
+/// append names the offset it starts at, checked under the log row's lock:
+/// an append whose offset went stale because the other service appended
+/// fails with `Conflict` and stores nothing. No append is ever split,
+/// interleaved or stored twice, and the numbering stays contiguous.
+async fn concurrent_services_never_interleave(a: &dyn TurnLog, b: &dyn TurnLog) {
     let id = fresh_id();
     a.create(LogHeader::new(id))
         .await
@@ -33,13 +37,29 @@ async fn concurrent_services_append_contiguously(a: &dyn TurnLog, b: &dyn TurnLo
         let w = if turn % 2 == 0 { &wa } else { &wb };
         w.append(events)
     });
+    let mut stored = 0;
     for r in futures::future::join_all(appends).await {
-        r.unwrap();
+        match r {
+            Ok(()) => stored += 1,
+            Err(LogError::Conflict { .. }) => {}
+            Err(e) => panic!("only conflicts may fail: {e:?}"),
+        }
     }
+    assert!(stored >= 1, "one of the first appends wins");
     let r = a.open(id, Access::Read).await.unwrap();
-    let all = r.read(0, None).await.unwrap();
-    assert_eq!(all.len(), 60);
-    // Each append's six events stay together and in order.
+    // A handle whose append conflicted notes the lost events before its
+    // next append that worked; leave those notes out.
+    let all: Vec<Event> = r
+        .read(0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            !matches!(&e.kind, EventKind::Note { text } if text.starts_with(korvus_log::DROPPED_PREFIX))
+        })
+        .collect();
+    assert_eq!(all.len(), 6 * stored);
+    // Each append's six events stay together and in order, once.
     let mut turns: Vec<u64> = all
         .chunks(6)
         .map(|chunk| {
@@ -53,9 +73,8 @@ async fn concurrent_services_append_contiguously(a: &dyn TurnLog, b: &dyn TurnLo
         })
         .collect();
     turns.sort_unstable();
-    assert_eq!(turns, (0..10).collect::<Vec<u64>>());
-    let stat = a.stat(id).await.unwrap();
-    assert_eq!(stat.event_count, Some(60));
+    turns.dedup();
+    assert_eq!(turns.len(), stored, "no append stored twice");
     wa.close().await.unwrap();
     wb.close().await.unwrap();
 }
@@ -70,7 +89,7 @@ async fn postgres() {
     let memory = export(&MemoryLog::new(), &header, &events).await;
     let pg = export(&PgLog::new(db.pool().clone()), &header, &events).await;
     assert_eq!(pg, memory, "byte-identical export");
-    concurrent_services_append_contiguously(
+    concurrent_services_never_interleave(
         &PgLog::new(db.pool().clone()),
         &PgLog::new(db.pool().clone()),
     )
@@ -86,7 +105,7 @@ async fn sqlite() {
     let memory = export(&MemoryLog::new(), &header, &events).await;
     let sqlite = export(&SqliteLog::new(db.pool().clone()), &header, &events).await;
     assert_eq!(sqlite, memory, "byte-identical export");
-    concurrent_services_append_contiguously(
+    concurrent_services_never_interleave(
         &SqliteLog::new(db.pool().clone()),
         &SqliteLog::new(db.pool().clone()),
     )

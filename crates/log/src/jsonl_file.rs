@@ -1,0 +1,120 @@
+//! The file side of [`JsonlLog`](crate::JsonlLog): the header line,
+//! serialising events to lines, writing them with a count of what was
+//! written, and cutting a torn final line off before a writer continues.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+
+use crate::{Event, LogError, LogHeader, LogId, Result, Revision};
+
+pub(crate) const BACKEND: &str = "jsonl";
+
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LogError::backend(BACKEND, e))?
+}
+
+pub(crate) fn io_err(id: LogId, e: io::Error) -> LogError {
+    if e.kind() == io::ErrorKind::NotFound {
+        LogError::NotFound { id }
+    } else {
+        LogError::backend(BACKEND, e)
+    }
+}
+
+/// Reads the header line; returns it and the byte offset of the first event.
+pub(crate) fn read_header(id: LogId, file: &File) -> Result<(LogHeader, u64)> {
+    let mut reader = BufReader::new(file);
+    reader.seek(SeekFrom::Start(0)).map_err(|e| io_err(id, e))?;
+    let mut line = Vec::new();
+    reader
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_err(id, e))?;
+    if line.last() != Some(&b'\n') {
+        return Err(LogError::Corrupt {
+            id,
+            detail: "header line is incomplete".into(),
+        });
+    }
+    let header: LogHeader = serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
+        id,
+        detail: format!("header line does not parse: {e}"),
+    })?;
+    if header.id != id {
+        return Err(LogError::Corrupt {
+            id,
+            detail: format!("header names log {}", header.id),
+        });
+    }
+    Ok((header, line.len() as u64))
+}
+
+pub(crate) fn revision_of(meta: &std::fs::Metadata) -> Revision {
+    Revision::new(format!(
+        "{}-{}.{}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ))
+}
+
+pub(crate) fn serialise(events: &[Event]) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(events.len() * 64);
+    for e in events {
+        serde_json::to_writer(&mut buf, e).map_err(|e| LogError::backend(BACKEND, e))?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+/// Writes all of `buf`, like `write_all`, but says how much was written
+/// before a failure.
+pub(crate) fn write_counted(file: &mut File, buf: &[u8]) -> (usize, Option<std::io::Error>) {
+    let mut written = 0;
+    while written < buf.len() {
+        match file.write(&buf[written..]) {
+            Ok(0) => return (written, Some(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Some(e)),
+        }
+    }
+    (written, None)
+}
+
+/// Cuts a torn final line off, so the next append starts on a clean line.
+pub(crate) fn cut_torn_tail(id: LogId, file: &mut File) -> Result<()> {
+    let len = file.metadata().map_err(|e| io_err(id, e))?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| io_err(id, e))?;
+        file.read_exact(chunk).map_err(|e| io_err(id, e))?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            let keep = start + i as u64 + 1;
+            if keep != len {
+                file.set_len(keep).map_err(|e| io_err(id, e))?;
+                file.sync_data().map_err(|e| io_err(id, e))?;
+            }
+            return Ok(());
+        }
+        if start == 0 {
+            // Not even a complete header: nothing a writer could continue.
+            return Err(LogError::Corrupt {
+                id,
+                detail: "header line is incomplete".into(),
+            });
+        }
+        end = start;
+    }
+}
