@@ -4,7 +4,7 @@
 //! [`start`] makes sure `target/moto-venv` has `moto[server]==5.2.5`
 //! (creating the virtualenv and running pip only when needed, under a lock
 //! directory so concurrent runs do not race), runs
-//! `moto_server -H 127.0.0.1 -p <free port>`, waits until `GET /moto-api/`
+//! `python -m moto.server -H 127.0.0.1 -p <free port>` (the venv's interpreter), waits until `GET /moto-api/`
 //! answers, and exports `KORVUS_TEST_S3_ENDPOINT`. [`Moto::stop`] kills it
 //! by PID and waits for it.
 
@@ -179,13 +179,23 @@ fn launch(target: &Path, venv: &Path) -> Result<Moto> {
         .port();
     let log = target.join(format!("moto-{port}.log"));
     let log_file = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let child = Command::new(venv.join("bin/moto_server"))
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+    // `python -m moto.server`, not the `bin/moto_server` script: the
+    // script's shebang names the venv's absolute path, which breaks when
+    // the target dir is moved or copied; the interpreter does not care.
+    let child = Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)
         .spawn()
-        .context("running moto_server")?;
+        .context("running python -m moto.server")?;
     let mut moto = Moto {
         child: Some(child),
         endpoint: format!("http://127.0.0.1:{port}"),

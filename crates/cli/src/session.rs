@@ -566,6 +566,9 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
                         status: SessionStatus::Cancelled,
                         exit_reason: Some(korvus_session::exit::CANCELLED.into()),
                         counters: row.counters,
+                        // The run this row belongs to: a run started since
+                        // (a reopen elsewhere) is not cancelled by this.
+                        fence: row.fence,
                     },
                 )
                 .await

@@ -92,6 +92,7 @@ pub(crate) async fn land(
         status,
         exit_reason: Some(exit_reason.into()),
         counters,
+        fence: plan.session.fence,
     }
 }
 
@@ -101,6 +102,8 @@ pub(crate) struct Revision {
     pub(crate) session: SessionId,
     pub(crate) incident: IncidentId,
     pub(crate) number: u32,
+    /// The fence of the run that lands it: its settlement presents it.
+    pub(crate) fence: u64,
 }
 
 impl Revision {
@@ -110,6 +113,7 @@ impl Revision {
             session: session.id,
             incident: session.incident_id,
             number: session.revision,
+            fence: session.fence,
         }
     }
 
@@ -118,6 +122,7 @@ impl Revision {
             session: plan.session.id,
             incident: plan.session.incident_id,
             number: plan.revision,
+            fence: plan.session.fence,
         }
     }
 }
@@ -138,7 +143,7 @@ impl Inner {
             detail: None,
         };
         self.write_report(report).await;
-        failed(reason)
+        failed(reason, revision.fence)
     }
 
     /// Writes a report row: bounded by the report bound, retried with

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use korvus_log::LogHandle;
 use korvus_runner::{ExitReason, RunContext, Tools};
-use korvus_store::{Artifact, Counters, Incident, Session, SessionId, SessionStatus, Settlement};
+use korvus_store::{
+    Artifact, Counters, Incident, Session, SessionId, SessionStatus, Settlement, StoreError,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, info_span, warn, Instrument};
 
@@ -45,12 +47,13 @@ pub(crate) struct Plan {
     pub(crate) resume: Option<Resume>,
 }
 
-/// A `failed` settlement with `reason` and no usage.
-pub(crate) fn failed(reason: ExitReason) -> Settlement {
+/// A `failed` settlement with `reason` and no usage, for the run at `fence`.
+pub(crate) fn failed(reason: ExitReason, fence: u64) -> Settlement {
     Settlement {
         status: SessionStatus::Failed,
         exit_reason: Some(reason.into()),
         counters: Counters::default(),
+        fence,
     }
 }
 
@@ -230,6 +233,12 @@ impl Inner {
             Ok(()) => {
                 info!(%status, exit_reason = ?reason, "session settled");
                 true
+            }
+            Err(Some(e @ StoreError::Fenced { .. })) => {
+                // A newer run owns the row (reopened or resumed since): this
+                // run's outcome is stale and must not overwrite it.
+                warn!(session_id = %id, error = %e, "settle fenced off: the session has a newer run");
+                false
             }
             Err(Some(e)) => {
                 error!(session_id = %id, error = %e, "settle refused; the row may stay running");

@@ -9,6 +9,7 @@ mod closure;
 mod create;
 mod docs;
 mod faults;
+mod fence;
 mod idle;
 mod ordering;
 mod reopen;

@@ -21,7 +21,8 @@ use crate::error::unexpected;
 macro_rules! session_columns {
     () => {
         "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, created_at, ended_at"
+         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, created_at, \
+         ended_at"
     };
 }
 
@@ -157,6 +158,7 @@ pub(crate) struct SessionRow {
     input_tokens: i64,
     output_tokens: i64,
     revision: i32,
+    fence: i64,
     created_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
 }
@@ -180,6 +182,8 @@ impl SessionRow {
                 self.output_tokens,
             )?,
             revision: unsigned(backend, "session revision", i64::from(self.revision))?,
+            fence: u64::try_from(self.fence)
+                .map_err(|_| unexpected(backend, format!("session fence {}", self.fence)))?,
             created_at: self.created_at,
             ended_at: self.ended_at,
         })

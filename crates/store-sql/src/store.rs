@@ -233,6 +233,7 @@ macro_rules! sql_store {
                         workspace_ref: new.workspace_ref,
                         exit_reason: None,
                         counters: Default::default(),
+                        fence: 1,
                         revision: 1,
                         created_at,
                         ended_at: None,
@@ -306,7 +307,7 @@ macro_rules! sql_store {
                     let row: Option<SessionRow> = sqlx::query_as(concat!(
                         "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
                          tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8 \
-                         WHERE id = $1 RETURNING ",
+                         WHERE id = $1 AND fence = $9 RETURNING ",
                         session_columns!()
                     ))
                     .bind(id.as_uuid())
@@ -317,11 +318,20 @@ macro_rules! sql_store {
                     .bind(to_i64(c.input_tokens))
                     .bind(to_i64(c.output_tokens))
                     .bind(ended_at)
+                    .bind(to_i64(settlement.fence))
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    row.ok_or_else(|| StoreError::not_found(Entity::Session, id))?
-                        .into_model(Self::BACKEND)
+                    if let Some(row) = row {
+                        return row.into_model(Self::BACKEND);
+                    }
+                    // Nothing matched: an unknown session, or a stale fence.
+                    let current = self.get_session(id).await?;
+                    Err(StoreError::Fenced {
+                        session: id,
+                        presented: settlement.fence,
+                        current: current.fence,
+                    })
                 }
 
                 async fn reopen_session(&self, id: SessionId) -> Result<Session> {

@@ -20,7 +20,7 @@ use crate::store::placeholders;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Transition {
     /// `reopen_session`: a terminal session becomes running again with the
-    /// next revision. Binds `$1` id, `$2` running, `$3…` the terminal
+    /// next revision and the next fence. Binds `$1` id, `$2` running, `$3…` the terminal
     /// statuses.
     Reopen,
     /// `cancel_idle_session`: an idle session (running, exit reason
@@ -29,7 +29,7 @@ pub(crate) enum Transition {
     /// `awaiting_user`.
     CancelIdle,
     /// `resume_idle_session`: an idle session becomes active with the next
-    /// revision. Binds `$1` id, `$2` running, `$3` `awaiting_user`.
+    /// revision and the next fence. Binds `$1` id, `$2` running, `$3` `awaiting_user`.
     ResumeIdle,
 }
 
@@ -37,7 +37,7 @@ static REOPEN: LazyLock<String> = LazyLock::new(|| {
     format!(
         concat!(
             "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-             revision = revision + 1 WHERE id = $1 AND status IN ({}) RETURNING ",
+             revision = revision + 1, fence = fence + 1 WHERE id = $1 AND status IN ({}) RETURNING ",
             session_columns!()
         ),
         placeholders(3, SessionStatus::TERMINAL.len())
@@ -51,7 +51,7 @@ const CANCEL_IDLE: &str = concat!(
 );
 
 const RESUME_IDLE: &str = concat!(
-    "UPDATE sessions SET exit_reason = NULL, revision = revision + 1 \
+    "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, fence = fence + 1 \
      WHERE id = $1 AND status = $2 AND exit_reason = $3 RETURNING ",
     session_columns!()
 );

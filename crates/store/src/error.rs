@@ -92,6 +92,19 @@ pub enum StoreError {
         /// The session.
         session: SessionId,
     },
+    /// A settlement presented the fence of a run that was superseded: the
+    /// session was reopened, resumed or taken over since, and its row now
+    /// carries a newer fence. Nothing was written. Permanent: the stale run
+    /// must stop writing.
+    #[error("session {session}: fence {presented} is stale (the row is at fence {current})")]
+    Fenced {
+        /// The session.
+        session: SessionId,
+        /// The fence the write presented.
+        presented: u64,
+        /// The row's fence.
+        current: u64,
+    },
     /// The backend failed (connection, pool, I/O, unexpected data).
     ///
     /// Transient exactly when `transient` is `true`: the backend classified
@@ -227,6 +240,11 @@ mod tests {
             StoreError::not_found(Entity::Session, session),
             StoreError::NotFinished { session },
             StoreError::NotIdle { session },
+            StoreError::Fenced {
+                session,
+                presented: 1,
+                current: 2,
+            },
             StoreError::Conflict {
                 entity: Entity::Report,
                 detail: "dup".into(),

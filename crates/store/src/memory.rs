@@ -147,6 +147,7 @@ impl Store for MemoryStore {
             exit_reason: None,
             counters: Default::default(),
             revision: 1,
+            fence: 1,
             created_at: Utc::now(),
             ended_at: None,
         };
@@ -242,6 +243,13 @@ impl Store for MemoryStore {
             .sessions
             .get_mut(&id)
             .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if session.fence != settlement.fence {
+            return Err(StoreError::Fenced {
+                session: id,
+                presented: settlement.fence,
+                current: session.fence,
+            });
+        }
         session.ended_at = settlement.status.is_terminal().then(Utc::now);
         session.status = settlement.status;
         session.exit_reason = settlement.exit_reason;
@@ -262,6 +270,7 @@ impl Store for MemoryStore {
         session.ended_at = None;
         session.exit_reason = None;
         session.revision += 1;
+        session.fence += 1;
         Ok(session.clone())
     }
 
@@ -277,6 +286,7 @@ impl Store for MemoryStore {
         self.idle_transition(id, |session| {
             session.exit_reason = None;
             session.revision += 1;
+            session.fence += 1;
         })
     }
 

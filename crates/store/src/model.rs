@@ -256,6 +256,12 @@ pub struct Session {
     pub counters: Counters,
     /// Iteration number: 1 after create, incremented by every reopen.
     pub revision: u32,
+    /// The fence of the current run: 1 after create, incremented by every
+    /// transition that starts a new run of the session (reopen, resume of
+    /// an idle session). A settlement must present it
+    /// ([`Settlement::fence`]): a run whose fence is older was superseded
+    /// and may write nothing.
+    pub fence: u64,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
     /// When the session reached its current terminal status; `None` while running.
@@ -302,6 +308,11 @@ pub struct Settlement {
     pub exit_reason: Option<String>,
     /// Usage of the run.
     pub counters: Counters,
+    /// The fence of the run that settles ([`Session::fence`] as its run
+    /// started): the store writes nothing and answers
+    /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the row's
+    /// fence moved on.
+    pub fence: u64,
 }
 
 /// A report revision: the landed `report.md` of one iteration.

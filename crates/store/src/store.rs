@@ -94,16 +94,21 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>>;
 
     /// Writes a session's outcome: status, exit reason, counters. Sets `ended_at`
-    /// to now for a terminal status and clears it for `running`. Unconditional:
-    /// the session layer owns the rules of which transition is legal.
+    /// to now for a terminal status and clears it for `running`. Fenced: it
+    /// writes only while the row's [`fence`](crate::Session::fence) is the
+    /// settlement's, so a run that was superseded (the session reopened or
+    /// resumed since) changes nothing. Otherwise the session layer owns the
+    /// rules of which transition is legal.
     ///
     /// # Errors
-    /// `NotFound` for an unknown session; `InvalidInput` for a bad exit reason
-    /// or out-of-range counter.
+    /// `NotFound` for an unknown session; [`StoreError::Fenced`](crate::StoreError::Fenced)
+    /// for a stale fence (nothing written); `InvalidInput` for a bad exit
+    /// reason or out-of-range counter.
     async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session>;
 
     /// Moves a terminal session back to `running` in one conditional step:
-    /// clears `ended_at` and `exit_reason` and increments `revision`.
+    /// clears `ended_at` and `exit_reason` and increments `revision` and
+    /// `fence`.
     /// Of concurrent reopens of one session exactly one succeeds.
     ///
     /// # Errors
@@ -128,7 +133,7 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Moves an idle session back to active in one conditional step, the
     /// way [`reopen_session`](Store::reopen_session) continues a terminal
-    /// one: still `running`, exit reason cleared, `revision` incremented,
+    /// one: still `running`, exit reason cleared, `revision` and `fence` incremented,
     /// counters kept. Of concurrent transitions of one idle session (this,
     /// [`cancel_idle_session`](Store::cancel_idle_session)) exactly one
     /// succeeds.

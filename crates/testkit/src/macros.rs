@@ -17,6 +17,8 @@ macro_rules! __with_cases {
             concurrent_creates_get_seqs_one_to_hundred,
             session_insert_rules,
             settle_sets_and_clears_ended_at,
+            each_new_run_increments_the_fence,
+            a_stale_fence_settles_nothing,
             reopen_has_exactly_one_winner,
             reopen_of_a_running_session_is_not_finished,
             cancel_idle_session_cancels_an_idle_row,

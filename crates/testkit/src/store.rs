@@ -39,7 +39,8 @@ pub use self::reports::{
     reports_are_unique_per_revision,
 };
 pub use self::sessions::{
-    concurrent_creates_get_seqs_one_to_hundred, reopen_has_exactly_one_winner,
+    a_stale_fence_settles_nothing, concurrent_creates_get_seqs_one_to_hundred,
+    each_new_run_increments_the_fence, reopen_has_exactly_one_winner,
     reopen_of_a_running_session_is_not_finished, session_insert_rules,
     settle_sets_and_clears_ended_at,
 };
@@ -97,7 +98,13 @@ pub fn new_artifact(session: &Session, path: &str, revision: u32) -> NewArtifact
 }
 
 fn settlement(status: SessionStatus, reason: &str) -> Settlement {
+    settlement_at(status, reason, 1)
+}
+
+/// A settlement presenting `fence`.
+fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement {
     Settlement {
+        fence,
         status,
         exit_reason: Some(reason.into()),
         counters: Counters {

@@ -2,9 +2,11 @@
 //! single-winner reopen.
 
 use futures::future::join_all;
-use korvus_store::{Counters, Entity, Session, SessionKind, SessionStatus, Store, StoreError};
+use korvus_store::{
+    Counters, Entity, Session, SessionId, SessionKind, SessionStatus, Store, StoreError,
+};
 
-use super::{incident, new_session, session, settlement};
+use super::{incident, new_session, session, settlement, settlement_at};
 
 /// 100 concurrent creates in one incident get seqs 1..=100, each exactly once.
 pub async fn concurrent_creates_get_seqs_one_to_hundred(store: &dyn Store) {
@@ -122,12 +124,93 @@ pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
     ));
     assert_eq!(store.get_session(s.id).await.unwrap(), s);
     for status in [SessionStatus::Failed, SessionStatus::Cancelled] {
+        let fence = store.get_session(s.id).await.unwrap().fence;
         store
-            .settle_session(s.id, settlement(status, "x"))
+            .settle_session(s.id, settlement_at(status, "x", fence))
             .await
             .unwrap();
         let reopened = store.reopen_session(s.id).await.unwrap();
         assert_eq!(reopened.status, SessionStatus::Running);
     }
     assert_eq!(store.get_session(s.id).await.unwrap().revision, 3);
+}
+
+/// The fence is 1 at create; reopen and the resume of an idle session each
+/// start a new run and increment it; settling and cancelling an idle row
+/// keep it.
+pub async fn each_new_run_increments_the_fence(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    assert_eq!(s.fence, 1);
+    let done = store
+        .settle_session(s.id, settlement(SessionStatus::Completed, "completed"))
+        .await
+        .unwrap();
+    assert_eq!(done.fence, 1, "settling keeps the fence");
+    let reopened = store.reopen_session(s.id).await.unwrap();
+    assert_eq!(reopened.fence, 2);
+    let idle = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Running, "awaiting_user", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(idle.fence, 2);
+    let resumed = store.resume_idle_session(s.id).await.unwrap();
+    assert_eq!(resumed.fence, 3);
+    store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Running, "awaiting_user", 3),
+        )
+        .await
+        .unwrap();
+    let cancelled = store.cancel_idle_session(s.id).await.unwrap();
+    assert_eq!(cancelled.fence, 3, "cancelling an idle row starts no run");
+    assert_eq!(store.get_session(s.id).await.unwrap().fence, 3);
+}
+
+/// A run superseded by a reopen settles nothing: its settlement presents
+/// the old fence, gets `Fenced` (permanent) and leaves the new run's row
+/// exactly as it was; the current fence still settles.
+pub async fn a_stale_fence_settles_nothing(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    store
+        .settle_session(s.id, settlement(SessionStatus::Cancelled, "cancelled"))
+        .await
+        .unwrap();
+    let reopened = store.reopen_session(s.id).await.unwrap();
+    let late = store
+        .settle_session(s.id, settlement(SessionStatus::Failed, "owner_lost"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            late,
+            StoreError::Fenced { session, presented: 1, current: 2 } if session == s.id
+        ),
+        "{late:?}"
+    );
+    assert!(!late.is_transient());
+    assert_eq!(
+        store.get_session(s.id).await.unwrap(),
+        reopened,
+        "untouched"
+    );
+    let settled = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Completed, "completed", reopened.fence),
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.status, SessionStatus::Completed);
+    assert!(matches!(
+        store
+            .settle_session(SessionId::new(), settlement(SessionStatus::Failed, "x"))
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
 }
