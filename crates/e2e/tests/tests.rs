@@ -1,6 +1,6 @@
 //! End-to-end tests on the real backends, one module per topic: PostgreSQL
 //! with S3 (`session`, `harvest`) and the embedded default, SQLite with
-//! files (`closure`); agent output into SQL turn logs (`output`).
+//! files (`closure`, `fence`); agent output into SQL turn logs (`output`).
 //! Each test takes a fresh database and a fresh bucket from
 //! [`support::Backends`]; without the services (plain `cargo test`) it
 //! returns early after printing why, and under `cargo xtask test` it fails.
@@ -8,6 +8,7 @@
 mod support;
 
 mod closure;
+mod fence;
 mod harvest;
 mod output;
 mod session;

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::jsonl_file::{
-    blocking, cut_torn_tail, io_err, read_header, revision_of, serialise, write_counted, BACKEND,
+    blocking, cut_torn_tail, io_err, lock_writer, read_header, revision_of, serialise,
+    write_counted, BACKEND,
 };
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
@@ -320,6 +321,7 @@ impl TurnLog for JsonlLog {
                     io::ErrorKind::AlreadyExists => LogError::AlreadyExists { id },
                     _ => LogError::backend(BACKEND, e),
                 })?;
+            lock_writer(id, &file)?;
             file.write_all(&line)
                 .and_then(|()| file.sync_data())
                 .map_err(|e| LogError::backend(BACKEND, e))?;
@@ -364,6 +366,8 @@ impl TurnLog for JsonlLog {
                         .append(true)
                         .open(&path)
                         .map_err(|e| io_err(id, e))?;
+                    // Before touching the file: another writer may be on it.
+                    lock_writer(id, &file)?;
                     cut_torn_tail(id, &mut file)?;
                     Some(WriteSide { file, count: None })
                 }

@@ -10,6 +10,20 @@ use crate::{Event, LogError, LogHeader, LogId, Result, Revision};
 
 pub(crate) const BACKEND: &str = "jsonl";
 
+/// Takes the writer's advisory lock on the log file (`flock`, exclusive,
+/// not waiting): held by this open file until it is closed — by `close`,
+/// by dropping the handle, or by the process dying — so a second writer,
+/// from another service in this process or from another process, gets
+/// [`LogError::AlreadyOwned`].
+pub(crate) fn lock_writer(id: LogId, file: &File) -> Result<()> {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(LogError::AlreadyOwned { id }),
+        Err(e) => Err(LogError::backend(BACKEND, io::Error::from(e))),
+    }
+}
+
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

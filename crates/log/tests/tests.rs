@@ -6,6 +6,7 @@
 mod mock;
 mod props;
 mod short_write;
+mod writer_lock;
 
 mod memory_contract {
     use std::sync::Arc;

@@ -9,7 +9,6 @@ mod closure;
 mod create;
 mod docs;
 mod faults;
-mod fence;
 mod idle;
 mod ordering;
 mod reopen;

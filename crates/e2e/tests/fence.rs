@@ -1,0 +1,103 @@
+//! Fencing on the embedded default (SQLite rows and logs): a run
+//! superseded by a newer run of its session writes no settlement. Replica
+//! A's run outlives an operator's forced cancel and a reopen on replica B
+//! (another log service on the same database); A's late settle is refused
+//! and B's row stays as B left it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_blob::MemoryBlobStore;
+use korvus_runner::testing::ScriptRunner;
+use korvus_session::{CreateSession, Manager, RunOutcome};
+use korvus_store::{Counters, NewIncident, SessionStatus, Settlement, Store};
+use korvus_store_sql::testing::SqliteDb;
+use korvus_store_sql::{SqliteLog, SqliteStore};
+use korvus_workspace::ScratchRoot;
+use tokio::sync::Notify;
+
+use crate::support::write;
+
+fn writes_report(text: &'static str) -> ScriptRunner {
+    ScriptRunner::new(move |ctx, _| async move {
+        write(ctx.scratch.as_ref().unwrap(), "report.md", text);
+        Ok(RunOutcome::completed(Counters::default()))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() {
+    let db = SqliteDb::create().await;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::new(db.pool().clone()));
+    let scratch = tempfile::tempdir().unwrap();
+    let blobs = Arc::new(MemoryBlobStore::new());
+    let replica = |runner: ScriptRunner| {
+        Manager::builder(Arc::clone(&store), Arc::new(runner))
+            .blob_store(blobs.clone())
+            .turn_log(Arc::new(SqliteLog::new(db.pool().clone())))
+            .scratch_root(ScratchRoot::supplied(scratch.path()))
+            .build()
+    };
+    // Replica A: its run waits until the test lets it finish.
+    let gate = Arc::new(Notify::new());
+    let release = Arc::clone(&gate);
+    let a = replica(ScriptRunner::new(move |ctx, _| {
+        let gate = Arc::clone(&gate);
+        async move {
+            gate.notified().await;
+            write(
+                ctx.scratch.as_ref().unwrap(),
+                "report.md",
+                "# A, too late\n",
+            );
+            Ok(RunOutcome::completed(Counters::default()))
+        }
+    }));
+    let incident = store
+        .create_incident(NewIncident {
+            title: "db-1".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let session = a
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: "why?".into(),
+            context: vec![],
+        })
+        .await
+        .unwrap();
+    assert_eq!(session.fence, 1);
+
+    // A looks dead to an operator, who ends the row (as `korvus cancel
+    // --force` does); replica B reopens the session.
+    store
+        .settle_session(
+            session.id,
+            Settlement {
+                status: SessionStatus::Cancelled,
+                exit_reason: Some("cancelled".into()),
+                counters: Counters::default(),
+                fence: session.fence,
+            },
+        )
+        .await
+        .unwrap();
+    let b = replica(writes_report("# B\n"));
+    let reopened = b.reopen(session.id, "go on").await.unwrap();
+    assert_eq!(reopened.fence, 2);
+    let done = b
+        .await_settled(session.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(done.status, SessionStatus::Completed);
+
+    // A's run finishes now and lands its own revision, but its settle
+    // presents fence 1 and changes nothing.
+    release.notify_one();
+    a.stop().await;
+    let row = store.get_session(session.id).await.unwrap();
+    assert_eq!(row, done, "B's row is untouched");
+    b.stop().await;
+}
