@@ -14,8 +14,6 @@ use korvus_command::{CommandRunner, Inherit};
 use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
 use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus, Settlement};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::compose::Backends;
@@ -25,6 +23,25 @@ use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
 
 /// How long a command waits for the final row after the log stream ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
+
+/// How long `korvus cancel` waits for a run no `korvus run` on this machine
+/// drives (one on another host polls for the request).
+const REMOTE_WAIT: Duration = Duration::from_secs(5);
+
+/// The row once it is terminal, polled until `bound`; `None` if it is not.
+async fn ended(backends: &Backends, id: SessionId, bound: Duration) -> Result<Option<Session>> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let row = backends.store.get_session(id).await?;
+        if row.status.is_terminal() {
+            return Ok(Some(row));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 /// After this long without an event, the live view says the run goes on.
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -526,24 +543,20 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
     let pidfile = backends.runs_dir().join(format!("{id}.pid"));
     let code = match live_pid(&pidfile) {
         Some(pid) => {
-            kill(Pid::from_raw(pid), Signal::SIGINT)
-                .with_context(|| format!("cannot signal korvus process {pid}"))?;
+            // Through the store, like a cancel from another host: the
+            // run's manager polls for requests naming its run's fence.
+            backends.store.request_cancel(id).await?;
             println!("asked korvus process {pid} to cancel session {id}; waiting for it to land");
-            let deadline = Instant::now() + SETTLE_WAIT;
-            loop {
-                let row = backends.store.get_session(id).await?;
-                if row.status.is_terminal() {
+            match ended(&backends, id, SETTLE_WAIT).await? {
+                Some(row) => {
                     println!(
                         "session {id}: {} (exit reason {})",
                         row.status,
                         row.exit_reason.as_deref().unwrap_or("-")
                     );
-                    break ExitCode::SUCCESS;
+                    ExitCode::SUCCESS
                 }
-                if Instant::now() > deadline {
-                    bail!("session {id} did not end within {SETTLE_WAIT:?}");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                None => bail!("session {id} did not end within {SETTLE_WAIT:?}"),
             }
         }
         None if row.is_idle() => {
@@ -576,11 +589,24 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
             println!("session {id} marked {} (no run owned it)", row.status);
             ExitCode::SUCCESS
         }
-        None => bail!(
-            "session {id} is running, but no `korvus run` on this machine drives it \
-             (another host, or a crash); \
-             `korvus cancel --force {id}` marks it cancelled"
-        ),
+        None => {
+            // No `korvus run` here drives it: one on another host may.
+            backends.store.request_cancel(id).await?;
+            match ended(&backends, id, REMOTE_WAIT).await? {
+                Some(row) => {
+                    println!(
+                        "session {id}: {} (cancelled by the process that ran it)",
+                        row.status
+                    );
+                    ExitCode::SUCCESS
+                }
+                None => bail!(
+                    "session {id} is running, but no process answered the cancel request \
+                     within {REMOTE_WAIT:?} (no `korvus run` here drives it: a crash, or a \
+                     host that is down); `korvus cancel --force {id}` marks it cancelled"
+                ),
+            }
+        }
     };
     backends.close().await;
     Ok(code)

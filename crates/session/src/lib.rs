@@ -25,7 +25,10 @@
 //! The code follows a run's phases, one file each: the supervisor
 //! (`supervise.rs`: `launch`, the one settle), `prepare.rs`, `execute.rs`,
 //! `land.rs`, `cleanup.rs`, plus `reopen.rs` and `watch.rs`. Everything
-//! other calls need to reach a live run sits in one table, [`LiveRuns`].
+//! other calls need to reach a live run sits in one table, [`LiveRuns`];
+//! `cancel_poll.rs` reaches it for cancels made on other replicas (a
+//! request in the store naming the run's fence). A settlement presents
+//! the run's fence, so a run that was superseded writes nothing.
 //! The orderings that keep data safe are fixed in the supervisor and
 //! `land`: bytes before rows, report row before the terminal status (on
 //! every path, also where the agent never ran), the terminal write before
@@ -78,6 +81,7 @@
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient`, `MockStreamReopener` ([`mockall`](https://docs.rs/mockall)) |
 #![deny(missing_docs)]
 
+mod cancel_poll;
 mod cleanup;
 mod error;
 mod execute;
@@ -94,7 +98,8 @@ mod watch;
 pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
-    default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_RUN_TIMEOUT,
+    default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_CANCEL_POLL,
+    DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]

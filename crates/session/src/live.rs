@@ -24,6 +24,8 @@ pub(crate) struct LiveRun {
     /// its own entry.
     number: u64,
     pub(crate) incident: IncidentId,
+    /// The fence of the run: a cancel request from another replica names it.
+    pub(crate) fence: u64,
     /// The run's cancellation: `cancel` and `stop` fire it.
     pub(crate) cancel: CancellationToken,
     /// Set to `true` after the terminal write and deregistration.
@@ -76,11 +78,13 @@ impl LiveRuns {
         &self,
         session: SessionId,
         incident: IncidentId,
+        fence: u64,
     ) -> Result<LiveRun, (SessionError, LiveRun)> {
         let (settled, _) = watch::channel(false);
         let run = LiveRun {
             number: self.numbers.fetch_add(1, Ordering::Relaxed),
             incident,
+            fence,
             cancel: CancellationToken::new(),
             settled,
             appended: Arc::new(Notify::new()),
@@ -103,6 +107,11 @@ impl LiveRuns {
         {
             entries.remove(&session);
         }
+    }
+
+    /// Whether no run is live.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     /// The entry of a live run of `session`.
@@ -209,8 +218,8 @@ mod tests {
     fn duplicate_register_keeps_the_existing_entry() {
         let live = LiveRuns::default();
         let (s, i) = (SessionId::new(), IncidentId::new());
-        let first = live.register(s, i).unwrap();
-        let (err, second) = live.register(s, i).unwrap_err();
+        let first = live.register(s, i, 1).unwrap();
+        let (err, second) = live.register(s, i, 1).unwrap_err();
         assert!(matches!(err, SessionError::AlreadyLive { .. }));
         assert!(live.cancel(s));
         assert!(first.cancel.is_cancelled());
@@ -229,9 +238,9 @@ mod tests {
         let live = LiveRuns::default();
         let (i, j) = (IncidentId::new(), IncidentId::new());
         let runs: Vec<LiveRun> = (0..3)
-            .map(|_| live.register(SessionId::new(), i).unwrap())
+            .map(|_| live.register(SessionId::new(), i, 1).unwrap())
             .collect();
-        let other = live.register(SessionId::new(), j).unwrap();
+        let other = live.register(SessionId::new(), j, 1).unwrap();
         assert_eq!(live.count(i), 3);
         assert_eq!(live.live(i).len(), 3);
         assert_eq!(live.cancel_all(), 4);

@@ -64,7 +64,10 @@ impl Manager {
     pub(crate) fn launch(&self, plan: Plan, log: LogHandle, guard: RunGuard) {
         let inner = Arc::clone(&self.inner);
         let id = plan.session.id;
-        let run = match inner.live.register(id, plan.session.incident_id) {
+        let run = match inner
+            .live
+            .register(id, plan.session.incident_id, plan.session.fence)
+        {
             Ok(run) => run,
             Err((e, run)) => {
                 // Not reachable through the manager's own calls (a reopen

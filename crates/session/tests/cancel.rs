@@ -1,14 +1,15 @@
-//! Cancelling a session: only the replica running it may end it.
+//! Cancelling a session: the replica running it ends it; any other replica
+//! asks it to through the store.
 
 use std::time::Duration;
 
-use korvus_session::SessionError;
-use korvus_store::{NewSession, SessionId, SessionKind, Store};
+use korvus_session::{RunOutcome, SessionError};
+use korvus_store::{NewSession, SessionId, SessionKind, SessionStatus, Store};
 
-use crate::support::{writing, Env};
+use crate::support::{writing, Env, ScriptRunner};
 
 #[tokio::test]
-async fn a_session_of_another_replica_is_left_unchanged() {
+async fn a_session_no_manager_runs_only_records_the_request() {
     let env = Env::new().await;
     let manager = env.builder(writing(&[])).build();
     let foreign = env
@@ -23,12 +24,44 @@ async fn a_session_of_another_replica_is_left_unchanged() {
         .await
         .unwrap();
     let row = manager.cancel(foreign.id).await.unwrap();
-    assert_eq!(row, foreign);
+    assert!(row.cancel_requested);
+    assert_eq!(row.status, SessionStatus::Running);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(env.store.get_session(foreign.id).await.unwrap(), foreign);
+    assert_eq!(env.store.get_session(foreign.id).await.unwrap(), row);
     assert!(matches!(
         manager.cancel(SessionId::new()).await,
         Err(SessionError::NotFound { .. })
     ));
     manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancel_on_another_replica_reaches_the_run_through_the_store() {
+    let env = Env::new().await;
+    // Replica A runs the session until it is cancelled.
+    let a = env
+        .builder(ScriptRunner::new(|ctx, _| async move {
+            ctx.cancel.cancelled().await;
+            Ok(RunOutcome {
+                exit_reason: korvus_session::ExitReason::CANCELLED,
+                author_finished: false,
+                counters: Default::default(),
+            })
+        }))
+        .cancel_poll(Duration::from_millis(20))
+        .build();
+    // Replica B shares only the store.
+    let b = env.builder(writing(&[])).build();
+    let session = a.create(env.request("wait")).await.unwrap();
+    let requested = b.cancel(session.id).await.unwrap();
+    assert!(requested.cancel_requested);
+    let row = a
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    assert_eq!(row.exit_reason.as_deref(), Some("cancelled"));
+    assert_eq!(row.fence, session.fence);
+    a.stop().await;
+    b.stop().await;
 }

@@ -17,12 +17,20 @@ use uuid::Uuid;
 
 use crate::error::unexpected;
 
+/// `$first, $first+1, …` for `n` values.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The columns of [`SessionRow`], in the order the queries name them.
 macro_rules! session_columns {
     () => {
         "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, created_at, \
-         ended_at"
+         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, \
+         created_at, ended_at"
     };
 }
 
@@ -159,6 +167,7 @@ pub(crate) struct SessionRow {
     output_tokens: i64,
     revision: i32,
     fence: i64,
+    cancel_fence: Option<i64>,
     created_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
 }
@@ -184,6 +193,7 @@ impl SessionRow {
             revision: unsigned(backend, "session revision", i64::from(self.revision))?,
             fence: u64::try_from(self.fence)
                 .map_err(|_| unexpected(backend, format!("session fence {}", self.fence)))?,
+            cancel_requested: self.cancel_fence == Some(self.fence),
             created_at: self.created_at,
             ended_at: self.ended_at,
         })

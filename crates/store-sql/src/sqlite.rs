@@ -25,10 +25,11 @@ use sqlx::SqlitePool;
 use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
+use crate::rows::placeholders;
 use crate::rows::{
     artifact_columns, context_ref_columns, to_i32, to_i64, ArtifactRow, ContextRefRow,
 };
-use crate::store::{placeholders, sql_store};
+use crate::store::sql_store;
 
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "sqlite";

@@ -11,23 +11,12 @@
 //! statements, their binds, error mapping and row conversion are written here
 //! once.
 //!
-//! [`sql_store!`] is a macro rather than code generic over
-//! `sqlx::Database`: a generic version needs a `for<'q> T: Encode<'q, DB> +
-//! Type<DB>` bound for every Rust type it binds and a `FromRow` bound for
-//! every row type, and Rust does not carry such bounds from a trait to its
-//! users, so they would be repeated on every impl. Expanded once per engine,
-//! the shared code is plain sqlx calls on a concrete pool.
+//! [`sql_store!`] is a macro, not code generic over `sqlx::Database`,
+//! whose `Encode`/`Type`/`FromRow` bounds would be repeated on every impl:
+//! expanded once per engine, the shared code is plain sqlx calls.
 
 #[cfg(doc)]
 use crate::dialect::StoreDialect;
-
-/// `$first, $first+1, …` for `n` values.
-pub(crate) fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// Defines a SQL store type over one engine's pool and implements
 /// [`Store`](korvus_store::Store) for it with the statements both engines
@@ -77,7 +66,7 @@ macro_rules! sql_store {
                 session_columns, to_i32, to_i64, ArtifactRow, ContextRefRow, IncidentRow,
                 ReportRow, SessionRow,
             };
-            use $crate::transition::Transition;
+            use $crate::transition::{self, Transition};
 
             impl $store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
@@ -234,6 +223,7 @@ macro_rules! sql_store {
                         exit_reason: None,
                         counters: Default::default(),
                         fence: 1,
+                        cancel_requested: false,
                         revision: 1,
                         created_at,
                         ended_at: None,
@@ -336,6 +326,29 @@ macro_rules! sql_store {
 
                 async fn reopen_session(&self, id: SessionId) -> Result<Session> {
                     self.transition(id, Transition::Reopen).await
+                }
+
+                async fn request_cancel(&self, id: SessionId) -> Result<Session> {
+                    let row: Option<SessionRow> = sqlx::query_as(transition::REQUEST_CANCEL)
+                        .bind(id.as_uuid())
+                        .bind(SessionStatus::Running.as_str())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    match row {
+                        Some(row) => row.into_model(Self::BACKEND),
+                        // Terminal (or unknown): nothing to cancel.
+                        None => self.get_session(id).await,
+                    }
+                }
+
+                async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
+                    let rows = sqlx::query_as(transition::CANCEL_REQUESTS)
+                        .bind(SessionStatus::Running.as_str())
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    transition::cancel_requests(Self::BACKEND, rows)
                 }
 
                 async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {

@@ -13,8 +13,8 @@ use std::sync::LazyLock;
 
 use korvus_store::{SessionId, SessionStatus, StoreError};
 
-use crate::rows::session_columns;
-use crate::store::placeholders;
+use crate::error::unexpected;
+use crate::rows::{placeholders, session_columns};
 
 /// One conditional transition of a session row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,32 @@ const RESUME_IDLE: &str = concat!(
      WHERE id = $1 AND status = $2 AND exit_reason = $3 RETURNING ",
     session_columns!()
 );
+
+/// `request_cancel`: a running session's row records a cancel request
+/// naming its current fence. Binds `$1` id, `$2` running.
+pub(crate) const REQUEST_CANCEL: &str = concat!(
+    "UPDATE sessions SET cancel_fence = fence WHERE id = $1 AND status = $2 RETURNING ",
+    session_columns!()
+);
+
+/// `cancel_requests`: `(id, fence)` of the running sessions whose request
+/// names their current fence. Binds `$1` running.
+pub(crate) const CANCEL_REQUESTS: &str = "SELECT id, fence FROM sessions \
+     WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1";
+
+/// The rows of [`CANCEL_REQUESTS`] as the seam's pairs.
+pub(crate) fn cancel_requests(
+    backend: &'static str,
+    rows: Vec<(uuid::Uuid, i64)>,
+) -> Result<Vec<(SessionId, u64)>, StoreError> {
+    rows.into_iter()
+        .map(|(id, fence)| {
+            let fence = u64::try_from(fence)
+                .map_err(|_| unexpected(backend, format!("session fence {fence}")))?;
+            Ok((SessionId::from_uuid(id), fence))
+        })
+        .collect()
+}
 
 impl Transition {
     /// The statement; see each variant for its binds.

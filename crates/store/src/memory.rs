@@ -148,6 +148,7 @@ impl Store for MemoryStore {
             counters: Default::default(),
             revision: 1,
             fence: 1,
+            cancel_requested: false,
             created_at: Utc::now(),
             ended_at: None,
         };
@@ -271,7 +272,30 @@ impl Store for MemoryStore {
         session.exit_reason = None;
         session.revision += 1;
         session.fence += 1;
+        session.cancel_requested = false;
         Ok(session.clone())
+    }
+
+    async fn request_cancel(&self, id: SessionId) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if session.status == SessionStatus::Running {
+            session.cancel_requested = true;
+        }
+        Ok(session.clone())
+    }
+
+    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
+        Ok(self
+            .lock()
+            .sessions
+            .values()
+            .filter(|s| s.status == SessionStatus::Running && s.cancel_requested)
+            .map(|s| (s.id, s.fence))
+            .collect())
     }
 
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
@@ -287,6 +311,7 @@ impl Store for MemoryStore {
             session.exit_reason = None;
             session.revision += 1;
             session.fence += 1;
+            session.cancel_requested = false;
         })
     }
 

@@ -262,6 +262,11 @@ pub struct Session {
     /// ([`Settlement::fence`]): a run whose fence is older was superseded
     /// and may write nothing.
     pub fence: u64,
+    /// A cancel of the current run was requested
+    /// ([`Store::request_cancel`](crate::Store::request_cancel)). A request
+    /// names the fence it targets: it never reaches a later run of the
+    /// session.
+    pub cancel_requested: bool,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
     /// When the session reached its current terminal status; `None` while running.

@@ -116,6 +116,23 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// race; nothing is written); `NotFound` for an unknown session.
     async fn reopen_session(&self, id: SessionId) -> Result<Session>;
 
+    /// Records a request to cancel the current run of a running session,
+    /// naming its fence, for whichever manager runs it (that manager polls
+    /// [`cancel_requests`](Store::cancel_requests)). A terminal session is
+    /// returned as it is, unchanged. Idempotent.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session.
+    async fn request_cancel(&self, id: SessionId) -> Result<Session>;
+
+    /// The running sessions whose current run has a cancel request:
+    /// `(session, fence)` pairs, in no particular order. One statement;
+    /// cheap when there are none.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>>;
+
     /// Moves an idle session (`running` with exit reason
     /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER), see
     /// [`Session::is_idle`](crate::Session::is_idle)) to `cancelled` in one

@@ -9,6 +9,7 @@
 //! the cases share stay in this file.
 
 mod artifacts;
+mod cancel;
 mod context_refs;
 mod errors;
 mod idle;
@@ -22,6 +23,7 @@ use korvus_store::{
 };
 
 pub use self::artifacts::{artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing};
+pub use self::cancel::a_cancel_request_names_the_run_it_targets;
 pub use self::context_refs::{
     context_refs_keep_request_order, cross_incident_context_ref_is_refused,
     duplicate_context_ref_is_a_conflict,

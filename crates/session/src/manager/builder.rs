@@ -24,6 +24,10 @@ use crate::StreamReopener;
 /// [`ManagerBuilder::run_timeout`].
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
+/// Default of [`ManagerBuilder::cancel_poll`]: a cancel from another
+/// replica reaches the run within about this long.
+pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
+
 /// The bounds and switches of a manager, set through [`ManagerBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -44,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) archive_on_release: bool,
     /// The report template copied into every scratch dir.
     pub(crate) report_template: Option<PathBuf>,
+    /// How often cancel requests from other replicas are polled.
+    pub(crate) cancel_poll: Duration,
 }
 
 impl Default for Config {
@@ -57,6 +63,7 @@ impl Default for Config {
             persist: PersistConfig::default(),
             archive_on_release: false,
             report_template: None,
+            cancel_poll: DEFAULT_CANCEL_POLL,
         }
     }
 }
@@ -171,6 +178,15 @@ impl ManagerBuilder {
         self
     }
 
+    /// How often this manager asks the store for cancel requests made on
+    /// other replicas for the runs it drives (default
+    /// [`DEFAULT_CANCEL_POLL`]); one statement per period, and none while
+    /// no run is live.
+    pub fn cancel_poll(mut self, period: Duration) -> Self {
+        self.config.cancel_poll = period.max(Duration::from_millis(10));
+        self
+    }
+
     /// How long a cancelled runner may take to return before it is dropped
     /// (default 10 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
@@ -204,7 +220,7 @@ impl ManagerBuilder {
     /// Builds the manager.
     pub fn build(self) -> Manager {
         let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
-        Manager {
+        let manager = Manager {
             inner: Arc::new(Inner {
                 store: self.store,
                 runner: self.runner,
@@ -223,6 +239,8 @@ impl ManagerBuilder {
                 shutting_down: AtomicBool::new(false),
                 stop_started: AtomicBool::new(false),
             }),
-        }
+        };
+        crate::cancel_poll::start(&manager.inner);
+        manager
     }
 }

@@ -27,7 +27,7 @@ mod builder;
 mod create;
 
 pub(crate) use self::builder::Config;
-pub use self::builder::{ManagerBuilder, DEFAULT_RUN_TIMEOUT};
+pub use self::builder::{ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_RUN_TIMEOUT};
 pub use self::create::{default_role, ContextRequest, CreateSession};
 
 /// Runs agent sessions and never loses what they produce.
@@ -128,9 +128,13 @@ impl Manager {
     /// is settled `cancelled` by one conditional store transition — on any
     /// replica; its report row already exists, so no second one is written.
     /// An active row whose run is in this process is cancelled (the run
-    /// settles `cancelled` shortly); an active row this process does not
-    /// run belongs to another replica — a warning is logged and the row is
-    /// returned unchanged.
+    /// settles `cancelled` shortly). An active row this process does not
+    /// run belongs to another replica: a cancel request naming the run's
+    /// fence is recorded in the store, and the manager that runs it fires
+    /// the run's cancellation within its
+    /// [`cancel_poll`](crate::ManagerBuilder::cancel_poll) period; the row
+    /// is returned with `cancel_requested` set. A run that no manager
+    /// drives any more (a crashed process) is not ended by a request.
     ///
     /// # Errors
     /// `AlreadyEnded`, `NotFound`, `Store`.
@@ -146,9 +150,13 @@ impl Manager {
         if row.is_idle() {
             return self.cancel_idle(row).await;
         }
-        if !self.inner.live.cancel(id) {
-            warn!(session_id = %id, "cancel: session is running but not in this process; left unchanged");
+        if self.inner.live.cancel(id) {
+            return Ok(row);
         }
+        // Another replica (or process) runs it: ask it through the store,
+        // naming this run's fence.
+        let row = self.inner.store.request_cancel(id).await?;
+        info!(session_id = %id, fence = row.fence, "cancel: requested from the replica that runs the session");
         Ok(row)
     }
 

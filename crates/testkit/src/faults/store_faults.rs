@@ -27,6 +27,8 @@ pub enum StoreOp {
     ReopenSession,
     CancelIdleSession,
     ResumeIdleSession,
+    RequestCancel,
+    CancelRequests,
     CreateReport,
     GetReport,
     ListReports,
@@ -185,6 +187,14 @@ impl Store for FaultStore {
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::CancelIdleSession).await?;
         self.inner.cancel_idle_session(id).await
+    }
+    async fn request_cancel(&self, id: SessionId) -> Result<Session> {
+        self.enter(StoreOp::RequestCancel).await?;
+        self.inner.request_cancel(id).await
+    }
+    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
+        self.enter(StoreOp::CancelRequests).await?;
+        self.inner.cancel_requests().await
     }
     async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::ResumeIdleSession).await?;

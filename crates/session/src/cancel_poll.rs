@@ -1,0 +1,63 @@
+//! Cancel requests from other replicas: `Manager::cancel` on a replica that
+//! does not run the session records a request in the store, naming the
+//! fence of the run it targets; the manager that runs it finds the request
+//! here and fires the run's cancellation, as a local `cancel` would.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use tracing::{debug, info, warn};
+
+use crate::manager::Inner;
+
+/// Starts the poller of `inner`'s manager, if a tokio runtime is running
+/// (a manager built outside one only sees its own cancels). The task ends
+/// when the manager is dropped or stops.
+pub(crate) fn start(inner: &Arc<Inner>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        debug!("no runtime: cancel requests from other replicas are not polled");
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let period = inner.config.cancel_poll;
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !poll(&weak).await {
+                return;
+            }
+        }
+    });
+}
+
+/// One poll; `false` once the manager is gone or stopping.
+async fn poll(weak: &Weak<Inner>) -> bool {
+    let Some(inner) = weak.upgrade() else {
+        return false;
+    };
+    if inner.shutting_down.load(Ordering::Acquire) {
+        return false;
+    }
+    if inner.live.is_empty() {
+        return true;
+    }
+    let requests = match inner.store.cancel_requests().await {
+        Ok(requests) => requests,
+        Err(e) => {
+            warn!(error = %e, "cancel requests not polled; trying again");
+            return true;
+        }
+    };
+    for (session, fence) in requests {
+        let Some(run) = inner.live.get(session) else {
+            continue;
+        };
+        if run.fence == fence && !run.cancel.is_cancelled() {
+            info!(session_id = %session, fence, "cancel requested on another replica; cancelling the run");
+            run.cancel.cancel();
+        }
+    }
+    true
+}
