@@ -3,7 +3,7 @@
 //!
 //! Every figure is a ratio against a baseline measured in the same run on
 //! the same machine (which is shared and noisy): medians over repeated runs,
-//! with min and max. The eight benchmarks (`docs/bench.md` explains each):
+//! with min and max. The nine benchmarks (`docs/bench.md` explains each):
 //!
 //! 1. SQL round trips of a whole session lifecycle (counting Store wrapper,
 //!    cross-checked by PostgreSQL's own statement log);
@@ -13,7 +13,8 @@
 //! 5. `JsonlLog` vs `BufWriter` + `fsync`, plus `PgLog`/`SqliteLog` throughput;
 //! 6. resident memory per parked session and the time `stop` takes;
 //! 7. the interrupted-turn closers on a long log (linear, not quadratic);
-//! 8. an agent's stdout into each turn log vs the same output into a file.
+//! 8. an agent's stdout into each turn log vs the same output into a file;
+//! 9. a cancel made on another replica, through the store.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -26,6 +27,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use tracing_subscriber::layer::SubscriberExt;
 
+mod cancel;
 mod closers;
 mod files;
 mod output;
@@ -143,7 +145,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=8u32 {
+    for n in 1..=9u32 {
         if !wanted(n) {
             continue;
         }
@@ -157,7 +159,8 @@ async fn all(
             5 => turnlog::turn_log(&mut b).await,
             6 => scale::scale(&mut b).await,
             7 => closers::closers(&mut b),
-            _ => output::agent_output(&mut b).await,
+            8 => output::agent_output(&mut b).await,
+            _ => cancel::cancel_latency(&mut b).await,
         };
         match result {
             Ok(r) => {
