@@ -9,7 +9,9 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail, Context, Result};
 use korvus_blob::BlobKey;
 use korvus_log::{export_jsonl, Access, EventKind, LogId, DROPPED_PREFIX};
-use korvus_store::{Artifact, IncidentId, IncidentStatus, NewIncident, SessionId, WorkspaceRef};
+use korvus_store::{
+    Artifact, IncidentId, IncidentStatus, NewIncident, SessionId, SessionStatus, WorkspaceRef,
+};
 
 use crate::compose::Backends;
 use crate::{Global, IncidentCommand};
@@ -163,6 +165,15 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     println!("status     {}", s.status);
     println!("exit       {}", s.exit_reason.as_deref().unwrap_or("-"));
     println!("kind       {} (#{})", s.kind, s.seq);
+    println!(
+        "fence      {}{}",
+        s.fence,
+        if s.cancel_requested && s.status == SessionStatus::Running {
+            " (cancel requested)"
+        } else {
+            ""
+        }
+    );
     println!("prompt     {}", s.prompt.replace('\n', " ⏎ "));
     if let Some(w) = &s.workspace_ref {
         println!("workspace  {} @ {}", w.repo, w.commit);
@@ -263,8 +274,14 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
         };
         println!("incident {}  {}{state}", i.id, i.title);
         for s in backends.store.list_sessions(i.id).await? {
+            // A running row whose cancel was asked for but not yet done.
+            let pending = if s.cancel_requested && s.status == SessionStatus::Running {
+                "  (cancel requested)"
+            } else {
+                ""
+            };
             println!(
-                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}",
+                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}{pending}",
                 s.id,
                 s.seq,
                 s.kind,

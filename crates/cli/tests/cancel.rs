@@ -126,6 +126,11 @@ fn a_running_row_without_a_run_needs_force() {
     let refused = output(korvus(data.path()).args(["cancel", &id]));
     assert_eq!(refused.status.code(), Some(1));
     assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+    // The request stays on the row, for whichever process runs it.
+    let ls = ok(korvus(data.path()).args(["ls"]));
+    assert!(ls.contains("(cancel requested)"), "{ls}");
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("fence      1 (cancel requested)"), "{show}");
 
     let forced = ok(korvus(data.path()).args(["cancel", "--force", &id]));
     assert!(forced.contains("marked cancelled"), "{forced}");
