@@ -99,5 +99,9 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
     a.stop().await;
     let row = store.get_session(session.id).await.unwrap();
     assert_eq!(row, done, "B's row is untouched");
+    // A's report row was refused too: every row is B's.
+    let reports = store.list_reports(session.id).await.unwrap();
+    assert!(!reports.is_empty());
+    assert!(reports.iter().all(|r| r.fence == 2), "{reports:?}");
     b.stop().await;
 }

@@ -81,6 +81,7 @@ pub(crate) async fn land(
         counters,
         // What degraded the persist phase, cause first, for the operator.
         detail: outcome.detail(),
+        fence: plan.session.fence,
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.
@@ -141,6 +142,7 @@ impl Inner {
             exit_reason: reason.to_string(),
             counters: Counters::default(),
             detail: None,
+            fence: revision.fence,
         };
         self.write_report(report).await;
         failed(reason, revision.fence)
@@ -163,6 +165,11 @@ impl Inner {
             Err(Some(StoreError::Conflict { .. })) => {
                 info!("the revision already has its report row; kept");
                 true
+            }
+            Err(Some(e @ StoreError::Fenced { .. })) => {
+                // A newer run owns the session: this one writes nothing.
+                warn!(error = %e, "report row fenced off: the session has a newer run");
+                false
             }
             Err(Some(e)) => {
                 error!(error = %e, "report row not written");

@@ -45,8 +45,39 @@ macro_rules! incident_columns {
 macro_rules! report_columns {
     () => {
         "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
-         turns, tool_calls, input_tokens, output_tokens, detail, created_at"
+         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at"
     };
+}
+
+/// `create_report`: the row, only while the session (in that incident) is
+/// at the report's fence. Binds `$1…$13` in [`report_columns`] order.
+pub(crate) const INSERT_REPORT: &str = concat!(
+    "INSERT INTO reports (",
+    report_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
+     WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)"
+);
+
+/// Why a fenced write of `session` (in `incident`, at fence `presented`)
+/// matched nothing, given the session row as it is now: an unknown session
+/// or one of another incident is the write's foreign-key `constraint`, and
+/// otherwise the fence moved on.
+pub(crate) fn fence_refused(
+    found: Option<Session>,
+    incident: IncidentId,
+    presented: u64,
+    constraint: &str,
+) -> StoreError {
+    match found {
+        Some(s) if s.incident_id == incident => StoreError::Fenced {
+            session: s.id,
+            presented,
+            current: s.fence,
+        },
+        _ => StoreError::Constraint {
+            name: constraint.to_owned(),
+        },
+    }
 }
 
 /// The columns of [`ArtifactRow`].
@@ -213,6 +244,7 @@ pub(crate) struct ReportRow {
     input_tokens: i64,
     output_tokens: i64,
     detail: Option<String>,
+    fence: i64,
     created_at: DateTime<Utc>,
 }
 
@@ -233,6 +265,8 @@ impl ReportRow {
                 self.output_tokens,
             )?,
             detail: self.detail,
+            fence: u64::try_from(self.fence)
+                .map_err(|_| unexpected(backend, format!("report fence {}", self.fence)))?,
             created_at: self.created_at,
         })
     }

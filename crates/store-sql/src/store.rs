@@ -312,16 +312,13 @@ macro_rules! sql_store {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    if let Some(row) = row {
-                        return row.into_model(Self::BACKEND);
-                    }
-                    // Nothing matched: an unknown session, or a stale fence.
-                    let current = self.get_session(id).await?;
-                    Err(StoreError::Fenced {
-                        session: id,
-                        presented: settlement.fence,
-                        current: current.fence,
-                    })
+                    let Some(row) = row else {
+                        // An unknown session (`NotFound`), or a stale fence.
+                        let current = self.get_session(id).await?.fence;
+                        let presented = settlement.fence;
+                        return Err(StoreError::Fenced { session: id, presented, current });
+                    };
+                    row.into_model(Self::BACKEND)
                 }
 
                 async fn reopen_session(&self, id: SessionId) -> Result<Session> {
@@ -363,11 +360,7 @@ macro_rules! sql_store {
                     validate::new_report(&new)?;
                     let report = new.stored_at(rows::now());
                     let c = report.counters;
-                    sqlx::query(concat!(
-                        "INSERT INTO reports (",
-                        report_columns!(),
-                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                    ))
+                    let done = sqlx::query(rows::INSERT_REPORT)
                     .bind(report.session_id.as_uuid())
                     .bind(report.incident_id.as_uuid())
                     .bind(to_i32(report.revision))
@@ -379,12 +372,18 @@ macro_rules! sql_store {
                     .bind(to_i64(c.input_tokens))
                     .bind(to_i64(c.output_tokens))
                     .bind(report.detail.as_deref())
+                    .bind(to_i64(report.fence))
                     .bind(report.created_at)
                     .execute(&self.pool)
                     .await
                     .map_err(|e| {
                         Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
                     })?;
+                    if done.rows_affected() == 0 {
+                        let found = self.get_session(report.session_id).await.ok();
+                        let (inc, fence) = (report.incident_id, report.fence);
+                        return Err(rows::fence_refused(found, inc, fence, constraint::REPORTS_SESSION_FK));
+                    }
                     Ok(report)
                 }
 

@@ -323,6 +323,14 @@ impl Store for MemoryStore {
             new.incident_id,
             constraint::REPORTS_SESSION_FK,
         )?;
+        let current = inner.sessions.get(&new.session_id).map_or(0, |s| s.fence);
+        if current != new.fence {
+            return Err(StoreError::Fenced {
+                session: new.session_id,
+                presented: new.fence,
+                current,
+            });
+        }
         let key = (new.session_id, new.revision);
         if inner.reports.contains_key(&key) {
             return Err(StoreError::Conflict {

@@ -341,6 +341,9 @@ pub struct Report {
     /// degraded persist), or `None`. At most
     /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
     pub detail: Option<String>,
+    /// The fence of the run that wrote it ([`Session::fence`]), so a
+    /// stale write could be counted afterwards.
+    pub fence: u64,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
 }
@@ -366,6 +369,10 @@ pub struct NewReport {
     /// No NUL byte, at most
     /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
     pub detail: Option<String>,
+    /// The fence of the writing run: the row is written only while it is
+    /// the session's ([`StoreError::Fenced`](crate::StoreError::Fenced)
+    /// otherwise).
+    pub fence: u64,
 }
 
 impl NewReport {
@@ -381,6 +388,7 @@ impl NewReport {
             exit_reason: self.exit_reason,
             counters: self.counters,
             detail: self.detail,
+            fence: self.fence,
             created_at,
         }
     }

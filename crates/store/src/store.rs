@@ -174,8 +174,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// # Errors
     /// `Conflict` when the session already has this revision; `Constraint`
     /// (`reports_session_fk`) when the session does not exist in that
-    /// incident; `InvalidInput` for a bad key, exit reason, detail or
-    /// out-of-range counter.
+    /// incident; [`StoreError::Fenced`](crate::StoreError::Fenced) when
+    /// `new.fence` is not the session's (nothing written);
+    /// `InvalidInput` for a bad key, exit reason, detail or out-of-range
+    /// counter.
     async fn create_report(&self, new: NewReport) -> Result<Report>;
 
     /// Reads one report revision.

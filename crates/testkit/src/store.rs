@@ -36,7 +36,7 @@ pub use self::idle::{
 };
 pub use self::incidents::incidents_round_trip;
 pub use self::reports::{
-    identical_second_report_is_a_conflict_and_keeps_the_first,
+    a_stale_fence_writes_no_report_row, identical_second_report_is_a_conflict_and_keeps_the_first,
     report_detail_round_trips_and_is_bounded, report_for_another_incidents_session_is_refused,
     reports_are_unique_per_revision,
 };
@@ -128,5 +128,6 @@ fn new_report(session: &Session, revision: u32) -> NewReport {
         exit_reason: "completed".into(),
         counters: Counters::default(),
         detail: None,
+        fence: session.fence,
     }
 }

@@ -1,7 +1,7 @@
 //! Report rows: unique revisions per session, and the composite key that
 //! ties a report or artifact to a session of its own incident.
 
-use korvus_store::{constraint, validate, Entity, Store, StoreError};
+use korvus_store::{constraint, validate, Entity, SessionStatus, Store, StoreError};
 
 use super::{incident, new_artifact, new_report, session};
 
@@ -127,4 +127,33 @@ pub async fn identical_second_report_is_a_conflict_and_keeps_the_first(store: &d
     ));
     assert_eq!(store.get_report(s.id, 1).await.unwrap(), first);
     assert_eq!(store.list_reports(s.id).await.unwrap(), vec![first]);
+}
+
+/// A report row is written only under the session's current fence: after
+/// a reopen, the superseded run's row is `Fenced` and nothing is stored;
+/// the stored row records its fence.
+pub async fn a_stale_fence_writes_no_report_row(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    store
+        .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
+        .await
+        .unwrap();
+    let reopened = store.reopen_session(s.id).await.unwrap();
+    let late = store.create_report(new_report(&s, 1)).await.unwrap_err();
+    assert!(
+        matches!(
+            late,
+            StoreError::Fenced {
+                presented: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
+    assert!(store.list_reports(s.id).await.unwrap().is_empty());
+    let report = store.create_report(new_report(&reopened, 2)).await.unwrap();
+    assert_eq!(report.fence, 2);
+    assert_eq!(store.get_report(s.id, 2).await.unwrap(), report);
 }
