@@ -47,6 +47,9 @@ async fn round_trips_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
             }),
         )
         .turn_log(Arc::new(PgLog::new(pool.clone())))
+        // One replica: no cancel requests to poll for, and the poll would
+        // add a statement to a lifecycle that spans one of its periods.
+        .cancel_poll(Duration::from_secs(3600))
         .blob_store(blobs.clone())
         .scratch_root(ScratchRoot::supplied(&scratch))
         .build();
