@@ -95,6 +95,7 @@ async fn persist_tree(blobs: Arc<dyn BlobStore>, src: &Path, files: usize) -> Re
             incident: target.incident,
             session: target.session,
             revision: 1,
+            fence: 1,
             scratch: Some(src.to_path_buf()),
             skip_prefixes: Vec::new(),
             restored: Default::default(),

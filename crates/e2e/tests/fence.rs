@@ -103,5 +103,7 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
     let reports = store.list_reports(session.id).await.unwrap();
     assert!(!reports.is_empty());
     assert!(reports.iter().all(|r| r.fence == 2), "{reports:?}");
+    let artifacts = store.list_session_artifacts(session.id).await.unwrap();
+    assert!(artifacts.iter().all(|a| a.fence == 2), "{artifacts:?}");
     b.stop().await;
 }

@@ -54,6 +54,7 @@ async fn persists_to_s3_with_rows_on_postgres() {
             incident: session.incident_id,
             session: session.id,
             revision: 1,
+            fence: 1,
             scratch: Some(scratch.path().to_path_buf()),
             skip_prefixes: korvus_workspace::read_only_prefixes(&korvus_workspace::default_trees()),
             restored: BTreeMap::new(),

@@ -74,6 +74,7 @@ pub(crate) async fn store_file(
         },
         content_type: content_type_for(&path),
         path: path.clone(),
+        fence: request.fence,
     };
     match upload_artifact(blobs, Bytes::from(bytes), digest, row).await {
         Ok(row) => FileResult::Stored(Box::new(row)),

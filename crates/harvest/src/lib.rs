@@ -58,6 +58,7 @@
 //!     incident: IncidentId::new(),
 //!     session: SessionId::new(),
 //!     revision: 1,
+//!     fence: 1,
 //!     scratch: None,
 //!     skip_prefixes: Vec::new(),
 //!     restored: Default::default(),

@@ -43,6 +43,7 @@ pub(crate) async fn upload_manifest(
         kind: ArtifactKind::AgentOutput,
         path: HARVEST_MANIFEST.to_owned(),
         content_type: MANIFEST_CONTENT_TYPE.to_owned(),
+        fence: request.fence,
     };
     match upload_artifact(blobs, Bytes::from(bytes), digest, row).await {
         Ok(row) => Some(row),

@@ -66,6 +66,9 @@ pub struct PersistRequest {
     pub session: SessionId,
     /// The report revision this iteration lands.
     pub revision: u32,
+    /// The fence of the run that lands it: its artifact rows are written
+    /// only while it is the session's.
+    pub fence: u64,
     /// The scratch dir; `None` skips the phase.
     pub scratch: Option<PathBuf>,
     /// Pruned from the walk: [`korvus_workspace::read_only_prefixes`].

@@ -57,6 +57,8 @@ pub(crate) fn request(env: &Env, revision: u32) -> PersistRequest {
         incident: env.session.incident_id,
         session: env.session.id,
         revision,
+        // The sessions of these tests are never reopened.
+        fence: 1,
         scratch: Some(env.scratch.path().to_path_buf()),
         skip_prefixes: korvus_workspace::read_only_prefixes(&korvus_workspace::default_trees()),
         restored: BTreeMap::new(),

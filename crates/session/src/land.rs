@@ -236,6 +236,7 @@ async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
             plan.session.incident_id,
             plan.session.id,
             plan.revision,
+            plan.session.fence,
             &archive,
         )
         .await
@@ -274,6 +275,7 @@ async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> Persi
             incident: plan.session.incident_id,
             session: plan.session.id,
             revision: plan.revision,
+            fence: plan.session.fence,
             scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
             skip_prefixes: inner.read_only.clone(),
             restored: prepared.restored.clone(),

@@ -19,7 +19,8 @@ use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
-    artifact_columns, context_ref_columns, to_i32, to_i64, ArtifactRow, ContextRefRow,
+    artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, to_i32,
+    to_i64, ArtifactRow, ContextRefRow,
 };
 use crate::store::sql_store;
 
@@ -106,12 +107,27 @@ impl StoreDialect for PgStore {
         let sizes: Vec<i64> = new.iter().map(|n| to_i64(n.size_bytes)).collect();
         let digests: Vec<&str> = new.iter().map(|n| n.sha256.as_str()).collect();
         let revisions: Vec<i32> = new.iter().map(|n| to_i32(n.revision)).collect();
+        let fences: Vec<i64> = new.iter().map(|n| to_i64(n.fence)).collect();
+        let mut tx = self.pool.begin().await.map_err(backend(BACKEND))?;
+        // The sessions, share-locked: a reopen (fence + 1) waits for this
+        // transaction, so the fences checked are the fences at commit.
+        let found: Vec<(Uuid, Uuid, i64)> = sqlx::query_as(
+            "SELECT id, incident_id, fence FROM sessions WHERE id = ANY($1) FOR SHARE",
+        )
+        .bind(artifact_sessions(new))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend(BACKEND))?;
+        check_artifact_fences(new, &found)?;
         // The whole batch is one statement: all rows or none.
         sqlx::query(concat!(
             "INSERT INTO artifacts (",
             artifact_columns!(),
-            ") SELECT u.*, $11 FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
-             $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[]) AS u"
+            ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
+             u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
+             $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
+             AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
+             sha256, revision, fence)"
         ))
         .bind(&ids)
         .bind(&incidents)
@@ -124,10 +140,11 @@ impl StoreDialect for PgStore {
         .bind(&digests)
         .bind(&revisions)
         .bind(created_at)
-        .execute(&self.pool)
+        .bind(&fences)
+        .execute(&mut *tx)
         .await
         .map_err(|e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e))?;
-        Ok(())
+        tx.commit().await.map_err(backend(BACKEND))
     }
 
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>> {

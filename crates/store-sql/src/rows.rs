@@ -58,6 +58,47 @@ pub(crate) const INSERT_REPORT: &str = concat!(
      WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)"
 );
 
+/// Checks a batch of artifact rows against the sessions they name, as
+/// read (and, on PostgreSQL, share-locked) in the insert's transaction:
+/// `(id, incident, fence)` of each session found. An unknown session or one
+/// of another incident is the `artifacts_session_fk` constraint; a session
+/// at another fence refuses the whole batch.
+pub(crate) fn check_artifact_fences(
+    new: &[korvus_store::NewArtifact],
+    found: &[(Uuid, Uuid, i64)],
+) -> Result<(), StoreError> {
+    for n in new {
+        let row = found
+            .iter()
+            .find(|(id, _, _)| *id == n.session_id.as_uuid());
+        match row {
+            Some((_, incident, fence)) if *incident == n.incident_id.as_uuid() => {
+                if u64::try_from(*fence).ok() != Some(n.fence) {
+                    return Err(StoreError::Fenced {
+                        session: n.session_id,
+                        presented: n.fence,
+                        current: u64::try_from(*fence).unwrap_or_default(),
+                    });
+                }
+            }
+            _ => {
+                return Err(StoreError::Constraint {
+                    name: korvus_store::constraint::ARTIFACTS_SESSION_FK.to_owned(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The distinct sessions a batch of artifact rows names.
+pub(crate) fn artifact_sessions(new: &[korvus_store::NewArtifact]) -> Vec<Uuid> {
+    let mut ids: Vec<Uuid> = new.iter().map(|n| n.session_id.as_uuid()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// Why a fenced write of `session` (in `incident`, at fence `presented`)
 /// matched nothing, given the session row as it is now: an unknown session
 /// or one of another incident is the write's foreign-key `constraint`, and
@@ -84,7 +125,7 @@ pub(crate) fn fence_refused(
 macro_rules! artifact_columns {
     () => {
         "id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, \
-         revision, created_at"
+         revision, created_at, fence"
     };
 }
 
@@ -285,6 +326,7 @@ pub(crate) struct ArtifactRow {
     sha256: String,
     revision: i32,
     created_at: DateTime<Utc>,
+    fence: i64,
 }
 
 impl ArtifactRow {
@@ -300,6 +342,8 @@ impl ArtifactRow {
             size_bytes: unsigned(backend, "size_bytes", self.size_bytes)?,
             sha256: self.sha256,
             revision: unsigned(backend, "artifact revision", i64::from(self.revision))?,
+            fence: u64::try_from(self.fence)
+                .map_err(|_| unexpected(backend, format!("artifact fence {}", self.fence)))?,
             created_at: self.created_at,
         })
     }

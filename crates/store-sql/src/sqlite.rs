@@ -25,9 +25,9 @@ use sqlx::SqlitePool;
 use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
-use crate::rows::placeholders;
 use crate::rows::{
-    artifact_columns, context_ref_columns, to_i32, to_i64, ArtifactRow, ContextRefRow,
+    artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, placeholders,
+    to_i32, to_i64, ArtifactRow, ContextRefRow,
 };
 use crate::store::sql_store;
 
@@ -179,21 +179,30 @@ impl StoreDialect for SqliteStore {
                     .bind(to_i64(n.size_bytes))
                     .bind(n.sha256.as_str())
                     .bind(to_i32(n.revision))
-                    .bind(created_at);
+                    .bind(created_at)
+                    .bind(to_i64(n.fence));
             }
             q
         };
         let map = |e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e);
-        if chunks.len() == 1 {
-            // One multi-row statement: all rows or none.
-            query(0).execute(&self.pool).await.map_err(map)?;
-            return Ok(());
-        }
+        // IMMEDIATE: the write lock is held from the fence check to the
+        // commit, so no reopen moves a fence in between.
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(backend(BACKEND))?;
+        let mut found: Vec<(uuid::Uuid, uuid::Uuid, i64)> = Vec::new();
+        for id in artifact_sessions(new) {
+            let row: Option<(uuid::Uuid, uuid::Uuid, i64)> =
+                sqlx::query_as("SELECT id, incident_id, fence FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend(BACKEND))?;
+            found.extend(row);
+        }
+        check_artifact_fences(new, &found)?;
         for i in 0..chunks.len() {
             query(i).execute(&mut *tx).await.map_err(map)?;
         }
@@ -243,10 +252,10 @@ fn insert_context_refs_sql(n: usize) -> String {
     )
 }
 
-/// The insert of `n` artifacts, eleven binds per row in column order.
+/// The insert of `n` artifacts, twelve binds per row in column order.
 fn insert_artifacts_sql(n: usize) -> String {
     let rows: Vec<String> = (0..n)
-        .map(|i| format!("({})", placeholders(1 + 11 * i, 11)))
+        .map(|i| format!("({})", placeholders(1 + 12 * i, 12)))
         .collect();
     format!(
         concat!(

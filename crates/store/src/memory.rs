@@ -379,12 +379,24 @@ impl Store for MemoryStore {
             validate::new_artifact(n)?;
         }
         let mut inner = self.lock();
-        for (i, n) in new.iter().enumerate() {
+        // Every row's session and fence first, as one conditional insert
+        // checks them before writing anything.
+        for n in &new {
             inner.session_in(
                 n.session_id,
                 n.incident_id,
                 constraint::ARTIFACTS_SESSION_FK,
             )?;
+            let current = inner.sessions.get(&n.session_id).map_or(0, |s| s.fence);
+            if current != n.fence {
+                return Err(StoreError::Fenced {
+                    session: n.session_id,
+                    presented: n.fence,
+                    current,
+                });
+            }
+        }
+        for (i, n) in new.iter().enumerate() {
             if inner.artifacts.contains_key(&n.id) || new[..i].iter().any(|o| o.id == n.id) {
                 return Err(StoreError::Conflict {
                     entity: Entity::Artifact,

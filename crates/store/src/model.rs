@@ -417,6 +417,8 @@ pub struct Artifact {
     pub sha256: String,
     /// Report revision of the iteration that produced it.
     pub revision: u32,
+    /// The fence of the run that wrote it ([`Session::fence`]).
+    pub fence: u64,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
 }
@@ -444,6 +446,9 @@ pub struct NewArtifact {
     pub sha256: String,
     /// Report revision.
     pub revision: u32,
+    /// The fence of the writing run: the batch is written only while every
+    /// row's session is at its fence.
+    pub fence: u64,
 }
 
 impl NewArtifact {
@@ -461,6 +466,7 @@ impl NewArtifact {
             size_bytes: self.size_bytes,
             sha256: self.sha256,
             revision: self.revision,
+            fence: self.fence,
             created_at,
         }
     }

@@ -204,8 +204,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// `Conflict` for a duplicate id; `Constraint` (`artifacts_session_fk`) when
-    /// a session does not exist in the given incident; `InvalidInput` for a bad
-    /// path, key, content type or digest.
+    /// a session does not exist in the given incident;
+    /// [`StoreError::Fenced`](crate::StoreError::Fenced) when a row's
+    /// session is not at the row's fence (nothing written); `InvalidInput`
+    /// for a bad path, key, content type or digest.
     async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>>;
 
     /// Reads the artifacts with these ids, in request order; unknown ids are

@@ -21,6 +21,7 @@ macro_rules! __with_cases {
             a_stale_fence_settles_nothing,
             a_cancel_request_names_the_run_it_targets,
             a_stale_fence_writes_no_report_row,
+            a_stale_fence_writes_no_artifact_rows,
             reopen_has_exactly_one_winner,
             reopen_of_a_running_session_is_not_finished,
             cancel_idle_session_cancels_an_idle_row,

@@ -36,7 +36,8 @@ pub use self::idle::{
 };
 pub use self::incidents::incidents_round_trip;
 pub use self::reports::{
-    a_stale_fence_writes_no_report_row, identical_second_report_is_a_conflict_and_keeps_the_first,
+    a_stale_fence_writes_no_artifact_rows, a_stale_fence_writes_no_report_row,
+    identical_second_report_is_a_conflict_and_keeps_the_first,
     report_detail_round_trips_and_is_bounded, report_for_another_incidents_session_is_refused,
     reports_are_unique_per_revision,
 };
@@ -96,6 +97,7 @@ pub fn new_artifact(session: &Session, path: &str, revision: u32) -> NewArtifact
         size_bytes: 3,
         sha256: "ab".repeat(32),
         revision,
+        fence: session.fence,
     }
 }
 

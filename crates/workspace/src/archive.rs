@@ -174,6 +174,7 @@ pub async fn store_archive(
     incident: IncidentId,
     session: SessionId,
     revision: u32,
+    fence: u64,
     archive: &WorkspaceArchive,
 ) -> Result<Artifact> {
     let row = UploadRow {
@@ -183,6 +184,7 @@ pub async fn store_archive(
         kind: ArtifactKind::WorkspaceArchive,
         path: ARCHIVE_PATH.to_owned(),
         content_type: ARCHIVE_CONTENT_TYPE.to_owned(),
+        fence,
     };
     let bytes = archive.read_bytes().await?;
     let new = upload_artifact(blobs, bytes, archive.sha256, row).await?;

@@ -23,6 +23,9 @@ pub struct UploadRow {
     pub path: String,
     /// MIME type the bytes are stored with.
     pub content_type: String,
+    /// The fence of the run that uploads it
+    /// ([`Session::fence`](korvus_store::Session::fence)).
+    pub fence: u64,
 }
 
 /// Uploads `bytes` and returns the [`NewArtifact`] describing them, for the
@@ -79,6 +82,7 @@ pub async fn upload_artifact(
         size_bytes,
         sha256: sha256.to_hex(),
         revision: row.revision,
+        fence: row.fence,
     })
 }
 
@@ -108,6 +112,7 @@ mod tests {
             kind,
             path: path.to_owned(),
             content_type: "text/plain".to_owned(),
+            fence: 1,
         }
     }
 

@@ -176,7 +176,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
     fs::write(s.dir.path().join("report.md"), "# r\n").unwrap();
     let packed = archive(s.dir.path()).await.unwrap();
 
-    let row = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+    let row = store_archive(&store, &blobs, incident.id, session.id, 1, 1, &packed)
         .await
         .unwrap();
     assert_eq!(row.kind, ArtifactKind::WorkspaceArchive);
@@ -237,7 +237,7 @@ async fn a_failed_upload_writes_no_row() {
         .await
         .unwrap();
     let packed = archive(s.dir.path()).await.unwrap();
-    let err = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+    let err = store_archive(&store, &blobs, incident.id, session.id, 1, 1, &packed)
         .await
         .unwrap_err();
     assert!(
@@ -257,6 +257,7 @@ async fn a_failed_upload_writes_no_row() {
         &blobs,
         incident.id,
         korvus_store::SessionId::new(),
+        1,
         1,
         &packed,
     )
@@ -304,6 +305,7 @@ async fn an_archive_over_its_cap_is_a_typed_error_and_nothing_is_stored() {
             &blobs,
             korvus_store::IncidentId::new(),
             s.dir.session_id(),
+            1,
             1,
             &packed,
         )
@@ -385,7 +387,7 @@ async fn a_streamed_archive_round_trips_through_the_blob_store() {
     fs::write(s.dir.path().join("report.md"), "# r\n").unwrap();
 
     let packed = archive(s.dir.path()).await.unwrap();
-    let row = store_archive(&store, &blobs, incident.id, session.id, 1, &packed)
+    let row = store_archive(&store, &blobs, incident.id, session.id, 1, 1, &packed)
         .await
         .unwrap();
     let blob = blobs

@@ -103,7 +103,7 @@ async fn store_archive_puts_the_bytes_before_the_row_and_refuses_a_missing_row()
             Ok(Vec::new())
         });
 
-    let err = store_archive(&store, &blobs, incident, session, 2, &packed)
+    let err = store_archive(&store, &blobs, incident, session, 2, 1, &packed)
         .await
         .unwrap_err();
     assert!(
@@ -138,6 +138,7 @@ async fn store_archive_writes_no_row_when_the_backend_refuses_the_bytes() {
         &blobs,
         IncidentId::new(),
         SessionId::new(),
+        1,
         1,
         &packed,
     )

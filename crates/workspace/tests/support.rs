@@ -240,6 +240,7 @@ pub(crate) async fn artifact(
         size_bytes: bytes.len() as u64,
         sha256: Sha256Digest::of(&bytes).to_hex(),
         revision,
+        fence: 1,
         created_at: chrono::Utc::now(),
     }
 }

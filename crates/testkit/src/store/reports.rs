@@ -157,3 +157,42 @@ pub async fn a_stale_fence_writes_no_report_row(store: &dyn Store) {
     assert_eq!(report.fence, 2);
     assert_eq!(store.get_report(s.id, 2).await.unwrap(), report);
 }
+
+/// An artifact batch is written only while every row's session is at the
+/// row's fence: one stale row refuses the whole batch (`Fenced`, nothing
+/// stored); the stored rows record their fence.
+pub async fn a_stale_fence_writes_no_artifact_rows(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    let other = session(store, &inc).await;
+    store
+        .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
+        .await
+        .unwrap();
+    let reopened = store.reopen_session(s.id).await.unwrap();
+    let batch = vec![
+        new_artifact(&other, "fresh.txt", 1),
+        new_artifact(&s, "late.txt", 1),
+    ];
+    let late = store.create_artifacts(batch).await.unwrap_err();
+    assert!(
+        matches!(late, StoreError::Fenced { session, presented: 1, current: 2 } if session == s.id),
+        "{late:?}"
+    );
+    assert!(store
+        .list_incident_artifacts(inc.id)
+        .await
+        .unwrap()
+        .is_empty());
+    let stored = store
+        .create_artifacts(vec![
+            new_artifact(&other, "fresh.txt", 1),
+            new_artifact(&reopened, "now.txt", 2),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(stored.iter().map(|a| a.fence).collect::<Vec<_>>(), [1, 2]);
+    let listed = store.list_session_artifacts(s.id).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].fence, 2);
+}
