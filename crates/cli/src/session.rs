@@ -637,6 +637,9 @@ pub(crate) async fn reap(global: &Global, force: bool) -> Result<ExitCode> {
     for id in &reaped.removed {
         println!("  removed {id}");
     }
+    for pgid in &reaped.agents_stopped {
+        println!("  stopped agent process group {pgid}, left running by a dead run");
+    }
     for (path, e) in &reaped.failed {
         eprintln!("korvus: could not remove {}: {e}", path.display());
     }

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::support::{korvus, ok, output, script, session_id, stderr, unique_sleep};
+use crate::support::{korvus, ok, output, running, script, session_id, stderr, unique_sleep};
 
 #[test]
 fn cancel_from_another_process_ends_the_run_cancelled() {
@@ -136,8 +136,20 @@ fn a_running_row_without_a_run_needs_force() {
     assert!(forced.contains("marked cancelled"), "{forced}");
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("status     cancelled"), "{show}");
-    // The killed run could not stop its agent; this test does.
-    let _ = std::process::Command::new("pkill")
-        .args(["-f", &format!("^sleep {nap}")])
-        .status();
+    // The killed run could not stop its agent: `reap` does, from the
+    // record the run left beside its scratch dir.
+    assert!(
+        running(&format!("sleep {nap}")),
+        "the agent outlived its run"
+    );
+    let reaped = ok(korvus(data.path()).args(["reap"]));
+    assert!(reaped.contains("stopped agent process group"), "{reaped}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running(&format!("sleep {nap}")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent was not stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

@@ -105,6 +105,11 @@ impl Agent {
         Ok((agent, confinement))
     }
 
+    /// The id of the agent's process group (its leader's pid).
+    pub(crate) fn pgid(&self) -> i32 {
+        self.group.pgid.as_raw()
+    }
+
     /// The program's stdout and stderr, for [`Output::start`].
     pub(crate) fn take_pipes(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
         (self.child.stdout.take(), self.child.stderr.take())

@@ -14,7 +14,7 @@ use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
 use korvus_workspace::{AGENT_HOME, AGENT_TMP, REPORT_FILE};
 use tokio::process::Command;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::env::{EnvPolicy, Inherit};
 use crate::manifest::RunManifest;
@@ -227,6 +227,11 @@ impl CommandRunner {
 
         let (mut agent, confinement) =
             Agent::spawn(cmd, program, input, &self.sandbox, &scratch).await?;
+        // Beside the scratch dir, where the agent cannot write: if this
+        // process dies, `korvus_workspace::reap` stops the group from it.
+        if let Err(e) = korvus_workspace::record_agent(&scratch, agent.pgid()) {
+            debug!(error = %e, "agent process group not recorded");
+        }
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
@@ -245,6 +250,9 @@ impl CommandRunner {
             )
             .await;
         let status = agent.reap().await;
+        if let Err(e) = korvus_workspace::forget_agent(&scratch) {
+            debug!(error = %e, "agent record not removed");
+        }
         output.drain(&mut sink, self.drain).await;
         let program = agent.release().await;
         let status = status?;

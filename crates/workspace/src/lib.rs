@@ -25,7 +25,8 @@
 //! into a temporary file, capped by [`ArchiveConfig`]),
 //! [`store_archive`] stores it bytes-first/row-second, and
 //! [`ScratchDir::release`] removes it. [`reap`] removes the directories a
-//! crash left behind.
+//! crash left behind, after stopping the agent process groups their runs
+//! recorded ([`record_agent`], beside the scratch dir, `agents.rs`).
 //!
 //! [`upload_artifact`] is the one upload path for anything taken from a
 //! workspace (the archive here, the harvested files and the harvest
@@ -91,6 +92,7 @@
 //! | `mock` | `MockSeeder`, a [`mockall`](https://docs.rs/mockall) mock of [`Seeder`] |
 #![deny(missing_docs)]
 
+mod agents;
 mod archive;
 mod context;
 mod error;
@@ -102,6 +104,7 @@ mod seed;
 mod skills;
 mod upload;
 
+pub use crate::agents::{agent_record_path, forget_agent, record_agent};
 pub use crate::archive::{
     archive, archive_with, store_archive, ArchiveConfig, WorkspaceArchive, ARCHIVE_CONTENT_TYPE,
     ARCHIVE_PATH, DEFAULT_ARCHIVE_MAX_BYTES,

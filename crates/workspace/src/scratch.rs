@@ -287,6 +287,9 @@ pub struct Reaped {
     /// Directories that could not be removed (completely), with the cause.
     /// The sweep goes on past them.
     pub failed: Vec<(PathBuf, io::Error)>,
+    /// Agent process groups a dead run had recorded and that were still
+    /// alive, stopped before their session's dir was removed.
+    pub agents_stopped: Vec<i32>,
 }
 
 /// Removes the scratch dirs a crash left under `root`.
@@ -296,9 +299,12 @@ pub struct Reaped {
 /// whole: a session's dir of either layout, with every iteration's dir in
 /// it. Files, other names and
 /// symlinks — even ones named like a UUID — are left alone, and no symlink is
-/// ever followed, inside a removed directory either. Call it when no session
-/// of this process runs under `root`; a directory of a live session would be
-/// removed.
+/// ever followed, inside a removed directory either. Before a session's dir
+/// is removed, the agent process groups its runs recorded
+/// ([`record_agent`](crate::record_agent)) and that are still alive are
+/// stopped with `SIGKILL` ([`Reaped::agents_stopped`]). Call it when no
+/// session of this process runs under `root`; a directory of a live
+/// session would be removed, and its agent stopped.
 ///
 /// # Errors
 /// [`WorkspaceError::Io`] when `root` cannot be listed. Failures to remove
@@ -330,6 +336,10 @@ pub async fn reap(root: &Path) -> Result<Reaped> {
                 Ok(meta) if meta.file_type().is_dir() => {}
                 _ => continue,
             }
+            // Agents a dead run left behind would go on writing (or hold
+            // files) in the tree: stop them first.
+            out.agents_stopped
+                .extend(crate::agents::stop_recorded_agents(&path));
             match remove_tree(&path) {
                 Ok(()) => out.removed.push(session),
                 Err(e) => out.failed.push((path, e)),

@@ -241,3 +241,46 @@ async fn a_session_path_that_is_not_a_directory_is_refused_not_followed() {
     assert!(matches!(err, WorkspaceError::Io { .. }), "{err:?}");
     assert!(!tmp.path().join("no").exists());
 }
+
+#[tokio::test]
+async fn reap_stops_the_agents_a_dead_run_recorded_and_only_those() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let tmp = TempDir::new().unwrap();
+    let start = |secs: &str| {
+        std::process::Command::new("sleep")
+            .arg(secs)
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    // A run that died: its agent group still runs, recorded beside its dir.
+    let dead = create_iteration(tmp.path(), SessionId::new(), 1)
+        .await
+        .unwrap();
+    let mut orphan = start("300.1");
+    let pgid = i32::try_from(orphan.id()).unwrap();
+    korvus_workspace::record_agent(dead.path(), pgid).unwrap();
+    // A record whose process is another one now (its start time differs):
+    // never signalled.
+    let stale = create_iteration(tmp.path(), SessionId::new(), 1)
+        .await
+        .unwrap();
+    let mut bystander = start("300.2");
+    let other = i32::try_from(bystander.id()).unwrap();
+    std::fs::write(
+        korvus_workspace::agent_record_path(stale.path()).unwrap(),
+        format!("{other} 1\n"),
+    )
+    .unwrap();
+
+    let reaped = korvus_workspace::reap(tmp.path()).await.unwrap();
+    assert_eq!(reaped.agents_stopped, vec![pgid]);
+    assert_eq!(orphan.wait().unwrap().signal(), Some(9), "SIGKILL");
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "the other process lives"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+    assert_eq!(reaped.removed.len(), 2);
+}
