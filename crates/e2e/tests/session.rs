@@ -154,22 +154,31 @@ async fn postgres_s3_reopen_restores_and_races() {
         .await
         .unwrap()
         .id;
-    let runner = ScriptRunner::new(|ctx, msg| async move {
-        let dir = ctx.scratch.clone().unwrap();
-        match msg {
-            None => {
-                write(&dir, "report.md", "# R1\n");
-                write(&dir, "same.txt", "same");
+    // A reopened run waits until its round's reopens have all returned: a
+    // run that ended before a late caller's transition would let that
+    // caller reopen the session again, legitimately.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let round_over = Arc::clone(&gate);
+    let runner = ScriptRunner::new(move |ctx, msg| {
+        let gate = Arc::clone(&gate);
+        async move {
+            let dir = ctx.scratch.clone().unwrap();
+            match msg {
+                None => {
+                    write(&dir, "report.md", "# R1\n");
+                    write(&dir, "same.txt", "same");
+                }
+                Some(_) => {
+                    gate.acquire().await.unwrap().forget();
+                    assert_eq!(
+                        std::fs::read_to_string(dir.join("same.txt")).unwrap(),
+                        "same"
+                    );
+                    write(&dir, "report.md", format!("# R{}\n", ctx.revision));
+                }
             }
-            Some(_) => {
-                assert_eq!(
-                    std::fs::read_to_string(dir.join("same.txt")).unwrap(),
-                    "same"
-                );
-                write(&dir, "report.md", format!("# R{}\n", ctx.revision));
-            }
+            Ok(RunOutcome::completed(Counters::default()))
         }
-        Ok(RunOutcome::completed(Counters::default()))
     });
     let manager = Manager::builder(Arc::clone(&b.store), Arc::new(runner))
         .blob_store(Arc::clone(&b.blobs))
@@ -194,6 +203,7 @@ async fn postgres_s3_reopen_restores_and_races() {
             1,
             "round {round}"
         );
+        round_over.add_permits(1);
         let done = settled(&manager, &s).await;
         assert_eq!(done.status, SessionStatus::Completed);
     }
