@@ -108,26 +108,24 @@ impl StoreDialect for PgStore {
         let digests: Vec<&str> = new.iter().map(|n| n.sha256.as_str()).collect();
         let revisions: Vec<i32> = new.iter().map(|n| to_i32(n.revision)).collect();
         let fences: Vec<i64> = new.iter().map(|n| to_i64(n.fence)).collect();
-        let mut tx = self.pool.begin().await.map_err(backend(BACKEND))?;
-        // The sessions, share-locked: a reopen (fence + 1) waits for this
-        // transaction, so the fences checked are the fences at commit.
-        let found: Vec<(Uuid, Uuid, i64)> = sqlx::query_as(
-            "SELECT id, incident_id, fence FROM sessions WHERE id = ANY($1) FOR SHARE",
-        )
-        .bind(artifact_sessions(new))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend(BACKEND))?;
-        check_artifact_fences(new, &found)?;
-        // The whole batch is one statement: all rows or none.
-        sqlx::query(concat!(
-            "INSERT INTO artifacts (",
+        // One statement, all rows or none: the sessions the batch names are
+        // share-locked (a reopen, fence + 1, waits for it, and a row a
+        // reopen changed meanwhile is read again as it is now), and no row
+        // is inserted when any row's session is missing, of another
+        // incident, or at another fence.
+        let inserted = sqlx::query(concat!(
+            "WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) FOR SHARE), \
+             stale AS (SELECT 1 FROM UNNEST($2::uuid[], $3::uuid[], $12::int8[]) \
+                 AS f(incident_id, session_id, fence) \
+                 WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id \
+                     AND s.incident_id = f.incident_id AND s.fence = f.fence)) \
+             INSERT INTO artifacts (",
             artifact_columns!(),
             ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
              u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
              $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
              AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
-             sha256, revision, fence)"
+             sha256, revision, fence) WHERE NOT EXISTS (SELECT 1 FROM stale)"
         ))
         .bind(&ids)
         .bind(&incidents)
@@ -141,10 +139,25 @@ impl StoreDialect for PgStore {
         .bind(&revisions)
         .bind(created_at)
         .bind(&fences)
-        .execute(&mut *tx)
+        .execute(&self.pool)
         .await
         .map_err(|e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e))?;
-        tx.commit().await.map_err(backend(BACKEND))
+        if inserted.rows_affected() == new.len() as u64 {
+            return Ok(());
+        }
+        // Refused: say why, from the sessions as they are now (a second
+        // statement on this path only).
+        let found: Vec<(Uuid, Uuid, i64)> =
+            sqlx::query_as("SELECT id, incident_id, fence FROM sessions WHERE id = ANY($1)")
+                .bind(artifact_sessions(new))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend(BACKEND))?;
+        check_artifact_fences(new, &found)?;
+        Err(korvus_store::StoreError::Conflict {
+            entity: Entity::Artifact,
+            detail: "the batch was refused: a session's fence moved while it was written".into(),
+        })
     }
 
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>> {
