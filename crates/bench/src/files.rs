@@ -68,6 +68,7 @@ async fn target() -> Result<Target> {
         .id;
     let session = store
         .create_session(NewSession {
+            lease: None,
             id: SessionId::new(),
             incident_id: incident,
             kind: SessionKind::Initial,

@@ -21,6 +21,7 @@ async fn running_session(store: &dyn Store) -> Session {
         .unwrap();
     store
         .create_session(NewSession {
+            lease: None,
             id: SessionId::new(),
             incident_id: incident.id,
             kind: SessionKind::Initial,

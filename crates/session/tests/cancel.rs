@@ -15,6 +15,7 @@ async fn a_session_no_manager_runs_only_records_the_request() {
     let foreign = env
         .store
         .create_session(NewSession {
+            lease: None,
             id: SessionId::new(),
             incident_id: env.incident.id,
             kind: SessionKind::Initial,

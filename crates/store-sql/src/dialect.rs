@@ -23,12 +23,17 @@ pub(crate) trait StoreDialect {
     /// The `backend` name in this engine's `Backend` errors.
     const BACKEND: &'static str;
 
+    /// The database clock in milliseconds since the Unix epoch, as an SQL
+    /// expression: what leases are written and judged by.
+    const NOW_MS: &'static str;
+
     /// The `INSERT` of a new session that allocates its `seq` (the incident's
     /// next number) inside the same statement, so concurrent creates cannot
     /// take the same one. Binds `$1` id, `$2` incident id, `$3` kind, `$4`
-    /// status, `$5` prompt, `$6` workspace repo, `$7` workspace commit and
-    /// `$8` creation time; returns the `seq`, or no row when the incident does
-    /// not exist.
+    /// status, `$5` prompt, `$6` workspace repo, `$7` workspace commit,
+    /// `$8` creation time, `$9` owner and `$10` lease ttl in ms (both NULL
+    /// for none); returns the `seq` and the lease expiry, or no row when the
+    /// incident does not exist.
     const INSERT_SESSION: &'static str;
 
     /// Inserts `refs` (at least one), numbered after the session's stored

@@ -95,6 +95,7 @@
 //!     .await?;
 //! let session = store
 //!     .create_session(NewSession {
+//!         lease: None,
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
 //!         kind: SessionKind::Initial,
@@ -132,6 +133,7 @@ extern crate self as korvus_store_sql;
 
 mod dialect;
 mod error;
+mod lease;
 mod log;
 mod log_rows;
 mod migrate;

@@ -35,21 +35,26 @@ sql_store! {
     pub struct PgStore(PgPool) beside PgLog;
 }
 
+crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
+
 impl StoreDialect for PgStore {
     const BACKEND: &'static str = BACKEND;
 
     // One statement: bump the incident's counter (taking its row lock, so
     // concurrent creates queue here) and insert with the new value. No
     // incident, no row; a duplicate id rolls the bump back.
+    const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)";
+
     const INSERT_SESSION: &'static str = "\
         WITH next AS ( \
             UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq \
         ) \
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-             revision, created_at) \
-        SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8 FROM next \
-        RETURNING seq";
+             revision, created_at, owner, lease_expires_ms) \
+        SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, \
+               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10 FROM next \
+        RETURNING seq, lease_expires_ms";
 
     async fn insert_context_ref_rows(
         &self,

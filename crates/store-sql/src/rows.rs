@@ -10,8 +10,9 @@ use std::str::FromStr;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use korvus_store::{
-    Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus, Report,
-    Session, SessionContextRef, SessionId, SessionKind, SessionStatus, StoreError, WorkspaceRef,
+    Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus, OwnerId,
+    Report, Session, SessionContextRef, SessionId, SessionKind, SessionStatus, StoreError,
+    WorkspaceRef,
 };
 use uuid::Uuid;
 
@@ -30,7 +31,7 @@ macro_rules! session_columns {
     () => {
         "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
          exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, \
-         created_at, ended_at"
+         owner, lease_expires_ms, created_at, ended_at"
     };
 }
 
@@ -240,8 +241,16 @@ pub(crate) struct SessionRow {
     revision: i32,
     fence: i64,
     cancel_fence: Option<i64>,
+    owner: Option<Uuid>,
+    lease_expires_ms: Option<i64>,
     created_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
+}
+
+/// A lease expiry in milliseconds since the epoch as a time.
+pub(crate) fn lease_expiry(backend: &'static str, ms: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(ms)
+        .ok_or_else(|| unexpected(backend, format!("lease expiry {ms} ms")))
 }
 
 impl SessionRow {
@@ -266,6 +275,11 @@ impl SessionRow {
             fence: u64::try_from(self.fence)
                 .map_err(|_| unexpected(backend, format!("session fence {}", self.fence)))?,
             cancel_requested: self.cancel_fence == Some(self.fence),
+            owner: self.owner.map(OwnerId::from_uuid),
+            lease_expires_at: self
+                .lease_expires_ms
+                .map(|ms| lease_expiry(backend, ms))
+                .transpose()?,
             created_at: self.created_at,
             ended_at: self.ended_at,
         })

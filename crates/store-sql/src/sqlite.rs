@@ -95,20 +95,24 @@ sql_store! {
     pub struct SqliteStore(SqlitePool) beside SqliteLog;
 }
 
+crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
+
 impl StoreDialect for SqliteStore {
     const BACKEND: &'static str = BACKEND;
 
     // One statement, holding the write lock from its first read: the next
     // seq is computed and used atomically. No incident, no row.
+    const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
     const INSERT_SESSION: &'static str = "\
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-             revision, created_at) \
+             revision, created_at, owner, lease_expires_ms) \
         SELECT $1, i.id, \
                (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), \
-               $3, $4, $5, $6, $7, 1, $8 \
+               $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10 \
         FROM incidents AS i WHERE i.id = $2 \
-        RETURNING seq";
+        RETURNING seq, lease_expires_ms";
 
     async fn insert_context_ref_rows(
         &self,

@@ -53,8 +53,8 @@ macro_rules! sql_store {
         // not in each engine module.
         const _: () = {
             use korvus_store::{
-                constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
-                IncidentId, IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession,
+                constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
+                IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
                 Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
                 Store, StoreError,
             };
@@ -83,41 +83,6 @@ macro_rules! sql_store {
                         .into_model(Self::BACKEND)
                 }
 
-                /// Runs one conditional transition (see [`Transition`]).
-                async fn transition(&self, id: SessionId, t: Transition) -> Result<Session> {
-                    let running = SessionStatus::Running.as_str();
-                    let q = sqlx::query_as::<_, SessionRow>(t.statement()).bind(id.as_uuid());
-                    let q = match t {
-                        Transition::Reopen => SessionStatus::TERMINAL
-                            .iter()
-                            .fold(q.bind(running), |q, s| q.bind(s.as_str())),
-                        Transition::CancelIdle => q
-                            .bind(SessionStatus::Cancelled.as_str())
-                            .bind(exit_reason::CANCELLED)
-                            .bind(rows::now())
-                            .bind(running)
-                            .bind(exit_reason::AWAITING_USER),
-                        Transition::ResumeIdle => q.bind(running).bind(exit_reason::AWAITING_USER),
-                    };
-                    let row = q
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    if let Some(row) = row {
-                        return row.into_model(Self::BACKEND);
-                    }
-                    // Failure path only: tell an unknown session from one
-                    // the condition refused.
-                    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
-                        .bind(id.as_uuid())
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    Err(match exists {
-                        Some(_) => t.refused(id),
-                        None => StoreError::not_found(Entity::Session, id),
-                    })
-                }
             }
 
             #[async_trait::async_trait]
@@ -194,7 +159,7 @@ macro_rules! sql_store {
                 async fn create_session(&self, new: NewSession) -> Result<Session> {
                     validate::new_session(&new)?;
                     let created_at = rows::now();
-                    let seq: Option<i64> = sqlx::query_scalar(Self::INSERT_SESSION)
+                    let inserted: Option<(i64, Option<i64>)> = sqlx::query_as(Self::INSERT_SESSION)
                         .bind(new.id.as_uuid())
                         .bind(new.incident_id.as_uuid())
                         .bind(new.kind.as_str())
@@ -203,12 +168,14 @@ macro_rules! sql_store {
                         .bind(new.workspace_ref.as_ref().map(|w| &w.repo))
                         .bind(new.workspace_ref.as_ref().map(|w| &w.commit))
                         .bind(created_at)
+                        .bind(new.lease.map(|l| l.owner.as_uuid()))
+                        .bind(new.lease.map(|l| l.ttl_millis()))
                         .fetch_optional(&self.pool)
                         .await
                         .map_err(|e| {
                             Self::op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e)
                         })?;
-                    let seq = seq.ok_or_else(|| {
+                    let (seq, expires) = inserted.ok_or_else(|| {
                         StoreError::not_found(Entity::Incident, new.incident_id)
                     })?;
                     Ok(Session {
@@ -224,6 +191,10 @@ macro_rules! sql_store {
                         counters: Default::default(),
                         fence: 1,
                         cancel_requested: false,
+                        owner: new.lease.map(|l| l.owner),
+                        lease_expires_at: expires
+                            .map(|ms| rows::lease_expiry(Self::BACKEND, ms))
+                            .transpose()?,
                         revision: 1,
                         created_at,
                         ended_at: None,
@@ -291,38 +262,15 @@ macro_rules! sql_store {
                     id: SessionId,
                     settlement: Settlement,
                 ) -> Result<Session> {
-                    validate::settlement(&settlement)?;
-                    let ended_at = settlement.status.is_terminal().then(rows::now);
-                    let c = settlement.counters;
-                    let row: Option<SessionRow> = sqlx::query_as(concat!(
-                        "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
-                         tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8 \
-                         WHERE id = $1 AND fence = $9 RETURNING ",
-                        session_columns!()
-                    ))
-                    .bind(id.as_uuid())
-                    .bind(settlement.status.as_str())
-                    .bind(settlement.exit_reason.as_deref())
-                    .bind(to_i64(c.turns))
-                    .bind(to_i64(c.tool_calls))
-                    .bind(to_i64(c.input_tokens))
-                    .bind(to_i64(c.output_tokens))
-                    .bind(ended_at)
-                    .bind(to_i64(settlement.fence))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(backend(Self::BACKEND))?;
-                    let Some(row) = row else {
-                        // An unknown session (`NotFound`), or a stale fence.
-                        let current = self.get_session(id).await?.fence;
-                        let presented = settlement.fence;
-                        return Err(StoreError::Fenced { session: id, presented, current });
-                    };
-                    row.into_model(Self::BACKEND)
+                    self.settle_row(id, settlement).await
                 }
 
-                async fn reopen_session(&self, id: SessionId) -> Result<Session> {
-                    self.transition(id, Transition::Reopen).await
+                async fn reopen_session(
+                    &self,
+                    id: SessionId,
+                    lease: Option<Lease>,
+                ) -> Result<Session> {
+                    self.transition(id, Transition::Reopen, lease).await
                 }
 
                 async fn request_cancel(&self, id: SessionId) -> Result<Session> {
@@ -345,15 +293,45 @@ macro_rules! sql_store {
                         .fetch_all(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
-                    transition::cancel_requests(Self::BACKEND, rows)
+                    transition::pairs(Self::BACKEND, rows)
                 }
 
                 async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
-                    self.transition(id, Transition::CancelIdle).await
+                    self.transition(id, Transition::CancelIdle, None).await
                 }
 
-                async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
-                    self.transition(id, Transition::ResumeIdle).await
+                async fn resume_idle_session(
+                    &self,
+                    id: SessionId,
+                    lease: Option<Lease>,
+                ) -> Result<Session> {
+                    self.transition(id, Transition::ResumeIdle, lease).await
+                }
+
+                async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
+                    self.heartbeat_rows(lease).await
+                }
+
+                async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
+                    self.expired_rows().await
+                }
+
+                async fn take_over(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    lease: Lease,
+                ) -> Result<Session> {
+                    self.take_over_row(id, fence, lease).await
+                }
+
+                async fn settle_with_report(
+                    &self,
+                    id: SessionId,
+                    settlement: Settlement,
+                    report: NewReport,
+                ) -> Result<(Session, Report)> {
+                    self.settle_with_report_rows(id, settlement, report).await
                 }
 
                 async fn create_report(&self, new: NewReport) -> Result<Report> {

@@ -9,8 +9,6 @@
 //! that matched nothing is told apart from an unknown id by a second read,
 //! on the failure path only.
 
-use std::sync::LazyLock;
-
 use korvus_store::{SessionId, SessionStatus, StoreError};
 
 use crate::error::unexpected;
@@ -20,8 +18,8 @@ use crate::rows::{placeholders, session_columns};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Transition {
     /// `reopen_session`: a terminal session becomes running again with the
-    /// next revision and the next fence. Binds `$1` id, `$2` running, `$3…` the terminal
-    /// statuses.
+    /// next revision, the next fence and a new lease. Binds `$1` id, `$2`
+    /// running, `$3` owner, `$4` ttl (ms), `$5…` the terminal statuses.
     Reopen,
     /// `cancel_idle_session`: an idle session (running, exit reason
     /// `awaiting_user`) becomes cancelled. Binds `$1` id, `$2` cancelled,
@@ -29,30 +27,93 @@ pub(crate) enum Transition {
     /// `awaiting_user`.
     CancelIdle,
     /// `resume_idle_session`: an idle session becomes active with the next
-    /// revision and the next fence. Binds `$1` id, `$2` running, `$3` `awaiting_user`.
+    /// revision, the next fence and a new lease. Binds `$1` id, `$2`
+    /// running, `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
     ResumeIdle,
 }
 
-static REOPEN: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        concat!(
-            "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-             revision = revision + 1, fence = fence + 1 WHERE id = $1 AND status IN ({}) RETURNING ",
-            session_columns!()
-        ),
-        placeholders(3, SessionStatus::TERMINAL.len())
-    )
-});
+/// The lease a transition that starts a run writes: the owner and the
+/// expiry by the database clock (`now` is the engine's
+/// [`NOW_MS`](crate::dialect::StoreDialect::NOW_MS)). Both NULL when
+/// `$owner` and `$ttl` are.
+fn own(now: &str, owner: usize, ttl: usize) -> String {
+    format!("owner = ${owner}, lease_expires_ms = {now} + ${ttl}")
+}
+
+/// The statements of one engine that read the database clock, built once
+/// per engine from its `NOW_MS`.
+#[derive(Debug)]
+pub(crate) struct Clocked {
+    reopen: String,
+    resume_idle: String,
+    /// `heartbeat`: renews the lease of every running session the owner
+    /// holds and returns their `(id, fence)`. Binds `$1` owner, `$2` ttl
+    /// (ms), `$3` running.
+    pub(crate) heartbeat: String,
+    /// `expired_leases`: `(id, fence)` of the active running sessions
+    /// whose lease has expired or that have none. Binds `$1` running, `$2`
+    /// `awaiting_user`.
+    pub(crate) expired: String,
+    /// `take_over`: the orphan at `$2` (fence) gets the next fence and the
+    /// lease of `$3` (owner) for `$4` (ttl, ms); a pending cancel request
+    /// moves with it. Binds `$1` id, `$5` running, `$6` `awaiting_user`.
+    pub(crate) take_over: String,
+}
+
+impl Clocked {
+    pub(crate) fn new(now: &str) -> Self {
+        // An orphan: active (not idle) and without a live lease.
+        let orphan = format!(
+            "status = $5 AND (exit_reason IS NULL OR exit_reason <> $6) \
+             AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
+        );
+        Self {
+            reopen: format!(
+                concat!(
+                    "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
+                     revision = revision + 1, fence = fence + 1, {} \
+                     WHERE id = $1 AND status IN ({}) RETURNING ",
+                    session_columns!()
+                ),
+                own(now, 3, 4),
+                placeholders(5, SessionStatus::TERMINAL.len())
+            ),
+            resume_idle: format!(
+                concat!(
+                    "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, \
+                     fence = fence + 1, {} WHERE id = $1 AND status = $2 AND exit_reason = $5 \
+                     RETURNING ",
+                    session_columns!()
+                ),
+                own(now, 3, 4)
+            ),
+            heartbeat: format!(
+                "UPDATE sessions SET lease_expires_ms = {now} + $2 \
+                 WHERE owner = $1 AND status = $3 RETURNING id, fence"
+            ),
+            expired: format!(
+                "SELECT id, fence FROM sessions WHERE status = $1 \
+                 AND (exit_reason IS NULL OR exit_reason <> $2) \
+                 AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
+            ),
+            take_over: format!(
+                concat!(
+                    "UPDATE sessions SET fence = fence + 1, {}, \
+                     cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 \
+                                         ELSE cancel_fence END \
+                     WHERE id = $1 AND fence = $2 AND {} RETURNING ",
+                    session_columns!()
+                ),
+                own(now, 3, 4),
+                orphan
+            ),
+        }
+    }
+}
 
 const CANCEL_IDLE: &str = concat!(
     "UPDATE sessions SET status = $2, exit_reason = $3, ended_at = $4 \
      WHERE id = $1 AND status = $5 AND exit_reason = $6 RETURNING ",
-    session_columns!()
-);
-
-const RESUME_IDLE: &str = concat!(
-    "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, fence = fence + 1 \
-     WHERE id = $1 AND status = $2 AND exit_reason = $3 RETURNING ",
     session_columns!()
 );
 
@@ -68,8 +129,9 @@ pub(crate) const REQUEST_CANCEL: &str = concat!(
 pub(crate) const CANCEL_REQUESTS: &str = "SELECT id, fence FROM sessions \
      WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1";
 
-/// The rows of [`CANCEL_REQUESTS`] as the seam's pairs.
-pub(crate) fn cancel_requests(
+/// `(id, fence)` rows (of [`CANCEL_REQUESTS`], a heartbeat, the expired
+/// leases) as the seam's pairs.
+pub(crate) fn pairs(
     backend: &'static str,
     rows: Vec<(uuid::Uuid, i64)>,
 ) -> Result<Vec<(SessionId, u64)>, StoreError> {
@@ -83,12 +145,13 @@ pub(crate) fn cancel_requests(
 }
 
 impl Transition {
-    /// The statement; see each variant for its binds.
-    pub(crate) fn statement(self) -> &'static str {
+    /// The statement of the engine whose clocked statements are `clocked`;
+    /// see each variant for its binds.
+    pub(crate) fn statement(self, clocked: &Clocked) -> &str {
         match self {
-            Transition::Reopen => &REOPEN,
+            Transition::Reopen => &clocked.reopen,
             Transition::CancelIdle => CANCEL_IDLE,
-            Transition::ResumeIdle => RESUME_IDLE,
+            Transition::ResumeIdle => &clocked.resume_idle,
         }
     }
 

@@ -11,6 +11,7 @@ async fn hundred_creates(store: &dyn Store) {
     let inc = incident(store).await;
     let creates = (0..100).map(|i| {
         store.create_session(NewSession {
+            lease: None,
             id: SessionId::new(),
             incident_id: inc.id,
             kind: SessionKind::FollowUp,

@@ -92,6 +92,14 @@ pub enum StoreError {
         /// The session.
         session: SessionId,
     },
+    /// A takeover ([`Store::take_over`](crate::Store::take_over)) found the
+    /// session not orphaned: it is terminal or idle, or its owner's lease
+    /// is still live. Nothing was written. Permanent.
+    #[error("session {session} is not an orphan (its owner's lease is live, or no run is active)")]
+    NotOrphaned {
+        /// The session.
+        session: SessionId,
+    },
     /// A settlement presented the fence of a run that was superseded: the
     /// session was reopened, resumed or taken over since, and its row now
     /// carries a newer fence. Nothing was written. Permanent: the stale run

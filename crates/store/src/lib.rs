@@ -37,6 +37,7 @@
 //!     .await?;
 //! let session = store
 //!     .create_session(NewSession {
+//!         lease: None,
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
 //!         kind: SessionKind::Initial,
@@ -69,8 +70,8 @@ pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
-    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
-    NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus, Lease,
+    NewArtifact, NewIncident, NewReport, NewSession, OwnerId, ParseEnumError, Report, Session,
     SessionContextRef, SessionId, SessionKind, SessionStatus, Settlement, WorkspaceRef,
 };
 #[cfg(feature = "mock")]

@@ -1,15 +1,17 @@
 //! [`MemoryStore`]: the whole [`Store`] contract in process memory.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::{
     constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
-    IncidentId, IncidentStatus, NewArtifact, NewIncident, NewReport, NewSession, Report, Result,
-    Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
+    IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession, Report,
+    Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
 };
 
 /// A [`Store`] that keeps every row in memory, behind one lock.
@@ -18,9 +20,15 @@ use crate::{
 /// names, so tests written against it hold against a database. Every operation
 /// takes the lock once and runs to completion under it, which makes each one
 /// atomic and makes `seq` allocation and reopen race-free.
+///
+/// Leases are judged by the store's own clock: the system clock plus an
+/// offset that [`advance_clock`](MemoryStore::advance_clock) moves, so a
+/// test can expire a lease without waiting.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// Milliseconds added to the system clock.
+    clock_offset_ms: AtomicI64,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +45,37 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Moves the store's clock forward by `by` (it never moves back), e.g.
+    /// past a lease's expiry.
+    pub fn advance_clock(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.clock_offset_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// The store's clock: what leases are written and judged by.
+    fn now(&self) -> DateTime<Utc> {
+        let offset = chrono::Duration::milliseconds(self.clock_offset_ms.load(Ordering::SeqCst));
+        Utc::now() + offset
+    }
+
+    /// The expiry of `lease` renewed now.
+    fn expiry(&self, lease: Lease) -> DateTime<Utc> {
+        self.now() + chrono::Duration::milliseconds(lease.ttl_millis())
+    }
+
+    /// Sets (or, for `None`, clears) a session's owner and lease.
+    fn own(&self, session: &mut Session, lease: Option<Lease>) {
+        session.owner = lease.map(|l| l.owner);
+        session.lease_expires_at = lease.map(|l| self.expiry(l));
+    }
+
+    /// Whether `session` is an orphan by the store's clock.
+    fn orphaned(&self, session: &Session) -> bool {
+        session.status == SessionStatus::Running
+            && !session.is_idle()
+            && session.lease_expires_at.is_none_or(|at| at <= self.now())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -149,9 +188,13 @@ impl Store for MemoryStore {
             revision: 1,
             fence: 1,
             cancel_requested: false,
+            owner: None,
+            lease_expires_at: None,
             created_at: Utc::now(),
             ended_at: None,
         };
+        let mut session = session;
+        self.own(&mut session, new.lease);
         inner.sessions.insert(session.id, session.clone());
         Ok(session)
     }
@@ -255,10 +298,13 @@ impl Store for MemoryStore {
         session.status = settlement.status;
         session.exit_reason = settlement.exit_reason;
         session.counters = settlement.counters;
+        session.owner = None;
+        session.lease_expires_at = None;
         Ok(session.clone())
     }
 
-    async fn reopen_session(&self, id: SessionId) -> Result<Session> {
+    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
+        let expires = lease.map(|l| self.expiry(l));
         let mut inner = self.lock();
         let session = inner
             .sessions
@@ -273,6 +319,8 @@ impl Store for MemoryStore {
         session.revision += 1;
         session.fence += 1;
         session.cancel_requested = false;
+        session.owner = lease.map(|l| l.owner);
+        session.lease_expires_at = expires;
         Ok(session.clone())
     }
 
@@ -306,13 +354,97 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
+    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
+        let expires = lease.map(|l| self.expiry(l));
         self.idle_transition(id, |session| {
             session.exit_reason = None;
             session.revision += 1;
             session.fence += 1;
             session.cancel_requested = false;
+            session.owner = lease.map(|l| l.owner);
+            session.lease_expires_at = expires;
         })
+    }
+
+    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
+        let expires = self.expiry(lease);
+        let mut inner = self.lock();
+        Ok(inner
+            .sessions
+            .values_mut()
+            .filter(|s| s.status == SessionStatus::Running && s.owner == Some(lease.owner))
+            .map(|s| {
+                s.lease_expires_at = Some(expires);
+                (s.id, s.fence)
+            })
+            .collect())
+    }
+
+    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
+        Ok(self
+            .lock()
+            .sessions
+            .values()
+            .filter(|s| self.orphaned(s))
+            .map(|s| (s.id, s.fence))
+            .collect())
+    }
+
+    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if !self.orphaned(session) {
+            return Err(StoreError::NotOrphaned { session: id });
+        }
+        if session.fence != fence {
+            return Err(StoreError::Fenced {
+                session: id,
+                presented: fence,
+                current: session.fence,
+            });
+        }
+        session.fence += 1;
+        self.own(session, Some(lease));
+        Ok(session.clone())
+    }
+
+    async fn settle_with_report(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)> {
+        validate::settlement(&settlement)?;
+        validate::new_report(&report)?;
+        validate::report_of_settlement(id, &settlement, &report)?;
+        let mut inner = self.lock();
+        inner.session_in(id, report.incident_id, constraint::REPORTS_SESSION_FK)?;
+        let session = inner.session(id)?;
+        if session.fence != settlement.fence {
+            return Err(StoreError::Fenced {
+                session: id,
+                presented: settlement.fence,
+                current: session.fence,
+            });
+        }
+        // Checked: nothing below can fail, so both writes happen or neither.
+        let key = (id, report.revision);
+        let stands = inner
+            .reports
+            .entry(key)
+            .or_insert_with(|| report.stored_at(Utc::now()))
+            .clone();
+        let session = inner.sessions.get_mut(&id).expect("checked above");
+        session.ended_at = settlement.status.is_terminal().then(Utc::now);
+        session.status = settlement.status;
+        session.exit_reason = settlement.exit_reason;
+        session.counters = settlement.counters;
+        session.owner = None;
+        session.lease_expires_at = None;
+        Ok((session.clone(), stands))
     }
 
     async fn create_report(&self, new: NewReport) -> Result<Report> {

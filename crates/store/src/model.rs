@@ -85,6 +85,36 @@ id_newtype!(
     /// Identifies an [`Artifact`]. Minted before upload, because the blob key embeds it.
     ArtifactId
 );
+id_newtype!(
+    /// Identifies one manager *incarnation*: the owner of the sessions it
+    /// runs. Minted fresh every time a manager is built and never reused, so
+    /// a restarted process never renews the leases of its dead predecessor.
+    OwnerId
+);
+
+/// A claim on the sessions an owner runs: who owns them and for how long a
+/// renewal keeps them.
+///
+/// The store writes the expiry itself, from the **database clock** (the
+/// memory store from its own clock), as `now + ttl` — when a session is
+/// created, reopened, resumed or taken over under this lease, and at every
+/// [`heartbeat`](crate::Store::heartbeat). A lease whose expiry is not after
+/// the store's now has expired: a `ttl` of zero gives a lease that is
+/// expired at once, which is how tests make an orphan without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The owning manager incarnation.
+    pub owner: OwnerId,
+    /// How long a renewal keeps the sessions (whole milliseconds are kept).
+    pub ttl: std::time::Duration,
+}
+
+impl Lease {
+    /// `ttl` in whole milliseconds, saturating (what backends store).
+    pub fn ttl_millis(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+}
 
 /// Error returned when a stored enum value has no Rust counterpart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -267,6 +297,13 @@ pub struct Session {
     /// names the fence it targets: it never reaches a later run of the
     /// session.
     pub cancel_requested: bool,
+    /// The manager incarnation that runs the session's current run, while
+    /// it is active (`None` once it is terminal or idle, and for a running
+    /// row created without a [`Lease`], which is an orphan at once).
+    pub owner: Option<OwnerId>,
+    /// When the owner's lease expires unless it is renewed, by the store's
+    /// clock (`None` exactly when `owner` is).
+    pub lease_expires_at: Option<DateTime<Utc>>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
     /// When the session reached its current terminal status; `None` while running.
@@ -302,6 +339,11 @@ pub struct NewSession {
     pub prompt: String,
     /// The pinned repository, if any.
     pub workspace_ref: Option<WorkspaceRef>,
+    /// The owner of the first run and its lease. `None` leaves the row
+    /// unowned: a running session without a lease is an orphan that any
+    /// manager's reaper settles, so only tools and tests that settle the
+    /// row themselves create one without.
+    pub lease: Option<Lease>,
 }
 
 /// The outcome written by [`Store::settle_session`](crate::Store::settle_session).

@@ -5,8 +5,8 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 
 use crate::{
-    Artifact, ArtifactId, ContextRef, Incident, IncidentId, NewArtifact, NewIncident, NewReport,
-    NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
+    Artifact, ArtifactId, ContextRef, Incident, IncidentId, Lease, NewArtifact, NewIncident,
+    NewReport, NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
 };
 
 /// Durable rows of the session layer: incidents, sessions, reports, artifacts and
@@ -53,9 +53,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `NotFound` when no such incident exists.
     async fn close_incident(&self, id: IncidentId) -> Result<Incident>;
 
-    /// Inserts a session row with status `running`, revision 1, and the next
-    /// `seq` of its incident (1-based, gap-free, race-free: allocated inside the
-    /// store's own transaction).
+    /// Inserts a session row with status `running`, revision 1, fence 1, and
+    /// the next `seq` of its incident (1-based, gap-free, race-free:
+    /// allocated inside the store's own transaction), owned under
+    /// `new.lease` (expiry from the store's clock) in the same statement.
     ///
     /// # Errors
     /// `NotFound` (incident) when the incident does not exist; `Conflict` when
@@ -94,7 +95,8 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>>;
 
     /// Writes a session's outcome: status, exit reason, counters. Sets `ended_at`
-    /// to now for a terminal status and clears it for `running`. Fenced: it
+    /// to now for a terminal status and clears it for `running`. The run is
+    /// over, so the owner and lease are cleared too. Fenced: it
     /// writes only while the row's [`fence`](crate::Session::fence) is the
     /// settlement's, so a run that was superseded (the session reopened or
     /// resumed since) changes nothing. Otherwise the session layer owns the
@@ -107,14 +109,14 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session>;
 
     /// Moves a terminal session back to `running` in one conditional step:
-    /// clears `ended_at` and `exit_reason` and increments `revision` and
-    /// `fence`.
+    /// clears `ended_at` and `exit_reason`, increments `revision` and
+    /// `fence`, and sets the owner and lease of the new run (`None`: none).
     /// Of concurrent reopens of one session exactly one succeeds.
     ///
     /// # Errors
     /// `NotFinished` when the session is not terminal (also for the loser of a
     /// race; nothing is written); `NotFound` for an unknown session.
-    async fn reopen_session(&self, id: SessionId) -> Result<Session>;
+    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session>;
 
     /// Records a request to cancel the current run of a running session,
     /// naming its fence, for whichever manager runs it (that manager polls
@@ -151,7 +153,8 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Moves an idle session back to active in one conditional step, the
     /// way [`reopen_session`](Store::reopen_session) continues a terminal
     /// one: still `running`, exit reason cleared, `revision` and `fence` incremented,
-    /// counters kept. Of concurrent transitions of one idle session (this,
+    /// counters kept, owned under `lease`. Of concurrent transitions of one
+    /// idle session (this,
     /// [`cancel_idle_session`](Store::cancel_idle_session)) exactly one
     /// succeeds.
     ///
@@ -159,7 +162,56 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `NotIdle` when the session is active, terminal, or was moved by
     /// another caller first (nothing is written); `NotFound` for an unknown
     /// session.
-    async fn resume_idle_session(&self, id: SessionId) -> Result<Session>;
+    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session>;
+
+    /// Renews `lease` on every active session its owner holds — one
+    /// statement, whatever their number — and answers which those are:
+    /// `(session, fence)` pairs, in no particular order. A session taken
+    /// over, settled or idle is not held and is not in the answer; an
+    /// expired lease nobody took over yet is renewed.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>>;
+
+    /// The orphans: active running sessions (not idle) whose lease has
+    /// expired by the store's clock, or that have no owner at all, as
+    /// `(session, fence)` pairs for [`take_over`](Store::take_over).
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>>;
+
+    /// Takes an orphan over in one conditional step: only while the
+    /// session is active (running, not idle), still at `fence` (the one the
+    /// caller saw) and its lease has expired (or it has no owner). Then its
+    /// fence is incremented — every write of the dead run is refused from
+    /// here on — and it is owned under `lease`. A cancel request for the
+    /// dead run carries over to the new fence. Of concurrent takeovers of
+    /// one session exactly one succeeds.
+    ///
+    /// # Errors
+    /// `Fenced` when the session's fence moved on; `NotOrphaned` when it is
+    /// terminal, idle or its lease is live (nothing is written either way);
+    /// `NotFound` for an unknown session.
+    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session>;
+
+    /// Settles a session and makes sure its revision has a report row, in
+    /// one transaction: `report` is inserted unless a row for its session
+    /// and revision exists (that one wins and is kept), then the settlement
+    /// is written as [`settle_session`](Store::settle_session) writes it.
+    /// Returns the settled row and the report row that stands. This is how
+    /// a takeover ends a run nobody will land.
+    ///
+    /// # Errors
+    /// As `settle_session` and `create_report`; on any error nothing is
+    /// written.
+    async fn settle_with_report(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)>;
 
     /// Inserts a report row.
     ///

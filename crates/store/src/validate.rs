@@ -127,6 +127,26 @@ pub fn new_report(n: &NewReport) -> Result {
     counters(&n.counters)
 }
 
+/// Rules for the pair [`Store::settle_with_report`](crate::Store::settle_with_report)
+/// writes: the report is of the settled session and presents the
+/// settlement's fence.
+pub fn report_of_settlement(
+    session: crate::SessionId,
+    settlement: &Settlement,
+    report: &NewReport,
+) -> Result {
+    if report.session_id != session {
+        return Err(invalid("session_id", "the report is of another session"));
+    }
+    if report.fence != settlement.fence {
+        return Err(invalid(
+            "fence",
+            "the report and the settlement present different fences",
+        ));
+    }
+    Ok(())
+}
+
 /// Rules for [`NewArtifact`].
 pub fn new_artifact(n: &NewArtifact) -> Result {
     revision(n.revision)?;

@@ -14,6 +14,7 @@ mod context_refs;
 mod errors;
 mod idle;
 mod incidents;
+mod leases;
 mod reports;
 mod sessions;
 
@@ -35,6 +36,11 @@ pub use self::idle::{
     resume_idle_session_continues_an_idle_row,
 };
 pub use self::incidents::incidents_round_trip;
+pub use self::leases::{
+    a_lease_is_written_with_each_run_and_renewed_by_its_owner,
+    a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
+    settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
+};
 pub use self::reports::{
     a_stale_fence_writes_no_artifact_rows, a_stale_fence_writes_no_report_row,
     identical_second_report_is_a_conflict_and_keeps_the_first,
@@ -74,6 +80,7 @@ pub async fn session(store: &dyn Store, incident: &Incident) -> Session {
 
 fn new_session(incident: &Incident, prompt: &str) -> NewSession {
     NewSession {
+        lease: None,
         id: SessionId::new(),
         incident_id: incident.id,
         kind: SessionKind::Initial,

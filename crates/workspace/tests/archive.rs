@@ -165,6 +165,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
             kind: SessionKind::Initial,
@@ -228,6 +229,7 @@ async fn a_failed_upload_writes_no_row() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
             kind: SessionKind::Initial,
@@ -369,6 +371,7 @@ async fn a_streamed_archive_round_trips_through_the_blob_store() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
             kind: SessionKind::Initial,

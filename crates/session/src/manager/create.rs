@@ -104,6 +104,7 @@ impl Manager {
             let session = inner
                 .store
                 .create_session(NewSession {
+                    lease: None,
                     id,
                     incident_id: incident.id,
                     kind,

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use korvus_store::{
-    Artifact, ArtifactId, ContextRef, Incident, IncidentId, NewArtifact, NewIncident, NewReport,
-    NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement, Store,
-    StoreError,
+    Artifact, ArtifactId, ContextRef, Incident, IncidentId, Lease, NewArtifact, NewIncident,
+    NewReport, NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
+    Store, StoreError,
 };
 
 /// One [`Store`] method, for choosing faults and reading the call record.
@@ -29,6 +29,10 @@ pub enum StoreOp {
     ResumeIdleSession,
     RequestCancel,
     CancelRequests,
+    Heartbeat,
+    ExpiredLeases,
+    TakeOver,
+    SettleWithReport,
     CreateReport,
     GetReport,
     ListReports,
@@ -180,9 +184,9 @@ impl Store for FaultStore {
         self.enter(StoreOp::SettleSession).await?;
         self.inner.settle_session(id, settlement).await
     }
-    async fn reopen_session(&self, id: SessionId) -> Result<Session> {
+    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
         self.enter(StoreOp::ReopenSession).await?;
-        self.inner.reopen_session(id).await
+        self.inner.reopen_session(id, lease).await
     }
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::CancelIdleSession).await?;
@@ -196,9 +200,30 @@ impl Store for FaultStore {
         self.enter(StoreOp::CancelRequests).await?;
         self.inner.cancel_requests().await
     }
-    async fn resume_idle_session(&self, id: SessionId) -> Result<Session> {
+    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
         self.enter(StoreOp::ResumeIdleSession).await?;
-        self.inner.resume_idle_session(id).await
+        self.inner.resume_idle_session(id, lease).await
+    }
+    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
+        self.enter(StoreOp::Heartbeat).await?;
+        self.inner.heartbeat(lease).await
+    }
+    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
+        self.enter(StoreOp::ExpiredLeases).await?;
+        self.inner.expired_leases().await
+    }
+    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session> {
+        self.enter(StoreOp::TakeOver).await?;
+        self.inner.take_over(id, fence, lease).await
+    }
+    async fn settle_with_report(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)> {
+        self.enter(StoreOp::SettleWithReport).await?;
+        self.inner.settle_with_report(id, settlement, report).await
     }
     async fn create_report(&self, new: NewReport) -> Result<Report> {
         self.enter(StoreOp::CreateReport).await?;

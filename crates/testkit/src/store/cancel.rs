@@ -39,7 +39,7 @@ pub async fn a_cancel_request_names_the_run_it_targets(store: &dyn Store) {
     assert_eq!(again.ended_at, done.ended_at);
 
     // The next run has another fence: the old request does not reach it.
-    let reopened = store.reopen_session(s.id).await.unwrap();
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
     assert!(!reopened.cancel_requested);
     assert!(!listed_now(store, s.id).await);
     let requested = store.request_cancel(s.id).await.unwrap();

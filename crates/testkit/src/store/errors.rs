@@ -113,7 +113,10 @@ pub async fn unknown_ids_are_not_found(store: &dyn Store) {
             .await,
         Entity::Session,
     );
-    assert_not_found(store.reopen_session(missing_session).await, Entity::Session);
+    assert_not_found(
+        store.reopen_session(missing_session, None).await,
+        Entity::Session,
+    );
     assert_not_found(
         store.next_report_revision(missing_session).await,
         Entity::Session,

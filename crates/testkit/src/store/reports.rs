@@ -139,7 +139,7 @@ pub async fn a_stale_fence_writes_no_report_row(store: &dyn Store) {
         .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id).await.unwrap();
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
     let late = store.create_report(new_report(&s, 1)).await.unwrap_err();
     assert!(
         matches!(
@@ -169,7 +169,7 @@ pub async fn a_stale_fence_writes_no_artifact_rows(store: &dyn Store) {
         .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id).await.unwrap();
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
     let batch = vec![
         new_artifact(&other, "fresh.txt", 1),
         new_artifact(&s, "late.txt", 1),

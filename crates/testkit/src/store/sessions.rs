@@ -94,7 +94,7 @@ pub async fn reopen_has_exactly_one_winner(store: &dyn Store) {
         .settle_session(s.id, settlement(SessionStatus::Completed, "completed"))
         .await
         .unwrap();
-    let results = join_all((0..16).map(|_| store.reopen_session(s.id))).await;
+    let results = join_all((0..16).map(|_| store.reopen_session(s.id, None))).await;
     let winners: Vec<&Session> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     assert_eq!(winners.len(), 1, "exactly one reopen wins: {results:?}");
     for r in &results {
@@ -119,7 +119,7 @@ pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
     let inc = incident(store).await;
     let s = session(store, &inc).await;
     assert!(matches!(
-        store.reopen_session(s.id).await,
+        store.reopen_session(s.id, None).await,
         Err(StoreError::NotFinished { .. })
     ));
     assert_eq!(store.get_session(s.id).await.unwrap(), s);
@@ -129,7 +129,7 @@ pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
             .settle_session(s.id, settlement_at(status, "x", fence))
             .await
             .unwrap();
-        let reopened = store.reopen_session(s.id).await.unwrap();
+        let reopened = store.reopen_session(s.id, None).await.unwrap();
         assert_eq!(reopened.status, SessionStatus::Running);
     }
     assert_eq!(store.get_session(s.id).await.unwrap().revision, 3);
@@ -147,7 +147,7 @@ pub async fn each_new_run_increments_the_fence(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(done.fence, 1, "settling keeps the fence");
-    let reopened = store.reopen_session(s.id).await.unwrap();
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
     assert_eq!(reopened.fence, 2);
     let idle = store
         .settle_session(
@@ -157,7 +157,7 @@ pub async fn each_new_run_increments_the_fence(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(idle.fence, 2);
-    let resumed = store.resume_idle_session(s.id).await.unwrap();
+    let resumed = store.resume_idle_session(s.id, None).await.unwrap();
     assert_eq!(resumed.fence, 3);
     store
         .settle_session(
@@ -181,7 +181,7 @@ pub async fn a_stale_fence_settles_nothing(store: &dyn Store) {
         .settle_session(s.id, settlement(SessionStatus::Cancelled, "cancelled"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id).await.unwrap();
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
     let late = store
         .settle_session(s.id, settlement(SessionStatus::Failed, "owner_lost"))
         .await
