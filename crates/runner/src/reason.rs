@@ -37,6 +37,10 @@ pub mod exit {
     /// [`ExitReason`](super::ExitReason)); the original text goes into the
     /// turn log as a note.
     pub const INVALID_EXIT_REASON: &str = "invalid_exit_reason";
+    /// The manager running the session stopped renewing its lease (it was
+    /// killed or lost the database) and another manager took the session
+    /// over and ended it.
+    pub const OWNER_LOST: &str = "owner_lost";
 }
 
 /// Why a run ended: a short, printable code such as `completed` or
@@ -108,6 +112,8 @@ impl ExitReason {
     pub const WORKSPACE_FAILED: Self = Self::known(exit::WORKSPACE_FAILED);
     /// [`exit::INVALID_EXIT_REASON`].
     pub const INVALID: Self = Self::known(exit::INVALID_EXIT_REASON);
+    /// [`exit::OWNER_LOST`].
+    pub const OWNER_LOST: Self = Self::known(exit::OWNER_LOST);
 
     /// A well-known reason; the constants above are the only callers and
     /// are valid by inspection (a unit test checks each).
@@ -266,6 +272,7 @@ mod tests {
             ExitReason::TURN_LOG_FAILED,
             ExitReason::WORKSPACE_FAILED,
             ExitReason::INVALID,
+            ExitReason::OWNER_LOST,
         ] {
             assert_eq!(ExitReason::new(known.as_str()).unwrap(), known);
         }

@@ -47,6 +47,17 @@ pub(crate) async fn land(
     // not authored in this iteration.
     let author_finished = claimed && !untouched_restored_report(prepared).await;
     let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
+    let fence = plan.session.fence;
+    if !inner.lease_holds(plan.session.id, fence).await {
+        // Taken over, or the lease cannot be renewed: whoever holds the
+        // session now ends it; this run stores nothing.
+        return Settlement {
+            status,
+            exit_reason: Some(exit_reason.into()),
+            counters,
+            fence,
+        };
+    }
 
     let outcome = persist_phase(inner, plan, prepared).await;
     if inner.config.archive_on_release {

@@ -86,6 +86,7 @@ mod cleanup;
 mod error;
 mod execute;
 mod land;
+mod lease;
 mod live;
 mod manager;
 mod notify_log;
@@ -99,7 +100,7 @@ pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_CANCEL_POLL,
-    DEFAULT_RUN_TIMEOUT,
+    DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]

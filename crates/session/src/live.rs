@@ -26,6 +26,9 @@ pub(crate) struct LiveRun {
     pub(crate) incident: IncidentId,
     /// The fence of the run: a cancel request from another replica names it.
     pub(crate) fence: u64,
+    /// When the entry was registered: a heartbeat sent before it cannot
+    /// know the run.
+    pub(crate) registered: std::time::Instant,
     /// The run's cancellation: `cancel` and `stop` fire it.
     pub(crate) cancel: CancellationToken,
     /// Set to `true` after the terminal write and deregistration.
@@ -79,19 +82,20 @@ impl LiveRuns {
         session: SessionId,
         incident: IncidentId,
         fence: u64,
-    ) -> Result<LiveRun, (SessionError, LiveRun)> {
+    ) -> Result<LiveRun, Box<(SessionError, LiveRun)>> {
         let (settled, _) = watch::channel(false);
         let run = LiveRun {
             number: self.numbers.fetch_add(1, Ordering::Relaxed),
             incident,
             fence,
+            registered: std::time::Instant::now(),
             cancel: CancellationToken::new(),
             settled,
             appended: Arc::new(Notify::new()),
         };
         let mut entries = self.lock();
         if entries.contains_key(&session) {
-            return Err((SessionError::AlreadyLive { session }, run));
+            return Err(Box::new((SessionError::AlreadyLive { session }, run)));
         }
         entries.insert(session, run.clone());
         Ok(run)
@@ -117,6 +121,11 @@ impl LiveRuns {
     /// The entry of a live run of `session`.
     pub(crate) fn get(&self, session: SessionId) -> Option<LiveRun> {
         self.lock().get(&session).cloned()
+    }
+
+    /// Every live run with its session, in no particular order.
+    pub(crate) fn snapshot(&self) -> Vec<(SessionId, LiveRun)> {
+        self.lock().iter().map(|(s, r)| (*s, r.clone())).collect()
     }
 
     /// Whether this process runs `session`.
@@ -219,7 +228,7 @@ mod tests {
         let live = LiveRuns::default();
         let (s, i) = (SessionId::new(), IncidentId::new());
         let first = live.register(s, i, 1).unwrap();
-        let (err, second) = live.register(s, i, 1).unwrap_err();
+        let (err, second) = *live.register(s, i, 1).unwrap_err();
         assert!(matches!(err, SessionError::AlreadyLive { .. }));
         assert!(live.cancel(s));
         assert!(first.cancel.is_cancelled());

@@ -224,8 +224,13 @@ impl Manager {
 
             // Transition: one conditional statement; the loser saves nothing.
             let session = match how {
-                Continue::Reopen => inner.store.reopen_session(id, None).await?,
-                Continue::Answer => inner.store.resume_idle_session(id, None).await?,
+                Continue::Reopen => inner.store.reopen_session(id, Some(inner.lease())).await?,
+                Continue::Answer => {
+                    inner
+                        .store
+                        .resume_idle_session(id, Some(inner.lease()))
+                        .await?
+                }
             };
             // A report row that failed to land leaves the next report
             // revision behind the session's: never reuse a revision (its

@@ -69,7 +69,8 @@ impl Manager {
             .register(id, plan.session.incident_id, plan.session.fence)
         {
             Ok(run) => run,
-            Err((e, run)) => {
+            Err(refused) => {
+                let (e, run) = *refused;
                 // Not reachable through the manager's own calls (a reopen
                 // waits for the previous run to deregister); the run still
                 // goes on and settles, only `cancel` cannot reach it.
@@ -227,6 +228,9 @@ impl Inner {
             ..settlement
         };
         let (status, reason) = (settlement.status, settlement.exit_reason.clone());
+        if !self.lease_holds(id, settlement.fence).await {
+            return false;
+        }
         let store = Arc::clone(&self.store);
         let attempt = move || {
             let (store, s) = (Arc::clone(&store), settlement.clone());

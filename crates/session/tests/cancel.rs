@@ -4,18 +4,18 @@
 use std::time::Duration;
 
 use korvus_session::{RunOutcome, SessionError};
-use korvus_store::{NewSession, SessionId, SessionKind, SessionStatus, Store};
+use korvus_store::{Lease, NewSession, OwnerId, SessionId, SessionKind, SessionStatus, Store};
 
 use crate::support::{writing, Env, ScriptRunner};
 
-#[tokio::test]
-async fn a_session_no_manager_runs_only_records_the_request() {
-    let env = Env::new().await;
-    let manager = env.builder(writing(&[])).build();
-    let foreign = env
-        .store
+/// A session of another owner, under a lease of `ttl`.
+async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
+    env.store
         .create_session(NewSession {
-            lease: None,
+            lease: Some(Lease {
+                owner: OwnerId::new(),
+                ttl,
+            }),
             id: SessionId::new(),
             incident_id: env.incident.id,
             kind: SessionKind::Initial,
@@ -23,7 +23,39 @@ async fn a_session_no_manager_runs_only_records_the_request() {
             workspace_ref: None,
         })
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_orphan_is_taken_over_and_cancelled_at_once_with_its_report_row() {
+    let env = Env::new().await;
+    let manager = env.builder(writing(&[])).build();
+    // Its owner's lease expired at once: no manager would ever see a request.
+    let orphan = foreign(&env, Duration::ZERO).await;
+    let row = manager.cancel(orphan.id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Cancelled);
+    assert_eq!(row.exit_reason.as_deref(), Some("cancelled"));
+    assert_eq!(row.fence, orphan.fence + 1, "taken over");
+    assert_eq!(row.owner, None);
+    let reports = env.store.list_reports(orphan.id).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(
+        (reports[0].revision, reports[0].exit_reason.as_str()),
+        (1, "cancelled")
+    );
+    assert!(matches!(
+        manager.cancel(orphan.id).await,
+        Err(SessionError::AlreadyEnded { .. })
+    ));
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_no_manager_runs_only_records_the_request() {
+    let env = Env::new().await;
+    let manager = env.builder(writing(&[])).build();
+    // Its owner's lease is live: only that owner may end the run.
+    let foreign = foreign(&env, Duration::from_secs(600)).await;
     let row = manager.cancel(foreign.id).await.unwrap();
     assert!(row.cancel_requested);
     assert_eq!(row.status, SessionStatus::Running);

@@ -10,6 +10,7 @@ mod create;
 mod docs;
 mod faults;
 mod idle;
+mod lease;
 mod ordering;
 mod reopen;
 mod shutdown;

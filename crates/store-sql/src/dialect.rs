@@ -27,6 +27,14 @@ pub(crate) trait StoreDialect {
     /// expression: what leases are written and judged by.
     const NOW_MS: &'static str;
 
+    /// A session row's run as text, `<id as 32 lowercase hex digits>:<fence>`,
+    /// as an SQL expression over the `sessions` columns: what a heartbeat's
+    /// list of runs is matched against.
+    const RUN_KEY: &'static str;
+
+    /// A subquery of the texts in the JSON array bound as `$4`.
+    const JSON_TEXTS_4: &'static str;
+
     /// The `INSERT` of a new session that allocates its `seq` (the incident's
     /// next number) inside the same statement, so concurrent creates cannot
     /// take the same one. Binds `$1` id, `$2` incident id, `$3` kind, `$4`

@@ -55,8 +55,13 @@ macro_rules! sql_lease {
             use $crate::rows::{self, report_columns, to_i32, to_i64, ReportRow, SessionRow};
             use $crate::transition::{self, Clocked, Transition};
 
-            static CLOCKED: LazyLock<Clocked> =
-                LazyLock::new(|| Clocked::new(<$store as StoreDialect>::NOW_MS));
+            static CLOCKED: LazyLock<Clocked> = LazyLock::new(|| {
+                Clocked::new(
+                    <$store as StoreDialect>::NOW_MS,
+                    <$store as StoreDialect>::RUN_KEY,
+                    <$store as StoreDialect>::JSON_TEXTS_4,
+                )
+            });
 
             impl $store {
                 /// This engine's statements that read the database clock.
@@ -169,11 +174,15 @@ macro_rules! sql_lease {
                 pub(crate) async fn heartbeat_rows(
                     &self,
                     lease: Lease,
+                    runs: &[(SessionId, u64)],
                 ) -> Result<Vec<(SessionId, u64)>> {
+                    // Also with no runs: the statement is how the reaper
+                    // knows this manager reaches the database.
                     let rows = sqlx::query_as(&CLOCKED.heartbeat)
                         .bind(lease.owner.as_uuid())
                         .bind(lease.ttl_millis())
                         .bind(SessionStatus::Running.as_str())
+                        .bind(transition::run_keys(runs))
                         .fetch_all(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;

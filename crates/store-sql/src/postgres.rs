@@ -43,6 +43,11 @@ impl StoreDialect for PgStore {
     // One statement: bump the incident's counter (taking its row lock, so
     // concurrent creates queue here) and insert with the new value. No
     // incident, no row; a duplicate id rolls the bump back.
+    const RUN_KEY: &'static str =
+        "replace(CAST(id AS text), '-', '') || ':' || CAST(fence AS text)";
+
+    const JSON_TEXTS_4: &'static str = "SELECT json_array_elements_text(CAST($4 AS json))";
+
     const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)";
 
     const INSERT_SESSION: &'static str = "\

@@ -102,6 +102,10 @@ impl StoreDialect for SqliteStore {
 
     // One statement, holding the write lock from its first read: the next
     // seq is computed and used atomically. No incident, no row.
+    const RUN_KEY: &'static str = "lower(hex(id)) || ':' || fence";
+
+    const JSON_TEXTS_4: &'static str = "SELECT value FROM json_each($4)";
+
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
     const INSERT_SESSION: &'static str = "\

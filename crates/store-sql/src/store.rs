@@ -308,8 +308,12 @@ macro_rules! sql_store {
                     self.transition(id, Transition::ResumeIdle, lease).await
                 }
 
-                async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
-                    self.heartbeat_rows(lease).await
+                async fn heartbeat(
+                    &self,
+                    lease: Lease,
+                    runs: &[(SessionId, u64)],
+                ) -> Result<Vec<(SessionId, u64)>> {
+                    self.heartbeat_rows(lease, runs).await
                 }
 
                 async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {

@@ -46,9 +46,9 @@ fn own(now: &str, owner: usize, ttl: usize) -> String {
 pub(crate) struct Clocked {
     reopen: String,
     resume_idle: String,
-    /// `heartbeat`: renews the lease of every running session the owner
+    /// `heartbeat`: renews the lease of the listed runs the owner still
     /// holds and returns their `(id, fence)`. Binds `$1` owner, `$2` ttl
-    /// (ms), `$3` running.
+    /// (ms), `$3` running, `$4` the runs as a JSON array of run keys.
     pub(crate) heartbeat: String,
     /// `expired_leases`: `(id, fence)` of the active running sessions
     /// whose lease has expired or that have none. Binds `$1` running, `$2`
@@ -61,7 +61,9 @@ pub(crate) struct Clocked {
 }
 
 impl Clocked {
-    pub(crate) fn new(now: &str) -> Self {
+    /// `now` is the engine's clock in ms, `run_key` a row's run key and
+    /// `texts_4` the subquery of the texts of the JSON array `$4`.
+    pub(crate) fn new(now: &str, run_key: &str, texts_4: &str) -> Self {
         // An orphan: active (not idle) and without a live lease.
         let orphan = format!(
             "status = $5 AND (exit_reason IS NULL OR exit_reason <> $6) \
@@ -89,7 +91,8 @@ impl Clocked {
             ),
             heartbeat: format!(
                 "UPDATE sessions SET lease_expires_ms = {now} + $2 \
-                 WHERE owner = $1 AND status = $3 RETURNING id, fence"
+                 WHERE owner = $1 AND status = $3 AND {run_key} IN ({texts_4}) \
+                 RETURNING id, fence"
             ),
             expired: format!(
                 "SELECT id, fence FROM sessions WHERE status = $1 \
@@ -128,6 +131,15 @@ pub(crate) const REQUEST_CANCEL: &str = concat!(
 /// names their current fence. Binds `$1` running.
 pub(crate) const CANCEL_REQUESTS: &str = "SELECT id, fence FROM sessions \
      WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1";
+
+/// `runs` as the JSON array of run keys a heartbeat binds.
+pub(crate) fn run_keys(runs: &[(SessionId, u64)]) -> String {
+    let keys: Vec<String> = runs
+        .iter()
+        .map(|(id, fence)| format!("{}:{fence}", id.as_uuid().simple()))
+        .collect();
+    serde_json::to_string(&keys).unwrap_or_else(|_| "[]".to_owned())
+}
 
 /// `(id, fence)` rows (of [`CANCEL_REQUESTS`], a heartbeat, the expired
 /// leases) as the seam's pairs.

@@ -366,18 +366,28 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
+    async fn heartbeat(
+        &self,
+        lease: Lease,
+        runs: &[(SessionId, u64)],
+    ) -> Result<Vec<(SessionId, u64)>> {
         let expires = self.expiry(lease);
         let mut inner = self.lock();
-        Ok(inner
-            .sessions
-            .values_mut()
-            .filter(|s| s.status == SessionStatus::Running && s.owner == Some(lease.owner))
-            .map(|s| {
+        let mut held = Vec::new();
+        for &(id, fence) in runs {
+            let Some(s) = inner.sessions.get_mut(&id) else {
+                continue;
+            };
+            if s.status == SessionStatus::Running
+                && s.owner == Some(lease.owner)
+                && s.fence == fence
+                && !held.contains(&(id, fence))
+            {
                 s.lease_expires_at = Some(expires);
-                (s.id, s.fence)
-            })
-            .collect())
+                held.push((id, fence));
+            }
+        }
+        Ok(held)
     }
 
     async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {

@@ -164,15 +164,22 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// session.
     async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session>;
 
-    /// Renews `lease` on every active session its owner holds — one
-    /// statement, whatever their number — and answers which those are:
-    /// `(session, fence)` pairs, in no particular order. A session taken
-    /// over, settled or idle is not held and is not in the answer; an
-    /// expired lease nobody took over yet is renewed.
+    /// Renews `lease` on those of `runs` — the `(session, fence)` pairs of
+    /// the runs its owner is running — that it still holds, in one
+    /// statement whatever their number, and answers which those are, in no
+    /// particular order. A session taken over, continued elsewhere, settled
+    /// or idle is not held and not in the answer; an expired lease nobody
+    /// took over yet is renewed. A session the owner holds but does not
+    /// list (its run is gone) is not renewed: its lease lapses and it
+    /// becomes an orphan.
     ///
     /// # Errors
     /// `Backend` on I/O failure.
-    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>>;
+    async fn heartbeat(
+        &self,
+        lease: Lease,
+        runs: &[(SessionId, u64)],
+    ) -> Result<Vec<(SessionId, u64)>>;
 
     /// The orphans: active running sessions (not idle) whose lease has
     /// expired by the store's clock, or that have no owner at all, as

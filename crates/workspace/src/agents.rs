@@ -59,7 +59,7 @@ pub fn forget_agent(scratch: &Path) -> io::Result<()> {
 /// whose leader is still the recorded process or is gone, and returns the
 /// group ids signalled. Records that do not parse are skipped; the sibling
 /// record is removed with the session's dir.
-pub(crate) fn stop_recorded_agents(session_dir: &Path) -> Vec<i32> {
+pub fn stop_recorded_agents(session_dir: &Path) -> Vec<i32> {
     let mut records: Vec<PathBuf> = fs::read_dir(session_dir)
         .map(|entries| {
             entries

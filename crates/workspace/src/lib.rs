@@ -104,7 +104,7 @@ mod seed;
 mod skills;
 mod upload;
 
-pub use crate::agents::{agent_record_path, forget_agent, record_agent};
+pub use crate::agents::{agent_record_path, forget_agent, record_agent, stop_recorded_agents};
 pub use crate::archive::{
     archive, archive_with, store_archive, ArchiveConfig, WorkspaceArchive, ARCHIVE_CONTENT_TYPE,
     ARCHIVE_PATH, DEFAULT_ARCHIVE_MAX_BYTES,

@@ -10,7 +10,7 @@ use korvus_blob::BlobStore;
 use korvus_harvest::PersistConfig;
 use korvus_log::{MemoryLog, TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::Store;
+use korvus_store::{OwnerId, Store};
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
 use crate::live::{LiveRuns, RunGroup};
@@ -27,6 +27,15 @@ pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Default of [`ManagerBuilder::cancel_poll`]: a cancel from another
 /// replica reaches the run within about this long.
 pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
+
+/// Default of [`ManagerBuilder::lease`]'s ttl: a manager that stops
+/// renewing (killed, cut off from the database) loses its sessions to
+/// another manager's reaper this long after its last renewal.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// Default of [`ManagerBuilder::lease`]'s heartbeat period: one renewal
+/// statement this often, whatever the number of sessions.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The bounds and switches of a manager, set through [`ManagerBuilder`].
 #[derive(Debug, Clone)]
@@ -50,6 +59,10 @@ pub(crate) struct Config {
     pub(crate) report_template: Option<PathBuf>,
     /// How often cancel requests from other replicas are polled.
     pub(crate) cancel_poll: Duration,
+    /// How long a renewal keeps this manager's sessions.
+    pub(crate) lease_ttl: Duration,
+    /// How often the lease is renewed (and orphans looked for).
+    pub(crate) heartbeat: Duration,
 }
 
 impl Default for Config {
@@ -64,6 +77,8 @@ impl Default for Config {
             archive_on_release: false,
             report_template: None,
             cancel_poll: DEFAULT_CANCEL_POLL,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            heartbeat: DEFAULT_HEARTBEAT,
         }
     }
 }
@@ -217,7 +232,26 @@ impl ManagerBuilder {
         self
     }
 
-    /// Builds the manager.
+    /// The owner lease of this manager's runs: each renewal (one statement
+    /// every `heartbeat`) keeps them for `ttl`, by the database clock. When
+    /// renewals stop — the process was killed, or cannot reach the
+    /// database — any manager on the same store takes its sessions over
+    /// between `ttl` and `ttl + heartbeat` after the last one, and settles
+    /// them `owner_lost` (or `cancelled` when a cancel was pending). A
+    /// shorter ttl ends orphans sooner; it also loses runs to a shorter
+    /// database outage or pause. `heartbeat` is kept at most a third of
+    /// `ttl` (and at least 10 ms), so two renewals can fail before the
+    /// lease lapses. Defaults: [`DEFAULT_LEASE_TTL`], [`DEFAULT_HEARTBEAT`].
+    pub fn lease(mut self, ttl: Duration, heartbeat: Duration) -> Self {
+        let ttl = ttl.max(Duration::from_millis(30));
+        self.config.lease_ttl = ttl;
+        self.config.heartbeat = heartbeat.clamp(Duration::from_millis(10), ttl / 3);
+        self
+    }
+
+    /// Builds the manager: a new owner incarnation, whose heartbeat, reaper
+    /// and cancel poller start on the current tokio runtime (a manager
+    /// built outside one runs without them).
     pub fn build(self) -> Manager {
         let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
         let manager = Manager {
@@ -238,9 +272,12 @@ impl ManagerBuilder {
                 runs: RunGroup::new(),
                 shutting_down: AtomicBool::new(false),
                 stop_started: AtomicBool::new(false),
+                owner: OwnerId::new(),
+                renewed: Mutex::new(std::time::Instant::now()),
             }),
         };
         crate::cancel_poll::start(&manager.inner);
+        crate::lease::start(&manager.inner);
         manager
     }
 }

@@ -104,7 +104,7 @@ impl Manager {
             let session = inner
                 .store
                 .create_session(NewSession {
-                    lease: None,
+                    lease: Some(inner.lease()),
                     id,
                     incident_id: incident.id,
                     kind,

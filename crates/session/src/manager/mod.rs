@@ -16,7 +16,7 @@ use std::time::Duration;
 use korvus_blob::BlobStore;
 use korvus_log::{TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{Session, SessionId, Store, StoreError};
+use korvus_store::{Lease, OwnerId, Session, SessionId, Store, StoreError};
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
@@ -27,7 +27,9 @@ mod builder;
 mod create;
 
 pub(crate) use self::builder::Config;
-pub use self::builder::{ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_RUN_TIMEOUT};
+pub use self::builder::{
+    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_RUN_TIMEOUT,
+};
 pub use self::create::{default_role, ContextRequest, CreateSession};
 
 /// Runs agent sessions and never loses what they produce.
@@ -83,6 +85,21 @@ pub(crate) struct Inner {
     pub(crate) runs: RunGroup,
     pub(crate) shutting_down: AtomicBool,
     stop_started: AtomicBool,
+    /// This incarnation: the owner of every run it starts.
+    pub(crate) owner: OwnerId,
+    /// When the last successful renewal was sent (or the manager built):
+    /// every lease this manager holds was written at or after it.
+    pub(crate) renewed: Mutex<std::time::Instant>,
+}
+
+impl Inner {
+    /// The lease every run of this manager is owned under.
+    pub(crate) fn lease(&self) -> Lease {
+        Lease {
+            owner: self.owner,
+            ttl: self.config.lease_ttl,
+        }
+    }
 }
 
 impl Manager {
@@ -104,6 +121,12 @@ impl Manager {
     /// The blob store, if configured.
     pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {
         self.inner.blobs.as_ref()
+    }
+
+    /// This manager's incarnation: the owner recorded on every session it
+    /// runs ([`Session::owner`]). Fresh at every build.
+    pub fn owner(&self) -> OwnerId {
+        self.inner.owner
     }
 
     /// The runs of this process (a read and cancel view).
@@ -133,8 +156,9 @@ impl Manager {
     /// fence is recorded in the store, and the manager that runs it fires
     /// the run's cancellation within its
     /// [`cancel_poll`](crate::ManagerBuilder::cancel_poll) period; the row
-    /// is returned with `cancel_requested` set. A run that no manager
-    /// drives any more (a crashed process) is not ended by a request.
+    /// is returned with `cancel_requested` set. An orphan — a run whose
+    /// owner stopped renewing its lease — is taken over and settled
+    /// `cancelled` at once, with a report row for its revision.
     ///
     /// # Errors
     /// `AlreadyEnded`, `NotFound`, `Store`.
@@ -152,6 +176,21 @@ impl Manager {
         }
         if self.inner.live.cancel(id) {
             return Ok(row);
+        }
+        // An orphan (its owner's lease expired): nobody would see a
+        // request, so take it over and settle it `cancelled` here.
+        match self
+            .inner
+            .store
+            .take_over(id, row.fence, self.inner.lease())
+            .await
+        {
+            Ok(taken) => {
+                info!(session_id = %id, "cancel: the session's owner is gone; taken over and cancelled");
+                return Ok(self.inner.settle_taken_over(&taken, true).await?);
+            }
+            Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
         // Another replica (or process) runs it: ask it through the store,
         // naming this run's fence.

@@ -204,9 +204,13 @@ impl Store for FaultStore {
         self.enter(StoreOp::ResumeIdleSession).await?;
         self.inner.resume_idle_session(id, lease).await
     }
-    async fn heartbeat(&self, lease: Lease) -> Result<Vec<(SessionId, u64)>> {
+    async fn heartbeat(
+        &self,
+        lease: Lease,
+        runs: &[(SessionId, u64)],
+    ) -> Result<Vec<(SessionId, u64)>> {
         self.enter(StoreOp::Heartbeat).await?;
-        self.inner.heartbeat(lease).await
+        self.inner.heartbeat(lease, runs).await
     }
     async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
         self.enter(StoreOp::ExpiredLeases).await?;

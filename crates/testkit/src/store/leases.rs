@@ -44,6 +44,18 @@ async fn leased(store: &dyn Store, lease: Lease) -> Session {
         .expect("create_session")
 }
 
+/// `owner`'s heartbeat for the run of `s`.
+async fn beat(
+    store: &dyn Store,
+    owner: OwnerId,
+    s: &Session,
+) -> Vec<(korvus_store::SessionId, u64)> {
+    store
+        .heartbeat(live(owner), &[(s.id, s.fence)])
+        .await
+        .unwrap()
+}
+
 fn holds(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
     pairs.contains(&(s.id, s.fence))
 }
@@ -63,12 +75,31 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
     assert_eq!(store.get_session(s.id).await.unwrap().owner, Some(a));
     let other = leased(store, live(b)).await;
 
-    let held = store.heartbeat(live(a)).await.unwrap();
-    assert!(holds(&held, &s), "{held:?}");
-    assert!(
-        !listed(&held, &other),
+    let held = store
+        .heartbeat(live(a), &[(s.id, s.fence), (other.id, other.fence)])
+        .await
+        .unwrap();
+    assert_eq!(
+        held,
+        vec![(s.id, s.fence)],
         "another owner's session is not held"
     );
+    // A run at another fence is not held either, and an empty beat is fine.
+    assert!(store
+        .heartbeat(live(a), &[(s.id, s.fence + 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.heartbeat(live(a), &[]).await.unwrap().is_empty());
+    // A held session its owner no longer lists is not renewed: it lapses.
+    let gone = leased(store, expired(a)).await;
+    store.heartbeat(live(a), &[(s.id, s.fence)]).await.unwrap();
+    assert!(listed(&store.expired_leases().await.unwrap(), &gone));
+    assert!(
+        holds(&beat(store, a, &gone).await, &gone),
+        "renewed when listed"
+    );
+    assert!(!listed(&store.expired_leases().await.unwrap(), &gone));
     let renewed = store.get_session(s.id).await.unwrap();
     assert!(renewed.lease_expires_at.unwrap() >= first_expiry);
 
@@ -81,7 +112,11 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         .await
         .unwrap();
     assert_eq!((idle.owner, idle.lease_expires_at), (None, None));
-    assert!(!listed(&store.heartbeat(live(a)).await.unwrap(), &s));
+    assert!(store
+        .heartbeat(live(a), &[(s.id, 1)])
+        .await
+        .unwrap()
+        .is_empty());
     // Resuming takes a new lease (of whichever owner resumes).
     let resumed = store
         .resume_idle_session(s.id, Some(live(b)))
@@ -89,7 +124,7 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         .unwrap();
     assert_eq!(resumed.owner, Some(b));
     assert!(resumed.lease_expires_at.is_some());
-    assert!(holds(&store.heartbeat(live(b)).await.unwrap(), &resumed));
+    assert!(holds(&beat(store, b, &resumed).await, &resumed));
 
     // A terminal settle ends it too; a reopen takes a new one.
     let done = store
@@ -100,10 +135,10 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         .await
         .unwrap();
     assert_eq!((done.owner, done.lease_expires_at), (None, None));
-    assert!(!listed(&store.heartbeat(live(b)).await.unwrap(), &s));
+    assert!(beat(store, b, &done).await.is_empty());
     let reopened = store.reopen_session(s.id, Some(live(a))).await.unwrap();
     assert_eq!(reopened.owner, Some(a));
-    assert!(holds(&store.heartbeat(live(a)).await.unwrap(), &reopened));
+    assert!(holds(&beat(store, a, &reopened).await, &reopened));
     // Without a lease, a reopened run has no owner (an orphan at once).
     store
         .settle_session(
@@ -181,10 +216,7 @@ pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn Store) {
     assert_eq!(won.status, SessionStatus::Running);
     assert_eq!(store.get_session(orphan.id).await.unwrap().fence, 2);
     assert!(!listed(&store.expired_leases().await.unwrap(), &orphan));
-    assert!(!listed(
-        &store.heartbeat(live(dead)).await.unwrap(),
-        &orphan
-    ));
+    assert!(beat(store, dead, &orphan).await.is_empty());
     // The dead run's settle is fenced off.
     assert!(matches!(
         store

@@ -1,0 +1,176 @@
+//! Owner leases on the manager's side: the heartbeat that notices a
+//! takeover, the manager's own judgement of a lapsed lease, and the reaper
+//! that ends orphans — only once its own heartbeats were healthy for a ttl.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use korvus_blob::MemoryBlobStore;
+use korvus_log::MemoryLog;
+use korvus_session::{ExitReason, RunOutcome};
+use korvus_store::{
+    Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionKind, SessionStatus, Store,
+};
+use korvus_testkit::faults::{StoreFault, StoreOp};
+
+use crate::support::{counters, writing, Env, ScriptRunner};
+
+/// A running session of another owner whose lease expired at once.
+async fn orphan(env: &Env) -> Session {
+    env.store
+        .create_session(NewSession {
+            lease: Some(Lease {
+                owner: OwnerId::new(),
+                ttl: Duration::ZERO,
+            }),
+            id: SessionId::new(),
+            incident_id: env.incident.id,
+            kind: SessionKind::Initial,
+            prompt: "its manager died".into(),
+            workspace_ref: None,
+        })
+        .await
+        .unwrap()
+}
+
+/// Polls the row until `done` holds (or ten seconds passed).
+async fn until(env: &Env, id: SessionId, done: impl Fn(&Session) -> bool) -> Session {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = env.store.get_session(id).await.unwrap();
+        if done(&row) || Instant::now() > deadline {
+            return row;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_reaper_waits_for_a_healthy_ttl_then_settles_the_orphan_owner_lost_once() {
+    let env = Env::new().await;
+    let dead = orphan(&env).await;
+    // The database "is down" for this manager: no heartbeat succeeds.
+    env.store.fault(StoreOp::Heartbeat, StoreFault::Fail);
+    let manager = env
+        .builder(writing(&[]))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .build();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(env.store.count(StoreOp::TakeOver), 0, "no healthy ttl yet");
+    assert_eq!(
+        env.store.get_session(dead.id).await.unwrap().status,
+        SessionStatus::Running
+    );
+
+    env.store.heal();
+    let healed = Instant::now();
+    let row = until(&env, dead.id, |s| s.status.is_terminal()).await;
+    assert!(
+        healed.elapsed() >= Duration::from_millis(300),
+        "reaped only after a ttl of healthy heartbeats"
+    );
+    assert_eq!(row.status, SessionStatus::Failed);
+    assert_eq!(
+        row.exit_reason.as_deref(),
+        Some(ExitReason::OWNER_LOST.as_str())
+    );
+    assert_eq!(row.fence, dead.fence + 1);
+    let reports = env.store.list_reports(dead.id).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].exit_reason, "owner_lost");
+    assert_eq!(reports[0].fence, row.fence);
+    // Exactly once: later periods find nothing to take over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(env.store.list_reports(dead.id).await.unwrap().len(), 1);
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_taken_over_elsewhere_is_cancelled_and_writes_nothing() {
+    let memory = Arc::new(MemoryStore::new());
+    let env = Env::with(
+        memory.clone(),
+        Arc::new(MemoryBlobStore::new()),
+        Arc::new(MemoryLog::new()),
+    )
+    .await;
+    let a = env
+        .builder(ScriptRunner::new(|ctx, _| async move {
+            ctx.cancel.cancelled().await;
+            std::fs::write(ctx.scratch.unwrap().join("report.md"), "# late\n").unwrap();
+            Ok(RunOutcome::completed(counters()))
+        }))
+        .lease(Duration::from_secs(10), Duration::from_millis(30))
+        .build();
+    let session = a.create(env.request("long")).await.unwrap();
+    // A's lease lapses by the store's clock (A is "paused"), and B takes over.
+    let b = Lease {
+        owner: OwnerId::new(),
+        ttl: Duration::from_secs(600),
+    };
+    // A renews every 30 ms (by the advanced clock, too): move the clock on
+    // until a takeover falls between two renewals.
+    let mut taken = None;
+    for _ in 0..100 {
+        memory.advance_clock(Duration::from_secs(60));
+        if let Ok(row) = env.store.take_over(session.id, 1, b).await {
+            taken = Some(row);
+            break;
+        }
+    }
+    let taken = taken.expect("taken over");
+    // A's next heartbeat does not hold the run: it is cancelled, and every
+    // write it tries is fenced off.
+    let row = a
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(!a.live_runs().contains(session.id));
+    assert_eq!(row, taken, "B's row is untouched");
+    assert!(env.store.list_reports(session.id).await.unwrap().is_empty());
+    assert!(env
+        .store
+        .list_session_artifacts(session.id)
+        .await
+        .unwrap()
+        .is_empty());
+    a.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_whose_lease_lapsed_stores_nothing_and_is_reaped_later() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::new(|ctx, _| async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            std::fs::write(ctx.scratch.unwrap().join("report.md"), "# done\n").unwrap();
+            Ok(RunOutcome::completed(counters()))
+        }))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .build();
+    let session = manager.create(env.request("slow")).await.unwrap();
+    // No renewal succeeds while the run works: by its end, the lease may
+    // have lapsed, so the run writes nothing.
+    env.store.fault(StoreOp::Heartbeat, StoreFault::Fail);
+    let row = manager
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(row.status, SessionStatus::Running);
+    assert_eq!(env.store.count(StoreOp::CreateReport), 0);
+    assert_eq!(env.store.count(StoreOp::SettleSession), 0);
+    assert!(env
+        .store
+        .list_session_artifacts(session.id)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Once heartbeats succeed again for a ttl, the orphan (this manager
+    // no longer runs it, so never renews it) is reaped.
+    env.store.heal();
+    let row = until(&env, session.id, |s| s.status.is_terminal()).await;
+    assert_eq!(row.exit_reason.as_deref(), Some("owner_lost"));
+    assert_eq!(env.store.list_reports(session.id).await.unwrap().len(), 1);
+    manager.stop().await;
+}
