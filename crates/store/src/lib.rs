@@ -61,6 +61,7 @@ pub mod constraint;
 mod counters;
 mod error;
 pub mod exit_reason;
+mod lease;
 mod memory;
 mod model;
 mod store;
@@ -68,11 +69,12 @@ pub mod validate;
 
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
+pub use crate::lease::{Lease, OwnerId, Settlement};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
-    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus, Lease,
-    NewArtifact, NewIncident, NewReport, NewSession, OwnerId, ParseEnumError, Report, Session,
-    SessionContextRef, SessionId, SessionKind, SessionStatus, Settlement, WorkspaceRef,
+    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
+    NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
+    SessionContextRef, SessionId, SessionKind, SessionStatus, WorkspaceRef,
 };
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::Counters;
+use crate::{Counters, Lease, OwnerId};
 
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident) => {
@@ -73,6 +73,8 @@ macro_rules! id_newtype {
     };
 }
 
+pub(crate) use id_newtype;
+
 id_newtype!(
     /// Identifies an [`Incident`].
     IncidentId
@@ -85,37 +87,6 @@ id_newtype!(
     /// Identifies an [`Artifact`]. Minted before upload, because the blob key embeds it.
     ArtifactId
 );
-id_newtype!(
-    /// Identifies one manager *incarnation*: the owner of the sessions it
-    /// runs. Minted fresh every time a manager is built and never reused, so
-    /// a restarted process never renews the leases of its dead predecessor.
-    OwnerId
-);
-
-/// A claim on the sessions an owner runs: who owns them and for how long a
-/// renewal keeps them.
-///
-/// The store writes the expiry itself, from the **database clock** (the
-/// memory store from its own clock), as `now + ttl` — when a session is
-/// created, reopened, resumed or taken over under this lease, and at every
-/// [`heartbeat`](crate::Store::heartbeat). A lease whose expiry is not after
-/// the store's now has expired: a `ttl` of zero gives a lease that is
-/// expired at once, which is how tests make an orphan without waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    /// The owning manager incarnation.
-    pub owner: OwnerId,
-    /// How long a renewal keeps the sessions (whole milliseconds are kept).
-    pub ttl: std::time::Duration,
-}
-
-impl Lease {
-    /// `ttl` in whole milliseconds, saturating (what backends store).
-    pub fn ttl_millis(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
-    }
-}
-
 /// Error returned when a stored enum value has no Rust counterpart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} value {value:?}")]
@@ -344,22 +315,6 @@ pub struct NewSession {
     /// manager's reaper settles, so only tools and tests that settle the
     /// row themselves create one without.
     pub lease: Option<Lease>,
-}
-
-/// The outcome written by [`Store::settle_session`](crate::Store::settle_session).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    /// New status; `ended_at` is set when it is terminal and cleared when it is not.
-    pub status: SessionStatus,
-    /// Why the run ended.
-    pub exit_reason: Option<String>,
-    /// Usage of the run.
-    pub counters: Counters,
-    /// The fence of the run that settles ([`Session::fence`] as its run
-    /// started): the store writes nothing and answers
-    /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the row's
-    /// fence moved on.
-    pub fence: u64,
 }
 
 /// A report revision: the landed `report.md` of one iteration.

@@ -1,0 +1,136 @@
+//! Leases in the memory store: its clock, and the heartbeat, expiry and
+//! takeover calls of the [`Store`](crate::Store) seam.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::MemoryStore;
+use crate::{
+    constraint, validate, Entity, Lease, NewReport, Report, Result, Session, SessionId,
+    SessionStatus, Settlement, StoreError,
+};
+
+impl MemoryStore {
+    /// Moves the store's clock forward by `by` (it never moves back), e.g.
+    /// past a lease's expiry.
+    pub fn advance_clock(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.clock_offset_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// The store's clock: what leases are written and judged by.
+    pub(super) fn now(&self) -> DateTime<Utc> {
+        let offset = chrono::Duration::milliseconds(self.clock_offset_ms.load(Ordering::SeqCst));
+        Utc::now() + offset
+    }
+
+    /// The expiry of `lease` renewed now.
+    pub(super) fn expiry(&self, lease: Lease) -> DateTime<Utc> {
+        self.now() + chrono::Duration::milliseconds(lease.ttl_millis())
+    }
+
+    /// Sets (or, for `None`, clears) a session's owner and lease.
+    pub(super) fn own(&self, session: &mut Session, lease: Option<Lease>) {
+        session.owner = lease.map(|l| l.owner);
+        session.lease_expires_at = lease.map(|l| self.expiry(l));
+    }
+
+    /// Whether `session` is an orphan by the store's clock.
+    pub(super) fn orphaned(&self, session: &Session) -> bool {
+        session.status == SessionStatus::Running
+            && !session.is_idle()
+            && session.lease_expires_at.is_none_or(|at| at <= self.now())
+    }
+
+    /// `heartbeat`.
+    pub(super) fn renew(&self, lease: Lease, runs: &[(SessionId, u64)]) -> Vec<(SessionId, u64)> {
+        let expires = self.expiry(lease);
+        let mut inner = self.lock();
+        let mut held = Vec::new();
+        for &(id, fence) in runs {
+            let Some(s) = inner.sessions.get_mut(&id) else {
+                continue;
+            };
+            if s.status == SessionStatus::Running
+                && s.owner == Some(lease.owner)
+                && s.fence == fence
+                && !held.contains(&(id, fence))
+            {
+                s.lease_expires_at = Some(expires);
+                held.push((id, fence));
+            }
+        }
+        held
+    }
+
+    /// `expired_leases`.
+    pub(super) fn expired(&self) -> Vec<(SessionId, u64)> {
+        self.lock()
+            .sessions
+            .values()
+            .filter(|s| self.orphaned(s))
+            .map(|s| (s.id, s.fence))
+            .collect()
+    }
+
+    /// `take_over`.
+    pub(super) fn take_over_now(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if !self.orphaned(session) {
+            return Err(StoreError::NotOrphaned { session: id });
+        }
+        if session.fence != fence {
+            return Err(StoreError::Fenced {
+                session: id,
+                presented: fence,
+                current: session.fence,
+            });
+        }
+        session.fence += 1;
+        self.own(session, Some(lease));
+        Ok(session.clone())
+    }
+
+    /// `settle_with_report`.
+    pub(super) fn settle_with_report_now(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)> {
+        validate::settlement(&settlement)?;
+        validate::new_report(&report)?;
+        validate::report_of_settlement(id, &settlement, &report)?;
+        let mut inner = self.lock();
+        inner.session_in(id, report.incident_id, constraint::REPORTS_SESSION_FK)?;
+        let session = inner.session(id)?;
+        if session.fence != settlement.fence {
+            return Err(StoreError::Fenced {
+                session: id,
+                presented: settlement.fence,
+                current: session.fence,
+            });
+        }
+        // Checked: nothing below can fail, so both writes happen or neither.
+        let key = (id, report.revision);
+        let stands = inner
+            .reports
+            .entry(key)
+            .or_insert_with(|| report.stored_at(Utc::now()))
+            .clone();
+        let session = inner.sessions.get_mut(&id).expect("checked above");
+        session.ended_at = settlement.status.is_terminal().then(Utc::now);
+        session.status = settlement.status;
+        session.exit_reason = settlement.exit_reason;
+        session.counters = settlement.counters;
+        session.owner = None;
+        session.lease_expires_at = None;
+        Ok((session.clone(), stands))
+    }
+}
