@@ -32,6 +32,8 @@ pub(crate) struct Backends {
     pub(crate) scratch: PathBuf,
     /// What is stored where, for humans.
     pub(crate) places: Vec<(&'static str, String)>,
+    /// The lease ttl and heartbeat period of this process's manager.
+    lease: (Duration, Duration),
     pools: Pools,
 }
 
@@ -138,6 +140,10 @@ impl Backends {
             data_dir,
             scratch,
             places,
+            lease: (
+                Duration::from_secs_f64(global.lease_ttl),
+                Duration::from_secs_f64(global.heartbeat),
+            ),
             pools,
         })
     }
@@ -156,16 +162,12 @@ impl Backends {
             .turn_log(Arc::clone(&self.logs))
             .blob_store(Arc::clone(&self.blobs))
             .scratch_root(ScratchRoot::supplied(&self.scratch))
-            .seeder(Arc::new(seeder), trees);
+            .seeder(Arc::new(seeder), trees)
+            .lease(self.lease.0, self.lease.1);
         if let Some(timeout) = run_timeout {
             builder = builder.run_timeout(timeout);
         }
         builder.build()
-    }
-
-    /// Where `korvus run` records its pid per session, for `korvus cancel`.
-    pub(crate) fn runs_dir(&self) -> PathBuf {
-        self.data_dir.join("runs")
     }
 
     /// Closes the database pools (SQLite checkpoints its log).

@@ -62,7 +62,6 @@ fn sandbox(backends: &Backends) -> Sandbox {
         "korvus.db-shm",
         "korvus.db-journal",
         "blobs",
-        "runs",
     ] {
         sandbox = sandbox.private(data.join(name));
     }

@@ -14,7 +14,7 @@ use korvus_store::{NewIncident, SessionStatus};
 use crate::compose::{shown, Backends};
 use crate::confine::ConfineArgs;
 use crate::inspect::{demo_dir, pin};
-use crate::session::{exit_code, follow, logged_events, summary, PidFile, Signals};
+use crate::session::{exit_code, follow, logged_events, summary, Signals};
 use crate::Global;
 
 /// The bundled demo agent (`crates/cli/demo/agent.sh`).
@@ -125,7 +125,6 @@ async fn lifecycle(
         })
         .await
         .context("cannot create the demo session")?;
-    let _pid = PidFile::create(&backends.runs_dir(), session.id);
     println!(
         "\n3. Session {} runs {} (`sh`, in its scratch dir); live events:",
         session.id,

@@ -174,6 +174,15 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             ""
         }
     );
+    if s.status == SessionStatus::Running && !s.is_idle() {
+        let expired = backends
+            .store
+            .expired_leases()
+            .await?
+            .iter()
+            .any(|(o, _)| *o == s.id);
+        println!("owner      {}", crate::session::lease_text(&s, expired));
+    }
     println!("prompt     {}", s.prompt.replace('\n', " ⏎ "));
     if let Some(w) = &s.workspace_ref {
         println!("workspace  {} @ {}", w.repo, w.commit);
@@ -266,6 +275,7 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
         .transpose()?;
     let mut incidents = backends.store.list_incidents().await?;
     incidents.sort_by_key(|i| i.created_at);
+    let orphans = backends.store.expired_leases().await?;
     for i in incidents.iter().filter(|i| only.is_none_or(|o| o == i.id)) {
         let state = if i.status == IncidentStatus::Closed {
             " (closed)"
@@ -280,8 +290,15 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
             } else {
                 ""
             };
+            // Who runs an active session, and whether its lease is live.
+            let lease = if s.status == SessionStatus::Running && !s.is_idle() {
+                let expired = orphans.iter().any(|(o, _)| *o == s.id);
+                format!("  [{}]", crate::session::lease_text(&s, expired))
+            } else {
+                String::new()
+            };
             println!(
-                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}{pending}",
+                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}{pending}{lease}",
                 s.id,
                 s.seq,
                 s.kind,

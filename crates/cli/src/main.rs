@@ -87,6 +87,26 @@ struct Global {
     /// Key prefix inside the bucket.
     #[arg(long, env = "KORVUS_S3_PREFIX", global = true)]
     s3_prefix: Option<String>,
+    /// Seconds a lease renewal keeps this process's sessions: when this
+    /// process stops renewing (it was killed), any other korvus process on
+    /// the same database takes its sessions over this long after.
+    #[arg(long, env = "KORVUS_LEASE_TTL", value_name = "SECS", global = true,
+          default_value_t = 30.0, value_parser = seconds)]
+    lease_ttl: f64,
+    /// Seconds between two lease renewals (at most a third of the ttl).
+    #[arg(long, env = "KORVUS_HEARTBEAT", value_name = "SECS", global = true,
+          default_value_t = 10.0, value_parser = seconds)]
+    heartbeat: f64,
+}
+
+/// A positive number of seconds, at most a day.
+fn seconds(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,19 +150,23 @@ enum Command {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
-    /// Cancel a session run by a `korvus run` on this machine.
+    /// Cancel a session, wherever it runs: through the database, which the
+    /// process that runs it watches. A session whose process is gone is
+    /// taken over and cancelled once its lease expired.
     Cancel {
         /// Session id.
         session: String,
-        /// Mark a session `cancelled` whose run is gone (e.g. after a crash).
+        /// Mark the session `cancelled` now, even while its owner's lease
+        /// is live (the owner's later writes are refused).
         #[arg(long)]
         force: bool,
     },
-    /// Remove scratch dirs a crash left behind.
+    /// Settle sessions whose process is gone (their lease expired) and
+    /// remove scratch dirs no running session uses. Dry run unless --apply.
     Reap {
-        /// Reap even while `korvus run` processes are alive.
+        /// Settle the orphans `owner_lost` and remove the dirs.
         #[arg(long)]
-        force: bool,
+        apply: bool,
     },
     /// Apply pending database migrations (every command also does).
     Migrate,
@@ -280,7 +304,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             inspect::export(&global, &session, output.as_deref()).await
         }
         Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
-        Command::Reap { force } => session::reap(&global, force).await,
+        Command::Reap { apply } => session::reap(&global, apply).await,
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { confine } => demo::demo(&global, &confine).await,
     }

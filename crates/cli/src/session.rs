@@ -1,7 +1,6 @@
 //! `run`, `reopen`, `cancel`, `reap`: commands that drive sessions, and the
 //! live view they share.
 
-use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,25 +22,6 @@ use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
 
 /// How long a command waits for the final row after the log stream ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
-
-/// How long `korvus cancel` waits for a run no `korvus run` on this machine
-/// drives (one on another host polls for the request).
-const REMOTE_WAIT: Duration = Duration::from_secs(5);
-
-/// The row once it is terminal, polled until `bound`; `None` if it is not.
-async fn ended(backends: &Backends, id: SessionId, bound: Duration) -> Result<Option<Session>> {
-    let deadline = Instant::now() + bound;
-    loop {
-        let row = backends.store.get_session(id).await?;
-        if row.status.is_terminal() {
-            return Ok(Some(row));
-        }
-        if Instant::now() > deadline {
-            return Ok(None);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// After this long without an event, the live view says the run goes on.
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -242,7 +222,6 @@ pub(crate) async fn drive(
     revision: u32,
     mut signals: Signals,
 ) -> Result<ExitCode> {
-    let _pid = PidFile::create(&backends.runs_dir(), session.id);
     println!(
         "session {} started (incident {}, revision {}); Ctrl-C cancels it",
         session.id, session.incident_id, revision
@@ -450,83 +429,38 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
     Ok(())
 }
 
-/// `<data>/runs/<session>.pid` while a `korvus run` or `reopen` drives the
-/// session, so `korvus cancel` on this machine can reach it.
-pub(crate) struct PidFile(Option<PathBuf>);
+/// A runner for the managers of commands that start no run (`cancel`,
+/// `reap`): they only end sessions.
+#[derive(Debug)]
+struct NoRuns;
 
-impl PidFile {
-    pub(crate) fn create(dir: &Path, id: SessionId) -> Self {
-        let path = dir.join(format!("{id}.pid"));
-        let pid = std::process::id() as i32;
-        // The start time makes the file name this process, not whichever
-        // process gets the pid after this one is gone.
-        let start = start_time(pid).unwrap_or_default();
-        let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&path, format!("{pid} {start}")));
-        match written {
-            Ok(()) => Self(Some(path)),
-            Err(e) => {
-                eprintln!(
-                    "korvus: warning: {} not written ({e}); `korvus cancel` cannot reach this run",
-                    path.display()
-                );
-                Self(None)
-            }
-        }
+#[async_trait::async_trait]
+impl korvus_session::Runner for NoRuns {
+    async fn run(
+        &self,
+        _ctx: korvus_session::RunContext,
+    ) -> Result<korvus_session::RunOutcome, korvus_session::RunError> {
+        Err(korvus_session::RunError::msg("this command starts no runs"))
+    }
+
+    async fn resume(
+        &self,
+        _ctx: korvus_session::RunContext,
+        _message: String,
+    ) -> Result<korvus_session::RunOutcome, korvus_session::RunError> {
+        Err(korvus_session::RunError::msg("this command starts no runs"))
     }
 }
 
-impl Drop for PidFile {
-    fn drop(&mut self) {
-        if let Some(path) = &self.0 {
-            let _ = std::fs::remove_file(path);
+/// The owner and lease of a running row, for humans.
+pub(crate) fn lease_text(row: &Session, expired: bool) -> String {
+    match (row.owner, row.lease_expires_at) {
+        (Some(owner), Some(at)) if !expired => {
+            format!("owner {owner}, lease until {}", at.format("%H:%M:%S%.3f"))
         }
+        (Some(owner), _) => format!("owner {owner}, lease expired"),
+        _ => "no owner".to_owned(),
     }
-}
-
-/// The pid in a run's pid file, when that very process is alive: same pid
-/// and same start time. A stale file — its process gone, or the pid reused
-/// by an unrelated process, or a file without a start time — is removed, so
-/// `cancel` never signals a process that is not the run.
-fn live_pid(path: &Path) -> Option<i32> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut fields = text.split_whitespace();
-    let pid: Option<i32> = fields.next().and_then(|p| p.parse().ok());
-    let start: Option<u64> = fields.next().and_then(|s| s.parse().ok());
-    match (pid, start) {
-        (Some(pid), Some(start)) if start_time(pid) == Some(start) => Some(pid),
-        _ => {
-            let _ = std::fs::remove_file(path);
-            None
-        }
-    }
-}
-
-/// When process `pid` started, in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`); `None` when there is no such process.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count
-    // fields after its closing parenthesis, which starts with field 3.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Sessions driven by a live `korvus run` on this machine.
-fn live_runs(dir: &Path) -> Vec<(String, i32)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(String, i32)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let session = name.strip_suffix(".pid")?.to_owned();
-            live_pid(&e.path()).map(|pid| (session, pid))
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Result<ExitCode> {
@@ -540,93 +474,167 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
     if row.status.is_terminal() {
         bail!("session {id} already ended ({})", row.status);
     }
-    let pidfile = backends.runs_dir().join(format!("{id}.pid"));
-    let code = match live_pid(&pidfile) {
-        Some(pid) => {
-            // Through the store, like a cancel from another host: the
-            // run's manager polls for requests naming its run's fence.
-            backends.store.request_cancel(id).await?;
-            println!("asked korvus process {pid} to cancel session {id}; waiting for it to land");
-            match ended(&backends, id, SETTLE_WAIT).await? {
-                Some(row) => {
-                    println!(
-                        "session {id}: {} (exit reason {})",
-                        row.status,
-                        row.exit_reason.as_deref().unwrap_or("-")
-                    );
-                    ExitCode::SUCCESS
-                }
-                None => bail!("session {id} did not end within {SETTLE_WAIT:?}"),
+    if force && !row.is_idle() {
+        let row = backends
+            .store
+            .settle_session(
+                id,
+                Settlement {
+                    status: SessionStatus::Cancelled,
+                    exit_reason: Some(korvus_session::exit::CANCELLED.into()),
+                    counters: row.counters,
+                    // The run this row belongs to: a run started since
+                    // (a reopen elsewhere) is not cancelled by this.
+                    fence: row.fence,
+                },
+            )
+            .await
+            .with_context(|| format!("cannot mark session {id} cancelled"))?;
+        println!(
+            "session {id} marked {} (its run, if any, is fenced off)",
+            row.status
+        );
+        backends.close().await;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The manager's cancel: an idle row or an orphan ends here and now; a
+    // run with a live owner gets a request, which its owner answers.
+    let manager = backends.manager(Arc::new(NoRuns), None);
+    let first = manager
+        .cancel(id)
+        .await
+        .with_context(|| format!("cannot cancel session {id}"))?;
+    let code = if first.status.is_terminal() {
+        let how = if row.is_idle() {
+            "it was waiting for the user"
+        } else {
+            "its owner was gone; taken over"
+        };
+        println!("session {id}: {} ({how})", first.status);
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "asked the process that runs session {id} to cancel it ({}); waiting for it to land",
+            lease_text(&first, false)
+        );
+        match cancelled(&backends, &manager, id).await? {
+            Some(row) => {
+                println!(
+                    "session {id}: {} (exit reason {})",
+                    row.status,
+                    row.exit_reason.as_deref().unwrap_or("-")
+                );
+                ExitCode::SUCCESS
             }
-        }
-        None if row.is_idle() => {
-            // Waiting for the user, run by no process: one conditional
-            // transition ends it (a racing answer wins or loses cleanly).
-            let row = backends
-                .store
-                .cancel_idle_session(id)
-                .await
-                .with_context(|| format!("cannot cancel session {id}"))?;
-            println!("session {id}: {} (it was waiting for the user)", row.status);
-            ExitCode::SUCCESS
-        }
-        None if force => {
-            let row = backends
-                .store
-                .settle_session(
-                    id,
-                    Settlement {
-                        status: SessionStatus::Cancelled,
-                        exit_reason: Some(korvus_session::exit::CANCELLED.into()),
-                        counters: row.counters,
-                        // The run this row belongs to: a run started since
-                        // (a reopen elsewhere) is not cancelled by this.
-                        fence: row.fence,
-                    },
-                )
-                .await
-                .with_context(|| format!("cannot mark session {id} cancelled"))?;
-            println!("session {id} marked {} (no run owned it)", row.status);
-            ExitCode::SUCCESS
-        }
-        None => {
-            // No `korvus run` here drives it: one on another host may.
-            backends.store.request_cancel(id).await?;
-            match ended(&backends, id, REMOTE_WAIT).await? {
-                Some(row) => {
-                    println!(
-                        "session {id}: {} (cancelled by the process that ran it)",
-                        row.status
-                    );
-                    ExitCode::SUCCESS
-                }
-                None => bail!(
-                    "session {id} is running, but no process answered the cancel request \
-                     within {REMOTE_WAIT:?} (no `korvus run` here drives it: a crash, or a \
-                     host that is down); `korvus cancel --force {id}` marks it cancelled"
-                ),
-            }
+            None => bail!(
+                "session {id} did not end within {SETTLE_WAIT:?}: its owner keeps renewing \
+                 its lease but does not answer; `korvus cancel --force {id}` marks it cancelled"
+            ),
         }
     };
+    manager.stop().await;
     backends.close().await;
     Ok(code)
 }
 
-pub(crate) async fn reap(global: &Global, force: bool) -> Result<ExitCode> {
+/// Waits for a requested cancel to land, asking again every second: once
+/// the owner's lease expired (it died), that takes the session over.
+async fn cancelled(
+    backends: &Backends,
+    manager: &Manager,
+    id: SessionId,
+) -> Result<Option<Session>> {
+    let deadline = Instant::now() + SETTLE_WAIT;
+    let mut asked = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let row = backends.store.get_session(id).await?;
+        if row.status.is_terminal() {
+            return Ok(Some(row));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        if asked.elapsed() >= Duration::from_secs(1) {
+            asked = Instant::now();
+            match manager.cancel(id).await {
+                Ok(row) if row.status.is_terminal() => return Ok(Some(row)),
+                Ok(_) => {}
+                Err(SessionError::AlreadyEnded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let live = live_runs(&backends.runs_dir());
-    if !live.is_empty() && !force {
-        let list: Vec<String> = live
-            .iter()
-            .map(|(s, pid)| format!("{s} (pid {pid})"))
-            .collect();
-        bail!(
-            "{} korvus run(s) alive: {}; reaping would remove their scratch dirs (--force to do it anyway)",
-            live.len(),
-            list.join(", ")
+    let orphans = backends.store.expired_leases().await?;
+    // Dirs first, rows second: a session started in between has a row
+    // with a live lease by the time it is read, so its dir is kept.
+    let dirs = korvus_workspace::session_dirs(&backends.scratch)
+        .await
+        .with_context(|| format!("cannot list {}", backends.scratch.display()))?;
+    let mut unused = Vec::new();
+    for id in dirs {
+        let in_use = match backends.store.get_session(id).await {
+            Ok(row) => {
+                row.status == SessionStatus::Running
+                    && !row.is_idle()
+                    && !orphans.iter().any(|(o, _)| *o == id)
+            }
+            Err(korvus_store::StoreError::NotFound { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if !in_use {
+            unused.push(id);
+        }
+    }
+    if !apply {
+        println!(
+            "{} orphan(s): running sessions whose process stopped renewing its lease",
+            orphans.len()
+        );
+        for (id, _) in &orphans {
+            let row = backends.store.get_session(*id).await?;
+            println!(
+                "  session {id}  fence {}  {}",
+                row.fence,
+                lease_text(&row, true)
+            );
+        }
+        println!(
+            "{} scratch dir(s) under {} no running session uses",
+            unused.len(),
+            backends.scratch.display()
+        );
+        for id in &unused {
+            println!("  {id}");
+        }
+        println!(
+            "dry run: `korvus reap --apply` settles the orphans owner_lost and removes the dirs"
+        );
+        backends.close().await;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let manager = backends.manager(Arc::new(NoRuns), None);
+    let settled = manager.reap_orphans().await?;
+    println!("settled {} orphan(s)", settled.len());
+    for row in &settled {
+        println!(
+            "  session {}  {} ({})",
+            row.id,
+            row.status,
+            row.exit_reason.as_deref().unwrap_or("-")
         );
     }
-    let reaped = korvus_workspace::reap(&backends.scratch)
+    // The orphans settled just now have dirs too.
+    for row in &settled {
+        if !unused.contains(&row.id) {
+            unused.push(row.id);
+        }
+    }
+    let reaped = korvus_workspace::reap_sessions(&backends.scratch, unused)
         .await
         .with_context(|| format!("cannot reap {}", backends.scratch.display()))?;
     println!(
@@ -643,26 +651,8 @@ pub(crate) async fn reap(global: &Global, force: bool) -> Result<ExitCode> {
     for (path, e) in &reaped.failed {
         eprintln!("korvus: could not remove {}: {e}", path.display());
     }
-    // Rows a crashed run left `running` (no live run here owns them).
-    let mut stale = Vec::new();
-    for incident in backends.store.list_incidents().await? {
-        for s in backends.store.list_sessions(incident.id).await? {
-            if s.status == SessionStatus::Running
-                && !live.iter().any(|(l, _)| *l == s.id.to_string())
-            {
-                stale.push(s);
-            }
-        }
-    }
-    for s in &stale {
-        println!(
-            "  session {} is `running` with no run here (exit reason {}); `korvus cancel --force {}` ends it",
-            s.id,
-            s.exit_reason.as_deref().unwrap_or("-"),
-            s.id
-        );
-    }
     let failed = !reaped.failed.is_empty();
+    manager.stop().await;
     backends.close().await;
     Ok(if failed {
         ExitCode::FAILURE

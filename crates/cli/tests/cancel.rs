@@ -1,5 +1,7 @@
 //! `korvus cancel <session>` from another process reaches the `korvus run`
-//! that drives the session; `cancel --force` ends a row nothing runs.
+//! that drives the session through the database; a session whose process
+//! was killed is taken over once its lease expired; `cancel --force` ends a
+//! row at once.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -69,42 +71,24 @@ fn a_session_waiting_for_the_user_is_cancelled_without_force() {
     assert_eq!(run.status.code(), Some(5), "awaiting_user exits 5");
     let id = session_id(&String::from_utf8_lossy(&run.stdout));
 
-    // A stale pid file naming an unrelated live process: never signalled.
-    let mut unrelated = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .expect("sleep starts");
-    let runs = data.path().join("runs");
-    std::fs::create_dir_all(&runs).unwrap();
-    std::fs::write(
-        runs.join(format!("{id}.pid")),
-        format!("{} 1", unrelated.id()),
-    )
-    .unwrap();
-
     let cancelled = ok(korvus(data.path()).args(["cancel", &id]));
     assert!(cancelled.contains("waiting for the user"), "{cancelled}");
-    assert!(
-        unrelated.try_wait().expect("wait").is_none(),
-        "the unrelated process was not signalled"
-    );
-    unrelated.kill().unwrap();
-    let _ = unrelated.wait();
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("status     cancelled"), "{show}");
 }
 
-#[test]
-fn a_running_row_without_a_run_needs_force() {
-    let data = tempfile::tempdir().expect("temp dir");
-    // A run killed outright leaves its row `running` with no process.
+/// Starts `korvus run` with `lease` flags and an agent that sleeps; returns
+/// the process, the session id and the agent's unique sleep argument once
+/// the agent works.
+fn killable_run(data: &std::path::Path, lease: &[&str]) -> (std::process::Child, String, String) {
     let nap = unique_sleep();
     let agent = script(
-        data.path(),
+        data,
         "agent.sh",
         &format!("echo 'agent is working'\nexec sleep {nap}\n"),
     );
-    let mut run = korvus(data.path())
+    let mut run = korvus(data)
+        .args(lease)
         .args(["run", "--agent", "sh", "--agent-arg"])
         .arg(&agent)
         .arg("go")
@@ -120,30 +104,11 @@ fn a_running_row_without_a_run_needs_force() {
         seen.push('\n');
     }
     let id = session_id(&seen);
-    run.kill().expect("SIGKILL");
-    let _ = run.wait();
+    (run, id, nap)
+}
 
-    let refused = output(korvus(data.path()).args(["cancel", &id]));
-    assert_eq!(refused.status.code(), Some(1));
-    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
-    // The request stays on the row, for whichever process runs it.
-    let ls = ok(korvus(data.path()).args(["ls"]));
-    assert!(ls.contains("(cancel requested)"), "{ls}");
-    let show = ok(korvus(data.path()).args(["show", &id]));
-    assert!(show.contains("fence      1 (cancel requested)"), "{show}");
-
-    let forced = ok(korvus(data.path()).args(["cancel", "--force", &id]));
-    assert!(forced.contains("marked cancelled"), "{forced}");
-    let show = ok(korvus(data.path()).args(["show", &id]));
-    assert!(show.contains("status     cancelled"), "{show}");
-    // The killed run could not stop its agent: `reap` does, from the
-    // record the run left beside its scratch dir.
-    assert!(
-        running(&format!("sleep {nap}")),
-        "the agent outlived its run"
-    );
-    let reaped = ok(korvus(data.path()).args(["reap"]));
-    assert!(reaped.contains("stopped agent process group"), "{reaped}");
+/// Waits (ten seconds at most) until no process runs `sleep <nap>`.
+fn agent_stops(nap: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while running(&format!("sleep {nap}")) {
         assert!(
@@ -152,4 +117,62 @@ fn a_running_row_without_a_run_needs_force() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_killed_runs_session_is_taken_over_and_cancelled_once_its_lease_expired() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let (mut run, id, nap) = killable_run(data.path(), &["--lease-ttl", "1", "--heartbeat", "0.2"]);
+    run.kill().expect("SIGKILL");
+    let _ = run.wait();
+    assert!(
+        running(&format!("sleep {nap}")),
+        "the agent outlived its run"
+    );
+
+    // The request waits for the lease to lapse, then takes the session over.
+    let cancelled = ok(korvus(data.path()).args(["cancel", &id]));
+    assert!(
+        cancelled.contains(&format!("session {id}: cancelled")),
+        "{cancelled}"
+    );
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("status     cancelled"), "{show}");
+    assert!(show.contains("fence      2"), "taken over once: {show}");
+    assert!(
+        show.contains("rev 1   cancelled"),
+        "its revision has a report row: {show}"
+    );
+    // The takeover stopped the agent the killed run had recorded.
+    agent_stops(&nap);
+}
+
+#[test]
+fn force_ends_a_session_whose_owner_holds_its_lease_and_reap_stops_its_agent() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let (mut run, id, nap) = killable_run(data.path(), &["--lease-ttl", "600"]);
+    run.kill().expect("SIGKILL");
+    let _ = run.wait();
+
+    let ls = ok(korvus(data.path()).args(["ls"]));
+    assert!(ls.contains("lease until"), "{ls}");
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("owner      owner "), "{show}");
+
+    let forced = ok(korvus(data.path()).args(["cancel", "--force", &id]));
+    assert!(forced.contains("marked cancelled"), "{forced}");
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("status     cancelled"), "{show}");
+    // The killed run could not stop its agent: `reap --apply` does, from
+    // the record the run left beside its scratch dir.
+    assert!(
+        running(&format!("sleep {nap}")),
+        "the agent outlived its run"
+    );
+    let dry = ok(korvus(data.path()).args(["reap"]));
+    assert!(dry.contains(&id), "{dry}");
+    assert!(running(&format!("sleep {nap}")), "a dry run stops nothing");
+    let reaped = ok(korvus(data.path()).args(["reap", "--apply"]));
+    assert!(reaped.contains("stopped agent process group"), "{reaped}");
+    agent_stops(&nap);
 }

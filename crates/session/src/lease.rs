@@ -155,27 +155,33 @@ impl Inner {
         }
     }
 
+    /// Takes over the orphans the store lists, into `unsettled`.
+    pub(crate) async fn take_over_orphans(
+        &self,
+        unsettled: &mut HashMap<SessionId, Session>,
+    ) -> Result<(), StoreError> {
+        for (session, fence) in self.store.expired_leases().await? {
+            if self.live.contains(session) || unsettled.contains_key(&session) {
+                continue;
+            }
+            match self.store.take_over(session, fence, self.lease()).await {
+                Ok(row) => {
+                    warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
+                    unsettled.insert(session, row);
+                }
+                // Another reaper (or a renewal) came first.
+                Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {}
+                Err(e) => warn!(session_id = %session, error = %e, "orphan not taken over"),
+            }
+        }
+        Ok(())
+    }
+
     /// Takes over the orphans the store lists and settles them; retries
     /// the settlements still owed from earlier periods.
     async fn reap(&self, unsettled: &mut HashMap<SessionId, Session>) {
-        match self.store.expired_leases().await {
-            Ok(orphans) => {
-                for (session, fence) in orphans {
-                    if self.live.contains(session) || unsettled.contains_key(&session) {
-                        continue;
-                    }
-                    match self.store.take_over(session, fence, self.lease()).await {
-                        Ok(row) => {
-                            warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
-                            unsettled.insert(session, row);
-                        }
-                        // Another reaper (or a renewal) came first.
-                        Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {}
-                        Err(e) => warn!(session_id = %session, error = %e, "orphan not taken over"),
-                    }
-                }
-            }
-            Err(e) => warn!(error = %e, "expired leases not listed"),
+        if let Err(e) = self.take_over_orphans(unsettled).await {
+            warn!(error = %e, "expired leases not listed");
         }
         let owed: Vec<Session> = unsettled.values().cloned().collect();
         for row in owed {

@@ -119,7 +119,9 @@ pub use crate::path::{
     AGENT_HOME, AGENT_TMP, CONTEXT_DIR, DEFAULT_TREES, HARVEST_MANIFEST, MAX_PATH_BYTES,
     MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
-pub use crate::scratch::{create, create_iteration, reap, Reaped, ScratchDir, ScratchRoot};
+pub use crate::scratch::{
+    create, create_iteration, reap, reap_sessions, session_dirs, Reaped, ScratchDir, ScratchRoot,
+};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
 pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReason, Seeder};

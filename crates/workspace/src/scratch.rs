@@ -314,24 +314,49 @@ pub struct Reaped {
 /// Not cancel-safe: the sweep runs on a blocking task that finishes even if
 /// this future is dropped.
 pub async fn reap(root: &Path) -> Result<Reaped> {
+    let all = session_dirs(root).await?;
+    reap_sessions(root, all).await
+}
+
+/// The sessions that have a scratch dir under `root`: real directories
+/// named as [`create`] names them (symlinks and other names are not), in
+/// id order.
+///
+/// # Errors
+/// [`WorkspaceError::Io`] when `root` cannot be listed.
+pub async fn session_dirs(root: &Path) -> Result<Vec<SessionId>> {
     let root = root.to_path_buf();
     blocking(move || {
-        let mut entries: Vec<(String, PathBuf)> = Vec::new();
         let list = fs::read_dir(&root).map_err(|e| WorkspaceError::io("list", &root, e))?;
+        let mut out = Vec::new();
         for entry in list {
             let entry = entry.map_err(|e| WorkspaceError::io("list", &root, e))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            entries.push((name, entry.path()));
-        }
-        entries.sort();
-        let mut out = Reaped::default();
-        for (name, path) in entries {
-            let Some(session) = session_dir_name(&name) else {
+            let Some(session) = entry.file_name().to_str().and_then(session_dir_name) else {
                 continue;
             };
             // `file_type` from lstat: a symlink is a symlink, not a directory.
+            if fs::symlink_metadata(entry.path()).is_ok_and(|m| m.file_type().is_dir()) {
+                out.push(session);
+            }
+        }
+        out.sort();
+        Ok(out)
+    })
+    .await
+}
+
+/// Removes the scratch dirs of `sessions` under `root`, as [`reap`] does
+/// (recorded agents stopped first, no symlink followed); sessions without
+/// a dir are skipped. Use it to spare the dirs of sessions that still run.
+///
+/// # Errors
+/// As [`reap`]; failures to remove one directory are in [`Reaped::failed`].
+pub async fn reap_sessions(root: &Path, sessions: Vec<SessionId>) -> Result<Reaped> {
+    let root = root.to_path_buf();
+    blocking(move || {
+        let mut out = Reaped::default();
+        for session in sessions {
+            let path = root.join(session.to_string());
             match fs::symlink_metadata(&path) {
                 Ok(meta) if meta.file_type().is_dir() => {}
                 _ => continue,

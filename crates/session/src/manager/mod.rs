@@ -224,6 +224,30 @@ impl Manager {
         }
     }
 
+    /// Ends every orphan now, whatever this manager's heartbeat history —
+    /// for an operator who knows the dead replicas are gone (`korvus reap
+    /// --apply`). Each session whose owner's lease has expired is taken
+    /// over (exactly one caller wins each), its recorded agent processes on
+    /// this host are stopped, and it is settled `owner_lost` (`cancelled`
+    /// when a cancel was pending) with a report row for its revision.
+    /// Returns the rows it settled.
+    ///
+    /// # Errors
+    /// `Store` when the orphans cannot be listed; a takeover or settlement
+    /// that fails is logged and left to the next reaper.
+    pub async fn reap_orphans(&self) -> Result<Vec<Session>> {
+        let mut taken = std::collections::HashMap::new();
+        self.inner.take_over_orphans(&mut taken).await?;
+        let mut settled = Vec::new();
+        for row in taken.values() {
+            match self.inner.settle_taken_over(row, false).await {
+                Ok(done) => settled.push(done),
+                Err(e) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
+            }
+        }
+        Ok(settled)
+    }
+
     /// Waits until every run of this process has settled and released.
     /// Cancels nothing.
     ///
