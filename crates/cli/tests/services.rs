@@ -36,7 +36,7 @@ fn services() -> Option<(String, String)> {
 }
 
 /// A fresh database on the test server; returns its URL.
-async fn create_database(admin: &str, name: &str) -> String {
+pub(crate) async fn create_database(admin: &str, name: &str) -> String {
     let mut conn = PgConnection::connect(admin)
         .await
         .expect("connect to the test server");
@@ -50,7 +50,7 @@ async fn create_database(admin: &str, name: &str) -> String {
     format!("{server}/{name}")
 }
 
-async fn drop_database(admin: &str, name: &str) {
+pub(crate) async fn drop_database(admin: &str, name: &str) {
     let mut conn = PgConnection::connect(admin)
         .await
         .expect("connect to the test server");

@@ -8,6 +8,7 @@ mod demo;
 mod environment;
 mod errors;
 mod ops;
+mod replicas;
 mod report;
 mod sandbox;
 mod services;

@@ -1,0 +1,171 @@
+//! Several `korvus` processes on one database, as replicas: one is
+//! SIGKILLed mid-run, and a surviving one — another process — takes its
+//! sessions over and settles each `owner_lost` exactly once, with a report
+//! row, and stops the agents the dead process left running. On SQLite (one
+//! data dir) and on PostgreSQL (a database of its own; scratch dirs and
+//! bytes still in the shared data dir, as on one host).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{korvus, ok, running, script, session_id, unique_sleep};
+
+/// The lease of every replica: a ttl of 2 s, renewed every 0.5 s.
+const LEASE: [&str; 4] = ["--lease-ttl", "2", "--heartbeat", "0.5"];
+
+/// A replica: `korvus run` whose agent sleeps until killed.
+struct Replica {
+    process: Child,
+    session: String,
+    nap: String,
+}
+
+fn start(data: &Path, env: &[(&str, &str)], name: &str) -> Replica {
+    let nap = unique_sleep();
+    let agent = script(
+        data,
+        &format!("{name}.sh"),
+        &format!("echo 'agent is working'\nexec sleep {nap}\n"),
+    );
+    let mut process = korvus(data)
+        .envs(env.iter().copied())
+        .args(LEASE)
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg(name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("korvus starts");
+    let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
+    let mut seen = String::new();
+    while !seen.contains("agent is working") {
+        let line = lines.next().expect("output").expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    // Keep reading, so the replica never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Replica {
+        process,
+        session: session_id(&seen),
+        nap,
+    }
+}
+
+/// `korvus show` of a session, polled until it no longer runs (or 30 s).
+fn ended(data: &Path, env: &[(&str, &str)], id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let show = ok(korvus(data).envs(env.iter().copied()).args(["show", id]));
+        if !show.contains("status     running") || Instant::now() > deadline {
+            return show;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kills three replicas mid-run while a fourth survives; checks what the
+/// survivor did, from the rows (`korvus show`) and the process table.
+fn killed_replicas_are_settled_by_a_survivor(data: &Path, env: &[(&str, &str)]) {
+    let mut survivor = start(data, env, "survivor");
+    let mut victims: Vec<Replica> = (0..3)
+        .map(|i| start(data, env, &format!("victim{i}")))
+        .collect();
+    // The survivor reaps only after a ttl of its own healthy heartbeats.
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = Instant::now();
+    for v in &mut victims {
+        v.process.kill().expect("SIGKILL");
+        let _ = v.process.wait();
+    }
+    for v in &victims {
+        assert!(
+            running(&format!("sleep {}", v.nap)),
+            "the agent outlived its replica"
+        );
+    }
+    for v in &victims {
+        let show = ended(data, env, &v.session);
+        let latency = killed.elapsed();
+        eprintln!("session {} settled {latency:?} after the kill", v.session);
+        assert!(show.contains("status     failed"), "{show}");
+        assert!(show.contains("exit       owner_lost"), "{show}");
+        // Exactly once: one takeover (fence 1 -> 2) and one report row.
+        assert!(show.contains("fence      2"), "{show}");
+        let reports = show.split("\nartifacts").next().unwrap_or_default();
+        assert_eq!(reports.matches("  rev ").count(), 1, "{show}");
+        assert!(show.contains("rev 1   owner_lost"), "{show}");
+        // A loose bound, far above ttl + period (2.5 s): the latency itself
+        // is measured by `cargo xtask bench`.
+        assert!(latency < Duration::from_secs(30), "{latency:?}");
+    }
+    // The survivor stopped the agents the dead replicas had recorded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for v in &victims {
+        while running(&format!("sleep {}", v.nap)) {
+            assert!(
+                Instant::now() < deadline,
+                "an agent of a dead replica runs on"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The survivor's own session was never touched.
+    let show = ok(korvus(data)
+        .envs(env.iter().copied())
+        .args(["show", &survivor.session]));
+    assert!(show.contains("status     running"), "{show}");
+    assert!(show.contains("fence      1"), "{show}");
+    let cancelled = ok(korvus(data)
+        .envs(env.iter().copied())
+        .args(["cancel", &survivor.session]));
+    assert!(cancelled.contains("cancelled"), "{cancelled}");
+    let status = survivor.process.wait().expect("the survivor exits");
+    assert_eq!(status.code(), Some(4), "cancelled");
+    assert!(!running(&format!("sleep {}", survivor.nap)));
+}
+
+#[test]
+fn sqlite_replicas_settle_a_killed_replicas_sessions_owner_lost_once() {
+    let data = tempfile::tempdir().expect("temp dir");
+    killed_replicas_are_settled_by_a_survivor(data.path(), &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_settle_a_killed_replicas_sessions_owner_lost_once() {
+    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
+        );
+        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
+        return;
+    };
+    let name = format!("korvus_cli_replicas_{}", uuid::Uuid::now_v7().simple());
+    let url = crate::services::create_database(&admin, &name).await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let env = [("KORVUS_DATABASE_URL", url.as_str())];
+    let path = data.path().to_path_buf();
+    let env_owned: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env_owned
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        killed_replicas_are_settled_by_a_survivor(&path, &env);
+    })
+    .await;
+    crate::services::drop_database(&admin, &name).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
