@@ -141,22 +141,27 @@ pub fn session_prefix(incident: Uuid, session: Uuid) -> BlobKey {
     BlobKey(format!("incidents/{incident}/sessions/{session}"))
 }
 
-/// The key of a session's report revision:
-/// `incidents/<incident>/sessions/<session>/reports/<revision, 6 digits>/report.md`.
+/// The key of a session's report revision as written by the run at
+/// `fence`:
+/// `incidents/<incident>/sessions/<session>/reports/<revision, 6 digits>/<fence>/report.md`.
 ///
-/// Deterministic, so a retried upload overwrites instead of accumulating.
+/// Deterministic, so a retried upload of the same run overwrites instead
+/// of accumulating; the fence in it means a run that was superseded (taken
+/// over, or continued elsewhere) can never overwrite the bytes a newer
+/// run's row references — its late upload lands beside them.
 ///
 /// ```
 /// use korvus_blob::report_key;
 /// use uuid::Uuid;
 ///
 /// let (i, s) = (Uuid::nil(), Uuid::max());
-/// assert_eq!(report_key(i, s, 2), report_key(i, s, 2));
-/// assert!(report_key(i, s, 2).as_str().ends_with("/reports/000002/report.md"));
+/// assert_eq!(report_key(i, s, 2, 1), report_key(i, s, 2, 1));
+/// assert_ne!(report_key(i, s, 2, 1), report_key(i, s, 2, 2));
+/// assert!(report_key(i, s, 2, 3).as_str().ends_with("/reports/000002/3/report.md"));
 /// ```
-pub fn report_key(incident: Uuid, session: Uuid, revision: u32) -> BlobKey {
+pub fn report_key(incident: Uuid, session: Uuid, revision: u32, fence: u64) -> BlobKey {
     BlobKey(format!(
-        "incidents/{incident}/sessions/{session}/reports/{revision:06}/report.md"
+        "incidents/{incident}/sessions/{session}/reports/{revision:06}/{fence}/report.md"
     ))
 }
 
@@ -232,7 +237,9 @@ mod tests {
         let long = "x".repeat(10_000);
         let k = artifact_key(Uuid::nil(), Uuid::nil(), Uuid::nil(), &long);
         assert!(BlobKey::new(k.as_str()).is_ok());
-        assert!(BlobKey::new(report_key(Uuid::nil(), Uuid::nil(), u32::MAX).as_str()).is_ok());
+        assert!(
+            BlobKey::new(report_key(Uuid::nil(), Uuid::nil(), u32::MAX, u64::MAX).as_str()).is_ok()
+        );
     }
 
     #[test]

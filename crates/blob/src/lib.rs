@@ -28,7 +28,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_blob::Result<()> {
 //! let blobs = MemoryBlobStore::new();
-//! let key = report_key(uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), 1);
+//! let key = report_key(uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), 1, 1);
 //! let body = Bytes::from_static(b"# Findings\n");
 //! blobs.put(&key, body.clone(), PutOptions::for_bytes("text/markdown", &body)).await?;
 //! assert_eq!(blobs.get(&key).await?.bytes, body);

@@ -176,3 +176,22 @@ fn force_ends_a_session_whose_owner_holds_its_lease_and_reap_stops_its_agent() {
     assert!(reaped.contains("stopped agent process group"), "{reaped}");
     agent_stops(&nap);
 }
+
+#[test]
+fn a_reopen_stops_the_agent_a_killed_run_left_running() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let (mut run, id, nap) = killable_run(data.path(), &["--lease-ttl", "600"]);
+    run.kill().expect("SIGKILL");
+    let _ = run.wait();
+    ok(korvus(data.path()).args(["cancel", "--force", &id]));
+    assert!(
+        running(&format!("sleep {nap}")),
+        "the agent outlived its run"
+    );
+    let next = script(data.path(), "next.sh", "echo '# again' > report.md\n");
+    ok(korvus(data.path())
+        .args(["reopen", &id, "--agent", "sh", "--agent-arg"])
+        .arg(&next)
+        .arg("once more"));
+    agent_stops(&nap);
+}

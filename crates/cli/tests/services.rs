@@ -234,13 +234,13 @@ async fn run_reopen_show_export_on_postgres_and_s3() {
     assert!(
         stored
             .iter()
-            .any(|k| k.ends_with("reports/000001/report.md")),
+            .any(|k| k.ends_with("reports/000001/1/report.md")),
         "{stored:?}"
     );
     assert!(
         stored
             .iter()
-            .any(|k| k.ends_with("reports/000002/report.md")),
+            .any(|k| k.ends_with("reports/000002/2/report.md")),
         "{stored:?}"
     );
     let mut conn = PgConnection::connect(&db)

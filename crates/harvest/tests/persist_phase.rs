@@ -74,6 +74,7 @@ async fn files_land_bytes_first_rows_second_with_derived_keys() {
         env.session.incident_id.as_uuid(),
         env.session.id.as_uuid(),
         1,
+        env.session.fence,
     );
     assert_eq!(report.blob_key, expected_key.as_str());
     assert_eq!(

@@ -85,6 +85,7 @@ async fn a_report_over_its_limit_is_failed_not_stored_and_the_manifest_says_why(
         env.session.incident_id.as_uuid(),
         env.session.id.as_uuid(),
         1,
+        env.session.fence,
     );
     assert!(blobs.head(&report_key).await.is_err());
     assert!(!row_paths(&env).await.contains(&REPORT_FILE.to_owned()));

@@ -200,6 +200,23 @@ impl Inner {
         }
     }
 
+    /// Stops the agent process groups that dead runs of `session` recorded
+    /// under this manager's scratch root (on this host) and that still run.
+    /// Called only when no run of the session is live here.
+    pub(crate) async fn stop_dead_agents(&self, session: SessionId) {
+        let Some(root) = &self.scratch else {
+            return;
+        };
+        let dir = root.join(session.to_string());
+        let stopped =
+            tokio::task::spawn_blocking(move || korvus_workspace::stop_recorded_agents(&dir))
+                .await
+                .unwrap_or_default();
+        if !stopped.is_empty() {
+            warn!(session_id = %session, groups = ?stopped, "stopped the agent processes a dead run left running");
+        }
+    }
+
     /// Ends a run this manager took over: stops the dead run's recorded
     /// agent processes on this host, then writes the report row (unless
     /// the dead run wrote its own) and the settlement in one transaction —
@@ -210,16 +227,7 @@ impl Inner {
         row: &Session,
         cancel: bool,
     ) -> Result<Session, StoreError> {
-        if let Some(root) = &self.scratch {
-            let dir = root.join(row.id.to_string());
-            let stopped =
-                tokio::task::spawn_blocking(move || korvus_workspace::stop_recorded_agents(&dir))
-                    .await
-                    .unwrap_or_default();
-            if !stopped.is_empty() {
-                info!(session_id = %row.id, groups = ?stopped, "stopped the agent processes of the dead run");
-            }
-        }
+        self.stop_dead_agents(row.id).await;
         let (status, reason) = if cancel || row.cancel_requested {
             (SessionStatus::Cancelled, ExitReason::CANCELLED)
         } else {

@@ -232,6 +232,10 @@ impl Manager {
                         .await?
                 }
             };
+            // A run of this session that died on this host (its process
+            // was killed) may have left its agent running: stop it before
+            // the new run uses the session.
+            inner.stop_dead_agents(id).await;
             // A report row that failed to land leaves the next report
             // revision behind the session's: never reuse a revision (its
             // report key may already hold bytes an artifact row describes).

@@ -90,7 +90,7 @@ pub async fn upload_artifact(
 fn key_for(row: &UploadRow, id: ArtifactId) -> BlobKey {
     let (incident, session) = (row.incident.as_uuid(), row.session.as_uuid());
     if row.kind == ArtifactKind::Report {
-        report_key(incident, session, row.revision)
+        report_key(incident, session, row.revision, row.fence)
     } else {
         // `artifact_key` keeps only the path's last segment.
         artifact_key(incident, session, id.as_uuid(), &row.path)
@@ -123,7 +123,12 @@ mod tests {
         let digest = Sha256Digest::of(&bytes);
 
         let report = row(ArtifactKind::Report, REPORT_FILE);
-        let expected = report_key(report.incident.as_uuid(), report.session.as_uuid(), 3);
+        let expected = report_key(
+            report.incident.as_uuid(),
+            report.session.as_uuid(),
+            3,
+            report.fence,
+        );
         let new = upload_artifact(&blobs, bytes.clone(), digest, report.clone())
             .await
             .unwrap();
