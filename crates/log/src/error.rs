@@ -31,6 +31,17 @@ pub enum LogError {
         /// The log.
         id: LogId,
     },
+    /// A writer's epoch is older than the newest the log has seen: a newer
+    /// writer (a later run) claimed it. Nothing was written. Permanent.
+    #[error("turn log {id}: writer epoch {epoch} is stale (the log has seen epoch {newest})")]
+    Fenced {
+        /// The log.
+        id: LogId,
+        /// The writer's epoch.
+        epoch: u64,
+        /// The newest epoch the log has seen.
+        newest: u64,
+    },
     /// A mutation (append, flush) was attempted through a read handle. Permanent.
     #[error("turn log {id} handle is read-only")]
     ReadOnly {
@@ -210,6 +221,11 @@ mod tests {
             LogError::NotFound { id },
             LogError::AlreadyExists { id },
             LogError::AlreadyOwned { id },
+            LogError::Fenced {
+                id,
+                epoch: 1,
+                newest: 2,
+            },
             LogError::ReadOnly { id },
             LogError::Closed { id },
             LogError::Conflict {

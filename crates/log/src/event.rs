@@ -91,6 +91,11 @@ pub struct Event {
     /// When the event happened, if the writer knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<DateTime<Utc>>,
+    /// The epoch of the writer that appended it (see
+    /// [`LogHandle::claim_epoch`](crate::LogHandle::claim_epoch)); set by
+    /// the handle, `None` for a writer that claimed none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
@@ -101,13 +106,18 @@ impl Event {
     pub fn now(kind: EventKind) -> Self {
         Self {
             at: Some(Utc::now()),
+            epoch: None,
             kind,
         }
     }
 
     /// An event without a timestamp.
     pub fn new(kind: EventKind) -> Self {
-        Self { at: None, kind }
+        Self {
+            at: None,
+            epoch: None,
+            kind,
+        }
     }
 }
 

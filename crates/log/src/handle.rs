@@ -52,6 +52,25 @@ struct Writing {
     lost: u64,
     /// Why the last of them failed.
     reason: String,
+    /// The epoch this writer claimed, stamped on every event it appends.
+    epoch: Option<u64>,
+}
+
+impl Writing {
+    /// `events` stamped with this writer's epoch, if it claimed one.
+    fn stamped<'a>(&self, events: &'a [Event]) -> std::borrow::Cow<'a, [Event]> {
+        match self.epoch {
+            None => events.into(),
+            Some(epoch) => events
+                .iter()
+                .map(|e| Event {
+                    epoch: Some(epoch),
+                    ..e.clone()
+                })
+                .collect::<Vec<_>>()
+                .into(),
+        }
+    }
 }
 
 impl Debug for LogHandle {
@@ -241,9 +260,33 @@ impl LogHandle {
         }
         let mut writing = self.writing.lock().await;
         writing.next = None;
-        self.io.append(at, events).await?;
+        let events = writing.stamped(events);
+        self.io.append(at, &events).await?;
         writing.next = Some(at + events.len() as u64);
         Ok(())
+    }
+
+    /// Claims `epoch` for this writer — for a session, the fence of the run
+    /// that writes: the log refuses it when a newer epoch claimed the log,
+    /// and from then on refuses this writer's appends once a newer one
+    /// does ([`LogError::Fenced`], permanent). Every event this handle
+    /// appends afterwards records the epoch ([`Event::epoch`]). Claim once,
+    /// right after opening, before the first append.
+    ///
+    /// # Errors
+    /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`];
+    /// `Fenced`; `NotFound`; `Backend`.
+    pub async fn claim_epoch(&self, epoch: u64) -> Result<()> {
+        self.check_writable()?;
+        let mut writing = self.writing.lock().await;
+        self.io.claim(epoch).await?;
+        writing.epoch = Some(epoch);
+        Ok(())
+    }
+
+    /// The epoch this writer claimed, if any.
+    pub async fn epoch(&self) -> Option<u64> {
+        self.writing.lock().await.epoch
     }
 
     /// Events of failed appends not yet noted in the log.
@@ -253,6 +296,8 @@ impl LogHandle {
 
     /// One append, retried on transient failures at the same offset.
     async fn try_append(&self, writing: &mut Writing, batch: &[Event]) -> Result<()> {
+        let stamped = writing.stamped(batch);
+        let batch = &stamped[..];
         let mut pause = APPEND_BACKOFF;
         let mut attempt = 1;
         loop {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::jsonl_file::{
-    blocking, cut_torn_tail, io_err, lock_writer, read_header, revision_of, serialise,
-    write_counted, BACKEND,
+    blocking, claim_epoch_file, cut_torn_tail, io_err, lock_writer, read_epoch_file, read_header,
+    revision_of, serialise, write_counted, BACKEND,
 };
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
@@ -57,6 +57,11 @@ impl JsonlLog {
     fn path(&self, id: LogId) -> PathBuf {
         self.dir.join(format!("{id}.{EXTENSION}"))
     }
+
+    /// Where the newest writer epoch of log `id` is recorded.
+    fn epoch_path(&self, id: LogId) -> PathBuf {
+        self.dir.join(format!("{id}.{EXTENSION}.epoch"))
+    }
 }
 
 #[derive(Debug)]
@@ -69,6 +74,11 @@ struct JsonlIo {
     /// page-cache write is cheaper than waking a blocking thread; `fsync`
     /// goes to a blocking thread.
     writer: Option<Arc<Mutex<Option<WriteSide>>>>,
+    /// Where a writer records the newest epoch claimed (`<log>.epoch`,
+    /// beside the log). Only the holder of the file lock writes it, so a
+    /// claim needs no lock of its own, and appends need no check: no newer
+    /// writer can claim while this one holds the lock.
+    epoch_file: Option<PathBuf>,
 }
 
 /// The write side's file, and how many events it holds when known.
@@ -78,6 +88,11 @@ struct WriteSide {
     /// Complete events in the file; `None` until counted (a writer opened
     /// on an existing log counts them before its first append).
     count: Option<u64>,
+    /// This writer's epoch (0 until it claims one) and the newest the log
+    /// had seen when this writer took the file lock (or claimed): appends
+    /// are refused while the first is older.
+    epoch: u64,
+    newest: u64,
 }
 
 #[derive(Debug)]
@@ -149,8 +164,15 @@ impl IoState {
 }
 
 impl JsonlIo {
-    fn new(id: LogId, read: File, write: Option<WriteSide>, first_event: u64) -> Self {
+    fn new(
+        id: LogId,
+        read: File,
+        write: Option<WriteSide>,
+        first_event: u64,
+        epoch_file: PathBuf,
+    ) -> Self {
         Self {
+            epoch_file: write.is_some().then_some(epoch_file),
             id,
             state: Arc::new(Mutex::new(IoState {
                 file: read,
@@ -222,6 +244,20 @@ impl LogIo for JsonlIo {
         self.with_state(|id, s| s.count(id)).await
     }
 
+    async fn claim(&self, epoch: u64) -> Result<()> {
+        let writer = self.writer()?;
+        let (id, path) = (self.id, self.epoch_file.clone());
+        let Some(path) = path else {
+            return Err(LogError::ReadOnly { id });
+        };
+        blocking(move || claim_epoch_file(id, &path, epoch)).await?;
+        if let Some(side) = writer.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            side.epoch = epoch;
+            side.newest = epoch;
+        }
+        Ok(())
+    }
+
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
         let buf = serialise(events)?;
         let known = match self
@@ -230,6 +266,13 @@ impl LogIo for JsonlIo {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
+            Some(side) if side.epoch < side.newest => {
+                return Err(LogError::Fenced {
+                    id: self.id,
+                    epoch: side.epoch,
+                    newest: side.newest,
+                })
+            }
             Some(side) => side.count,
             None => return Err(LogError::Closed { id: self.id }),
         };
@@ -344,8 +387,11 @@ impl TurnLog for JsonlLog {
                 Some(WriteSide {
                     file: write,
                     count: Some(0),
+                    epoch: 0,
+                    newest: 0,
                 }),
                 first_event,
+                self.epoch_path(id),
             )),
             claim,
         ))
@@ -353,6 +399,7 @@ impl TurnLog for JsonlLog {
 
     async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
         let path = self.path(id);
+        let epoch_path = self.epoch_path(id);
         // Claim first so a second writer is refused before touching the file.
         let claim = match access {
             Access::Write => Some(self.writers.claim(id)?),
@@ -369,7 +416,13 @@ impl TurnLog for JsonlLog {
                     // Before touching the file: another writer may be on it.
                     lock_writer(id, &file)?;
                     cut_torn_tail(id, &mut file)?;
-                    Some(WriteSide { file, count: None })
+                    let newest = read_epoch_file(id, &epoch_path)?;
+                    Some(WriteSide {
+                        file,
+                        count: None,
+                        epoch: 0,
+                        newest,
+                    })
                 }
                 Access::Read => None,
             };
@@ -378,7 +431,13 @@ impl TurnLog for JsonlLog {
             Ok((header, read, write, first_event))
         })
         .await?;
-        let io = Arc::new(JsonlIo::new(id, read, write, first_event));
+        let io = Arc::new(JsonlIo::new(
+            id,
+            read,
+            write,
+            first_event,
+            self.epoch_path(id),
+        ));
         Ok(match claim {
             Some(claim) => LogHandle::writer(header, io, claim),
             None => LogHandle::reader(header, io),

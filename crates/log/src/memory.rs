@@ -1,6 +1,7 @@
 //! [`MemoryLog`]: turn logs in process memory.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -22,6 +23,9 @@ pub struct MemoryLog {
 struct MemoryLogData {
     header: LogHeader,
     events: Mutex<Vec<Event>>,
+    /// The newest writer epoch claimed; read and written under `events`'
+    /// lock, so a claim and an append never interleave.
+    newest: AtomicU64,
 }
 
 impl MemoryLogData {
@@ -51,6 +55,30 @@ impl MemoryLog {
 #[derive(Debug)]
 struct MemoryIo {
     data: Arc<MemoryLogData>,
+    /// This writer's epoch (0 until it claims one).
+    epoch: AtomicU64,
+}
+
+impl MemoryIo {
+    fn new(data: Arc<MemoryLogData>) -> Self {
+        Self {
+            data,
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// `Fenced` when the log has seen an epoch newer than `epoch`.
+    fn check(&self, epoch: u64) -> Result<()> {
+        let newest = self.data.newest.load(Ordering::SeqCst);
+        if newest > epoch {
+            return Err(LogError::Fenced {
+                id: self.data.header.id,
+                epoch,
+                newest,
+            });
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -73,8 +101,17 @@ impl LogIo for MemoryIo {
         Ok(self.data.events().len() as u64)
     }
 
+    async fn claim(&self, epoch: u64) -> Result<()> {
+        let _events = self.data.events();
+        self.check(epoch)?;
+        self.data.newest.store(epoch, Ordering::SeqCst);
+        self.epoch.store(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
         let mut stored = self.data.events();
+        self.check(self.epoch.load(Ordering::SeqCst))?;
         let found = stored.len() as u64;
         if found != at {
             // Done already only when an earlier try of this very append
@@ -114,6 +151,7 @@ impl TurnLog for MemoryLog {
             let data = Arc::new(MemoryLogData {
                 header: header.clone(),
                 events: Mutex::new(Vec::new()),
+                newest: AtomicU64::new(0),
             });
             logs.insert(id, Arc::clone(&data));
             data
@@ -121,7 +159,7 @@ impl TurnLog for MemoryLog {
         let claim = self.writers.claim(id)?;
         Ok(LogHandle::writer(
             header,
-            Arc::new(MemoryIo { data }),
+            Arc::new(MemoryIo::new(data)),
             claim,
         ))
     }
@@ -129,7 +167,7 @@ impl TurnLog for MemoryLog {
     async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
         let data = self.get(id)?;
         let header = data.header.clone();
-        let io = Arc::new(MemoryIo { data });
+        let io = Arc::new(MemoryIo::new(data));
         Ok(match access {
             Access::Read => LogHandle::reader(header, io),
             Access::Write => LogHandle::writer(header, io, self.writers.claim(id)?),

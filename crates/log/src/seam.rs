@@ -135,6 +135,16 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// empty.
     async fn append(&self, at: u64, events: &[Event]) -> Result<()>;
 
+    /// Makes `epoch` this writer's epoch: refused with
+    /// [`LogError::Fenced`] when the log has seen a newer one, else
+    /// recorded as the log's newest (it may equal it). From then on, every
+    /// append through this I/O is refused with `Fenced` once a newer writer
+    /// claimed the log. A writer that never claims has epoch 0.
+    ///
+    /// # Errors
+    /// `Fenced`, `NotFound`, `Backend`.
+    async fn claim(&self, epoch: u64) -> Result<()>;
+
     /// Makes everything appended durable.
     async fn flush(&self) -> Result<()>;
 

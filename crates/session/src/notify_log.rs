@@ -31,6 +31,10 @@ impl LogIo for NotifyingIo {
         self.inner.len().await
     }
 
+    async fn claim(&self, epoch: u64) -> Result<()> {
+        self.inner.claim_epoch(epoch).await
+    }
+
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
         self.inner.append_at(at, events).await?;
         self.notify.notify_waiters();

@@ -200,8 +200,14 @@ impl Manager {
                 return Err(how.refused(id));
             }
             // A local run that wrote its row may still be unwinding
-            // (cleaning up, deregistering): let it finish first.
-            let unwinding = inner.live.get(id).map(|run| run.settled.subscribe());
+            // (cleaning up, deregistering): let it finish first. A live
+            // run at a newer fence than the row we read is a concurrent
+            // caller's new run: we lost, and must not wait for it to end.
+            let live = inner.live.get(id);
+            if live.as_ref().is_some_and(|run| run.fence != row.fence) {
+                return Err(how.refused(id));
+            }
+            let unwinding = live.map(|run| run.settled.subscribe());
             if let Some(mut rx) = unwinding {
                 let _ = rx.wait_for(|done| *done).await;
                 // What we waited for may have been a concurrent caller's new
@@ -246,7 +252,12 @@ impl Manager {
                     warn!(error = %e, "stream reopener panicked");
                 }
             }
-            if let Err(e) = repair(&log, &closers, &message).await {
+            // From here on the log refuses the writers of earlier runs.
+            let repaired = match log.claim_epoch(session.fence).await {
+                Ok(()) => repair(&log, &closers, &message).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = repaired {
                 error!(error = %e, "turn log not repaired; settling the session failed");
                 let ended = Revision {
                     number: revision,

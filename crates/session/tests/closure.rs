@@ -294,6 +294,9 @@ impl korvus_log::LogIo for RefusesAppends {
     async fn event_count(&self) -> korvus_log::Result<u64> {
         self.0.len().await
     }
+    async fn claim(&self, epoch: u64) -> korvus_log::Result<()> {
+        self.0.claim_epoch(epoch).await
+    }
     async fn append(&self, _: u64, _: &[korvus_log::Event]) -> korvus_log::Result<()> {
         Err(korvus_log::LogError::permanent("broken", "appends refused"))
     }

@@ -65,7 +65,13 @@ async fn delivers_every_event_in_order_and_ends_after_the_terminal_row() {
         }
     };
     let (a, b) = tokio::join!(collect(early.boxed()), collect(late.boxed()));
-    let expected: Vec<Event> = (0..50).map(numbered).collect();
+    // Stored as written by the session's first run: its fence is the epoch.
+    let expected: Vec<Event> = (0..50)
+        .map(|n| Event {
+            epoch: Some(s.fence),
+            ..numbered(n)
+        })
+        .collect();
     assert_eq!(a, expected);
     assert_eq!(b, expected, "prefix + live without gaps or duplicates");
     // Watching a finished session replays the log and ends.

@@ -81,14 +81,17 @@ pub(crate) trait LogDialect {
 
     /// Appends `bodies` (the events' JSON texts, at least one) to this log in
     /// one transaction, numbered from `at`, with `bytes` added to the log's
-    /// size — only when the log holds exactly `at` events, checked under the
-    /// log row's lock so writers in other processes cannot interleave.
-    /// Returns `None` when stored, or the count the log held instead (then
-    /// nothing was stored); `NotFound` when the log does not exist.
+    /// size — only when the log holds exactly `at` events and its newest
+    /// writer epoch is not newer than `epoch`, both checked under the log
+    /// row's lock so writers in other processes cannot interleave. Returns
+    /// `None` when stored, or the count the log held instead (then nothing
+    /// was stored); `Fenced` when a newer epoch claimed the log; `NotFound`
+    /// when the log does not exist.
     async fn append_bodies(
         &self,
         at: u64,
         bodies: &[String],
         bytes: i64,
+        epoch: u64,
     ) -> korvus_log::Result<Option<i64>>;
 }

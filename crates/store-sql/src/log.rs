@@ -51,6 +51,9 @@ macro_rules! sql_log {
         struct $io {
             pool: $pool,
             id: korvus_log::LogId,
+            /// This writer's epoch (0 until it claims one); an append is
+            /// stored only while the log's newest epoch is not newer.
+            epoch: std::sync::atomic::AtomicU64,
         }
 
         // A scope of its own, so the shared code names what it uses here and
@@ -88,6 +91,7 @@ macro_rules! sql_log {
                     let io = Arc::new($io {
                         pool: self.pool.clone(),
                         id: header.id,
+                        epoch: std::sync::atomic::AtomicU64::new(0),
                     });
                     Ok(match access {
                         Access::Read => LogHandle::reader(header, io),
@@ -193,12 +197,42 @@ macro_rules! sql_log {
                     log_rows::count(self.id, count)
                 }
 
+                async fn claim(&self, epoch: u64) -> Result<()> {
+                    let newest = log_rows::to_epoch(self.id, epoch)?;
+                    let done = sqlx::query(
+                        "UPDATE turn_logs SET epoch = $2 WHERE id = $1 AND epoch <= $2",
+                    )
+                    .bind(self.id.as_uuid())
+                    .bind(newest)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(log_backend(BACKEND))?;
+                    if done.rows_affected() == 0 {
+                        // Failure path only: unknown log, or a newer epoch.
+                        let found: Option<i64> =
+                            sqlx::query_scalar("SELECT epoch FROM turn_logs WHERE id = $1")
+                                .bind(self.id.as_uuid())
+                                .fetch_optional(&self.pool)
+                                .await
+                                .map_err(log_backend(BACKEND))?;
+                        let found = found.ok_or(LogError::NotFound { id: self.id })?;
+                        return Err(LogError::Fenced {
+                            id: self.id,
+                            epoch,
+                            newest: u64::try_from(found).unwrap_or_default(),
+                        });
+                    }
+                    self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
+                    Ok(())
+                }
+
                 async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
                     let (bodies, bytes) = log_rows::event_lines(BACKEND, events)?;
                     if bodies.is_empty() {
                         return Ok(());
                     }
-                    let Some(found) = self.append_bodies(at, &bodies, bytes).await? else {
+                    let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
+                    let Some(found) = self.append_bodies(at, &bodies, bytes, epoch).await? else {
                         return Ok(());
                     };
                     // Not stored: done already only when an earlier try of

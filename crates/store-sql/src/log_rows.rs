@@ -113,6 +113,31 @@ pub(crate) fn events(
         .collect()
 }
 
+/// A writer epoch as the column holds it; one past `i64::MAX` is refused
+/// as a conflict of nothing (no log ever sees such an epoch).
+pub(crate) fn to_epoch(id: LogId, epoch: u64) -> korvus_log::Result<i64> {
+    i64::try_from(epoch).map_err(|_| korvus_log::LogError::Fenced {
+        id,
+        epoch,
+        newest: u64::MAX,
+    })
+}
+
+/// What an append that stored nothing found: `Fenced` when the log's
+/// newest epoch `newest` is newer than the writer's, else the count.
+pub(crate) fn refused(
+    id: LogId,
+    epoch: u64,
+    found: i64,
+    newest: i64,
+) -> korvus_log::Result<Option<i64>> {
+    let newest = u64::try_from(newest).unwrap_or_default();
+    if newest > epoch {
+        return Err(korvus_log::LogError::Fenced { id, epoch, newest });
+    }
+    Ok(Some(found))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,20 +207,23 @@ impl LogDialect for PgLogIo {
         at: u64,
         bodies: &[String],
         bytes: i64,
+        epoch: u64,
     ) -> korvus_log::Result<Option<i64>> {
         let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
             id: self.id,
             expected: at,
             found: 0,
         })?;
+        let mine = crate::log_rows::to_epoch(self.id, epoch)?;
         // One statement: bump the count under the log row's lock — only
-        // when the log holds exactly `at` events, so even writers in other
-        // processes cannot interleave — and insert the events numbered
-        // from there.
+        // when the log holds exactly `at` events and no newer writer claimed
+        // it, so even writers in other processes cannot interleave — and
+        // insert the events numbered from there.
         let appended = sqlx::query(
             "WITH l AS ( \
                  UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4 \
-                 WHERE id = $1 AND event_count = $5 RETURNING event_count - $3 AS start \
+                 WHERE id = $1 AND event_count = $5 AND epoch <= $6 \
+                 RETURNING event_count - $3 AS start \
              ) \
              INSERT INTO turn_events (log_id, seq, body) \
              SELECT $1, l.start + e.ord - 1, e.body \
@@ -231,22 +234,24 @@ impl LogDialect for PgLogIo {
         .bind(i64::try_from(bodies.len()).unwrap_or(i64::MAX))
         .bind(bytes)
         .bind(start)
+        .bind(mine)
         .execute(&self.pool)
         .await
         .map_err(log_backend(BACKEND))?;
         if appended.rows_affected() > 0 {
             return Ok(None);
         }
-        // Nothing stored: the log is missing, or holds another count.
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+        // Nothing stored: the log is missing, holds another count, or a
+        // newer writer claimed it.
+        let found: Option<(i64, i64)> =
+            sqlx::query_as("SELECT event_count, epoch FROM turn_logs WHERE id = $1")
                 .bind(self.id.as_uuid())
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(log_backend(BACKEND))?;
         match found {
             None => Err(korvus_log::LogError::NotFound { id: self.id }),
-            Some(found) => Ok(Some(found)),
+            Some((found, newest)) => crate::log_rows::refused(self.id, epoch, found, newest),
         }
     }
 }

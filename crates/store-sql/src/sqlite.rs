@@ -297,6 +297,7 @@ impl LogDialect for SqliteLogIo {
         at: u64,
         bodies: &[String],
         bytes: i64,
+        epoch: u64,
     ) -> korvus_log::Result<Option<i64>> {
         let count = i64::try_from(bodies.len()).unwrap_or(i64::MAX);
         let start = i64::try_from(at).map_err(|_| korvus_log::LogError::Conflict {
@@ -311,17 +312,18 @@ impl LogDialect for SqliteLogIo {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(log_backend(BACKEND))?;
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+        let found: Option<(i64, i64)> =
+            sqlx::query_as("SELECT event_count, epoch FROM turn_logs WHERE id = $1")
                 .bind(self.id.as_uuid())
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(log_backend(BACKEND))?;
-        let Some(found) = found else {
+        let Some((found, newest)) = found else {
             return Err(korvus_log::LogError::NotFound { id: self.id });
         };
-        if found != start {
-            return Ok(Some(found));
+        // A newer writer claimed the log, or another count: nothing stored.
+        if found != start || u64::try_from(newest).unwrap_or_default() > epoch {
+            return crate::log_rows::refused(self.id, epoch, found, newest);
         }
         sqlx::query(
             "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3 \

@@ -79,6 +79,43 @@ async fn concurrent_services_never_interleave(a: &dyn TurnLog, b: &dyn TurnLog) 
     wb.close().await.unwrap();
 }
 
+/// Two services (as two processes) hold write handles on one log: the
+/// older run's writer (epoch 1) is refused as soon as a newer one (epoch 2)
+/// claimed the log, even though its handle is still open; nothing of it
+/// lands after the claim.
+async fn a_newer_epoch_fences_a_live_older_writer(a: &dyn TurnLog, b: &dyn TurnLog) {
+    let id = fresh_id();
+    let old = a.create(LogHeader::new(id)).await.unwrap();
+    old.claim_epoch(1).await.unwrap();
+    old.append(&sample_events(1)).await.unwrap();
+    let new = b.open(id, Access::Write).await.unwrap();
+    new.claim_epoch(2).await.unwrap();
+    let refused = old.append(&sample_events(2)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(LogError::Fenced {
+                epoch: 1,
+                newest: 2,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    new.append(&sample_events(3)).await.unwrap();
+    let events = b
+        .open(id, Access::Read)
+        .await
+        .unwrap()
+        .read(0, None)
+        .await
+        .unwrap();
+    let epochs: Vec<Option<u64>> = events.iter().map(|e| e.epoch).collect();
+    assert_eq!(epochs, [[Some(1); 6], [Some(2); 6]].concat());
+    old.close().await.ok();
+    new.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     let Some(db) = PgDb::create().await else {
@@ -90,6 +127,11 @@ async fn postgres() {
     let pg = export(&PgLog::new(db.pool().clone()), &header, &events).await;
     assert_eq!(pg, memory, "byte-identical export");
     concurrent_services_never_interleave(
+        &PgLog::new(db.pool().clone()),
+        &PgLog::new(db.pool().clone()),
+    )
+    .await;
+    a_newer_epoch_fences_a_live_older_writer(
         &PgLog::new(db.pool().clone()),
         &PgLog::new(db.pool().clone()),
     )
@@ -106,6 +148,11 @@ async fn sqlite() {
     let sqlite = export(&SqliteLog::new(db.pool().clone()), &header, &events).await;
     assert_eq!(sqlite, memory, "byte-identical export");
     concurrent_services_never_interleave(
+        &SqliteLog::new(db.pool().clone()),
+        &SqliteLog::new(db.pool().clone()),
+    )
+    .await;
+    a_newer_epoch_fences_a_live_older_writer(
         &SqliteLog::new(db.pool().clone()),
         &SqliteLog::new(db.pool().clone()),
     )

@@ -183,6 +183,10 @@ impl LogIo for FailingIo {
         self.inner.len().await
     }
 
+    async fn claim(&self, epoch: u64) -> Result<()> {
+        self.inner.claim_epoch(epoch).await
+    }
+
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
         let id = self.inner.id();
         let fault = self.faults.lock().unwrap().next_append(id);

@@ -10,6 +10,13 @@ use serde_json::json;
 
 use crate::faults::FailingLog;
 
+mod epoch;
+
+pub use self::epoch::{
+    an_older_writer_epoch_is_refused_and_events_record_theirs,
+    an_unclaimed_writer_is_refused_after_a_claim,
+};
+
 crate::__with_cases!(log, [crate::__gen_run_all], (log, TurnLog,));
 
 /// A fresh log id.

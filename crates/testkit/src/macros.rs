@@ -65,6 +65,8 @@ macro_rules! __with_cases {
             transient_append_failures_are_retried,
             failed_appends_are_noted_once_an_append_works,
             a_reopened_writer_appends_after_the_stored_events,
+            an_older_writer_epoch_is_refused_and_events_record_theirs,
+            an_unclaimed_writer_is_refused_after_a_claim,
         ]);
     };
     (blob, [$($cb:tt)+], ($($args:tt)*)) => {

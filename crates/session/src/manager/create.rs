@@ -125,7 +125,14 @@ impl Manager {
             let header = LogHeader::new(LogId::from_uuid(id.as_uuid()))
                 .with_label("incident_id", incident.id.to_string())
                 .with_label("session_id", id.to_string());
-            let log = match inner.logs.create(header).await {
+            // The log records which run wrote each event, and refuses a
+            // run superseded by a later one: its epoch is the run's fence.
+            let created = async {
+                let log = inner.logs.create(header).await?;
+                log.claim_epoch(session.fence).await?;
+                Ok::<_, korvus_log::LogError>(log)
+            };
+            let log = match created.await {
                 Ok(log) => log,
                 Err(e) => {
                     error!(error = %e, "turn log not created; settling the session failed");

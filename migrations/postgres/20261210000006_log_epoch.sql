@@ -1,0 +1,7 @@
+-- F11: the newest writer epoch a turn log has seen. A writer claims an
+-- epoch (the session layer uses the fence of the run that writes) when it
+-- opens the log; a claim older than this is refused, and so is every
+-- append of a writer whose epoch is older — checked under the log row's
+-- lock in the append's own statement. Existing logs start at 0 (no epoch).
+
+ALTER TABLE turn_logs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;
