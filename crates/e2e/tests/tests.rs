@@ -7,6 +7,7 @@
 
 mod support;
 
+mod chaos;
 mod closure;
 mod fence;
 mod harvest;

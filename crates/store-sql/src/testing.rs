@@ -102,6 +102,26 @@ impl PgDb {
         &self.pool
     }
 
+    /// This test's database name, for another process to [`connect`](PgDb::connect) to.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A pool on the test server's database `name` (made by another
+    /// process's [`PgDb::create`]), or `None` when PostgreSQL tests are
+    /// skipped.
+    pub async fn connect(name: &str, max_connections: u32) -> Option<PgPool> {
+        let url = database_url()?;
+        let admin = PgConnectOptions::from_str(&url).expect("KORVUS_TEST_DATABASE_URL parses");
+        Some(
+            PgPoolOptions::new()
+                .max_connections(max_connections)
+                .connect_with(admin.database(name))
+                .await
+                .expect("connect to the test database"),
+        )
+    }
+
     /// Closes the pool and drops the database.
     pub async fn drop_db(self) {
         self.pool.close().await;
