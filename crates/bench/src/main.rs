@@ -30,6 +30,7 @@ use tracing_subscriber::layer::SubscriberExt;
 mod cancel;
 mod closers;
 mod files;
+mod lease;
 mod output;
 mod pg;
 mod report;
@@ -145,7 +146,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=9u32 {
+    for n in 1..=11u32 {
         if !wanted(n) {
             continue;
         }
@@ -160,7 +161,9 @@ async fn all(
             6 => scale::scale(&mut b).await,
             7 => closers::closers(&mut b),
             8 => output::agent_output(&mut b).await,
-            _ => cancel::cancel_latency(&mut b).await,
+            9 => cancel::cancel_latency(&mut b).await,
+            10 => lease::orphan_latency(&mut b).await,
+            _ => lease::heartbeat_cost(&mut b).await,
         };
         match result {
             Ok(r) => {
