@@ -7,6 +7,7 @@
 
 mod support;
 
+mod cancel;
 mod chaos;
 mod closure;
 mod fence;

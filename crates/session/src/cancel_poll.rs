@@ -1,7 +1,10 @@
 //! Cancel requests from other replicas: `Manager::cancel` on a replica that
 //! does not run the session records a request in the store, naming the
 //! fence of the run it targets; the manager that runs it finds the request
-//! here and fires the run's cancellation, as a local `cancel` would.
+//! here and fires the run's cancellation, as a local `cancel` would. It
+//! polls every `cancel_poll` period, and at once when the store pushes a
+//! wake-up ([`Store::cancel_signal`](korvus_store::Store::cancel_signal):
+//! PostgreSQL `LISTEN`/`NOTIFY`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -20,11 +23,24 @@ pub(crate) fn start(inner: &Arc<Inner>) {
     };
     let weak = Arc::downgrade(inner);
     let period = inner.config.cancel_poll;
+    // Where the store can push (PostgreSQL NOTIFY), a request is polled
+    // for at once; the period stays as the fallback.
+    let signal = inner.store.cancel_signal();
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            match &signal {
+                Some(pushed) => {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        () = pushed.notified() => {}
+                    }
+                }
+                None => {
+                    tick.tick().await;
+                }
+            }
             if !poll(&weak).await {
                 return;
             }

@@ -63,6 +63,11 @@ pub(crate) trait StoreDialect {
     /// The rows of those of `ids` (at least one) that exist, in any order.
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>>;
 
+    /// [`Store::cancel_signal`](korvus_store::Store::cancel_signal): a
+    /// `Notify` fed by the engine's notifications of new cancel requests,
+    /// or `None` for an engine without them.
+    fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;
+
     /// How a failing write about `entity` is reported (see [`Op`]).
     fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
         Op {

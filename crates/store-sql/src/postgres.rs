@@ -38,6 +38,15 @@ sql_store! {
 crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
 
 impl StoreDialect for PgStore {
+    fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let weak = std::sync::Arc::downgrade(&notify);
+        let pool = self.pool().clone();
+        runtime.spawn(listen_for_cancels(pool, weak));
+        Some(notify)
+    }
+
     const BACKEND: &'static str = BACKEND;
 
     // One statement: bump the incident's counter (taking its row lock, so
@@ -252,6 +261,50 @@ impl LogDialect for PgLogIo {
         match found {
             None => Err(korvus_log::LogError::NotFound { id: self.id }),
             Some((found, newest)) => crate::log_rows::refused(self.id, epoch, found, newest),
+        }
+    }
+}
+
+/// The channel the `sessions_cancel_notify` trigger notifies.
+const CANCEL_CHANNEL: &str = "korvus_cancel";
+
+/// Feeds `notify` with the notifications of new cancel requests until
+/// nobody holds it any more. A lost connection is re-established (sqlx's
+/// listener reconnects; what was sent meanwhile is lost, and the caller's
+/// polling covers it); a listener that cannot start retries after a pause.
+async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::Notify>) {
+    use std::time::Duration;
+    loop {
+        if notify.strong_count() == 0 {
+            return;
+        }
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "cancel listener not connected; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(CANCEL_CHANNEL).await {
+            tracing::debug!(error = %e, "LISTEN failed; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        loop {
+            // Wake up now and then to notice that nobody listens any more.
+            match tokio::time::timeout(Duration::from_secs(1), listener.recv()).await {
+                Ok(Ok(_)) => match notify.upgrade() {
+                    Some(n) => n.notify_one(),
+                    None => return,
+                },
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "cancel listener failed; reconnecting");
+                    break;
+                }
+                Err(_) if notify.strong_count() == 0 => return,
+                Err(_) => {}
+            }
         }
     }
 }

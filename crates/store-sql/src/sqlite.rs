@@ -98,6 +98,11 @@ sql_store! {
 crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
 
 impl StoreDialect for SqliteStore {
+    fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        // SQLite cannot notify other connections: managers poll.
+        None
+    }
+
     const BACKEND: &'static str = BACKEND;
 
     // One statement, holding the write lock from its first read: the next

@@ -296,6 +296,10 @@ macro_rules! sql_store {
                     transition::pairs(Self::BACKEND, rows)
                 }
 
+                fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+                    self.cancel_listener()
+                }
+
                 async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
                     self.transition(id, Transition::CancelIdle, None).await
                 }

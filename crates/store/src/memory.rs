@@ -316,6 +316,11 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        // In-process replicas poll; nothing to push from.
+        None
+    }
+
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.idle_transition(id, |session| {
             session.status = SessionStatus::Cancelled;

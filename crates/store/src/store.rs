@@ -135,6 +135,15 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `Backend` on I/O failure.
     async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>>;
 
+    /// A wake-up for whoever polls [`cancel_requests`](Store::cancel_requests):
+    /// a new `Notify` that is notified (`notify_one`) soon after any
+    /// replica records a cancel request, so the poller can poll at once
+    /// instead of at its next period. `None` when the backend cannot push
+    /// (the caller keeps polling); a wake-up may also be lost (while a
+    /// listener reconnects), so polling stays the fallback. The backend
+    /// stops pushing once every clone of the `Notify` is dropped.
+    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;
+
     /// Moves an idle session (`running` with exit reason
     /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER), see
     /// [`Session::is_idle`](crate::Session::is_idle)) to `cancelled` in one

@@ -200,6 +200,9 @@ impl Store for FaultStore {
         self.enter(StoreOp::CancelRequests).await?;
         self.inner.cancel_requests().await
     }
+    fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.inner.cancel_signal()
+    }
     async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
         self.enter(StoreOp::ResumeIdleSession).await?;
         self.inner.resume_idle_session(id, lease).await
