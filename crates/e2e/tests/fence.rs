@@ -1,5 +1,6 @@
 //! Fencing on the embedded default (SQLite rows and logs): a run
-//! superseded by a newer run of its session writes no settlement. Replica
+//! superseded by a newer run of its session writes no settlement, and a
+//! run whose turn log a newer writer claimed is cancelled. Replica
 //! A's run outlives an operator's forced cancel and a reopen on replica B
 //! (another log service on the same database); A's late settle is refused
 //! and B's row stays as B left it.
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::MemoryBlobStore;
+use korvus_log::{Access, Event, EventKind, LogId, TurnLog};
 use korvus_runner::testing::ScriptRunner;
 use korvus_session::{CreateSession, Manager, RunOutcome};
 use korvus_store::{Counters, NewIncident, SessionStatus, Settlement, Store};
@@ -106,4 +108,74 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
     let artifacts = store.list_session_artifacts(session.id).await.unwrap();
     assert!(artifacts.iter().all(|a| a.fence == 2), "{artifacts:?}");
     b.stop().await;
+}
+
+/// A run whose turn log was claimed by a newer writer (another service on
+/// the same database, as a run that took the session over would) has its
+/// next append refused and is cancelled at once; none of its events lands
+/// after the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_log_a_newer_writer_claimed_is_cancelled() {
+    let db = SqliteDb::create().await;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::new(db.pool().clone()));
+    let scratch = tempfile::tempdir().unwrap();
+    // The run appends a note every 20 ms until its appends fail.
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        for turn in 0..1000u64 {
+            let note = Event::new(EventKind::Note {
+                text: format!("note {turn}"),
+            });
+            if ctx.log.append(&[note]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctx.cancel.cancelled().await;
+        Ok(RunOutcome {
+            exit_reason: korvus_session::ExitReason::CANCELLED,
+            author_finished: false,
+            counters: Counters::default(),
+        })
+    });
+    let a = Manager::builder(Arc::clone(&store), Arc::new(runner))
+        .blob_store(Arc::new(MemoryBlobStore::new()))
+        .turn_log(Arc::new(SqliteLog::new(db.pool().clone())))
+        .scratch_root(ScratchRoot::supplied(scratch.path()))
+        .build();
+    let incident = store
+        .create_incident(NewIncident {
+            title: "log epoch".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let session = a
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: "write".into(),
+            context: vec![],
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = SqliteLog::new(db.pool().clone());
+    let id = LogId::from_uuid(session.id.as_uuid());
+    let newer = other.open(id, Access::Write).await.unwrap();
+    newer.claim_epoch(session.fence + 1).await.unwrap();
+    let claimed_at = newer.len().await.unwrap();
+    let row = a
+        .await_settled(session.id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    let events = newer.read(0, None).await.unwrap();
+    assert!(claimed_at > 0, "the run wrote before the claim");
+    assert_eq!(
+        events.len() as u64,
+        claimed_at,
+        "nothing of the old run landed after the claim"
+    );
+    assert!(events.iter().all(|e| e.epoch == Some(session.fence)));
+    newer.close().await.unwrap();
+    a.stop().await;
 }

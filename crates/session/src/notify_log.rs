@@ -3,21 +3,30 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use korvus_log::{Event, LogHandle, LogIo, Result, Writers};
+use korvus_log::{Event, LogError, LogHandle, LogIo, Result, Writers};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 /// Delegates to the backend's write handle and wakes `notify` after every
 /// successful append, so [`Manager::watch`](crate::Manager::watch) streams
-/// live events without polling the backend in a tight loop.
+/// live events without polling the backend in a tight loop. An append the
+/// log refuses because a newer run claimed it (`LogError::Fenced`) cancels
+/// the run: it was superseded and must stop.
 #[derive(Debug)]
 pub(crate) struct NotifyingIo {
     inner: LogHandle,
     notify: Arc<Notify>,
+    cancel: CancellationToken,
 }
 
 impl NotifyingIo {
-    pub(crate) fn new(inner: LogHandle, notify: Arc<Notify>) -> Self {
-        Self { inner, notify }
+    pub(crate) fn new(inner: LogHandle, notify: Arc<Notify>, cancel: CancellationToken) -> Self {
+        Self {
+            inner,
+            notify,
+            cancel,
+        }
     }
 }
 
@@ -36,9 +45,20 @@ impl LogIo for NotifyingIo {
     }
 
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
-        self.inner.append_at(at, events).await?;
-        self.notify.notify_waiters();
-        Ok(())
+        match self.inner.append_at(at, events).await {
+            Ok(()) => {
+                self.notify.notify_waiters();
+                Ok(())
+            }
+            Err(e @ LogError::Fenced { .. }) => {
+                if !self.cancel.is_cancelled() {
+                    warn!(error = %e, "the turn log has a newer writer: this run was superseded; cancelling it");
+                    self.cancel.cancel();
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn flush(&self) -> Result<()> {
@@ -50,18 +70,20 @@ impl LogIo for NotifyingIo {
     }
 }
 
-/// Re-wraps a write handle so every append wakes `notify`; the wrapper
-/// takes this process's single-writer claim of the log.
+/// Re-wraps a write handle so every append wakes `notify` (and a fenced
+/// append fires `cancel`); the wrapper takes this process's single-writer
+/// claim of the log.
 pub(crate) fn notifying(
     writers: &Writers,
     log: LogHandle,
     notify: Arc<Notify>,
+    cancel: CancellationToken,
 ) -> Result<LogHandle> {
     let header = log.header().clone();
     let claim = writers.claim(header.id)?;
     Ok(LogHandle::writer(
         header,
-        Arc::new(NotifyingIo::new(log, notify)),
+        Arc::new(NotifyingIo::new(log, notify, cancel)),
         claim,
     ))
 }

@@ -133,7 +133,12 @@ async fn iterate(
 ) -> (Settlement, Leftovers) {
     let token = run.cancel.clone();
     let revision = Revision::of(&plan);
-    let log = match notifying(&inner.writers, log, Arc::clone(&run.appended)) {
+    let log = match notifying(
+        &inner.writers,
+        log,
+        Arc::clone(&run.appended),
+        token.clone(),
+    ) {
         Ok(log) => Arc::new(log),
         Err(e) => {
             error!(error = %e, "turn log not usable");
