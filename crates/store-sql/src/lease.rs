@@ -241,7 +241,6 @@ macro_rules! sql_lease {
                     validate::new_report(&new)?;
                     validate::report_of_settlement(id, &settlement, &new)?;
                     let report = new.stored_at(rows::now());
-                    let c = report.counters;
                     let err = backend(Self::BACKEND);
                     let mut tx = self.pool.begin().await.map_err(&err)?;
                     // The settle first: it takes the row's write lock and
@@ -250,20 +249,7 @@ macro_rules! sql_lease {
                         drop(tx);
                         return Err(self.fenced(id, settlement.fence).await);
                     };
-                    sqlx::query(INSERT_REPORT_IF_ABSENT)
-                        .bind(report.session_id.as_uuid())
-                        .bind(report.incident_id.as_uuid())
-                        .bind(to_i32(report.revision))
-                        .bind(report.markdown_key.as_deref())
-                        .bind(to_i64(report.markdown_bytes))
-                        .bind(&report.exit_reason)
-                        .bind(to_i64(c.turns))
-                        .bind(to_i64(c.tool_calls))
-                        .bind(to_i64(c.input_tokens))
-                        .bind(to_i64(c.output_tokens))
-                        .bind(report.detail.as_deref())
-                        .bind(to_i64(report.fence))
-                        .bind(report.created_at)
+                    rows::bind_report!(sqlx::query(INSERT_REPORT_IF_ABSENT), &report)
                         .execute(&mut *tx)
                         .await
                         .map_err(|e| {

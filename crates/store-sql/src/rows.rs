@@ -50,6 +50,29 @@ macro_rules! report_columns {
     };
 }
 
+/// Binds a [`Report`]'s columns as `$1…$13`, in [`report_columns`] order,
+/// to the query `$q` (of [`INSERT_REPORT`] or its if-absent variant).
+macro_rules! bind_report {
+    ($q:expr, $report:expr) => {{
+        let r: &korvus_store::Report = $report;
+        let c = r.counters;
+        $q.bind(r.session_id.as_uuid())
+            .bind(r.incident_id.as_uuid())
+            .bind($crate::rows::to_i32(r.revision))
+            .bind(r.markdown_key.as_deref())
+            .bind($crate::rows::to_i64(r.markdown_bytes))
+            .bind(&r.exit_reason)
+            .bind($crate::rows::to_i64(c.turns))
+            .bind($crate::rows::to_i64(c.tool_calls))
+            .bind($crate::rows::to_i64(c.input_tokens))
+            .bind($crate::rows::to_i64(c.output_tokens))
+            .bind(r.detail.as_deref())
+            .bind($crate::rows::to_i64(r.fence))
+            .bind(r.created_at)
+    }};
+}
+pub(crate) use bind_report;
+
 /// `create_report`: the row, only while the session (in that incident) is
 /// at the report's fence. Binds `$1…$13` in [`report_columns`] order.
 pub(crate) const INSERT_REPORT: &str = concat!(

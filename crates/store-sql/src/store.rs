@@ -63,7 +63,7 @@ macro_rules! sql_store {
             use $crate::error::{backend, unexpected};
             use $crate::rows::{
                 self, artifact_columns, context_ref_columns, incident_columns, report_columns,
-                session_columns, to_i32, to_i64, ArtifactRow, ContextRefRow, IncidentRow,
+                session_columns, ArtifactRow, ContextRefRow, IncidentRow,
                 ReportRow, SessionRow,
             };
             use $crate::transition::{self, Transition};
@@ -345,21 +345,7 @@ macro_rules! sql_store {
                 async fn create_report(&self, new: NewReport) -> Result<Report> {
                     validate::new_report(&new)?;
                     let report = new.stored_at(rows::now());
-                    let c = report.counters;
-                    let done = sqlx::query(rows::INSERT_REPORT)
-                    .bind(report.session_id.as_uuid())
-                    .bind(report.incident_id.as_uuid())
-                    .bind(to_i32(report.revision))
-                    .bind(report.markdown_key.as_deref())
-                    .bind(to_i64(report.markdown_bytes))
-                    .bind(&report.exit_reason)
-                    .bind(to_i64(c.turns))
-                    .bind(to_i64(c.tool_calls))
-                    .bind(to_i64(c.input_tokens))
-                    .bind(to_i64(c.output_tokens))
-                    .bind(report.detail.as_deref())
-                    .bind(to_i64(report.fence))
-                    .bind(report.created_at)
+                    let done = rows::bind_report!(sqlx::query(rows::INSERT_REPORT), &report)
                     .execute(&self.pool)
                     .await
                     .map_err(|e| {

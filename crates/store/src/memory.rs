@@ -73,6 +73,17 @@ impl MemoryStore {
     }
 }
 
+/// Writes a settlement into a session row: the run is over, so its owner
+/// and lease go too.
+fn settle(session: &mut Session, settlement: Settlement) {
+    session.ended_at = settlement.status.is_terminal().then(Utc::now);
+    session.status = settlement.status;
+    session.exit_reason = settlement.exit_reason;
+    session.counters = settlement.counters;
+    session.owner = None;
+    session.lease_expires_at = None;
+}
+
 impl Inner {
     fn session(&self, id: SessionId) -> Result<&Session> {
         self.sessions
@@ -264,17 +275,11 @@ impl Store for MemoryStore {
                 current: session.fence,
             });
         }
-        session.ended_at = settlement.status.is_terminal().then(Utc::now);
-        session.status = settlement.status;
-        session.exit_reason = settlement.exit_reason;
-        session.counters = settlement.counters;
-        session.owner = None;
-        session.lease_expires_at = None;
+        settle(session, settlement);
         Ok(session.clone())
     }
 
     async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
-        let expires = lease.map(|l| self.expiry(l));
         let mut inner = self.lock();
         let session = inner
             .sessions
@@ -289,8 +294,7 @@ impl Store for MemoryStore {
         session.revision += 1;
         session.fence += 1;
         session.cancel_requested = false;
-        session.owner = lease.map(|l| l.owner);
-        session.lease_expires_at = expires;
+        self.own(session, lease);
         Ok(session.clone())
     }
 
@@ -330,14 +334,12 @@ impl Store for MemoryStore {
     }
 
     async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
-        let expires = lease.map(|l| self.expiry(l));
         self.idle_transition(id, |session| {
             session.exit_reason = None;
             session.revision += 1;
             session.fence += 1;
             session.cancel_requested = false;
-            session.owner = lease.map(|l| l.owner);
-            session.lease_expires_at = expires;
+            self.own(session, lease);
         })
     }
 

@@ -125,12 +125,7 @@ impl MemoryStore {
             .or_insert_with(|| report.stored_at(Utc::now()))
             .clone();
         let session = inner.sessions.get_mut(&id).expect("checked above");
-        session.ended_at = settlement.status.is_terminal().then(Utc::now);
-        session.status = settlement.status;
-        session.exit_reason = settlement.exit_reason;
-        session.counters = settlement.counters;
-        session.owner = None;
-        session.lease_expires_at = None;
+        super::settle(session, settlement);
         Ok((session.clone(), stands))
     }
 }
