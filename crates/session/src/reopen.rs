@@ -199,24 +199,7 @@ impl Manager {
             if !how.accepts(&row) {
                 return Err(how.refused(id));
             }
-            // A local run that wrote its row may still be unwinding
-            // (cleaning up, deregistering): let it finish first. A live
-            // run at a newer fence than the row we read is a concurrent
-            // caller's new run: we lost, and must not wait for it to end.
-            let live = inner.live.get(id);
-            if live.as_ref().is_some_and(|run| run.fence != row.fence) {
-                return Err(how.refused(id));
-            }
-            let unwinding = live.map(|run| run.settled.subscribe());
-            if let Some(mut rx) = unwinding {
-                let _ = rx.wait_for(|done| *done).await;
-                // What we waited for may have been a concurrent caller's new
-                // run rather than the old one unwinding: then we lost.
-                let now = inner.store.get_session(id).await?;
-                if now.revision != row.revision || !how.accepts(&now) {
-                    return Err(how.refused(id));
-                }
-            }
+            wait_for_unwinding(inner, &row, how).await?;
 
             // Read everything before the transition.
             let Reading {
@@ -303,6 +286,28 @@ struct Reading {
     next_revision: u32,
     inherited: Vec<(Artifact, String)>,
     own: Vec<Artifact>,
+}
+
+/// A local run that wrote `row` may still be unwinding (cleaning up,
+/// deregistering): waits for it to finish. A live run at a newer fence
+/// than `row` is a concurrent caller's new run: that caller won, and this
+/// one must not wait for the run to end.
+async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Result<()> {
+    let id = row.id;
+    let live = inner.live.get(id);
+    if live.as_ref().is_some_and(|run| run.fence != row.fence) {
+        return Err(how.refused(id));
+    }
+    if let Some(mut rx) = live.map(|run| run.settled.subscribe()) {
+        let _ = rx.wait_for(|done| *done).await;
+        // What we waited for may have been a concurrent caller's new run
+        // rather than the old one unwinding: then we lost.
+        let now = inner.store.get_session(id).await?;
+        if now.revision != row.revision || !how.accepts(&now) {
+            return Err(how.refused(id));
+        }
+    }
+    Ok(())
 }
 
 async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {

@@ -51,7 +51,7 @@ pub struct Settlement {
     pub exit_reason: Option<String>,
     /// Usage of the run.
     pub counters: Counters,
-    /// The fence of the run that settles ([`Session::fence`] as its run
+    /// The fence of the run that settles ([`Session::fence`](crate::Session::fence) as its run
     /// started): the store writes nothing and answers
     /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the row's
     /// fence moved on.

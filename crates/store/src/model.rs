@@ -260,7 +260,7 @@ pub struct Session {
     /// The fence of the current run: 1 after create, incremented by every
     /// transition that starts a new run of the session (reopen, resume of
     /// an idle session). A settlement must present it
-    /// ([`Settlement::fence`]): a run whose fence is older was superseded
+    /// ([`Settlement::fence`](crate::Settlement::fence)): a run whose fence is older was superseded
     /// and may write nothing.
     pub fence: u64,
     /// A cancel of the current run was requested
