@@ -88,7 +88,8 @@ pub(crate) trait LogDialect {
     /// one transaction, numbered from `at`, with `bytes` added to the log's
     /// size — only when the log holds exactly `at` events and its newest
     /// writer epoch is not newer than `epoch`, both checked under the log
-    /// row's lock so writers in other processes cannot interleave. Returns
+    /// row's lock so writers in other processes cannot interleave; a stored
+    /// append records `epoch` as the log's newest. Returns
     /// `None` when stored, or the count the log held instead (then nothing
     /// was stored); `Fenced` when a newer epoch claimed the log; `NotFound`
     /// when the log does not exist.

@@ -52,8 +52,14 @@ macro_rules! sql_log {
             pool: $pool,
             id: korvus_log::LogId,
             /// This writer's epoch (0 until it claims one); an append is
-            /// stored only while the log's newest epoch is not newer.
+            /// stored only while the log's newest epoch is not newer, and
+            /// records this one as the newest.
             epoch: std::sync::atomic::AtomicU64,
+            /// This service created the log and nothing was appended yet:
+            /// a claim then records itself with the first append (one
+            /// statement less per session), since no writer of the new log
+            /// can hold a newer epoch than its creator's first claim.
+            fresh: std::sync::atomic::AtomicBool,
         }
 
         // A scope of its own, so the shared code names what it uses here and
@@ -87,11 +93,12 @@ macro_rules! sql_log {
                     row.ok_or(LogError::NotFound { id })
                 }
 
-                fn handle(&self, header: LogHeader, access: Access) -> Result<LogHandle> {
+                fn handle(&self, header: LogHeader, access: Access, fresh: bool) -> Result<LogHandle> {
                     let io = Arc::new($io {
                         pool: self.pool.clone(),
                         id: header.id,
                         epoch: std::sync::atomic::AtomicU64::new(0),
+                        fresh: std::sync::atomic::AtomicBool::new(fresh),
                     });
                     Ok(match access {
                         Access::Read => LogHandle::reader(header, io),
@@ -123,12 +130,12 @@ macro_rules! sql_log {
                             log_backend(BACKEND)(e)
                         }
                     })?;
-                    self.handle(header, Access::Write)
+                    self.handle(header, Access::Write, true)
                 }
 
                 async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
                     let header = self.row(id).await?.header(id)?;
-                    self.handle(header, access)
+                    self.handle(header, access, false)
                 }
 
                 async fn stat(&self, id: LogId) -> Result<LogStat> {
@@ -199,6 +206,11 @@ macro_rules! sql_log {
 
                 async fn claim(&self, epoch: u64) -> Result<()> {
                     let newest = log_rows::to_epoch(self.id, epoch)?;
+                    if self.fresh.load(std::sync::atomic::Ordering::SeqCst) {
+                        // Recorded by the first append (see `fresh`).
+                        self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
+                        return Ok(());
+                    }
                     let done = sqlx::query(
                         "UPDATE turn_logs SET epoch = $2 WHERE id = $1 AND epoch <= $2",
                     )
@@ -232,6 +244,7 @@ macro_rules! sql_log {
                         return Ok(());
                     }
                     let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
+                    self.fresh.store(false, std::sync::atomic::Ordering::SeqCst);
                     let Some(found) = self.append_bodies(at, &bodies, bytes, epoch).await? else {
                         return Ok(());
                     };
@@ -254,6 +267,12 @@ macro_rules! sql_log {
                 }
 
                 async fn close(&self) -> Result<()> {
+                    // A claim on a fresh log that never appended is recorded
+                    // now, so a later writer still sees it.
+                    let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
+                    if self.fresh.swap(false, std::sync::atomic::Ordering::SeqCst) && epoch > 0 {
+                        return self.claim(epoch).await;
+                    }
                     Ok(())
                 }
             }

@@ -42,7 +42,12 @@ impl StoreDialect for PgStore {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let notify = std::sync::Arc::new(tokio::sync::Notify::new());
         let weak = std::sync::Arc::downgrade(&notify);
-        let pool = self.pool().clone();
+        // A connection of its own, outside the store's pool: a listener
+        // holds its connection for as long as it listens.
+        let options = self.pool().connect_options().as_ref().clone();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options);
         runtime.spawn(listen_for_cancels(pool, weak));
         Some(notify)
     }
@@ -230,7 +235,8 @@ impl LogDialect for PgLogIo {
         // insert the events numbered from there.
         let appended = sqlx::query(
             "WITH l AS ( \
-                 UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4 \
+                 UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4, \
+                        epoch = $6 \
                  WHERE id = $1 AND event_count = $5 AND epoch <= $6 \
                  RETURNING event_count - $3 AS start \
              ) \
@@ -276,6 +282,7 @@ async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::N
     use std::time::Duration;
     loop {
         if notify.strong_count() == 0 {
+            pool.close().await;
             return;
         }
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
@@ -296,13 +303,13 @@ async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::N
             match tokio::time::timeout(Duration::from_secs(1), listener.recv()).await {
                 Ok(Ok(_)) => match notify.upgrade() {
                     Some(n) => n.notify_one(),
-                    None => return,
+                    None => break,
                 },
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "cancel listener failed; reconnecting");
                     break;
                 }
-                Err(_) if notify.strong_count() == 0 => return,
+                Err(_) if notify.strong_count() == 0 => break,
                 Err(_) => {}
             }
         }

@@ -331,12 +331,13 @@ impl LogDialect for SqliteLogIo {
             return crate::log_rows::refused(self.id, epoch, found, newest);
         }
         sqlx::query(
-            "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3 \
-             WHERE id = $1",
+            "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3, \
+             epoch = $4 WHERE id = $1",
         )
         .bind(self.id.as_uuid())
         .bind(count)
         .bind(bytes)
+        .bind(crate::log_rows::to_epoch(self.id, epoch)?)
         .execute(&mut *tx)
         .await
         .map_err(log_backend(BACKEND))?;
