@@ -13,7 +13,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
 use korvus_blob::{
-    Blob, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result, Sha256Digest, MAX_KEY_BYTES,
+    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result, Sha256Digest,
+    MAX_KEY_BYTES,
 };
 
 use self::upload::digest;
@@ -169,6 +170,35 @@ impl BlobStore for S3BlobStore {
         }
     }
 
+    /// Streams a body from the multipart threshold on: parts are read from
+    /// the body only as upload slots free up, so at most
+    /// `part_concurrency` parts are in memory, and the upload is completed
+    /// only when the whole body matched its digest (aborted otherwise).
+    /// Smaller bodies are read into memory and sent in one `PutObject`.
+    ///
+    /// What S3 checks: every part against its own SHA-256 and, for a
+    /// single `PutObject`, the whole object. For a multipart object the
+    /// whole-object digest is checked by this client while streaming, not
+    /// by the server; it is stored as `x-amz-meta-sha256`.
+    ///
+    /// # Errors
+    /// As [`put`](BlobStore::put), and [`BlobError::Body`] when the body's
+    /// reader fails.
+    async fn put_stream(&self, key: &BlobKey, body: BlobBody, options: PutOptions) -> Result<()> {
+        let object_key = self.object_key(key)?;
+        if body.is_empty() || body.len() < self.settings.multipart_threshold {
+            let (bytes, digest) = body.into_bytes(key).await?;
+            if digest != options.sha256 {
+                return Err(BlobError::ChecksumMismatch {
+                    key: key.to_string(),
+                });
+            }
+            return self.put_single(key, object_key, bytes, options).await;
+        }
+        self.put_stream_multipart(key, object_key, body, options)
+            .await
+    }
+
     /// # Errors
     /// [`BlobError::NotFound`] on `NoSuchKey` or 404; `Backend` otherwise
     /// (also when the body breaks off).
@@ -185,6 +215,7 @@ impl BlobStore for S3BlobStore {
             .await
             .map_err(|e| read_error("GetObject", key, e))?;
         let content_type = out.content_type().map(str::to_owned);
+        let last_modified = out.last_modified().and_then(to_system_time);
         let sha256 = stored_digest(
             out.metadata().and_then(|m| m.get(SHA256_META)),
             out.checksum_sha256(),
@@ -206,6 +237,7 @@ impl BlobStore for S3BlobStore {
                 size: bytes.len() as u64,
                 content_type,
                 sha256,
+                last_modified,
             },
             bytes,
         })
@@ -238,6 +270,7 @@ impl BlobStore for S3BlobStore {
                 out.metadata().and_then(|m| m.get(SHA256_META)),
                 out.checksum_sha256(),
             ),
+            last_modified: out.last_modified().and_then(to_system_time),
         })
     }
 
@@ -315,6 +348,7 @@ impl BlobStore for S3BlobStore {
                         .unwrap_or(0),
                     content_type: None,
                     sha256: None,
+                    last_modified: object.last_modified().and_then(to_system_time),
                 });
             }
             if page.is_truncated() != Some(true) {
@@ -338,6 +372,11 @@ impl BlobStore for S3BlobStore {
         found.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(found)
     }
+}
+
+/// An SDK timestamp as a [`SystemTime`](std::time::SystemTime).
+fn to_system_time(t: &aws_sdk_s3::primitives::DateTime) -> Option<std::time::SystemTime> {
+    std::time::SystemTime::try_from(*t).ok()
 }
 
 /// The digest an object was stored with: our metadata, else S3's own

@@ -83,10 +83,7 @@ async fn the_callers_sha256_reaches_the_server_as_given() {
         .put(
             &key,
             Bytes::from_static(b"actual bytes"),
-            PutOptions {
-                content_type: "text/plain".into(),
-                sha256: claimed,
-            },
+            PutOptions::new("text/plain", claimed),
         )
         .await;
     assert!(put.is_ok(), "moto 5.2.5 does not verify checksums: {put:?}");

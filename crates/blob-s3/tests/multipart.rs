@@ -1,7 +1,7 @@
 //! Large objects go up in parts; a failed multipart upload is aborted.
 
 use bytes::Bytes;
-use korvus_blob::{BlobError, BlobKey, BlobStore, PutOptions, Sha256Digest};
+use korvus_blob::{BlobBody, BlobError, BlobKey, BlobStore, PutOptions, Sha256Digest};
 use korvus_blob_s3::sdk::RetryConfig;
 
 use crate::common::{self, builder};
@@ -29,10 +29,7 @@ async fn a_40_mib_object_round_trips_via_multipart() {
     fx.put(
         &key,
         body.clone(),
-        PutOptions {
-            content_type: "application/gzip".into(),
-            sha256: digest,
-        },
+        PutOptions::new("application/gzip", digest),
     )
     .await
     .unwrap();
@@ -176,5 +173,88 @@ async fn uneven_parts_and_empty_objects_under_a_low_threshold() {
         .await
         .unwrap();
     assert_eq!(fx.head(&empty).await.unwrap().size, 0);
+    common::teardown(fx).await;
+}
+
+/// Whether an upload is still open in the fixture's bucket.
+async fn open_uploads(fx: &common::Fixture) -> usize {
+    fx.client()
+        .list_multipart_uploads()
+        .bucket(fx.bucket())
+        .send()
+        .await
+        .unwrap()
+        .uploads()
+        .len()
+}
+
+/// A streamed body goes up in parts read one at a time from the reader,
+/// and comes back identical; no upload is left open.
+#[tokio::test]
+async fn a_streamed_body_goes_up_in_parts() {
+    let Some(fx) = common::fixture_with(|b| {
+        b.multipart_threshold(1024)
+            .part_size(korvus_blob_s3::MIN_PART_SIZE)
+    })
+    .await
+    else {
+        return;
+    };
+    let key = BlobKey::new("data/streamed.bin").unwrap();
+    let body = patterned(12 * 1024 * 1024);
+    let options = PutOptions::for_bytes("application/octet-stream", &body);
+    let reader = std::io::Cursor::new(body.clone());
+    fx.put_stream(&key, BlobBody::new(reader, body.len() as u64), options)
+        .await
+        .unwrap();
+    let raw = fx
+        .client()
+        .head_object()
+        .bucket(fx.bucket())
+        .key(key.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        raw.e_tag()
+            .is_some_and(|t| t.trim_matches('"').ends_with("-3")),
+        "not a 3-part upload: {:?}",
+        raw.e_tag()
+    );
+    assert_eq!(open_uploads(&fx).await, 0, "an upload was left open");
+    let blob = fx.get(&key).await.unwrap();
+    assert!(blob.bytes == body, "bytes differ");
+    assert_eq!(blob.meta.sha256, Some(Sha256Digest::of(&body)));
+    common::teardown(fx).await;
+}
+
+/// A streamed body that turns out not to match its digest after every
+/// part went up is aborted: nothing is stored and no upload stays open.
+#[tokio::test]
+async fn a_streamed_body_with_a_wrong_digest_is_aborted() {
+    let Some(fx) = common::fixture_with(|b| {
+        b.multipart_threshold(1024)
+            .part_size(korvus_blob_s3::MIN_PART_SIZE)
+    })
+    .await
+    else {
+        return;
+    };
+    let key = BlobKey::new("data/changed.bin").unwrap();
+    let body = patterned(6 * 1024 * 1024);
+    let options = PutOptions::for_bytes("application/octet-stream", b"what was hashed before");
+    let reader = std::io::Cursor::new(body.clone());
+    let result = fx
+        .put_stream(&key, BlobBody::new(reader, body.len() as u64), options)
+        .await;
+    assert!(
+        matches!(result, Err(BlobError::ChecksumMismatch { .. })),
+        "{result:?}"
+    );
+    assert!(matches!(
+        fx.head(&key).await,
+        Err(BlobError::NotFound { .. })
+    ));
+    assert_eq!(open_uploads(&fx).await, 0, "an upload was left open");
     common::teardown(fx).await;
 }

@@ -24,6 +24,16 @@ pub enum BlobError {
         /// The key.
         key: String,
     },
+    /// The body of a [`put_stream`](crate::BlobStore::put_stream) could not
+    /// be read; nothing was stored.
+    #[error("reading the body of blob {key} failed")]
+    Body {
+        /// The key.
+        key: String,
+        /// The reader's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The backend failed (I/O, network, server error).
     #[error("{backend} blob backend failed")]
     Backend {

@@ -42,12 +42,14 @@
 //! | `mock` | `MockBlobStore`, a [`mockall`](https://docs.rs/mockall) mock of [`BlobStore`] |
 #![deny(missing_docs)]
 
+mod body;
 mod error;
 mod fs;
 mod key;
 mod memory;
 mod store;
 
+pub use crate::body::BlobBody;
 pub use crate::error::{BlobError, Result};
 pub use crate::fs::FsBlobStore;
 pub use crate::key::{
@@ -57,4 +59,6 @@ pub use crate::key::{
 pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]
 pub use crate::store::MockBlobStore;
-pub use crate::store::{Blob, BlobMeta, BlobStore, ParseDigestError, PutOptions, Sha256Digest};
+pub use crate::store::{
+    Blob, BlobMeta, BlobStore, Durability, ParseDigestError, PutOptions, Sha256Digest,
+};

@@ -39,6 +39,7 @@ impl BlobStore for MemoryBlobStore {
             size: bytes.len() as u64,
             content_type: Some(options.content_type),
             sha256: Some(options.sha256),
+            last_modified: Some(std::time::SystemTime::now()),
         };
         self.objects().insert(key.clone(), Blob { bytes, meta });
         Ok(())

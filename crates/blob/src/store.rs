@@ -2,12 +2,13 @@
 
 use std::fmt::{self, Debug};
 use std::str::FromStr;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::{BlobKey, Result};
+use crate::{BlobBody, BlobKey, Result};
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +63,19 @@ impl FromStr for Sha256Digest {
     }
 }
 
+/// When the bytes of a put must be durable (survive a crash of the host).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Durable when the put returns (the default).
+    #[default]
+    OnReturn,
+    /// Durable once a later [`BlobStore::barrier`] returns `Ok`. Visible to
+    /// readers when the put returns either way. A batch of puts then costs
+    /// one barrier instead of one per object; backends whose puts are
+    /// always durable on return treat it as [`OnReturn`](Self::OnReturn).
+    AtBarrier,
+}
+
 /// What [`BlobStore::put`] stores next to the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutOptions {
@@ -70,15 +84,30 @@ pub struct PutOptions {
     /// Digest of the bytes. The store verifies it (S3: the server does) and
     /// refuses a mismatch with [`BlobError::ChecksumMismatch`](crate::BlobError::ChecksumMismatch).
     pub sha256: Sha256Digest,
+    /// When the bytes must be durable.
+    pub durability: Durability,
 }
 
 impl PutOptions {
-    /// Options for `bytes` with the given content type, computing the digest.
-    pub fn for_bytes(content_type: impl Into<String>, bytes: &[u8]) -> Self {
+    /// Options with the given content type and digest, durable on return.
+    pub fn new(content_type: impl Into<String>, sha256: Sha256Digest) -> Self {
         Self {
             content_type: content_type.into(),
-            sha256: Sha256Digest::of(bytes),
+            sha256,
+            durability: Durability::OnReturn,
         }
+    }
+
+    /// Options for `bytes` with the given content type, computing the digest.
+    pub fn for_bytes(content_type: impl Into<String>, bytes: &[u8]) -> Self {
+        Self::new(content_type, Sha256Digest::of(bytes))
+    }
+
+    /// The same options with the given durability.
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
     }
 }
 
@@ -94,6 +123,10 @@ pub struct BlobMeta {
     pub content_type: Option<String>,
     /// Digest as stored; may be `None` in listings.
     pub sha256: Option<Sha256Digest>,
+    /// When the object was last written, by the backend's clock (S3: the
+    /// server's). Every backend here reports it, in listings too; `None`
+    /// only from backends that cannot tell.
+    pub last_modified: Option<SystemTime>,
 }
 
 /// An object: bytes and what is known about them.
@@ -115,6 +148,10 @@ pub struct Blob {
 /// - `delete` of a missing key is `Ok` (idempotent).
 /// - `list(prefix)` matches whole segments (`a/b` lists `a/b/c`, never
 ///   `a/bc`), is complete, and is sorted by key.
+/// - `put_stream` stores a body of any size without holding it in memory
+///   (every backend here; the default implementation buffers) and stores
+///   nothing when the body does not match its length or digest or fails
+///   half-way.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait BlobStore: Send + Sync + Debug + 'static {
@@ -128,6 +165,43 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
     /// Not cancel-safe: a dropped put may or may not have stored the object
     /// (never a part of it).
     async fn put(&self, key: &BlobKey, bytes: Bytes, options: PutOptions) -> Result<()>;
+
+    /// Stores a streamed body at `key`, replacing any object there. The
+    /// body is hashed while it is read and checked against
+    /// `options.sha256` before the object becomes visible; on any failure
+    /// (mismatch, a reader error, a backend error) nothing is stored.
+    ///
+    /// The default implementation reads the body into memory and calls
+    /// [`put`](Self::put); backends override it to stream.
+    ///
+    /// # Errors
+    /// [`BlobError::ChecksumMismatch`](crate::BlobError::ChecksumMismatch)
+    /// when the bytes read are not `body.len()` bytes with digest
+    /// `options.sha256`; [`BlobError::Body`](crate::BlobError::Body) when
+    /// the reader fails; `Backend` on I/O failure.
+    ///
+    /// # Cancel safety
+    /// As [`put`](Self::put).
+    async fn put_stream(&self, key: &BlobKey, body: BlobBody, options: PutOptions) -> Result<()> {
+        let (bytes, digest) = body.into_bytes(key).await?;
+        if digest != options.sha256 {
+            return Err(crate::BlobError::ChecksumMismatch {
+                key: key.to_string(),
+            });
+        }
+        self.put(key, bytes, options).await
+    }
+
+    /// Makes every put with [`Durability::AtBarrier`] that returned before
+    /// this call durable. The default does nothing: right for backends
+    /// whose puts are durable on return.
+    ///
+    /// # Errors
+    /// `Backend` when the flush fails: the deferred puts may then be lost
+    /// in a crash, so no row may point at them yet.
+    async fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Reads an object.
     ///

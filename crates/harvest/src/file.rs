@@ -1,16 +1,17 @@
 //! One harvested file: opened and read through the scratch dir's capability,
 //! compared with its restored artifact, uploaded.
 
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use sha2::{Digest, Sha256};
 
-use korvus_blob::{BlobStore, Sha256Digest};
+use korvus_blob::{BlobBody, BlobError, BlobStore, Durability, Sha256Digest};
 use korvus_store::{ArtifactKind, NewArtifact};
-use korvus_workspace::{upload_artifact, UploadRow, WorkspaceError};
+use korvus_workspace::{upload, UploadBody, UploadRow, WorkspaceError, STREAM_FROM_BYTES};
 
 use crate::outcome::{error_chain, FailStage, FailedFile, UnchangedFile};
 use crate::persist::{PersistConfig, PersistRequest};
@@ -46,13 +47,20 @@ pub(crate) async fn store_file(
     } else {
         config.max_file_bytes
     };
-    let bytes = match read_file(dir, &candidate, limit).await {
-        Ok(bytes) => bytes,
+    let (body, digest) = match read_file(dir, &candidate, limit).await {
+        Ok(Contents::Bytes(bytes)) => {
+            let digest = Sha256Digest::of(&bytes);
+            (UploadBody::Bytes(Bytes::from(bytes)), digest)
+        }
+        Ok(Contents::Large { file, size, digest }) => {
+            let file = tokio::fs::File::from_std(file);
+            (UploadBody::Stream(BlobBody::new(file, size)), digest)
+        }
+        Ok(Contents::Skip(_)) => unreachable!("read_file turns skips into results"),
         Err(result) if is_report => return report_not_read(result),
         Err(result) => return result,
     };
-    let digest = Sha256Digest::of(&bytes);
-    let size = bytes.len() as u64;
+    let size = body.len();
     if let Some(restored) = request.restored.get(&candidate.path) {
         if restored.sha256 == digest {
             return FileResult::Unchanged(UnchangedFile {
@@ -76,7 +84,8 @@ pub(crate) async fn store_file(
         path: path.clone(),
         fence: request.fence,
     };
-    match upload_artifact(blobs, Bytes::from(bytes), digest, row).await {
+    // Deferred durability: the phase calls one barrier before any row.
+    match upload(blobs, body, digest, row, Durability::AtBarrier).await {
         Ok(row) => FileResult::Stored(Box::new(row)),
         Err(e) => FileResult::Failed(FailedFile {
             path,
@@ -104,12 +113,13 @@ fn report_not_read(result: FileResult) -> FileResult {
     }
 }
 
-/// The bytes of a candidate, or what became of it instead.
+/// The contents of a candidate (never [`Contents::Skip`]), or what became
+/// of it instead.
 async fn read_file(
     dir: &Arc<Dir>,
     candidate: &Candidate,
     limit: u64,
-) -> Result<Vec<u8>, FileResult> {
+) -> Result<Contents, FileResult> {
     let path = candidate.path.as_str().to_owned();
     if candidate.size > limit {
         return Err(FileResult::Skipped(Skipped {
@@ -131,11 +141,11 @@ async fn read_file(
         })
     };
     match read {
-        Ok(Ok(Contents::Bytes(bytes))) => Ok(bytes),
         Ok(Ok(Contents::Skip(reason))) => Err(FileResult::Skipped(Skipped {
             path: path.clone(),
             reason,
         })),
+        Ok(Ok(contents)) => Ok(contents),
         Ok(Err(e)) => Err(failed(e.to_string())),
         Err(e) => Err(failed(format!("read panicked: {e}"))),
     }
@@ -145,6 +155,16 @@ async fn read_file(
 enum Contents {
     /// Its bytes, within the limit.
     Bytes(Vec<u8>),
+    /// A file of [`STREAM_FROM_BYTES`] or more, hashed once and positioned
+    /// at its start, to be streamed: never read into memory.
+    Large {
+        /// The open file.
+        file: std::fs::File,
+        /// Its size when it was hashed.
+        size: u64,
+        /// Its digest then; the upload hashes again and refuses a change.
+        digest: Sha256Digest,
+    },
     /// It turned out not to be worth storing.
     Skip(SkipReason),
 }
@@ -164,6 +184,9 @@ fn read_candidate(dir: &Dir, path: &Path, limit: u64) -> std::io::Result<Content
             kind: "not a regular file when opened".into(),
         }));
     }
+    if md.len() >= STREAM_FROM_BYTES {
+        return hash_large(file.into_std(), md.len(), limit);
+    }
     let mut bytes = Vec::with_capacity(md.len().min(limit) as usize);
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.is_empty() {
@@ -178,10 +201,48 @@ fn read_candidate(dir: &Dir, path: &Path, limit: u64) -> std::io::Result<Content
     Ok(Contents::Bytes(bytes))
 }
 
+/// Hashes a large file in 1 MiB reads, up to one byte past `limit`, and
+/// leaves it positioned at its start for the streamed upload.
+fn hash_large(mut file: std::fs::File, seen: u64, limit: u64) -> std::io::Result<Contents> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1024 * 1024];
+    let mut size = 0u64;
+    let mut reader = (&mut file).take(limit + 1);
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    if size == 0 {
+        return Ok(Contents::Skip(SkipReason::Empty));
+    }
+    if size > limit {
+        return Ok(Contents::Skip(SkipReason::TooLarge {
+            size: seen.max(size),
+            limit,
+        }));
+    }
+    file.rewind()?;
+    Ok(Contents::Large {
+        file,
+        size,
+        digest: Sha256Digest::from_bytes(hasher.finalize().into()),
+    })
+}
+
 /// The cause recorded for a failed upload: the blob store's error chain,
-/// without the key (the failed file's path already says which file).
+/// without the key (the failed file's path already says which file). A
+/// streamed file whose bytes no longer match the digest taken before the
+/// upload changed in between.
 fn upload_cause(e: &WorkspaceError) -> String {
     match e {
+        WorkspaceError::Blob {
+            source: BlobError::ChecksumMismatch { .. },
+            ..
+        } => "the file changed while it was being stored (nothing stored)".to_owned(),
         WorkspaceError::Blob { source, .. } => error_chain(source),
         other => error_chain(other),
     }

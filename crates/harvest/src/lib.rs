@@ -83,7 +83,9 @@ pub use crate::manifest::MANIFEST_PATH;
 pub use crate::outcome::{
     FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile, DETAIL_MAX_BYTES,
 };
-pub use crate::persist::{persist, PersistConfig, PersistRequest, DEFAULT_REPORT_MAX_BYTES};
+pub use crate::persist::{
+    persist, PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,
+};
 pub use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Skipped, Walk,
     DEFAULT_MAX_FILES,

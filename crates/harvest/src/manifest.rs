@@ -5,9 +5,10 @@
 use bytes::Bytes;
 use tracing::warn;
 
+use korvus_blob::Durability;
 use korvus_blob::{BlobStore, Sha256Digest};
 use korvus_store::{ArtifactKind, NewArtifact};
-use korvus_workspace::{upload_artifact, UploadRow, HARVEST_MANIFEST};
+use korvus_workspace::{upload, UploadBody, UploadRow, HARVEST_MANIFEST};
 
 use crate::outcome::{error_chain, PersistOutcome};
 use crate::persist::PersistRequest;
@@ -45,7 +46,8 @@ pub(crate) async fn upload_manifest(
         content_type: MANIFEST_CONTENT_TYPE.to_owned(),
         fence: request.fence,
     };
-    match upload_artifact(blobs, Bytes::from(bytes), digest, row).await {
+    let body = UploadBody::Bytes(Bytes::from(bytes));
+    match upload(blobs, body, digest, row, Durability::AtBarrier).await {
         Ok(row) => Some(row),
         Err(e) => {
             warn!(error = %error_chain(&e), "harvest manifest not stored");

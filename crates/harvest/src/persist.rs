@@ -26,6 +26,12 @@ use crate::DEFAULT_MAX_FILES;
 /// read by people and rendered whole; anything larger is not a report.
 pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
+/// The default of [`PersistConfig::max_file_bytes`]: 1 GiB. Files from
+/// [`STREAM_FROM_BYTES`](korvus_workspace::STREAM_FROM_BYTES) on are
+/// streamed to the blob store, never held in memory, so the limit bounds
+/// storage and time, not the process's memory.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// Limits of the persist phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersistConfig {
@@ -49,7 +55,7 @@ impl Default for PersistConfig {
     fn default() -> Self {
         Self {
             max_files: DEFAULT_MAX_FILES,
-            max_file_bytes: 16 * 1024 * 1024,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
             concurrency: 8,
             timeout: Duration::from_secs(120),
@@ -266,6 +272,16 @@ impl Phase {
             let key = row.blob_key.clone();
             self.progress.update(|o| o.manifest_key = Some(key));
             rows.push(row);
+        }
+        // One durability barrier for every upload above, before any row.
+        if let Err(e) = self.blobs.barrier().await {
+            let cause = format!("stored bytes not made durable: {}", error_chain(&e));
+            warn!(error = %e, "blob barrier failed; no artifact row written");
+            self.progress.update(|o| {
+                rows_failed(o, &cause);
+                o.manifest_key = None;
+            });
+            return;
         }
         self.write_rows(rows).await;
     }

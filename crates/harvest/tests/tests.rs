@@ -8,4 +8,5 @@ mod support;
 mod containment;
 mod persist_phase;
 mod report;
+mod streamed;
 mod walk;

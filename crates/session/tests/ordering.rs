@@ -37,6 +37,20 @@ impl BlobStore for PutRecorder {
         self.puts.lock().unwrap().push((key.to_string(), before));
         Ok(())
     }
+    async fn put_stream(
+        &self,
+        key: &BlobKey,
+        body: korvus_blob::BlobBody,
+        options: PutOptions,
+    ) -> korvus_blob::Result<()> {
+        self.inner.put_stream(key, body, options).await?;
+        let before = self.store.calls().len();
+        self.puts.lock().unwrap().push((key.to_string(), before));
+        Ok(())
+    }
+    async fn barrier(&self) -> korvus_blob::Result<()> {
+        self.inner.barrier().await
+    }
     async fn get(&self, key: &BlobKey) -> korvus_blob::Result<Blob> {
         self.inner.get(key).await
     }

@@ -240,7 +240,9 @@ mod blob_faults {
 
     use async_trait::async_trait;
     use bytes::Bytes;
-    use korvus_blob::{Blob, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result};
+    use korvus_blob::{
+        Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result,
+    };
 
     /// What a faulty `put` does.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +257,8 @@ mod blob_faults {
     struct State {
         put_faults: Vec<(String, BlobFault)>,
         get_faults: Vec<(String, BlobFault)>,
+        barrier_fault: Option<BlobFault>,
+        barriers: usize,
         puts: HashMap<BlobKey, usize>,
         put_order: Vec<BlobKey>,
     }
@@ -283,6 +287,16 @@ mod blob_faults {
                 .unwrap()
                 .put_faults
                 .push((needle.to_owned(), fault));
+        }
+
+        /// Every [`BlobStore::barrier`] from now on does `fault`.
+        pub fn fault_barrier(&self, fault: BlobFault) {
+            self.state.lock().unwrap().barrier_fault = Some(fault);
+        }
+
+        /// Successful barriers so far.
+        pub fn barriers(&self) -> usize {
+            self.state.lock().unwrap().barriers
         }
 
         /// Gets of keys containing `needle` do `fault`.
@@ -315,6 +329,12 @@ mod blob_faults {
             self.state.lock().unwrap().put_order.len()
         }
 
+        fn record_put(&self, key: &BlobKey) {
+            let mut state = self.state.lock().unwrap();
+            *state.puts.entry(key.clone()).or_default() += 1;
+            state.put_order.push(key.clone());
+        }
+
         async fn apply(faults: Option<BlobFault>, key: &BlobKey) -> Result<()> {
             match faults {
                 None => Ok(()),
@@ -339,9 +359,35 @@ mod blob_faults {
             let fault = Self::find(&self.state.lock().unwrap().put_faults, key);
             Self::apply(fault, key).await?;
             self.inner.put(key, bytes, options).await?;
-            let mut state = self.state.lock().unwrap();
-            *state.puts.entry(key.clone()).or_default() += 1;
-            state.put_order.push(key.clone());
+            self.record_put(key);
+            Ok(())
+        }
+
+        async fn put_stream(
+            &self,
+            key: &BlobKey,
+            body: BlobBody,
+            options: PutOptions,
+        ) -> Result<()> {
+            let fault = Self::find(&self.state.lock().unwrap().put_faults, key);
+            Self::apply(fault, key).await?;
+            self.inner.put_stream(key, body, options).await?;
+            self.record_put(key);
+            Ok(())
+        }
+
+        async fn barrier(&self) -> Result<()> {
+            let fault = self.state.lock().unwrap().barrier_fault;
+            if let Some(fault) = fault {
+                match fault {
+                    BlobFault::Fail => {
+                        return Err(BlobError::backend("fault-blob", "injected barrier failure"))
+                    }
+                    BlobFault::Hang => std::future::pending().await,
+                }
+            }
+            self.inner.barrier().await?;
+            self.state.lock().unwrap().barriers += 1;
             Ok(())
         }
 

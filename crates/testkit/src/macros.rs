@@ -82,6 +82,11 @@ macro_rules! __with_cases {
             list_matches_whole_segments,
             list_of_a_thousand_keys_is_complete_and_sorted,
             hostile_keys_are_refused_before_io,
+            put_stream_round_trips_a_large_body,
+            put_stream_failing_half_way_stores_nothing,
+            put_stream_of_changed_bytes_stores_nothing,
+            objects_carry_their_last_modified_time,
+            deferred_puts_are_visible_and_a_barrier_succeeds,
         ]);
     };
 }

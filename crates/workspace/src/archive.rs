@@ -4,16 +4,16 @@
 mod pack;
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use korvus_blob::{BlobStore, Sha256Digest};
+use korvus_blob::{BlobBody, BlobStore, Durability, Sha256Digest};
 use korvus_store::{Artifact, ArtifactKind, IncidentId, SessionId, Store};
 
 use crate::error::blocking;
-use crate::upload::{upload_artifact, UploadRow};
+use crate::upload::{upload, UploadBody, UploadRow, STREAM_FROM_BYTES};
 use crate::{Result, WorkspaceError};
 
 /// The workspace path (and file name) of a workspace archive.
@@ -102,6 +102,27 @@ impl WorkspaceArchive {
         })
         .await
     }
+
+    /// The `.tar.gz` as a streamed body for
+    /// [`BlobStore::put_stream`](korvus_blob::BlobStore::put_stream), read
+    /// from the start of the temporary file without holding it in memory.
+    /// Bodies share the file's read position: upload one at a time.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::Io`] when the temporary file cannot be reopened.
+    pub async fn body(&self) -> Result<BlobBody> {
+        let mut file = self
+            .file
+            .try_clone()
+            .map_err(|e| WorkspaceError::io("read", "the archive's temporary file", e))?;
+        let file = blocking(move || {
+            file.seek(io::SeekFrom::Start(0))
+                .map_err(|e| WorkspaceError::io("read", "the archive's temporary file", e))?;
+            Ok(file)
+        })
+        .await?;
+        Ok(BlobBody::new(tokio::fs::File::from_std(file), self.size))
+    }
 }
 
 /// Packs `dir` into one `workspace.tar.gz` with the default
@@ -149,13 +170,13 @@ pub async fn archive_with(dir: &Path, config: &ArchiveConfig) -> Result<Workspac
 
 /// Stores a workspace archive: bytes first, then the row — kind
 /// [`ArtifactKind::WorkspaceArchive`] at path [`ARCHIVE_PATH`], uploaded by
-/// [`upload_artifact`] (so its key comes from
+/// [`upload`](crate::upload()) (so its key comes from
 /// [`artifact_key`](korvus_blob::artifact_key)), content type
 /// [`ARCHIVE_CONTENT_TYPE`].
 ///
-/// The archive is read from its temporary file into memory once for the
-/// upload (at most [`ArchiveConfig::max_bytes`]); a streaming put would
-/// remove that copy.
+/// An archive from [`STREAM_FROM_BYTES`] on is streamed from its temporary
+/// file ([`BlobStore::put_stream`](korvus_blob::BlobStore::put_stream));
+/// a smaller one is read into memory once for a single put.
 ///
 /// A row never points at missing bytes: the row is written only after the
 /// upload succeeded. If the row cannot be written the uploaded bytes stay
@@ -186,8 +207,12 @@ pub async fn store_archive(
         content_type: ARCHIVE_CONTENT_TYPE.to_owned(),
         fence,
     };
-    let bytes = archive.read_bytes().await?;
-    let new = upload_artifact(blobs, bytes, archive.sha256, row).await?;
+    let body = if archive.size >= STREAM_FROM_BYTES {
+        UploadBody::Stream(archive.body().await?)
+    } else {
+        UploadBody::Bytes(archive.read_bytes().await?)
+    };
+    let new = upload(blobs, body, archive.sha256, row, Durability::OnReturn).await?;
     let id = new.id;
     let mut rows =
         store

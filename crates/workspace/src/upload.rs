@@ -1,10 +1,17 @@
 //! [`upload_artifact`]: bytes to blob storage, returning the row to write.
 
 use bytes::Bytes;
-use korvus_blob::{artifact_key, report_key, BlobKey, BlobStore, PutOptions, Sha256Digest};
+use korvus_blob::{
+    artifact_key, report_key, BlobBody, BlobKey, BlobStore, Durability, PutOptions, Sha256Digest,
+};
 use korvus_store::{ArtifactId, ArtifactKind, IncidentId, NewArtifact, SessionId};
 
 use crate::{Result, WorkspaceError};
+
+/// Files and archives from this size on are streamed to the blob store
+/// ([`UploadBody::Stream`]) rather than read into memory: 4 MiB. Below it,
+/// one read and one put cost less than a stream's chunked writes.
+pub const STREAM_FROM_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The row data that goes with uploaded bytes: everything of a
 /// [`NewArtifact`] except what [`upload_artifact`] decides (id, key) or
@@ -56,21 +63,72 @@ pub async fn upload_artifact(
     sha256: Sha256Digest,
     row: UploadRow,
 ) -> Result<NewArtifact> {
+    upload(
+        blobs,
+        UploadBody::Bytes(bytes),
+        sha256,
+        row,
+        Durability::OnReturn,
+    )
+    .await
+}
+
+/// The bytes of an [`upload`]: in memory, or streamed from a reader.
+#[derive(Debug)]
+pub enum UploadBody {
+    /// Bytes in memory, stored with [`BlobStore::put`].
+    Bytes(Bytes),
+    /// A streamed body, stored with [`BlobStore::put_stream`]: never held
+    /// in memory whole, and checked against the digest while it is read.
+    Stream(BlobBody),
+}
+
+impl UploadBody {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Bytes(b) => b.len() as u64,
+            Self::Stream(s) => s.len(),
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// [`upload_artifact`] for a body in memory or streamed, with the
+/// durability the caller needs: a batch uploads with
+/// [`Durability::AtBarrier`] and calls [`BlobStore::barrier`] once before
+/// writing its rows.
+///
+/// # Errors
+/// As [`upload_artifact`]; for a streamed body also a reader failure or a
+/// body that changed since `sha256` was computed (nothing stored).
+///
+/// # Cancel safety
+/// As [`upload_artifact`].
+pub async fn upload(
+    blobs: &dyn BlobStore,
+    body: UploadBody,
+    sha256: Sha256Digest,
+    row: UploadRow,
+    durability: Durability,
+) -> Result<NewArtifact> {
     let id = ArtifactId::new();
     let key = key_for(&row, id);
-    let size_bytes = bytes.len() as u64;
-    let options = PutOptions {
-        content_type: row.content_type.clone(),
-        sha256,
+    let size_bytes = body.len();
+    let options = PutOptions::new(row.content_type.clone(), sha256).durability(durability);
+    let stored = match body {
+        UploadBody::Bytes(bytes) => blobs.put(&key, bytes, options).await,
+        UploadBody::Stream(body) => blobs.put_stream(&key, body, options).await,
     };
-    blobs
-        .put(&key, bytes, options)
-        .await
-        .map_err(|source| WorkspaceError::Blob {
-            op: "stored",
-            key: key.to_string(),
-            source,
-        })?;
+    stored.map_err(|source| WorkspaceError::Blob {
+        op: "stored",
+        key: key.to_string(),
+        source,
+    })?;
     Ok(NewArtifact {
         id,
         incident_id: row.incident,

@@ -7,8 +7,8 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPa
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
-use futures::stream::{self, StreamExt, TryStreamExt};
-use korvus_blob::{BlobError, BlobKey, PutOptions, Result, Sha256Digest};
+use futures::stream::{self, Stream, StreamExt, TryStreamExt};
+use korvus_blob::{BlobBody, BlobError, BlobKey, PutOptions, Result, Sha256Digest};
 
 use super::{S3BlobStore, SHA256_META};
 use crate::error::{write_error, Failure};
@@ -52,25 +52,19 @@ impl S3BlobStore {
         bytes: Bytes,
         options: PutOptions,
     ) -> Result<()> {
-        let created = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.settings.bucket)
-            .key(&object_key)
-            .content_type(options.content_type)
-            .metadata(SHA256_META, options.sha256.to_hex())
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .send()
+        let part_size = self.part_size_for(bytes.len() as u64);
+        let chunks = stream::iter(
+            (0..bytes.len())
+                .step_by(part_size)
+                .map(move |start| Ok(bytes.slice(start..(start + part_size).min(bytes.len()))))
+                .collect::<Vec<_>>(),
+        );
+        let upload_id = self.create_upload(key, &object_key, &options).await?;
+        match self
+            .upload_parts(key, &object_key, &upload_id, chunks)
             .await
-            .map_err(|e| write_error("CreateMultipartUpload", key, e))?;
-        let Some(upload_id) = created.upload_id().map(str::to_owned) else {
-            return Err(BlobError::backend(
-                "s3",
-                Failure::plain("CreateMultipartUpload", "the response has no upload id"),
-            ));
-        };
-        match self.upload_parts(key, &object_key, &upload_id, bytes).await {
-            Ok(()) => Ok(()),
+        {
+            Ok(parts) => self.complete(key, &object_key, &upload_id, parts).await,
             Err(e) => {
                 self.abort(&object_key, &upload_id).await;
                 Err(e)
@@ -78,54 +72,137 @@ impl S3BlobStore {
         }
     }
 
-    /// Uploads the parts, `part_concurrency` at a time, and completes the
-    /// upload.
+    /// Streams `body` up as a multipart upload, `part_concurrency` parts
+    /// in flight, hashing it on the way; completes it only when the body
+    /// matches `options.sha256`, else aborts it (nothing stored).
+    pub(super) async fn put_stream_multipart(
+        &self,
+        key: &BlobKey,
+        object_key: String,
+        body: BlobBody,
+        options: PutOptions,
+    ) -> Result<()> {
+        let part_size = self.part_size_for(body.len());
+        let upload_id = self.create_upload(key, &object_key, &options).await?;
+        let (owned_key, expected) = (key.clone(), options.sha256);
+        // The body is read in order, one part at a time; after the last
+        // part it is checked, and a mismatch is the stream's last item, so
+        // the upload fails and is aborted.
+        let chunks = stream::unfold(Some(body), move |state| {
+            let key = owned_key.clone();
+            async move {
+                let mut body = state?;
+                match body.next_chunk(&key, part_size).await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(body))),
+                    Ok(None) => match body.finish(&key).await {
+                        Ok(digest) if digest == expected => None,
+                        Ok(_) => Some((
+                            Err(BlobError::ChecksumMismatch {
+                                key: key.to_string(),
+                            }),
+                            None,
+                        )),
+                        Err(e) => Some((Err(e), None)),
+                    },
+                    Err(e) => Some((Err(e), None)),
+                }
+            }
+        });
+        match self
+            .upload_parts(key, &object_key, &upload_id, chunks)
+            .await
+        {
+            Ok(parts) => self.complete(key, &object_key, &upload_id, parts).await,
+            Err(e) => {
+                self.abort(&object_key, &upload_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The part size for an object of `len` bytes: the configured one, grown
+    /// so that no object needs more than S3's 10,000 parts.
+    fn part_size_for(&self, len: u64) -> usize {
+        let configured = usize::try_from(self.settings.part_size).unwrap_or(usize::MAX);
+        let needed = usize::try_from(len.div_ceil(MAX_PARTS as u64)).unwrap_or(usize::MAX);
+        configured.max(needed).max(1)
+    }
+
+    /// Starts a multipart upload carrying the content type and digest.
+    async fn create_upload(
+        &self,
+        key: &BlobKey,
+        object_key: &str,
+        options: &PutOptions,
+    ) -> Result<String> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.settings.bucket)
+            .key(object_key)
+            .content_type(&options.content_type)
+            .metadata(SHA256_META, options.sha256.to_hex())
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .send()
+            .await
+            .map_err(|e| write_error("CreateMultipartUpload", key, e))?;
+        created.upload_id().map(str::to_owned).ok_or_else(|| {
+            BlobError::backend(
+                "s3",
+                Failure::plain("CreateMultipartUpload", "the response has no upload id"),
+            )
+        })
+    }
+
+    /// Uploads the parts `chunks` yields, in order, `part_concurrency` at a
+    /// time: a chunk is read only when a slot is free, so at most that many
+    /// parts are in memory.
     async fn upload_parts(
         &self,
         key: &BlobKey,
         object_key: &str,
         upload_id: &str,
-        bytes: Bytes,
-    ) -> Result<()> {
-        // S3 allows at most 10,000 parts: grow the parts of huge objects.
-        let part_size = usize::try_from(self.settings.part_size)
-            .unwrap_or(usize::MAX)
-            .max(bytes.len().div_ceil(MAX_PARTS));
-        let ranges: Vec<(i32, usize, usize)> = (0..bytes.len())
-            .step_by(part_size)
-            .zip(1..)
-            .map(|(start, number)| (number, start, (start + part_size).min(bytes.len())))
-            .collect();
-        let parts: Vec<CompletedPart> = stream::iter(ranges)
-            .map(|(number, start, end)| {
-                let chunk = bytes.slice(start..end);
-                async move {
-                    let checksum = BASE64.encode(digest(chunk.clone()).await?.as_bytes());
-                    let out = self
-                        .client
-                        .upload_part()
-                        .bucket(&self.settings.bucket)
-                        .key(object_key)
-                        .upload_id(upload_id)
+        chunks: impl Stream<Item = Result<Bytes>>,
+    ) -> Result<Vec<CompletedPart>> {
+        chunks
+            .zip(stream::iter(1..))
+            .map(|(chunk, number): (Result<Bytes>, i32)| async move {
+                let chunk = chunk?;
+                let checksum = BASE64.encode(digest(chunk.clone()).await?.as_bytes());
+                let out = self
+                    .client
+                    .upload_part()
+                    .bucket(&self.settings.bucket)
+                    .key(object_key)
+                    .upload_id(upload_id)
+                    .part_number(number)
+                    .checksum_algorithm(ChecksumAlgorithm::Sha256)
+                    .checksum_sha256(&checksum)
+                    .body(ByteStream::from(chunk))
+                    .send()
+                    .await
+                    .map_err(|e| write_error("UploadPart", key, e))?;
+                Ok::<_, BlobError>(
+                    CompletedPart::builder()
                         .part_number(number)
-                        .checksum_algorithm(ChecksumAlgorithm::Sha256)
-                        .checksum_sha256(&checksum)
-                        .body(ByteStream::from(chunk))
-                        .send()
-                        .await
-                        .map_err(|e| write_error("UploadPart", key, e))?;
-                    Ok::<_, BlobError>(
-                        CompletedPart::builder()
-                            .part_number(number)
-                            .set_e_tag(out.e_tag().map(str::to_owned))
-                            .checksum_sha256(checksum)
-                            .build(),
-                    )
-                }
+                        .set_e_tag(out.e_tag().map(str::to_owned))
+                        .checksum_sha256(checksum)
+                        .build(),
+                )
             })
             .buffered(self.settings.part_concurrency)
             .try_collect()
-            .await?;
+            .await
+    }
+
+    /// Completes a multipart upload from its parts.
+    async fn complete(
+        &self,
+        key: &BlobKey,
+        object_key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<()> {
         self.client
             .complete_multipart_upload()
             .bucket(&self.settings.bucket)
