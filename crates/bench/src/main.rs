@@ -3,7 +3,7 @@
 //!
 //! Every figure is a ratio against a baseline measured in the same run on
 //! the same machine (which is shared and noisy): medians over repeated runs,
-//! with min and max. The nine benchmarks (`docs/bench.md` explains each):
+//! with min and max. The benchmarks (`docs/bench.md` explains each):
 //!
 //! 1. SQL round trips of a whole session lifecycle (counting Store wrapper,
 //!    cross-checked by PostgreSQL's own statement log);
@@ -14,7 +14,11 @@
 //! 6. resident memory per parked session and the time `stop` takes;
 //! 7. the interrupted-turn closers on a long log (linear, not quadratic);
 //! 8. an agent's stdout into each turn log vs the same output into a file;
-//! 9. a cancel made on another replica, through the store.
+//! 9. a cancel made on another replica, through the store;
+//! 10. how long an orphaned session waits to be settled;
+//! 11. heartbeat statements per period;
+//! 12. persisting two 1 GiB files: extra resident memory and time;
+//! 13. the orphan-blob sweeper's throughput.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -30,11 +34,13 @@ use tracing_subscriber::layer::SubscriberExt;
 mod cancel;
 mod closers;
 mod files;
+mod large;
 mod lease;
 mod output;
 mod pg;
 mod report;
 mod runners;
+mod s3stub;
 mod scale;
 mod sql;
 mod turnlog;
@@ -146,7 +152,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=11u32 {
+    for n in 1..=13u32 {
         if !wanted(n) {
             continue;
         }
@@ -163,7 +169,9 @@ async fn all(
             8 => output::agent_output(&mut b).await,
             9 => cancel::cancel_latency(&mut b).await,
             10 => lease::orphan_latency(&mut b).await,
-            _ => lease::heartbeat_cost(&mut b).await,
+            11 => lease::heartbeat_cost(&mut b).await,
+            12 => large::persist_large(&mut b).await,
+            _ => large::sweep_throughput(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -165,6 +165,17 @@ pub fn report_key(incident: Uuid, session: Uuid, revision: u32, fence: u64) -> B
     ))
 }
 
+/// The key of the harvest manifest of one run's iteration:
+/// `incidents/<incident>/sessions/<session>/manifests/<revision, 6 digits>/<fence>/harvest.json`.
+///
+/// Deterministic per (revision, fence) like [`report_key`]; the report row
+/// of the revision references it.
+pub fn manifest_key(incident: Uuid, session: Uuid, revision: u32, fence: u64) -> BlobKey {
+    BlobKey(format!(
+        "incidents/{incident}/sessions/{session}/manifests/{revision:06}/{fence}/harvest.json"
+    ))
+}
+
 /// The key of an artifact:
 /// `incidents/<incident>/sessions/<session>/artifacts/<artifact>/<file name>`.
 ///

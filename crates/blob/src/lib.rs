@@ -53,8 +53,8 @@ pub use crate::body::BlobBody;
 pub use crate::error::{BlobError, Result};
 pub use crate::fs::FsBlobStore;
 pub use crate::key::{
-    artifact_key, report_key, sanitize_file_name, session_prefix, BlobKey, MAX_FILE_NAME_BYTES,
-    MAX_KEY_BYTES,
+    artifact_key, manifest_key, report_key, sanitize_file_name, session_prefix, BlobKey,
+    MAX_FILE_NAME_BYTES, MAX_KEY_BYTES,
 };
 pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]

@@ -36,17 +36,24 @@ pub(crate) fn human_bytes(n: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-/// What the harvest manifest of `revision` says, in one line:
-/// `3 stored (…), 2 unchanged, not stored again (…), 4 skipped`.
+/// What the harvest manifest of `report`'s revision says, in one line:
+/// `3 stored (…), 2 unchanged, not stored again (…), 4 skipped`. The
+/// report row names the manifest; rows written before it did fall back to
+/// the manifest's old artifact row.
 pub(crate) async fn harvest_manifest(
     backends: &Backends,
     artifacts: &[Artifact],
-    revision: u32,
+    report: &korvus_store::Report,
 ) -> Option<String> {
-    let manifest = artifacts
-        .iter()
-        .find(|a| a.revision == revision && a.path == korvus_harvest::HARVEST_MANIFEST)?;
-    let key = BlobKey::new(manifest.blob_key.as_str()).ok()?;
+    let key = match &report.manifest_key {
+        Some(key) => key.as_str(),
+        None => artifacts
+            .iter()
+            .find(|a| a.revision == report.revision && a.path == korvus_harvest::HARVEST_MANIFEST)?
+            .blob_key
+            .as_str(),
+    };
+    let key = BlobKey::new(key).ok()?;
     let blob = backends.blobs.get(&key).await.ok()?;
     let v: serde_json::Value = serde_json::from_slice(&blob.bytes).ok()?;
     // Sorted: the persist phase stores files concurrently.
@@ -77,6 +84,9 @@ pub(crate) async fn harvest_manifest(
     let _ = write!(line, "; {skipped} skipped (hidden, read-only, empty, …)");
     if !failed.is_empty() {
         let _ = write!(line, "; {} FAILED ({})", failed.len(), failed.join(", "));
+    }
+    if v["rows_written"] == false {
+        let _ = write!(line, "; artifact rows NOT written");
     }
     Some(line)
 }
@@ -232,7 +242,7 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     }
     println!("harvest");
     for r in &reports {
-        let line = harvest_manifest(&backends, &artifacts, r.revision)
+        let line = harvest_manifest(&backends, &artifacts, r)
             .await
             .unwrap_or_else(|| "no manifest".into());
         println!("  rev {:<3} {line}", r.revision);

@@ -15,6 +15,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -23,6 +24,7 @@ mod confine;
 mod demo;
 mod inspect;
 mod session;
+mod sweep;
 
 /// Exit code of a session that failed.
 const EXIT_FAILED: u8 = 3;
@@ -168,6 +170,18 @@ enum Command {
         #[arg(long)]
         apply: bool,
     },
+    /// Find blobs no report or artifact row references and, with --apply,
+    /// delete the ones older than the grace period whose session has no
+    /// live run. Dry run unless --apply.
+    Sweep {
+        /// Delete the orphans.
+        #[arg(long)]
+        apply: bool,
+        /// Seconds an unreferenced blob is kept (its rows may still be on
+        /// their way); at least the persist timeout plus 5 minutes.
+        #[arg(long, value_name = "SECS", default_value_t = 86_400)]
+        grace: u64,
+    },
     /// Apply pending database migrations (every command also does).
     Migrate,
     /// Show the whole lifecycle on the embedded default with a bundled agent.
@@ -305,6 +319,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
         Command::Reap { apply } => session::reap(&global, apply).await,
+        Command::Sweep { apply, grace } => {
+            sweep::sweep(&global, apply, Duration::from_secs(grace)).await
+        }
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { confine } => demo::demo(&global, &confine).await,
     }

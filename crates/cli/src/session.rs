@@ -423,7 +423,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
             );
         }
     }
-    if let Some(h) = harvest_manifest(backends, &artifacts, report.revision).await {
+    if let Some(h) = harvest_manifest(backends, &artifacts, report).await {
         println!("  harvest: {h}");
     }
     Ok(())

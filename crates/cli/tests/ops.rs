@@ -1,4 +1,4 @@
-//! `migrate` and `reap` on the embedded default.
+//! `migrate`, `reap` and `sweep` on the embedded default.
 
 use crate::support::{korvus, ok, output, script, session_id};
 
@@ -55,4 +55,86 @@ fn reap_is_a_dry_run_until_apply_and_spares_nothing_it_should_not_remove() {
     // The idle session is not an orphan: it waits for the user.
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("status     running"), "{show}");
+}
+
+/// Plants a blob file in the embedded blob store's layout under `data`,
+/// last modified `age` ago.
+fn plant(data: &std::path::Path, key: &str, age: std::time::Duration) -> std::path::PathBuf {
+    let path = data.join("blobs/objects").join(key);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("blob dir");
+    std::fs::write(&path, b"stray bytes").expect("blob file");
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - age)
+        .expect("set mtime");
+    path
+}
+
+#[test]
+fn sweep_is_a_dry_run_until_apply_and_deletes_only_old_orphans() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '# done' > report.md\necho x > out.txt\n",
+    );
+    let run = ok(korvus(data.path())
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("go"));
+    let id = session_id(&run);
+    let blobs = data.path().join("blobs/objects");
+    let count = || walkdir_count(&blobs);
+    let landed = count();
+    assert_eq!(landed, 3, "report, out.txt and the manifest");
+
+    let day = std::time::Duration::from_secs(24 * 60 * 60);
+    let (i, s) = (
+        "01a22678-f028-712c-ae44-e8e012316fd7",
+        "01a22678-f028-712c-ae44-e8e012316fd8",
+    );
+    let old = plant(
+        data.path(),
+        &format!("incidents/{i}/sessions/{s}/artifacts/a/old.bin"),
+        2 * day,
+    );
+    let young = plant(
+        data.path(),
+        &format!("incidents/{i}/sessions/{s}/artifacts/b/new.bin"),
+        day / 2,
+    );
+
+    let dry = ok(korvus(data.path()).arg("sweep"));
+    assert!(dry.contains("1 orphan blob(s), 11 B to delete"), "{dry}");
+    assert!(dry.contains("old.bin") && !dry.contains("new.bin"), "{dry}");
+    assert!(dry.contains("3 referenced, 1 younger"), "{dry}");
+    assert!(dry.contains("dry run"), "{dry}");
+    assert!(old.exists());
+
+    let short = output(korvus(data.path()).args(["sweep", "--grace", "60"]));
+    assert!(!short.status.success());
+    assert!(crate::support::stderr(&short).contains("shorter than the persist timeout"));
+
+    let applied = ok(korvus(data.path()).args(["sweep", "--apply"]));
+    assert!(
+        applied.contains("1 orphan blob(s), 11 B deleted"),
+        "{applied}"
+    );
+    assert!(!old.exists() && young.exists());
+    assert_eq!(count(), landed + 1);
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("2 stored (out.txt, report.md)"), "{show}");
+}
+
+/// Regular files under `dir`, recursively.
+fn walkdir_count(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("type").is_dir() {
+            n += walkdir_count(&entry.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
 }

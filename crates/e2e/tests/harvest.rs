@@ -66,7 +66,9 @@ async fn persists_to_s3_with_rows_on_postgres() {
     assert_eq!(outcome.stored.len(), 21);
     assert!(outcome.rows_written);
     let rows = b.store.list_session_artifacts(session.id).await.unwrap();
-    assert_eq!(rows.len(), 22, "21 files and the manifest");
+    assert_eq!(rows.len(), 21, "21 files; the manifest is not an artifact");
+    let manifest = BlobKey::new(outcome.manifest_key.clone().unwrap()).unwrap();
+    assert!(b.blobs.head(&manifest).await.is_ok());
     for row in &rows {
         let blob = b
             .blobs

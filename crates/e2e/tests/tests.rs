@@ -14,3 +14,4 @@ mod fence;
 mod harvest;
 mod output;
 mod session;
+mod sweep;

@@ -76,6 +76,7 @@ mod file;
 mod manifest;
 mod outcome;
 mod persist;
+mod sweep;
 mod walk;
 
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
@@ -85,6 +86,9 @@ pub use crate::outcome::{
 };
 pub use crate::persist::{
     persist, PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,
+};
+pub use crate::sweep::{
+    sweep, Orphan, SweepConfig, SweepError, SweepReport, DEFAULT_CLOCK_SKEW, DEFAULT_SWEEP_GRACE,
 };
 pub use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Skipped, Walk,

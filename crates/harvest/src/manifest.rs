@@ -1,57 +1,61 @@
-//! The harvest manifest: the [`PersistOutcome`] of a phase, stored as one
-//! more artifact at [`HARVEST_MANIFEST`] so a reader can see later what a
-//! harvest stored, left out and failed.
+//! The harvest manifest: the [`PersistOutcome`] of a phase, stored at
+//! [`manifest_key`] **after** the phase's rows (so it can say whether they
+//! were written), also when the phase was cut short, and referenced by the
+//! revision's report row.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use tracing::warn;
 
-use korvus_blob::Durability;
-use korvus_blob::{BlobStore, Sha256Digest};
-use korvus_store::{ArtifactKind, NewArtifact};
-use korvus_workspace::{upload, UploadBody, UploadRow, HARVEST_MANIFEST};
+use korvus_blob::{manifest_key, BlobStore, PutOptions};
+use korvus_workspace::HARVEST_MANIFEST;
 
 use crate::outcome::{error_chain, PersistOutcome};
 use crate::persist::PersistRequest;
 
 /// The workspace path of the harvest manifest under its older name; the
 /// same constant as [`HARVEST_MANIFEST`], kept for existing callers.
+/// Manifests are no longer artifact rows: the report row's
+/// [`manifest_key`](korvus_store::Report::manifest_key) points at them.
 pub const MANIFEST_PATH: &str = HARVEST_MANIFEST;
 
 /// The content type the manifest is stored with.
 const MANIFEST_CONTENT_TYPE: &str = "application/json";
 
-/// Uploads `outcome` as the harvest manifest and returns its row, to be
-/// written with the files' rows. `None` when it cannot be serialised or
-/// uploaded: the manifest only describes the phase, so losing it is logged
-/// and nothing else changes.
-pub(crate) async fn upload_manifest(
+/// Stores `outcome` as the manifest of `request`'s revision, within
+/// `limit`, and records its key in `outcome` when it was stored. Losing
+/// the manifest is logged and changes nothing else: it only describes the
+/// phase.
+pub(crate) async fn store_manifest(
     blobs: &dyn BlobStore,
     request: &PersistRequest,
-    outcome: &PersistOutcome,
-) -> Option<NewArtifact> {
-    let bytes = match serde_json::to_vec_pretty(outcome) {
-        Ok(b) => b,
+    outcome: &mut PersistOutcome,
+    limit: Duration,
+) {
+    let key = manifest_key(
+        request.incident.as_uuid(),
+        request.session.as_uuid(),
+        request.revision,
+        request.fence,
+    );
+    // The manifest names its own key, as the report row will.
+    outcome.manifest_key = Some(key.to_string());
+    let bytes = match serde_json::to_vec_pretty(&*outcome) {
+        Ok(b) => Bytes::from(b),
         Err(e) => {
             warn!(error = %e, "harvest manifest does not serialise");
-            return None;
+            outcome.manifest_key = None;
+            return;
         }
     };
-    let digest = Sha256Digest::of(&bytes);
-    let row = UploadRow {
-        incident: request.incident,
-        session: request.session,
-        revision: request.revision,
-        kind: ArtifactKind::AgentOutput,
-        path: HARVEST_MANIFEST.to_owned(),
-        content_type: MANIFEST_CONTENT_TYPE.to_owned(),
-        fence: request.fence,
+    let options = PutOptions::for_bytes(MANIFEST_CONTENT_TYPE, &bytes);
+    let stored = tokio::time::timeout(limit, blobs.put(&key, bytes, options)).await;
+    let failure = match stored {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => error_chain(&e),
+        Err(_) => format!("not stored within {limit:?}"),
     };
-    let body = UploadBody::Bytes(Bytes::from(bytes));
-    match upload(blobs, body, digest, row, Durability::AtBarrier).await {
-        Ok(row) => Some(row),
-        Err(e) => {
-            warn!(error = %error_chain(&e), "harvest manifest not stored");
-            None
-        }
-    }
+    warn!(error = %failure, "harvest manifest not stored");
+    outcome.manifest_key = None;
 }

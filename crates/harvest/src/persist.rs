@@ -17,7 +17,7 @@ use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store};
 use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
 use crate::file::{store_file, FileResult};
-use crate::manifest::upload_manifest;
+use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
 use crate::walk::{apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk};
 use crate::DEFAULT_MAX_FILES;
@@ -49,6 +49,9 @@ pub struct PersistConfig {
     pub concurrency: usize,
     /// The whole phase is bounded by this, whatever the backends do.
     pub timeout: Duration,
+    /// The harvest manifest, stored after the phase (also after a phase
+    /// cut short by `timeout`), is bounded by this.
+    pub manifest_timeout: Duration,
 }
 
 impl Default for PersistConfig {
@@ -59,6 +62,7 @@ impl Default for PersistConfig {
             report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
             concurrency: 8,
             timeout: Duration::from_secs(120),
+            manifest_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -93,10 +97,14 @@ pub struct PersistRequest {
 /// `config.timeout`: a hanging backend cannot hold it longer; what finished
 /// by then is reported and the rest is marked failed.
 ///
-/// Order: every upload first (at most `config.concurrency` at once), then
-/// the harvest manifest, then all artifact rows in **one** store call. A
-/// failed upload gets no row; a failed row write leaves harmless bytes and
-/// is reported. Nothing here fails the phase as a whole: every failure
+/// Order: every upload first (at most `config.concurrency` at once, with
+/// durability deferred), then **one** [`BlobStore::barrier`], then all
+/// artifact rows in **one** store call, then the harvest manifest, which
+/// says whether the rows were written. The manifest is stored also when the
+/// phase timed out or panicked (bounded by `config.manifest_timeout`), and
+/// its key is [`PersistOutcome::manifest_key`] for the report row. A failed
+/// upload gets no row; a failed barrier or row write leaves harmless bytes
+/// and is reported. Nothing here fails the phase as a whole: every failure
 /// degrades to a reported file.
 ///
 /// # Cancel safety
@@ -122,16 +130,17 @@ pub async fn persist(
         incident_id = %request.incident,
         revision = request.revision
     );
+    let request = Arc::new(request);
     let phase = Phase {
         store,
-        blobs,
+        blobs: Arc::clone(&blobs),
         config: config.clone(),
-        request: Arc::new(request),
+        request: Arc::clone(&request),
         progress: progress.clone(),
     };
-    let task = tokio::spawn(phase.run(scratch).instrument(span));
+    let task = tokio::spawn(phase.run(scratch).instrument(span.clone()));
     let abort = task.abort_handle();
-    match tokio::time::timeout(config.timeout, task).await {
+    let mut outcome = match tokio::time::timeout(config.timeout, task).await {
         Ok(Ok(())) => progress.snapshot(),
         Ok(Err(join)) => progress.cut_short(format!("persist phase panicked: {join}")),
         Err(_) => {
@@ -141,7 +150,11 @@ pub async fn persist(
                 config.timeout
             ))
         }
-    }
+    };
+    store_manifest(&*blobs, &request, &mut outcome, config.manifest_timeout)
+        .instrument(span)
+        .await;
+    outcome
 }
 
 /// The outcome so far, shared between the phase's task and [`persist`], so
@@ -176,8 +189,6 @@ impl Progress {
         warn!(%reason, "persist phase cut short");
         let mut outcome = self.snapshot();
         if !outcome.rows_written {
-            // The manifest's row was not written either.
-            outcome.manifest_key = None;
             rows_failed(&mut outcome, &reason);
         }
         outcome.failed.sort_by(|a, b| a.path.cmp(&b.path));
@@ -260,27 +271,22 @@ struct Phase {
 }
 
 impl Phase {
-    /// Walk, uploads, manifest, rows — in that order.
+    /// Walk, uploads, one barrier, rows — in that order. The manifest
+    /// follows in [`persist`].
     async fn run(self, scratch: PathBuf) {
         let Some((walk, dir)) = self.walk(scratch).await else {
             return;
         };
-        let mut rows = self.upload_files(walk.candidates, dir).await;
-        // The manifest describes the uploads; it goes up before any row.
-        let manifest = self.progress.snapshot();
-        if let Some(row) = upload_manifest(&*self.blobs, &self.request, &manifest).await {
-            let key = row.blob_key.clone();
-            self.progress.update(|o| o.manifest_key = Some(key));
-            rows.push(row);
+        let rows = self.upload_files(walk.candidates, dir).await;
+        if rows.is_empty() {
+            self.progress.update(|o| o.rows_written = true);
+            return;
         }
         // One durability barrier for every upload above, before any row.
         if let Err(e) = self.blobs.barrier().await {
             let cause = format!("stored bytes not made durable: {}", error_chain(&e));
             warn!(error = %e, "blob barrier failed; no artifact row written");
-            self.progress.update(|o| {
-                rows_failed(o, &cause);
-                o.manifest_key = None;
-            });
+            self.progress.update(|o| rows_failed(o, &cause));
             return;
         }
         self.write_rows(rows).await;
@@ -359,19 +365,12 @@ impl Phase {
     /// Writes all rows in one store call. On failure the bytes stay behind
     /// (harmless) and every stored file is reported failed at the row stage.
     async fn write_rows(&self, rows: Vec<NewArtifact>) {
-        if rows.is_empty() {
-            self.progress.update(|o| o.rows_written = true);
-            return;
-        }
         match self.store.create_artifacts(rows).await {
             Ok(_) => self.progress.update(|o| o.rows_written = true),
             Err(e) => {
                 let cause = format!("artifact rows not written: {}", error_chain(&e));
                 warn!(error = %e, "artifact rows not written; their bytes remain");
-                self.progress.update(|o| {
-                    rows_failed(o, &cause);
-                    o.manifest_key = None;
-                });
+                self.progress.update(|o| rows_failed(o, &cause));
             }
         }
     }

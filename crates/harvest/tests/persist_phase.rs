@@ -58,7 +58,7 @@ async fn files_land_bytes_first_rows_second_with_derived_keys() {
         .list_session_artifacts(env.session.id)
         .await
         .unwrap();
-    assert_eq!(rows.len(), 3, "two files and the manifest");
+    assert_eq!(rows.len(), 2, "two files; the manifest is not an artifact");
     for row in &rows {
         let blob = blobs
             .get(&BlobKey::new(row.blob_key.clone()).unwrap())
@@ -88,19 +88,20 @@ async fn files_land_bytes_first_rows_second_with_derived_keys() {
     assert_eq!(csv.kind, ArtifactKind::AgentOutput);
     assert_eq!(csv.content_type, "text/csv");
     assert!(csv.blob_key.ends_with(&format!("{}/data.csv", csv.id)));
-    // The manifest says what happened, for an operator.
-    let manifest = rows.iter().find(|a| a.path == MANIFEST_PATH).unwrap();
-    let bytes = blobs
-        .get(&BlobKey::new(manifest.blob_key.clone()).unwrap())
-        .await
-        .unwrap()
-        .bytes;
+    // The manifest says what happened, for an operator, after the rows:
+    // at the revision's manifest key, which the report row will carry.
+    let key = korvus_blob::manifest_key(
+        env.session.incident_id.as_uuid(),
+        env.session.id.as_uuid(),
+        1,
+        env.session.fence,
+    );
+    assert_eq!(outcome.manifest_key.as_deref(), Some(key.as_str()));
+    let bytes = blobs.get(&key).await.unwrap().bytes;
     let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(json["stored"].as_array().unwrap().len(), 2);
-    assert_eq!(
-        outcome.manifest_key.as_deref(),
-        Some(manifest.blob_key.as_str())
-    );
+    assert_eq!(json["rows_written"], true);
+    assert_eq!(json["manifest_key"], key.as_str());
 }
 
 #[tokio::test]

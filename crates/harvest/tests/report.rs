@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
+use korvus_blob::{BlobStore, MemoryBlobStore};
 use korvus_harvest::{
     persist, FailStage, PersistConfig, PersistOutcome, ReportFile, SkipReason,
-    DEFAULT_REPORT_MAX_BYTES, DETAIL_MAX_BYTES, MANIFEST_PATH, REPORT_FILE,
+    DEFAULT_REPORT_MAX_BYTES, DETAIL_MAX_BYTES, REPORT_FILE,
 };
 use korvus_testkit::faults::{BlobFault, FaultBlobStore, FaultStore, StoreFault, StoreOp};
 
@@ -27,19 +27,15 @@ fn limits(report: u64, file: u64) -> PersistConfig {
     }
 }
 
-/// The stored harvest manifest, parsed.
+/// The stored harvest manifest of revision 1, parsed.
 async fn manifest(env: &Env, blobs: &dyn BlobStore) -> serde_json::Value {
-    let rows = env
-        .store
-        .list_session_artifacts(env.session.id)
-        .await
-        .unwrap();
-    let row = rows.iter().find(|a| a.path == MANIFEST_PATH).unwrap();
-    let bytes = blobs
-        .get(&BlobKey::new(row.blob_key.clone()).unwrap())
-        .await
-        .unwrap()
-        .bytes;
+    let key = korvus_blob::manifest_key(
+        env.session.incident_id.as_uuid(),
+        env.session.id.as_uuid(),
+        1,
+        env.session.fence,
+    );
+    let bytes = blobs.get(&key).await.unwrap().bytes;
     serde_json::from_slice(&bytes).unwrap()
 }
 
@@ -218,9 +214,17 @@ async fn a_report_stored_before_a_hanging_row_write_has_no_markdown() {
         timeout: Duration::from_millis(300),
         ..PersistConfig::default()
     };
-    let outcome = run_with(&env, Arc::new(MemoryBlobStore::new()), &config).await;
+    let blobs = Arc::new(MemoryBlobStore::new());
+    let outcome = run_with(&env, blobs.clone(), &config).await;
     assert!(!outcome.rows_written);
-    assert!(outcome.manifest_key.is_none());
+    // The manifest is stored after the cut-short phase, and says so.
+    assert!(outcome.manifest_key.is_some());
+    let json = manifest(&env, &*blobs).await;
+    assert_eq!(json["rows_written"], false);
+    assert!(
+        json["reason"].as_str().unwrap().contains("timed out"),
+        "{json}"
+    );
     let ReportFile::Failed { cause } = &outcome.report else {
         panic!("{:?}", outcome.report);
     };

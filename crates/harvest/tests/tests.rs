@@ -9,4 +9,5 @@ mod containment;
 mod persist_phase;
 mod report;
 mod streamed;
+mod sweep;
 mod walk;

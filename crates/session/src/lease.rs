@@ -244,6 +244,7 @@ impl Inner {
             incident_id: row.incident_id,
             revision: row.revision,
             markdown_key: None,
+            manifest_key: None,
             markdown_bytes: 0,
             exit_reason: reason.to_string(),
             counters: row.counters,

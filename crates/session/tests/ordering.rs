@@ -115,15 +115,26 @@ async fn persist_then_report_row_then_terminal_status() {
         "exactly one settle"
     );
     // Bytes before rows: one recorder saw every put and every store call.
+    // The harvest manifest describes the row batch, so it goes up after
+    // the artifact rows, and before the report row that references it.
     let puts = recorder.puts.lock().unwrap().clone();
-    assert!(puts.len() >= 2, "{puts:?}");
-    let rows = pos(StoreOp::CreateArtifacts);
+    assert_eq!(puts.len(), 3, "{puts:?}");
+    let (rows, report) = (pos(StoreOp::CreateArtifacts), pos(StoreOp::CreateReport));
     for (key, store_calls_before) in &puts {
-        assert!(
-            *store_calls_before <= rows,
-            "{key} was put after the artifact rows: {puts:?} / {calls:?}"
-        );
+        let before = if key.contains("/manifests/") {
+            *store_calls_before > rows && *store_calls_before <= report
+        } else {
+            *store_calls_before <= rows
+        };
+        assert!(before, "{key} put out of order: {puts:?} / {calls:?}");
     }
+    let report_row = env.store.list_reports(s.id).await.unwrap();
+    let manifest = &puts
+        .iter()
+        .find(|(k, _)| k.contains("/manifests/"))
+        .unwrap()
+        .0;
+    assert_eq!(report_row[0].manifest_key.as_ref(), Some(manifest));
     env.assert_safe().await;
     manager.stop().await;
 }

@@ -28,11 +28,11 @@ pub(crate) const SETTLE: &str = concat!(
 
 /// `settle_with_report`: the report row unless its revision has one, only
 /// while the session (in that incident) is at the report's fence. Binds
-/// `$1…$13` in `report_columns` order.
+/// `$1…$14` in `report_columns` order.
 pub(crate) const INSERT_REPORT_IF_ABSENT: &str = concat!(
     "INSERT INTO reports (",
     report_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
      WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12) \
      AND NOT EXISTS (SELECT 1 FROM reports WHERE session_id = $1 AND revision = $3)"
 );

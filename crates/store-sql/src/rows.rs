@@ -46,11 +46,11 @@ macro_rules! incident_columns {
 macro_rules! report_columns {
     () => {
         "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
-         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at"
+         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key"
     };
 }
 
-/// Binds a [`Report`]'s columns as `$1…$13`, in [`report_columns`] order,
+/// Binds a [`Report`]'s columns as `$1…$14`, in [`report_columns`] order,
 /// to the query `$q` (of [`INSERT_REPORT`] or its if-absent variant).
 macro_rules! bind_report {
     ($q:expr, $report:expr) => {{
@@ -69,16 +69,17 @@ macro_rules! bind_report {
             .bind(r.detail.as_deref())
             .bind($crate::rows::to_i64(r.fence))
             .bind(r.created_at)
+            .bind(r.manifest_key.as_deref())
     }};
 }
 pub(crate) use bind_report;
 
 /// `create_report`: the row, only while the session (in that incident) is
-/// at the report's fence. Binds `$1…$13` in [`report_columns`] order.
+/// at the report's fence. Binds `$1…$14` in [`report_columns`] order.
 pub(crate) const INSERT_REPORT: &str = concat!(
     "INSERT INTO reports (",
     report_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
      WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)"
 );
 
@@ -315,6 +316,7 @@ pub(crate) struct ReportRow {
     incident_id: Uuid,
     revision: i32,
     markdown_key: Option<String>,
+    manifest_key: Option<String>,
     markdown_bytes: i64,
     exit_reason: String,
     turns: i64,
@@ -333,6 +335,7 @@ impl ReportRow {
             incident_id: IncidentId::from_uuid(self.incident_id),
             revision: unsigned(backend, "report revision", i64::from(self.revision))?,
             markdown_key: self.markdown_key,
+            manifest_key: self.manifest_key,
             markdown_bytes: unsigned(backend, "markdown_bytes", self.markdown_bytes)?,
             exit_reason: self.exit_reason,
             counters: counters(

@@ -64,6 +64,7 @@ pub mod exit_reason;
 mod lease;
 mod memory;
 mod model;
+mod report;
 mod store;
 pub mod validate;
 
@@ -73,9 +74,10 @@ pub use crate::lease::{Lease, OwnerId, Settlement};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
     Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
-    NewArtifact, NewIncident, NewReport, NewSession, ParseEnumError, Report, Session,
-    SessionContextRef, SessionId, SessionKind, SessionStatus, WorkspaceRef,
+    NewArtifact, NewIncident, NewSession, ParseEnumError, Session, SessionContextRef, SessionId,
+    SessionKind, SessionStatus, WorkspaceRef,
 };
+pub use crate::report::{NewReport, Report};
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;
 pub use crate::store::{Store, StoreExt};

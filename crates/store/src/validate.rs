@@ -116,6 +116,9 @@ pub fn settlement(s: &Settlement) -> Result {
 /// Rules for [`NewReport`].
 pub fn new_report(n: &NewReport) -> Result {
     revision(n.revision)?;
+    if let Some(key) = &n.manifest_key {
+        required_text("manifest_key", key, MAX_PATH_BYTES)?;
+    }
     if let Some(key) = &n.markdown_key {
         required_text("markdown_key", key, MAX_PATH_BYTES)?;
     }

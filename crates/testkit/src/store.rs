@@ -133,6 +133,7 @@ fn new_report(session: &Session, revision: u32) -> NewReport {
         incident_id: session.incident_id,
         revision,
         markdown_key: Some(format!("contract/{}/report-{revision}.md", session.id)),
+        manifest_key: Some(format!("contract/{}/manifest-{revision}.json", session.id)),
         markdown_bytes: 42,
         exit_reason: "completed".into(),
         counters: Counters::default(),

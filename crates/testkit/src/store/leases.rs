@@ -255,6 +255,7 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(st
     let lost = |s: &Session| settlement_at(SessionStatus::Failed, "owner_lost", s.fence);
     let lost_report = |s: &Session| korvus_store::NewReport {
         markdown_key: None,
+        manifest_key: None,
         markdown_bytes: 0,
         exit_reason: "owner_lost".into(),
         ..new_report(s, s.revision)
