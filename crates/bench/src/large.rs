@@ -13,7 +13,10 @@ use bytes::Bytes;
 use korvus_blob::{artifact_key, BlobStore, Durability, FsBlobStore, PutOptions};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_harvest::{sweep, SweepConfig};
-use korvus_store::{MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store};
+use korvus_store::{
+    Counters, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, SessionStatus,
+    Settlement, Store,
+};
 
 use crate::files::persist_tree;
 use crate::report::{Goal, Row};
@@ -156,6 +159,14 @@ async fn orphans(
                 workspace_ref: None,
             })
             .await?;
+        // Settled: a running session would keep its keys as a live run's.
+        let settled = Settlement {
+            status: SessionStatus::Completed,
+            exit_reason: Some("completed".into()),
+            counters: Counters::default(),
+            fence: s.fence,
+        };
+        store.settle_session(s.id, settled).await?;
         let puts = (0..keys_each).map(|_| {
             let key = artifact_key(
                 incident.id.as_uuid(),

@@ -185,7 +185,7 @@ pub(crate) async fn scale(b: &mut Bench) -> Result<Vec<Row>> {
             "KiB",
             &memory,
             Goal::ValueAtMost {
-                max: 16.0,
+                max: 8.0,
                 ratio_max: None,
             },
         )
@@ -198,7 +198,7 @@ pub(crate) async fn scale(b: &mut Bench) -> Result<Vec<Row>> {
             "Manager::stop",
             "ms",
             &stop,
-            Goal::None,
+            Goal::RatioAtMost { max: 10.0 },
         )
         .note("stop = cancel every run, land (persist skipped), report row, settle, release"),
     ])

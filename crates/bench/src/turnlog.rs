@@ -148,7 +148,7 @@ pub(crate) async fn turn_log(b: &mut Bench) -> Result<Vec<Row>> {
             "JsonlLog",
             "ms",
             &batched,
-            Goal::RatioAtMost { max: 2.0 },
+            Goal::RatioAtMost { max: 1.2 },
         ),
         Row::paired(
             format!("5 turn log: PgLog, appends of {BATCH}"),

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+use crate::jsonl_buffer::{drain_shared, write_behind, Buffers, Shared, WriteSide};
 use crate::jsonl_file::{
     blocking, claim_epoch_file, cut_torn_tail, io_err, lock_writer, read_epoch_file, read_header,
-    revision_of, serialise, write_counted, BACKEND,
+    revision_of, serialise, BACKEND,
 };
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
@@ -25,14 +26,20 @@ const EXTENSION: &str = "jsonl";
 
 /// A [`TurnLog`] storing each log as `<dir>/<id>.jsonl`.
 ///
-/// `append` writes straight to the file (one `write` per call), so a read
-/// started afterwards sees it; `flush` and `close` `fsync`. `stat` reads only
-/// the header line and the file's metadata: the revision is the file's length
-/// and modification time, and `event_count` is not known.
+/// `append` buffers its events in the write handle; the buffer goes to the
+/// file at 64 KiB, at most 20 ms after its first event (so a watcher in
+/// another process sees it soon), on `flush` and `close`, before any read
+/// through this service (so a later read sees the appended prefix), and
+/// when the handle is dropped. `flush` and `close` then `fsync`. A buffered
+/// write that fails is reported by the handle's next call, after which it
+/// refuses appends. `stat` reads only the header line and the file's
+/// metadata: the revision is the file's length and modification time, and
+/// `event_count` is not known.
 #[derive(Debug)]
 pub struct JsonlLog {
     dir: PathBuf,
     writers: Writers,
+    buffers: Buffers,
 }
 
 impl JsonlLog {
@@ -46,6 +53,7 @@ impl JsonlLog {
         Ok(Self {
             dir,
             writers: Writers::new(),
+            buffers: Buffers::default(),
         })
     }
 
@@ -69,30 +77,19 @@ struct JsonlIo {
     id: LogId,
     /// Read side: its own file description (its own offset), indexed lines.
     state: Arc<Mutex<IoState>>,
-    /// Write side of a write handle: the file in append mode. Appends write
-    /// inline — one `write` of whole lines, no thread hand-off — because a
-    /// page-cache write is cheaper than waking a blocking thread; `fsync`
-    /// goes to a blocking thread.
-    writer: Option<Arc<Mutex<Option<WriteSide>>>>,
+    /// Write side of a write handle: the file in append mode and the
+    /// appends buffered in front of it (`jsonl_buffer.rs`). Buffers are
+    /// written inline — one `write` of whole lines, no thread hand-off —
+    /// because a page-cache write is cheaper than waking a blocking thread;
+    /// `fsync` goes to a blocking thread.
+    writer: Option<Shared>,
+    /// The service's write sides, drained before every read.
+    buffers: Buffers,
     /// Where a writer records the newest epoch claimed (`<log>.epoch`,
     /// beside the log). Only the holder of the file lock writes it, so a
     /// claim needs no lock of its own, and appends need no check: no newer
     /// writer can claim while this one holds the lock.
     epoch_file: Option<PathBuf>,
-}
-
-/// The write side's file, and how many events it holds when known.
-#[derive(Debug)]
-struct WriteSide {
-    file: File,
-    /// Complete events in the file; `None` until counted (a writer opened
-    /// on an existing log counts them before its first append).
-    count: Option<u64>,
-    /// This writer's epoch (0 until it claims one) and the newest the log
-    /// had seen when this writer took the file lock (or claimed): appends
-    /// are refused while the first is older.
-    epoch: u64,
-    newest: u64,
 }
 
 #[derive(Debug)]
@@ -170,9 +167,14 @@ impl JsonlIo {
         write: Option<WriteSide>,
         first_event: u64,
         epoch_file: PathBuf,
+        buffers: &Buffers,
     ) -> Self {
+        let writer = write.map(|f| Arc::new(Mutex::new(Some(f))));
+        if let Some(side) = &writer {
+            buffers.register(id, side);
+        }
         Self {
-            epoch_file: write.is_some().then_some(epoch_file),
+            epoch_file: writer.is_some().then_some(epoch_file),
             id,
             state: Arc::new(Mutex::new(IoState {
                 file: read,
@@ -180,11 +182,12 @@ impl JsonlIo {
                 indexed_end: first_event,
                 closed: false,
             })),
-            writer: write.map(|f| Arc::new(Mutex::new(Some(f)))),
+            writer,
+            buffers: buffers.clone(),
         }
     }
 
-    fn writer(&self) -> Result<&Arc<Mutex<Option<WriteSide>>>> {
+    fn writer(&self) -> Result<&Shared> {
         self.writer
             .as_ref()
             .ok_or(LogError::ReadOnly { id: self.id })
@@ -200,14 +203,16 @@ impl JsonlIo {
         let id = self.id;
         blocking(move || {
             let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(side) = guard.as_ref() else {
+            let Some(side) = guard.as_mut() else {
                 return if close {
                     Ok(())
                 } else {
                     Err(LogError::Closed { id })
                 };
             };
-            let result = f(&side.file).map_err(|e| LogError::backend(BACKEND, e));
+            let result = side
+                .write_pending(id)
+                .and_then(|()| f(&side.file).map_err(|e| LogError::backend(BACKEND, e)));
             if close {
                 *guard = None;
             }
@@ -221,8 +226,10 @@ impl JsonlIo {
         f: impl FnOnce(LogId, &mut IoState) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let state = Arc::clone(&self.state);
-        let id = self.id;
+        let (id, buffers) = (self.id, self.buffers.clone());
         blocking(move || {
+            // A read sees every append made through this service.
+            buffers.drain(id)?;
             let mut guard: MutexGuard<'_, IoState> =
                 state.lock().unwrap_or_else(|p| p.into_inner());
             if guard.closed {
@@ -231,6 +238,16 @@ impl JsonlIo {
             f(id, &mut guard)
         })
         .await
+    }
+}
+
+impl Drop for JsonlIo {
+    /// A handle dropped without `close` still writes out what it buffered
+    /// (not `fsync`ed: that only `flush` and `close` promise).
+    fn drop(&mut self) {
+        if let Some(side) = &self.writer {
+            let _ = drain_shared(self.id, side);
+        }
     }
 }
 
@@ -273,7 +290,10 @@ impl LogIo for JsonlIo {
                     newest: side.newest,
                 })
             }
-            Some(side) => side.count,
+            Some(side) => {
+                side.check(self.id)?;
+                side.count
+            }
             None => return Err(LogError::Closed { id: self.id }),
         };
         let found = match known {
@@ -298,38 +318,18 @@ impl LogIo for JsonlIo {
                 found,
             });
         }
-        let mut guard = self.writer()?.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(side) = guard.as_mut() else {
-            return Err(LogError::Closed { id: self.id });
+        let writer = self.writer()?;
+        let start_timer = {
+            let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(side) = guard.as_mut() else {
+                return Err(LogError::Closed { id: self.id });
+            };
+            side.push(self.id, &buf, at, n)?
         };
-        side.count = Some(found);
-        // The file is opened in append mode: every write lands at the end,
-        // in one call, so a reader sees whole lines or a torn tail it skips.
-        // A write that fails half-way (a full disk, a file size limit) is cut
-        // back to the last complete line, so the log stays readable and the
-        // next append starts on a clean line.
-        let (written, failed) = write_counted(&mut side.file, &buf);
-        let Some(e) = failed else {
-            side.count = Some(at + n);
-            return Ok(());
-        };
-        if written > 0 {
-            // Only this writer appends, so the file grew by `written`.
-            let file = &side.file;
-            let cut = file
-                .metadata()
-                .and_then(|m| file.set_len(m.len().saturating_sub(written as u64)));
-            if let Err(cut) = cut {
-                side.count = None;
-                return Err(LogError::backend(
-                    BACKEND,
-                    std::io::Error::other(format!(
-                        "{e}; and the partial line could not be cut off: {cut}"
-                    )),
-                ));
-            }
+        if start_timer {
+            write_behind(self.id, writer);
         }
-        Err(LogError::backend(BACKEND, e))
+        Ok(())
     }
 
     async fn flush(&self) -> Result<()> {
@@ -384,14 +384,10 @@ impl TurnLog for JsonlLog {
             Arc::new(JsonlIo::new(
                 id,
                 read,
-                Some(WriteSide {
-                    file: write,
-                    count: Some(0),
-                    epoch: 0,
-                    newest: 0,
-                }),
+                Some(WriteSide::new(write, Some(0), 0)),
                 first_event,
                 self.epoch_path(id),
+                &self.buffers,
             )),
             claim,
         ))
@@ -417,12 +413,7 @@ impl TurnLog for JsonlLog {
                     lock_writer(id, &file)?;
                     cut_torn_tail(id, &mut file)?;
                     let newest = read_epoch_file(id, &epoch_path)?;
-                    Some(WriteSide {
-                        file,
-                        count: None,
-                        epoch: 0,
-                        newest,
-                    })
+                    Some(WriteSide::new(file, None, newest))
                 }
                 Access::Read => None,
             };
@@ -437,6 +428,7 @@ impl TurnLog for JsonlLog {
             write,
             first_event,
             self.epoch_path(id),
+            &self.buffers,
         ));
         Ok(match claim {
             Some(claim) => LogHandle::writer(header, io, claim),
@@ -446,7 +438,10 @@ impl TurnLog for JsonlLog {
 
     async fn stat(&self, id: LogId) -> Result<LogStat> {
         let path = self.path(id);
+        let buffers = self.buffers.clone();
         blocking(move || {
+            // What this service appended counts.
+            buffers.drain(id)?;
             let file = File::open(&path).map_err(|e| io_err(id, e))?;
             let meta = file.metadata().map_err(|e| io_err(id, e))?;
             let (header, _) = read_header(id, &file)?;

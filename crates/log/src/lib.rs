@@ -55,6 +55,7 @@ mod event;
 mod export;
 mod handle;
 mod jsonl;
+mod jsonl_buffer;
 mod jsonl_file;
 mod memory;
 mod seam;

@@ -3,6 +3,7 @@
 //! file format's torn-tail rules, and the shared handle rules over
 //! `MockLogIo`/`MockTurnLog`.
 
+mod buffered;
 mod mock;
 mod props;
 mod short_write;

@@ -29,8 +29,17 @@ async fn a_second_service_on_the_directory_cannot_open_a_log_for_write() {
     let w = a.create(LogHeader::new(id)).await.unwrap();
     w.append(&sample_events(1)).await.unwrap();
     already_owned(b.open(id, Access::Write).await, id);
-    // Readers are never refused.
+    // Readers are never refused. Another service sees the append once the
+    // writer's write-behind window has passed (20 ms; polled, not timed).
     let r = b.open(id, Access::Read).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while r.read(0, None).await.unwrap().len() < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the append never showed up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     assert_eq!(r.read(0, None).await.unwrap().len(), 6);
     w.close().await.unwrap();
     let w2 = b.open(id, Access::Write).await.unwrap();

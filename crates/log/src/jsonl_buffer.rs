@@ -1,0 +1,203 @@
+//! The write side of a [`JsonlLog`](crate::JsonlLog) handle: the file, and
+//! the appends buffered in front of it.
+//!
+//! Appends are serialised into a buffer, not written one `write(2)` each.
+//! The buffer goes to the file when it reaches [`BUFFER_BYTES`], at most
+//! [`WRITE_BEHIND`] after its first append (a timer task, so a watcher in
+//! another process never waits longer), on `flush` and `close`, before any
+//! read through the same service, and when the handle is dropped. A
+//! buffered write that fails later is reported by the next call on the
+//! handle, which from then on refuses appends: the events it had
+//! acknowledged are lost, as they would be in a crash before `flush`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::jsonl_file::{write_counted, BACKEND};
+use crate::{LogError, LogId, Result};
+
+/// The buffer goes to the file once it holds this many bytes: 64 KiB.
+pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
+
+/// The longest an appended event waits in the buffer: 20 ms.
+pub(crate) const WRITE_BEHIND: Duration = Duration::from_millis(20);
+
+/// A write side, shared by its handle, its timer and the service's readers.
+pub(crate) type Shared = Arc<Mutex<Option<WriteSide>>>;
+
+/// The write sides of the open write handles of one service, so a read of
+/// any handle of that service first writes out the writer's buffer.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Buffers(Arc<Mutex<HashMap<LogId, WeakShared>>>);
+
+/// A [`Shared`] write side that does not keep its handle alive.
+type WeakShared = Weak<Mutex<Option<WriteSide>>>;
+
+impl Buffers {
+    /// Registers the write side of `id`'s write handle.
+    pub(crate) fn register(&self, id: LogId, side: &Shared) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(id, Arc::downgrade(side));
+    }
+
+    /// Writes out the buffer of `id`'s writer in this service, if any.
+    pub(crate) fn drain(&self, id: LogId) -> Result<()> {
+        let side = {
+            let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&id).and_then(Weak::upgrade)
+        };
+        match side {
+            Some(side) => drain_shared(id, &side),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The write side's file, the appends not yet in it, and how many events
+/// the log holds when known.
+#[derive(Debug)]
+pub(crate) struct WriteSide {
+    pub(crate) file: File,
+    /// Complete events in the log (in the file and buffered); `None`
+    /// until counted (a writer opened on an existing log counts them
+    /// before its first append).
+    pub(crate) count: Option<u64>,
+    /// This writer's epoch (0 until it claims one) and the newest the log
+    /// had seen when this writer took the file lock (or claimed): appends
+    /// are refused while the first is older.
+    pub(crate) epoch: u64,
+    pub(crate) newest: u64,
+    /// Whole event lines appended but not yet written.
+    pending: Vec<u8>,
+    /// Why a buffered write failed, reported by every later call.
+    failed: Option<String>,
+}
+
+impl WriteSide {
+    /// A write side on `file` holding `count` events.
+    pub(crate) fn new(file: File, count: Option<u64>, newest: u64) -> Self {
+        Self {
+            file,
+            count,
+            epoch: 0,
+            newest,
+            pending: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// The error of an earlier buffered write, if one failed.
+    pub(crate) fn check(&self, id: LogId) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(LogError::backend(
+                BACKEND,
+                std::io::Error::other(format!(
+                    "log {id}: a buffered append could not be written ({cause}); \
+                     its events are lost, reopen the log to go on"
+                )),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends whole event lines holding `n` events; the log then holds
+    /// `at + n`. Small appends are buffered; when the buffer would reach
+    /// [`BUFFER_BYTES`] it is written out first, and an append that is that
+    /// large on its own is written straight through, so its failure (a
+    /// full disk, a file size limit) is its own: the log is cut back to its
+    /// last complete line and the next append goes on. Returns whether the
+    /// buffer was empty before (so the caller starts the write-behind
+    /// timer).
+    pub(crate) fn push(&mut self, id: LogId, lines: &[u8], at: u64, n: u64) -> Result<bool> {
+        self.check(id)?;
+        if self.pending.len() + lines.len() >= BUFFER_BYTES {
+            self.write_pending(id)?;
+            if lines.len() >= BUFFER_BYTES {
+                if let Some(cause) = write_lines(&mut self.file, lines) {
+                    return Err(LogError::backend(BACKEND, std::io::Error::other(cause)));
+                }
+                self.count = Some(at + n);
+                return Ok(false);
+            }
+        }
+        let was_empty = self.pending.is_empty();
+        self.pending.extend_from_slice(lines);
+        self.count = Some(at + n);
+        Ok(was_empty)
+    }
+
+    /// Writes the buffer to the file in one call. A write that fails
+    /// half-way keeps the complete lines it wrote; the other buffered
+    /// events are lost (their appends were acknowledged), so the side
+    /// refuses further appends and the handle must be reopened.
+    pub(crate) fn write_pending(&mut self, id: LogId) -> Result<()> {
+        self.check(id)?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let failed = write_lines(&mut self.file, &self.pending);
+        self.pending.clear();
+        if let Some(cause) = failed {
+            self.count = None;
+            self.failed = Some(cause);
+        }
+        self.check(id)
+    }
+}
+
+/// Writes whole lines to the end of `file` (opened in append mode) in one
+/// call, so a reader sees whole lines or a torn tail it skips. A write that
+/// fails half-way is cut back to the last complete line it wrote, so the
+/// log stays readable and the next write starts on a clean line. Returns
+/// the cause of a failure.
+fn write_lines(file: &mut File, lines: &[u8]) -> Option<String> {
+    let (written, failed) = write_counted(file, lines);
+    let e = failed?;
+    // Only this writer appends, so the file grew by `written`, and the
+    // bytes after the last newline among them are a torn line.
+    let whole = lines[..written]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let torn = (written - whole) as u64;
+    if torn > 0 {
+        let cut = file
+            .metadata()
+            .and_then(|m| file.set_len(m.len().saturating_sub(torn)));
+        if let Err(cut) = cut {
+            return Some(format!(
+                "{e}; and the partial line could not be cut off: {cut}"
+            ));
+        }
+    }
+    Some(e.to_string())
+}
+
+/// Writes out the buffer of a shared write side (closed: nothing to do).
+pub(crate) fn drain_shared(id: LogId, side: &Shared) -> Result<()> {
+    let mut guard = side.lock().unwrap_or_else(|p| p.into_inner());
+    match guard.as_mut() {
+        Some(side) => side.write_pending(id),
+        None => Ok(()),
+    }
+}
+
+/// Writes out `side`'s buffer [`WRITE_BEHIND`] from now, unless the side
+/// is gone by then. A failure is kept on the side for the next call.
+pub(crate) fn write_behind(id: LogId, side: &Shared) {
+    let weak = Arc::downgrade(side);
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime to time it: write now.
+        let _ = drain_shared(id, side);
+        return;
+    };
+    runtime.spawn(async move {
+        tokio::time::sleep(WRITE_BEHIND).await;
+        if let Some(side) = weak.upgrade() {
+            let _ = drain_shared(id, &side);
+        }
+    });
+}
