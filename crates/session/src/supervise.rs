@@ -94,6 +94,11 @@ impl Manager {
 
 /// The supervisor of one run: everything after it returns happens here, in
 /// the order the module docs give.
+///
+/// Every phase but the one a parked run waits in is boxed: a future's
+/// state machine is as large as its largest phase, and ten thousand
+/// parked runs would otherwise each reserve room for landing and clean-up
+/// they are not doing yet.
 async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, guard: RunGuard) {
     let id = plan.session.id;
     let revision = Revision::of(&plan);
@@ -105,15 +110,15 @@ async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, 
             // The revision still gets its report row (unless landing wrote it
             // before the panic); the scratch dir is left for `reap`.
             (
-                inner.fail_early(revision, ExitReason::PANICKED).await,
+                Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await,
                 Leftovers::default(),
             )
         }
     };
     // 1. The terminal write (detached, bounded, panic-guarded).
-    inner.settle(id, settlement).await;
+    Box::pin(inner.settle(id, settlement)).await;
     // 2. Clean-up (docs release, scratch removal), bounded.
-    cleanup(&inner, leftovers).await;
+    Box::pin(cleanup(&inner, leftovers)).await;
     // 3. Deregister.
     inner.live.unregister(id, &run);
     // 4. Fire the settle signal: a watcher released now reads the final row.
@@ -142,26 +147,24 @@ async fn iterate(
         Ok(log) => Arc::new(log),
         Err(e) => {
             error!(error = %e, "turn log not usable");
-            let settlement = inner
-                .fail_early(revision, ExitReason::TURN_LOG_FAILED)
-                .await;
+            let settlement =
+                Box::pin(inner.fail_early(revision, ExitReason::TURN_LOG_FAILED)).await;
             return (settlement, Leftovers::default());
         }
     };
     // Preparing and pinning docs obey the run's cancellation; a run
     // cancelled while preparing still lands and cleans up like any other.
-    let prepared = match inner.prepare(&plan, &token).await {
+    let prepared = match Box::pin(inner.prepare(&plan, &token)).await {
         Ok(p) => p,
         Err(e) => {
             error!(error = %e, "workspace not prepared");
-            close_log(&inner, &log).await;
-            let settlement = inner
-                .fail_early(revision, ExitReason::WORKSPACE_FAILED)
-                .await;
+            Box::pin(close_log(&inner, &log)).await;
+            let settlement =
+                Box::pin(inner.fail_early(revision, ExitReason::WORKSPACE_FAILED)).await;
             return (settlement, Leftovers::default());
         }
     };
-    let lease = pin_docs(&inner, &plan, &token).await;
+    let lease = Box::pin(pin_docs(&inner, &plan, &token)).await;
     let ctx = context(
         &plan,
         &prepared,
@@ -171,9 +174,9 @@ async fn iterate(
     );
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
     let result = execute(&inner, ctx, resume, &token).await;
-    let settlement = land(&inner, &plan, &prepared, &log, result).await;
+    let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;
     // A watcher or a reopen must see the whole log once the row is terminal.
-    close_log(&inner, &log).await;
+    Box::pin(close_log(&inner, &log)).await;
     let leftovers = Leftovers {
         lease,
         dir: prepared.dir,
