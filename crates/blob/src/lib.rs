@@ -3,8 +3,11 @@
 //!
 //! # Overview
 //!
-//! [`BlobStore`] is the seam: `put` (with content type and SHA-256), `get`,
-//! `head`, `delete`, `list`. Keys are [`BlobKey`]s — validated values, refused
+//! [`BlobStore`] is the seam: `put` (with content type and SHA-256),
+//! `put_stream` (a [`BlobBody`] of any size, hashed while it is read, never
+//! held in memory whole), `barrier` (one durability flush for a batch of
+//! puts made with [`Durability::AtBarrier`]), `get`, `head`, `delete`,
+//! `list`; every object carries its [`BlobMeta::last_modified`] time. Keys are [`BlobKey`]s — validated values, refused
 //! before any I/O — and korvus derives them instead of taking free text from a
 //! session: [`report_key`] is deterministic per revision (a retried upload
 //! overwrites) and [`artifact_key`] is unique per artifact id. Backends here

@@ -12,8 +12,11 @@
 //! report key, anything else at a unique artifact key — and writes all
 //! artifact rows through the [`Store`](korvus_store::Store) in one call.
 //! The [`PersistOutcome`] says what was stored, unchanged, skipped and
-//! failed, and is itself stored as the harvest manifest
-//! ([`HARVEST_MANIFEST`]). `korvus-session` runs this phase when a run returns.
+//! failed and whether the rows were written; it is stored after the rows
+//! as the harvest manifest, at the key the revision's report row
+//! references ([`PersistOutcome::manifest_key`]). [`sweep`] finds and
+//! deletes bytes no row references. `korvus-session` runs the phase when
+//! a run returns.
 //!
 //! The root `report.md` has outcomes of its own ([`ReportFile`]) and its own
 //! size limit ([`PersistConfig::report_max_bytes`], 8 MiB by default,
@@ -26,10 +29,11 @@
 //!
 //! The code reads in the order the phase runs: `walk.rs` (the walk, the
 //! size limits and the cap), `persist.rs` (the orchestration: detached
-//! task, timeout, uploads in parallel, manifest, one row batch), `file.rs`
-//! (open, read and upload one file), `manifest.rs` (the harvest manifest)
-//! and `outcome.rs` (the public result types). Every upload goes through
-//! `korvus-workspace`'s [`upload_artifact`](korvus_workspace::upload_artifact),
+//! task, timeout, uploads in parallel, one durability barrier, one row
+//! batch, manifest), `file.rs` (open, read or stream, and upload one
+//! file), `manifest.rs` (the harvest manifest) and `outcome.rs` (the public
+//! result types); `sweep.rs` is the orphan-blob sweeper. Every file upload
+//! goes through `korvus-workspace`'s [`upload`](korvus_workspace::upload()),
 //! which also stores the workspace archive, so the key rule is written once;
 //! the shared file names ([`REPORT_FILE`], [`HARVEST_MANIFEST`]) come from
 //! there too.
