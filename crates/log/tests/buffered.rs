@@ -3,8 +3,6 @@
 //! that fails (a file size limit in a child process) keeps the complete
 //! lines, reports the loss and refuses further appends.
 
-use std::process::Command;
-
 use korvus_log::{Access, Event, EventKind, JsonlLog, LogError, LogHeader, LogId, TurnLog};
 
 const CHILD_DIR: &str = "KORVUS_TEST_BUFFERED_DIR";
@@ -92,21 +90,12 @@ async fn a_failed_buffered_write_keeps_whole_lines_and_refuses_further_appends()
     }
     let dir = tempfile::tempdir().unwrap();
     let id = korvus_testkit::log::fresh_id();
-    let exe = std::env::current_exe().unwrap();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(r#"trap "" XFSZ; ulimit -f 64; exec "$0" --exact buffered::a_failed_buffered_write_keeps_whole_lines_and_refuses_further_appends --test-threads=1"#)
-        .arg(&exe)
-        .env(CHILD_DIR, dir.path())
-        .env(CHILD_ID, id.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        child.status.success(),
-        "the child failed: {}\n{}\n{}",
-        child.status,
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
+    crate::file_limit::run_child(
+        "buffered::a_failed_buffered_write_keeps_whole_lines_and_refuses_further_appends",
+        CHILD_DIR,
+        dir.path(),
+        CHILD_ID,
+        id,
     );
     let logs = JsonlLog::open_dir(dir.path()).unwrap();
     let events = logs

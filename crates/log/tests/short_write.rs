@@ -2,8 +2,6 @@
 //! child process) is cut back to the last complete line: the log stays
 //! readable and the next append that fits succeeds.
 
-use std::process::Command;
-
 use korvus_log::{Access, Event, EventKind, JsonlLog, LogHeader, LogId, TurnLog};
 
 /// Set in the child: the directory of its log, and the log's id.
@@ -39,25 +37,13 @@ async fn a_short_append_is_cut_back_and_the_log_stays_readable() {
     }
     let dir = tempfile::tempdir().unwrap();
     let id = korvus_testkit::log::fresh_id();
-    let exe = std::env::current_exe().unwrap();
-    // 64 blocks of 512 bytes: 32 KiB, room for the small events only.
-    // SIGXFSZ ignored, so the write fails with EFBIG instead of killing.
-    // Its output goes through pipes: the size limit would also stop writes
-    // to a stdout redirected into a large file.
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(r#"trap "" XFSZ; ulimit -f 64; exec "$0" --exact short_write::a_short_append_is_cut_back_and_the_log_stays_readable --test-threads=1"#)
-        .arg(&exe)
-        .env(CHILD_DIR, dir.path())
-        .env(CHILD_ID, id.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        child.status.success(),
-        "the child failed: {}\n{}\n{}",
-        child.status,
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
+    // Room for the small events only.
+    crate::file_limit::run_child(
+        "short_write::a_short_append_is_cut_back_and_the_log_stays_readable",
+        CHILD_DIR,
+        dir.path(),
+        CHILD_ID,
+        id,
     );
     let logs = JsonlLog::open_dir(dir.path()).unwrap();
     let r = logs.open(id, Access::Read).await.unwrap();

@@ -4,6 +4,7 @@
 //! `MockLogIo`/`MockTurnLog`.
 
 mod buffered;
+mod file_limit;
 mod mock;
 mod props;
 mod short_write;

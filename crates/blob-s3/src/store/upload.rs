@@ -59,17 +59,7 @@ impl S3BlobStore {
                 .map(move |start| Ok(bytes.slice(start..(start + part_size).min(bytes.len()))))
                 .collect::<Vec<_>>(),
         );
-        let upload_id = self.create_upload(key, &object_key, &options).await?;
-        match self
-            .upload_parts(key, &object_key, &upload_id, chunks)
-            .await
-        {
-            Ok(parts) => self.complete(key, &object_key, &upload_id, parts).await,
-            Err(e) => {
-                self.abort(&object_key, &upload_id).await;
-                Err(e)
-            }
-        }
+        self.multipart(key, &object_key, &options, chunks).await
     }
 
     /// Streams `body` up as a multipart upload, `part_concurrency` parts
@@ -83,7 +73,6 @@ impl S3BlobStore {
         options: PutOptions,
     ) -> Result<()> {
         let part_size = self.part_size_for(body.len());
-        let upload_id = self.create_upload(key, &object_key, &options).await?;
         let (owned_key, expected) = (key.clone(), options.sha256);
         // The body is read in order, one part at a time; after the last
         // part it is checked, and a mismatch is the stream's last item, so
@@ -108,13 +97,24 @@ impl S3BlobStore {
                 }
             }
         });
-        match self
-            .upload_parts(key, &object_key, &upload_id, chunks)
-            .await
-        {
-            Ok(parts) => self.complete(key, &object_key, &upload_id, parts).await,
+        self.multipart(key, &object_key, &options, chunks).await
+    }
+
+    /// One multipart upload of the parts `chunks` yields: started, parts
+    /// uploaded, completed; aborted when a part (or the stream) fails, so
+    /// only a cancelled upload can be left behind.
+    async fn multipart(
+        &self,
+        key: &BlobKey,
+        object_key: &str,
+        options: &PutOptions,
+        chunks: impl Stream<Item = Result<Bytes>>,
+    ) -> Result<()> {
+        let upload_id = self.create_upload(key, object_key, options).await?;
+        match self.upload_parts(key, object_key, &upload_id, chunks).await {
+            Ok(parts) => self.complete(key, object_key, &upload_id, parts).await,
             Err(e) => {
-                self.abort(&object_key, &upload_id).await;
+                self.abort(object_key, &upload_id).await;
                 Err(e)
             }
         }
