@@ -41,11 +41,24 @@ impl Manager {
     ///
     /// An error item (e.g. the log does not exist) ends the stream.
     pub fn watch(&self, id: SessionId) -> impl Stream<Item = Result<Event>> + Send + 'static {
+        self.watch_from(id, 0)
+    }
+
+    /// [`watch`](Self::watch) from the event at `offset` (0-based) on: the
+    /// events before it are skipped without being read, so a follower that
+    /// already has them (e.g. a reconnecting event-stream client) resumes
+    /// where it left off. An offset past the end waits for the log to grow
+    /// that far.
+    pub fn watch_from(
+        &self,
+        id: SessionId,
+        offset: u64,
+    ) -> impl Stream<Item = Result<Event>> + Send + 'static {
         let state = State {
             manager: self.clone(),
             id,
             handle: None,
-            offset: 0,
+            offset,
             buffer: VecDeque::new(),
             notify: None,
             settled: None,

@@ -77,5 +77,19 @@ async fn delivers_every_event_in_order_and_ends_after_the_terminal_row() {
     // Watching a finished session replays the log and ends.
     let replay: Vec<Event> = manager.watch(s.id).map(|e| e.unwrap()).collect().await;
     assert_eq!(replay, expected);
+    // `watch_from` skips what the follower already has; past the end of a
+    // finished session's log it ends with nothing.
+    let tail: Vec<Event> = manager
+        .watch_from(s.id, 45)
+        .map(|e| e.unwrap())
+        .collect()
+        .await;
+    assert_eq!(tail, expected[45..]);
+    let none: Vec<Event> = manager
+        .watch_from(s.id, 50)
+        .map(|e| e.unwrap())
+        .collect()
+        .await;
+    assert!(none.is_empty());
     manager.stop().await;
 }

@@ -1,0 +1,316 @@
+// The korvus web view. Plain JavaScript, no build step, no dependencies.
+//
+// Agent output is untrusted: everything an agent wrote (events, report
+// markdown, file names) reaches the page through text nodes only: this file
+// never parses text as markup, and links an agent wrote keep only http(s) URLs.
+'use strict';
+
+const base = location.pathname.replace(/[^/]*$/, '');
+let csrf = null;
+let stream = null;
+
+// ---- helpers ---------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+function notice(text) {
+  document.getElementById('notice').textContent = text || '';
+}
+
+function show(...nodes) {
+  const main = document.getElementById('main');
+  main.replaceChildren(...nodes);
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (csrf && method !== 'GET') headers['X-Korvus-Csrf'] = csrf;
+  const response = await fetch(base + 'api/' + path, {
+    method,
+    headers,
+    credentials: 'same-origin',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = text; }
+  if (!response.ok) {
+    throw new Error((data && data.error) || response.status + ' ' + response.statusText);
+  }
+  return data;
+}
+
+function statusOf(session) {
+  if (session.status === 'running' && session.exit_reason === 'awaiting_user') return 'awaiting_user';
+  return session.status;
+}
+
+function statusBadge(session) {
+  const s = statusOf(session);
+  return el('span', { class: 'status status-' + session.status, 'data-status': s }, s);
+}
+
+// ---- markdown, rendered as DOM nodes ---------------------------------------
+
+function safeHref(url) {
+  return /^https?:\/\//i.test(url) ? url : null;
+}
+
+function inline(text) {
+  const out = document.createDocumentFragment();
+  const pattern = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\[[^\]]*\]\([^)\s]*\))|(\*[^*\s][^*]*\*)/;
+  let rest = text;
+  while (rest.length) {
+    const m = pattern.exec(rest);
+    if (!m) { out.append(document.createTextNode(rest)); break; }
+    if (m.index) out.append(document.createTextNode(rest.slice(0, m.index)));
+    const tok = m[0];
+    if (m[1]) out.append(el('code', null, tok.slice(1, -1)));
+    else if (m[2]) out.append(el('strong', null, tok.slice(2, -2)));
+    else if (m[4]) out.append(el('em', null, tok.slice(1, -1)));
+    else {
+      const close = tok.indexOf('](');
+      const label = tok.slice(1, close);
+      const href = safeHref(tok.slice(close + 2, -1));
+      if (href) out.append(el('a', { href, rel: 'noopener noreferrer nofollow', target: '_blank' }, label));
+      else out.append(document.createTextNode(tok));
+    }
+    rest = rest.slice(m.index + tok.length);
+  }
+  return out;
+}
+
+function markdown(source) {
+  const root = document.createDocumentFragment();
+  const lines = source.replace(/\r\n?/g, '\n').split('\n');
+  let para = [];
+  let list = null;
+  const flush = () => {
+    if (para.length) root.append(el('p', null, inline(para.join(' '))));
+    para = [];
+    list = null;
+  };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (/^```/.test(line)) {
+      flush();
+      const code = [];
+      for (i++; i < lines.length && !/^```/.test(lines[i]); i++) code.push(lines[i]);
+      root.append(el('pre', null, el('code', null, code.join('\n'))));
+      continue;
+    }
+    const h = /^(#{1,6})\s+(.*)$/.exec(line);
+    const li = /^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/.exec(line);
+    if (h) {
+      flush();
+      root.append(el('h' + Math.min(6, h[1].length + 1), null, inline(h[2])));
+    } else if (li) {
+      if (para.length) flush();
+      const tag = li[1] ? 'ol' : 'ul';
+      if (!list || list.tagName.toLowerCase() !== tag) {
+        list = el(tag);
+        root.append(list);
+      }
+      list.append(el('li', null, inline(li[2])));
+    } else if (/^>\s?/.test(line)) {
+      flush();
+      root.append(el('blockquote', null, inline(line.replace(/^>\s?/, ''))));
+    } else if (!line.trim()) {
+      flush();
+    } else if (list && /^\s+\S/.test(line)) {
+      list.lastChild.append(document.createTextNode(' '), inline(line.trim()));
+    } else {
+      list = null;
+      para.push(line.trim());
+    }
+  }
+  flush();
+  return root;
+}
+
+// ---- pages -----------------------------------------------------------------
+
+async function incidentsPage() {
+  const incidents = await api('GET', 'incidents');
+  const title = el('input', { type: 'text', id: 'new-incident-title', placeholder: 'What happened?' });
+  const form = el('form', {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const incident = await api('POST', 'incidents', { title: title.value });
+      location.hash = '#/incidents/' + incident.id;
+    },
+  }, title, el('button', { id: 'create-incident' }, 'New incident'));
+  const rows = incidents.map((i) => el('tr', null,
+    el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
+    el('td', null, i.status),
+    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString())));
+  show(el('h1', null, 'Incidents'), form,
+    rows.length ? el('table', { id: 'incidents' }, ...rows) : el('p', { class: 'muted' }, 'No incidents yet.'));
+}
+
+async function incidentPage(id) {
+  const [incident, sessions] = await Promise.all([
+    api('GET', 'incidents/' + id), api('GET', 'incidents/' + id + '/sessions')]);
+  const prompt = el('input', { type: 'text', id: 'new-session-prompt', placeholder: 'Ask the agent…' });
+  const form = el('form', {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const session = await api('POST', 'incidents/' + id + '/sessions', { prompt: prompt.value });
+      location.hash = '#/sessions/' + session.id;
+    },
+  }, prompt, el('button', { id: 'create-session' }, 'Start session'));
+  const rows = sessions.map((s) => el('tr', null,
+    el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq + ' ' + s.prompt)),
+    el('td', null, statusBadge(s))));
+  show(el('h1', null, incident.title), el('p', { class: 'muted' }, 'Incident ' + incident.status),
+    incident.status === 'open' ? form : null,
+    rows.length ? el('table', { id: 'sessions' }, ...rows) : el('p', { class: 'muted' }, 'No sessions yet.'));
+}
+
+function describe(event) {
+  switch (event.type) {
+    case 'message': return event.role + ': ' + event.text;
+    case 'tool_call': return event.tool + ' ' + JSON.stringify(event.input);
+    case 'tool_result': return (event.ok ? 'ok ' : 'failed ') + (typeof event.output === 'string' ? event.output : JSON.stringify(event.output));
+    case 'note': return event.text;
+    case 'turn_start': case 'turn_end': return 'turn ' + event.turn + (event.interrupted ? ' (interrupted)' : '');
+    default: return JSON.stringify(event);
+  }
+}
+
+async function sessionPage(id) {
+  const status = el('span', { id: 'status' });
+  const controls = el('div', { id: 'controls' });
+  const events = el('ul', { id: 'events' });
+  const report = el('div', { id: 'report' }, el('p', { class: 'muted' }, 'No report yet.'));
+  const artifacts = el('div', { id: 'artifacts' });
+  show(el('h1', null, 'Session'), el('p', null, 'Status: ', status, ' ',
+    el('a', { href: base + 'api/sessions/' + id + '/log', download: '' }, 'turn log')),
+  controls, el('h2', null, 'Events'), events, el('h2', null, 'Report'), report,
+  el('h2', null, 'Artifacts'), artifacts);
+  let lastId = null;
+
+  const refresh = async (row) => {
+    const session = row || await api('GET', 'sessions/' + id);
+    status.replaceChildren(statusBadge(session));
+    controls.replaceChildren(...controlsFor(session));
+    await Promise.all([loadReport(id, report), loadArtifacts(id, artifacts)]);
+  };
+  const follow = () => {
+    if (stream) stream.close();
+    const url = base + 'api/sessions/' + id + '/events' + (lastId === null ? '' : '?after=' + encodeURIComponent(lastId));
+    const source = new EventSource(url);
+    stream = source;
+    source.onmessage = (e) => {
+      lastId = e.lastEventId;
+      const event = JSON.parse(e.data);
+      events.append(el('li', { 'data-type': event.type }, el('span', { class: 'kind' }, event.type), describe(event)));
+      events.scrollTop = events.scrollHeight;
+    };
+    source.addEventListener('end', (e) => {
+      source.close();
+      if (stream === source) stream = null;
+      const row = JSON.parse(e.data);
+      refresh(row).catch((err) => notice(err.message));
+      if (statusOf(row) === 'running') setTimeout(follow, 1000);
+    });
+  };
+  const act = (path, body) => async () => {
+    try {
+      const row = await api('POST', 'sessions/' + id + '/' + path, body && body());
+      notice('');
+      await refresh(row);
+      if (path !== 'cancel') follow();
+    } catch (err) { notice(err.message); }
+  };
+  const controlsFor = (session) => {
+    const s = statusOf(session);
+    if (s === 'running') return [el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel')];
+    const message = el('input', { type: 'text', id: 'message', placeholder: s === 'awaiting_user' ? 'Reply…' : 'Follow-up…' });
+    const path = s === 'awaiting_user' ? 'messages' : 'reopen';
+    const label = s === 'awaiting_user' ? 'Reply' : 'Reopen';
+    const buttons = [message, el('button', { id: path === 'messages' ? 'reply' : 'reopen', onclick: act(path, () => ({ message: message.value })) }, label)];
+    if (s === 'awaiting_user') buttons.push(el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel'));
+    return [el('form', { onsubmit: (e) => e.preventDefault() }, ...buttons)];
+  };
+  await refresh();
+  follow();
+}
+
+async function loadReport(id, target) {
+  const reports = await api('GET', 'sessions/' + id + '/reports');
+  const newest = reports.filter((r) => r.markdown_key).pop();
+  if (!newest) return;
+  const response = await fetch(base + 'api/sessions/' + id + '/reports/' + newest.revision, { credentials: 'same-origin' });
+  if (!response.ok) return;
+  const text = await response.text();
+  target.replaceChildren(
+    el('p', { class: 'muted', 'data-revision': String(newest.revision) }, 'Revision ' + newest.revision + ' · ' + newest.exit_reason),
+    markdown(text));
+}
+
+async function loadArtifacts(id, target) {
+  const list = await api('GET', 'sessions/' + id + '/artifacts');
+  const rows = list.map((a) => el('tr', null,
+    el('td', null, el('a', { href: base + 'api/artifacts/' + a.id + '/content', download: '', class: 'artifact-link' }, a.path)),
+    el('td', null, a.kind), el('td', null, 'rev ' + a.revision), el('td', { class: 'muted' }, a.size_bytes + ' B')));
+  target.replaceChildren(rows.length ? el('table', null, ...rows) : el('p', { class: 'muted' }, 'No artifacts yet.'));
+}
+
+// ---- routing and login -----------------------------------------------------
+
+async function route() {
+  if (stream) { stream.close(); stream = null; }
+  const hash = location.hash.replace(/^#/, '');
+  const parts = hash.split('/').filter(Boolean);
+  try {
+    if (parts[0] === 'incidents' && parts[1]) await incidentPage(encodeURIComponent(parts[1]));
+    else if (parts[0] === 'sessions' && parts[1]) await sessionPage(encodeURIComponent(parts[1]));
+    else await incidentsPage();
+  } catch (err) {
+    show(el('p', { class: 'error' }, err.message));
+  }
+}
+
+async function login() {
+  const m = /[#&]token=([^&]+)/.exec(location.hash);
+  if (m) {
+    history.replaceState(null, '', base + '#/');
+    const response = await fetch(base + 'api/login', {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { Authorization: 'Bearer ' + decodeURIComponent(m[1]) },
+    });
+    if (!response.ok) { notice('The token was refused.'); return false; }
+    csrf = (await response.json()).csrf;
+    return true;
+  }
+  const response = await fetch(base + 'api/csrf', { credentials: 'same-origin' });
+  if (response.ok) { csrf = (await response.json()).csrf; return true; }
+  if (response.status === 401) {
+    show(el('p', null, 'Open the address korvus serve printed (it carries the token).'));
+    return false;
+  }
+  return true; // no guard in front of this router: nothing to exchange
+}
+
+window.addEventListener('DOMContentLoaded', async () => {
+  window.korvusMarkdown = markdown;
+  if (await login()) {
+    window.addEventListener('hashchange', route);
+    await route();
+  }
+});

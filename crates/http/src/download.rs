@@ -1,0 +1,199 @@
+//! Downloads of agent-written bytes: report markdown, artifacts and the turn
+//! log export.
+//!
+//! Everything here was written by an agent, and agents are untrusted: an
+//! `.html` or `.svg` it left could carry script. So every download goes out
+//! as `Content-Disposition: attachment` (the browser saves it instead of
+//! rendering it), with `X-Content-Type-Options: nosniff` (no guessing a
+//! renderable type) and `Content-Security-Policy: sandbox` (should it be
+//! rendered anyway, it runs in an opaque origin without script).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use korvus_blob::BlobKey;
+use korvus_log::{export_jsonl, Access, LogId};
+use korvus_store::{ArtifactId, SessionId, StoreExt};
+
+use crate::error::{parse_id, ApiError};
+use crate::AppState;
+
+/// The policy of every download: no script, no plugins, no subresources.
+pub(crate) const DOWNLOAD_CSP: &str = "sandbox; default-src 'none'";
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// `GET /api/sessions/{id}/reports/{revision}`: the report's markdown.
+pub(crate) async fn report_markdown(
+    State(app): State<AppState>,
+    Path((id, revision)): Path<(String, String)>,
+) -> Result<Response> {
+    let id: SessionId = parse_id("session", &id)?;
+    let revision: u32 = revision.parse().ok().filter(|r| *r > 0).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_revision",
+            format!("revision {revision:?} is not a positive number"),
+        )
+    })?;
+    let report = app.manager.store().get_report(id, revision).await?;
+    let Some(key) = report.markdown_key else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_document",
+            format!("revision {revision} has no stored document"),
+        ));
+    };
+    let bytes = blob(&app, &key).await?;
+    Ok(attachment(
+        bytes,
+        "text/markdown; charset=utf-8",
+        &format!("report-{revision}.md"),
+    ))
+}
+
+/// `GET /api/artifacts/{id}/content`: an artifact's bytes.
+pub(crate) async fn artifact_content(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let id: ArtifactId = parse_id("artifact", &id)?;
+    let artifact = app.manager.store().get_artifact(id).await?;
+    let bytes = blob(&app, &artifact.blob_key).await?;
+    let name = artifact.path.rsplit('/').next().unwrap_or("artifact");
+    Ok(attachment(bytes, &artifact.content_type, name))
+}
+
+/// `GET /api/sessions/{id}/log`: the turn log as JSON lines.
+pub(crate) async fn log_export(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let id: SessionId = parse_id("session", &id)?;
+    app.manager.store().get_session(id).await?;
+    let handle = app
+        .manager
+        .turn_log()
+        .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+        .await
+        .map_err(korvus_session::SessionError::from)?;
+    let bytes = export_jsonl(&handle)
+        .await
+        .map_err(korvus_session::SessionError::from)?;
+    Ok(attachment(
+        bytes.into(),
+        "application/x-ndjson",
+        &format!("session-{id}.jsonl"),
+    ))
+}
+
+async fn blob(app: &AppState, key: &str) -> Result<bytes::Bytes> {
+    let Some(blobs) = app.manager.blob_store() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_document",
+            "this server stores no blobs",
+        ));
+    };
+    let key = BlobKey::new(key).map_err(|e| {
+        tracing::error!(error = %e, key, "a row names an invalid blob key");
+        ApiError::internal("blob_failed", "the stored bytes cannot be read")
+    })?;
+    match blobs.get(&key).await {
+        Ok(blob) => Ok(blob.bytes),
+        Err(e) => {
+            tracing::error!(error = %e, key = %key, "blob read failed");
+            Err(ApiError::internal(
+                "blob_failed",
+                "the stored bytes cannot be read",
+            ))
+        }
+    }
+}
+
+/// A download response with the headers described in the module docs.
+fn attachment(bytes: bytes::Bytes, content_type: &str, name: &str) -> Response {
+    let content_type = HeaderValue::from_str(content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    let disposition = HeaderValue::from_str(&content_disposition(name))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_DISPOSITION, disposition),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(DOWNLOAD_CSP),
+            ),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            ),
+        ],
+        Body::from(bytes),
+    )
+        .into_response()
+}
+
+/// `attachment; filename="…"; filename*=UTF-8''…` for an agent-chosen name:
+/// the plain form keeps only `[A-Za-z0-9._-]` (anything else becomes `_`),
+/// the extended form percent-encodes every other byte, so no quote, control
+/// character or header break in a name reaches the header.
+pub(crate) fn content_disposition(name: &str) -> String {
+    let plain: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    let plain = if plain.trim_matches('.').is_empty() {
+        "download".to_owned()
+    } else {
+        plain
+    };
+    let mut encoded = String::new();
+    for b in name.bytes().take(600) {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_') {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{plain}\"; filename*=UTF-8''{encoded}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_disposition;
+
+    #[test]
+    fn hostile_names_cannot_break_the_header() {
+        let h = content_disposition("x\"; filename=evil.html\r\nSet-Cookie: a=b");
+        assert!(!h.contains('\r') && !h.contains('\n'));
+        assert!(h.starts_with("attachment; filename=\"x__"));
+        assert_eq!(h.matches('"').count(), 2, "{h}");
+        assert!(axum::http::HeaderValue::from_str(&h).is_ok());
+    }
+
+    #[test]
+    fn non_ascii_names_keep_their_bytes_in_the_extended_form() {
+        let h = content_disposition("bericht-ä.md");
+        assert_eq!(
+            h,
+            "attachment; filename=\"bericht-_.md\"; filename*=UTF-8''bericht-%C3%A4.md"
+        );
+        assert_eq!(
+            content_disposition(".."),
+            "attachment; filename=\"download\"; filename*=UTF-8''.."
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! [`ApiError`]: every failure a route answers with, as a status code and a
+//! JSON body `{"error": "...", "code": "..."}`; and the extractors that turn
+//! bad input (ids, bodies) into one.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use korvus_session::SessionError;
+use korvus_store::StoreError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// A failed request: an HTTP status, a stable machine-readable `code` and a
+/// human-readable message. The message never carries a backend's error
+/// chain or a stack trace; those go to the log (`tracing`), where the
+/// operator sees them.
+///
+/// | status | codes |
+/// |---|---|
+/// | 400 | `invalid_id`, `invalid_revision`, `invalid_body`, `invalid_last_event_id`, `prompt_required`, `message_required`, `invalid_context_ref`, `invalid_input` |
+/// | 401 | `token_required`, `token_invalid` (the guard of `korvus serve`) |
+/// | 403 | `host_not_allowed`, `origin_not_allowed`, `csrf_failed` (the guard) |
+/// | 404 | `not_found`, `no_document`, `no_route` |
+/// | 405 | `method_not_allowed` |
+/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live` |
+/// | 413 | `body_too_large` |
+/// | 415 | `unsupported_media_type` |
+/// | 500 | `store_failed`, `log_failed`, `blob_failed`, `internal` |
+/// | 503 | `shutting_down`, `store_unavailable` |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+/// The JSON body of an error response.
+#[derive(Debug, Serialize)]
+struct Body<'a> {
+    error: &'a str,
+    code: &'a str,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The machine-readable code (see the table on [`ApiError`]).
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(crate) fn internal(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: &self.message,
+            code: self.code,
+        };
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> Self {
+        use StatusCode as S;
+        let conflict = |code| Self::new(S::CONFLICT, code, e.to_string());
+        match &e {
+            SessionError::PromptRequired => Self::bad_request("prompt_required", e.to_string()),
+            SessionError::MessageRequired => Self::bad_request("message_required", e.to_string()),
+            SessionError::InvalidContextRef { .. } => {
+                Self::bad_request("invalid_context_ref", e.to_string())
+            }
+            SessionError::IncidentClosed { .. } => conflict("incident_closed"),
+            SessionError::AlreadyEnded { .. } => conflict("already_ended"),
+            SessionError::NotFinished { .. } => conflict("not_finished"),
+            SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
+            SessionError::AlreadyLive { .. } => conflict("already_live"),
+            SessionError::NotFound { .. } => Self::new(S::NOT_FOUND, "not_found", e.to_string()),
+            SessionError::ShuttingDown => {
+                Self::new(S::SERVICE_UNAVAILABLE, "shutting_down", e.to_string())
+            }
+            SessionError::Store(inner) => Self::from_store(inner),
+            SessionError::Log(inner) => {
+                tracing::error!(error = %inner, "turn log failed");
+                Self::internal("log_failed", "the turn log failed")
+            }
+            // `SessionError` is non-exhaustive: anything new is a server
+            // fault until it is mapped here.
+            other => {
+                tracing::error!(error = %other, "unmapped session error");
+                Self::internal("internal", "internal error")
+            }
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        SessionError::from(e).into()
+    }
+}
+
+impl ApiError {
+    fn from_store(e: &StoreError) -> Self {
+        match e {
+            StoreError::InvalidInput { .. } => {
+                return Self::bad_request("invalid_input", e.to_string())
+            }
+            StoreError::Conflict { .. } | StoreError::Constraint { .. } => {
+                return Self::new(StatusCode::CONFLICT, "conflict", e.to_string())
+            }
+            _ => {}
+        }
+        tracing::error!(error = %e, "store failed");
+        if e.is_transient() {
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the store is unavailable; try again",
+            )
+        } else {
+            Self::internal("store_failed", "the store failed")
+        }
+    }
+}
+
+/// `axum::Json` whose rejections are [`ApiError`]s: a body over the limit
+/// is `413 body_too_large`, a wrong content type `415`, anything that does
+/// not parse as the request type `400 invalid_body`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(json_rejection(&rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: &JsonRejection) -> ApiError {
+    let status = rejection.status();
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        _ => "invalid_body",
+    };
+    let status = if code == "invalid_body" {
+        StatusCode::BAD_REQUEST
+    } else {
+        status
+    };
+    ApiError::new(status, code, rejection.body_text())
+}
+
+/// Parses an id from a path segment: `400 invalid_id` when it is not one.
+pub(crate) fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request("invalid_id", format!("{what} id {text:?} is not a UUID"))
+    })
+}

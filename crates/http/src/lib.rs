@@ -1,0 +1,209 @@
+//! The HTTP surface of korvus: a router an embedding service mounts to give
+//! its users sessions over HTTP — JSON routes, a live event stream, safe
+//! downloads and a small web view.
+//!
+//! # Overview
+//!
+//! [`router`] turns a [`Manager`] into an [`axum::Router`]. The embedder
+//! nests it under a path of its own and wraps it in its own authentication;
+//! the router adds no lifecycle rule of its own — every route is one call
+//! into the manager (or, for reads, its store), and every failure is an
+//! [`ApiError`]: a status code and a JSON body `{"error", "code"}`.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the web view (static files compiled in) |
+//! | `POST /api/incidents`, `GET /api/incidents` | create, list |
+//! | `GET /api/incidents/{id}`, `POST …/close` | get, close |
+//! | `POST /api/incidents/{id}/sessions`, `GET …` | create a session, list them |
+//! | `GET /api/sessions/{id}` | the session row |
+//! | `POST /api/sessions/{id}/cancel`, `…/reopen`, `…/messages` | steer it |
+//! | `GET /api/sessions/{id}/events` | Server-Sent Events: stored prefix, live events, `end` |
+//! | `GET /api/sessions/{id}/reports`, `…/reports/{revision}` | report rows, one report's markdown |
+//! | `GET /api/sessions/{id}/artifacts`, `GET /api/artifacts/{id}`, `…/content` | artifacts and their bytes |
+//! | `GET /api/sessions/{id}/log` | the turn log as JSON lines |
+//!
+//! [`guard`] is the token check of `korvus serve` (bearer token or a cookie
+//! exchanged for it, `Host` and `Origin` checks, CSRF): an embedder with an
+//! auth layer of its own does not need it.
+//!
+//! # Why it is shaped like this
+//!
+//! Agent output is untrusted, and a browser is the one place it could turn
+//! into running code. So downloads are attachments under a sandboxing
+//! policy (`download.rs`), the view renders markdown with DOM text nodes
+//! only and is served under `script-src 'self'` (`view.rs`), and ids and
+//! bodies are checked before anything is called. Many browsers following
+//! one session share one reader of its log (`events.rs`), so a thousand
+//! viewers are not a thousand pollers of the database.
+//!
+//! This crate sits beside the backends (it depends on `korvus-session` and
+//! the seams, never on a backend crate), so it compiles without sqlx or the
+//! AWS SDK; `korvus-cli` composes it with concrete backends.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! # use async_trait::async_trait;
+//! # use korvus_session::{Manager, RunContext, RunError, RunOutcome, Runner};
+//! # #[derive(Debug)] struct Agent;
+//! # #[async_trait] impl Runner for Agent {
+//! #     async fn run(&self, _: RunContext) -> Result<RunOutcome, RunError> {
+//! #         Ok(RunOutcome::completed(Default::default()))
+//! #     }
+//! #     async fn resume(&self, c: RunContext, _: String) -> Result<RunOutcome, RunError> { self.run(c).await }
+//! # }
+//! let manager = Manager::builder(Arc::new(korvus_store::MemoryStore::new()), Arc::new(Agent)).build();
+//! let app: axum::Router = axum::Router::new().nest("/korvus", korvus_http::router(manager));
+//! # let _ = app;
+//! ```
+#![deny(missing_docs)]
+
+mod download;
+mod error;
+mod events;
+pub mod guard;
+mod routes;
+mod view;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use korvus_session::Manager;
+
+pub use crate::error::ApiError;
+pub use crate::guard::Guard;
+
+/// The default limit on a request body: 64 KiB, room for a long prompt.
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub(crate) manager: Manager,
+    pub(crate) hub: events::Hub,
+}
+
+/// Options of the router; [`Api::default`] is what [`router`] uses.
+#[derive(Debug, Clone)]
+pub struct Api {
+    body_limit: usize,
+    view: bool,
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Self {
+            body_limit: DEFAULT_BODY_LIMIT,
+            view: true,
+        }
+    }
+}
+
+impl Api {
+    /// The largest request body accepted (default [`DEFAULT_BODY_LIMIT`]);
+    /// a larger one is refused with `413 body_too_large` before any
+    /// handler runs.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Whether the web view is served at `/` (default `true`); without it
+    /// only `/api/…` is routed.
+    pub fn view(mut self, serve: bool) -> Self {
+        self.view = serve;
+        self
+    }
+
+    /// The router over `manager`.
+    pub fn router(self, manager: Manager) -> Router {
+        self.build(manager).0
+    }
+
+    /// The router, plus a handle that reports how many sessions have a
+    /// live follower (for metrics and tests).
+    pub fn router_with_stats(self, manager: Manager) -> (Router, Stats) {
+        self.build(manager)
+    }
+
+    fn build(self, manager: Manager) -> (Router, Stats) {
+        let state = AppState {
+            manager,
+            hub: events::Hub::default(),
+        };
+        let stats = Stats {
+            hub: state.hub.clone(),
+        };
+        let api = Router::new()
+            .route(
+                "/incidents",
+                post(routes::create_incident).get(routes::list_incidents),
+            )
+            .route("/incidents/{id}", get(routes::get_incident))
+            .route("/incidents/{id}/close", post(routes::close_incident))
+            .route(
+                "/incidents/{id}/sessions",
+                post(routes::create_session).get(routes::list_sessions),
+            )
+            .route("/sessions/{id}", get(routes::get_session))
+            .route("/sessions/{id}/cancel", post(routes::cancel_session))
+            .route("/sessions/{id}/reopen", post(routes::reopen_session))
+            .route("/sessions/{id}/messages", post(routes::send_message))
+            .route("/sessions/{id}/events", get(events::events))
+            .route("/sessions/{id}/reports", get(routes::list_reports))
+            .route(
+                "/sessions/{id}/reports/{revision}",
+                get(download::report_markdown),
+            )
+            .route("/sessions/{id}/artifacts", get(routes::list_artifacts))
+            .route("/sessions/{id}/log", get(download::log_export))
+            .route("/artifacts/{id}", get(routes::get_artifact))
+            .route("/artifacts/{id}/content", get(download::artifact_content))
+            .fallback(no_route)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(self.body_limit))
+            .with_state(state);
+        let mut router = Router::new().nest("/api", api);
+        if self.view {
+            router = router.merge(view::routes());
+        }
+        let router = router
+            .fallback(no_route)
+            .layer(tower_http::trace::TraceLayer::new_for_http());
+        (router, stats)
+    }
+}
+
+/// The router over `manager` with the default options ([`Api`]).
+pub fn router(manager: Manager) -> Router {
+    Api::default().router(manager)
+}
+
+/// Live figures of a router ([`Api::router_with_stats`]).
+#[derive(Debug, Clone)]
+pub struct Stats {
+    hub: events::Hub,
+}
+
+impl Stats {
+    /// How many sessions have a follower now: one per session with at least
+    /// one event-stream subscriber, however many subscribers it has.
+    pub fn followers(&self) -> usize {
+        self.hub.followers()
+    }
+}
+
+async fn no_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this route",
+    )
+}

@@ -1,0 +1,201 @@
+//! The JSON routes: incidents and sessions, each a thin call into the
+//! [`Manager`](korvus_session::Manager) or its store. No lifecycle rule
+//! lives here: what may happen to a session is the manager's to decide.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use korvus_session::{ContextRequest, CreateSession};
+use korvus_store::{
+    Artifact, ArtifactId, Incident, IncidentId, NewIncident, Report, Session, SessionId, StoreExt,
+    WorkspaceRef,
+};
+use serde::Deserialize;
+
+use crate::error::{parse_id, ApiError, ApiJson};
+use crate::AppState;
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// `POST /api/incidents`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewIncidentBody {
+    title: String,
+    #[serde(default)]
+    workspace: Option<WorkspaceBody>,
+}
+
+/// A git repository on the server's disk and a commit pinned in it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WorkspaceBody {
+    repo: String,
+    commit: String,
+}
+
+/// `POST /api/incidents/{id}/sessions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewSessionBody {
+    prompt: String,
+    #[serde(default)]
+    context: Vec<ContextBody>,
+}
+
+/// One inherited artifact of a new session.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ContextBody {
+    artifact_id: String,
+    #[serde(default)]
+    role: String,
+}
+
+/// `POST /api/sessions/{id}/reopen` and `/messages`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessageBody {
+    message: String,
+}
+
+pub(crate) async fn create_incident(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<NewIncidentBody>,
+) -> Result<(StatusCode, Json<Incident>)> {
+    if body.title.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_input",
+            "a title is required",
+        ));
+    }
+    let new = NewIncident {
+        title: body.title,
+        workspace: body.workspace.map(|w| WorkspaceRef {
+            repo: w.repo,
+            commit: w.commit,
+        }),
+    };
+    let incident = app.manager.store().create_incident(new).await?;
+    Ok((StatusCode::CREATED, Json(incident)))
+}
+
+pub(crate) async fn list_incidents(State(app): State<AppState>) -> Result<Json<Vec<Incident>>> {
+    Ok(Json(app.manager.store().list_incidents().await?))
+}
+
+pub(crate) async fn get_incident(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Incident>> {
+    let id: IncidentId = parse_id("incident", &id)?;
+    Ok(Json(app.manager.store().get_incident(id).await?))
+}
+
+pub(crate) async fn close_incident(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Incident>> {
+    let id: IncidentId = parse_id("incident", &id)?;
+    Ok(Json(app.manager.store().close_incident(id).await?))
+}
+
+pub(crate) async fn create_session(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<NewSessionBody>,
+) -> Result<(StatusCode, Json<Session>)> {
+    let incident_id: IncidentId = parse_id("incident", &id)?;
+    let context = body
+        .context
+        .into_iter()
+        .map(|c| {
+            Ok(ContextRequest {
+                artifact_id: parse_id::<ArtifactId>("artifact", &c.artifact_id)?,
+                role: c.role,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let session = app
+        .manager
+        .create(CreateSession {
+            incident_id,
+            prompt: body.prompt,
+            context,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(session)))
+}
+
+pub(crate) async fn list_sessions(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Session>>> {
+    let id: IncidentId = parse_id("incident", &id)?;
+    let store = app.manager.store();
+    // An unknown incident is a 404, not an empty list.
+    store.get_incident(id).await?;
+    Ok(Json(store.list_sessions(id).await?))
+}
+
+pub(crate) async fn get_session(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Session>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(app.manager.store().get_session(id).await?))
+}
+
+pub(crate) async fn cancel_session(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Session>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(app.manager.cancel(id).await?))
+}
+
+pub(crate) async fn reopen_session(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> Result<Json<Session>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(app.manager.reopen(id, &body.message).await?))
+}
+
+pub(crate) async fn send_message(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> Result<Json<Session>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(app.manager.send_message(id, &body.message).await?))
+}
+
+pub(crate) async fn list_reports(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Report>>> {
+    let id: SessionId = parse_id("session", &id)?;
+    let store = app.manager.store();
+    store.get_session(id).await?;
+    Ok(Json(store.list_reports(id).await?))
+}
+
+pub(crate) async fn list_artifacts(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Artifact>>> {
+    let id: SessionId = parse_id("session", &id)?;
+    let store = app.manager.store();
+    store.get_session(id).await?;
+    Ok(Json(store.list_session_artifacts(id).await?))
+}
+
+pub(crate) async fn get_artifact(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Artifact>> {
+    let id: ArtifactId = parse_id("artifact", &id)?;
+    Ok(Json(app.manager.store().get_artifact(id).await?))
+}

@@ -1,0 +1,65 @@
+//! The web view: three static files compiled into the binary (no build
+//! step, no CDN), served under a policy that lets only those files' own
+//! script run.
+//!
+//! The view follows a session's event stream, renders its report's
+//! markdown with DOM text nodes only (never as HTML), and links artifacts
+//! as downloads. Should a bug in that renderer ever let agent markup
+//! through, the `Content-Security-Policy` below still refuses inline
+//! script, `javascript:` URLs and any script from elsewhere.
+
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+/// The policy of the view's page: script and style from the view's own
+/// files only, fetches to its own origin only, no frames, no plugins.
+pub(crate) const VIEW_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; \
+     frame-ancestors 'none'";
+
+const INDEX: &str = include_str!("../assets/index.html");
+const APP_JS: &str = include_str!("../assets/app.js");
+const APP_CSS: &str = include_str!("../assets/app.css");
+
+/// The view's routes, stateless.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route(
+            "/",
+            get(|| async { page(INDEX, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| async { page(APP_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/assets/app.css",
+            get(|| async { page(APP_CSS, "text/css; charset=utf-8") }),
+        )
+}
+
+fn page(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(VIEW_CSP),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
+            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,257 @@
+//! The JSON routes: a whole lifecycle, and every refusal with its status,
+//! code, and nothing written.
+
+use axum::http::{Method, StatusCode};
+use korvus_runner::testing::ScriptRunner;
+use korvus_session::{exit, ExitReason, RunOutcome};
+use korvus_store::Counters;
+use serde_json::json;
+
+use crate::support::{call, get, post, request, settled, writing, Env};
+
+const REPORT: &[(&str, &str)] = &[("report.md", "# Findings\n\nWAL.\n"), ("notes/a.txt", "a")];
+
+#[tokio::test]
+async fn a_session_is_created_followed_to_its_report_and_reopened() {
+    let env = Env::new(writing(REPORT, 2)).await;
+    let app = env.router();
+
+    let created = post(&app, "/api/incidents", json!({"title": "api incident"})).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+    let incident = created.json();
+    let iid = incident["id"].as_str().unwrap().to_owned();
+    assert_eq!(incident["status"], "open");
+    let listed = get(&app, "/api/incidents").await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(
+        get(&app, &format!("/api/incidents/{iid}")).await.json()["title"],
+        "api incident"
+    );
+
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "why?"}),
+    )
+    .await;
+    assert_eq!(s.status, StatusCode::CREATED, "{}", s.text());
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.json()["status"], "running");
+    assert_eq!(settled(&env, &sid).await["status"], "completed");
+    assert_eq!(
+        get(&app, &format!("/api/sessions/{sid}")).await.json()["status"],
+        "completed"
+    );
+    let sessions = get(&app, &format!("/api/incidents/{iid}/sessions"))
+        .await
+        .json();
+    assert_eq!(sessions[0]["id"], sid.as_str());
+
+    let reports = get(&app, &format!("/api/sessions/{sid}/reports"))
+        .await
+        .json();
+    assert_eq!(reports.as_array().unwrap().len(), 1);
+    let md = get(&app, &format!("/api/sessions/{sid}/reports/1")).await;
+    assert_eq!(md.status, StatusCode::OK);
+    assert_eq!(md.text(), "# Findings\n\nWAL.\n");
+    let artifacts = get(&app, &format!("/api/sessions/{sid}/artifacts"))
+        .await
+        .json();
+    let note = artifacts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "notes/a.txt")
+        .expect("notes/a.txt harvested");
+    let aid = note["id"].as_str().unwrap();
+    assert_eq!(
+        get(&app, &format!("/api/artifacts/{aid}")).await.json()["path"],
+        "notes/a.txt"
+    );
+    assert_eq!(
+        get(&app, &format!("/api/artifacts/{aid}/content"))
+            .await
+            .text(),
+        "a"
+    );
+    let log = get(&app, &format!("/api/sessions/{sid}/log")).await;
+    assert_eq!(log.status, StatusCode::OK);
+    assert!(log.text().contains("message 1"), "{}", log.text());
+
+    let reopened = post(
+        &app,
+        &format!("/api/sessions/{sid}/reopen"),
+        json!({"message": "more"}),
+    )
+    .await;
+    assert_eq!(reopened.status, StatusCode::OK, "{}", reopened.text());
+    assert_eq!(reopened.json()["status"], "running");
+    assert_eq!(settled(&env, &sid).await["revision"], 2);
+    let reports = get(&app, &format!("/api/sessions/{sid}/reports"))
+        .await
+        .json();
+    assert_eq!(reports.as_array().unwrap().len(), 2);
+
+    let closed = post(&app, &format!("/api/incidents/{iid}/close"), json!({})).await;
+    assert_eq!(closed.json()["status"], "closed");
+    post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "again"}),
+    )
+    .await
+    .assert_error(StatusCode::CONFLICT, "incident_closed");
+    env.manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_waiting_for_the_user_takes_a_message() {
+    let runner = ScriptRunner::new(|_ctx, message| async move {
+        let reason = match message {
+            None => ExitReason::AWAITING_USER,
+            Some(_) => ExitReason::COMPLETED,
+        };
+        Ok(RunOutcome {
+            exit_reason: reason,
+            author_finished: true,
+            counters: Counters::default(),
+        })
+    });
+    let env = Env::new(runner).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "ask me"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    let row = settled(&env, &sid).await;
+    assert_eq!(row["exit_reason"], exit::AWAITING_USER);
+    post(
+        &app,
+        &format!("/api/sessions/{sid}/reopen"),
+        json!({"message": "x"}),
+    )
+    .await
+    .assert_error(StatusCode::CONFLICT, "not_finished");
+    post(
+        &app,
+        &format!("/api/sessions/{sid}/messages"),
+        json!({"message": "  "}),
+    )
+    .await
+    .assert_error(StatusCode::BAD_REQUEST, "message_required");
+    let answered = post(
+        &app,
+        &format!("/api/sessions/{sid}/messages"),
+        json!({"message": "yes"}),
+    )
+    .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text());
+    assert_eq!(settled(&env, &sid).await["status"], "completed");
+    post(
+        &app,
+        &format!("/api/sessions/{sid}/messages"),
+        json!({"message": "again"}),
+    )
+    .await
+    .assert_error(StatusCode::CONFLICT, "not_awaiting_user");
+    env.manager.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_typed_error_and_write_nothing() {
+    let env = Env::new(writing(REPORT, 0)).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let sessions = format!("/api/incidents/{iid}/sessions");
+
+    post(&app, &sessions, json!({"prompt": " "}))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "prompt_required");
+    let huge = "x".repeat(korvus_http::DEFAULT_BODY_LIMIT + 1);
+    post(&app, &sessions, json!({ "prompt": huge }))
+        .await
+        .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    post(&app, &sessions, json!({"prompt": "x", "admin": true}))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_body");
+    let mut plain = request(Method::POST, &sessions, None);
+    *plain.body_mut() = axum::body::Body::from("prompt=x");
+    call(&app, plain)
+        .await
+        .assert_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
+    post(
+        &app,
+        &sessions,
+        json!({"prompt": "x", "context": [{"artifact_id": "nope"}]}),
+    )
+    .await
+    .assert_error(StatusCode::BAD_REQUEST, "invalid_id");
+    post(&app, "/api/incidents", json!({"title": ""}))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_input");
+    let nothing = env.store.list_sessions(iid).await.unwrap();
+    assert!(nothing.is_empty(), "a refused request wrote {nothing:?}");
+    assert_eq!(env.store.list_incidents().await.unwrap().len(), 1);
+
+    let unknown = uuid_like();
+    for uri in [
+        format!("/api/sessions/{unknown}"),
+        format!("/api/incidents/{unknown}"),
+        format!("/api/incidents/{unknown}/sessions"),
+        format!("/api/sessions/{unknown}/reports"),
+        format!("/api/sessions/{unknown}/reports/1"),
+        format!("/api/sessions/{unknown}/artifacts"),
+        format!("/api/sessions/{unknown}/events"),
+        format!("/api/sessions/{unknown}/log"),
+        format!("/api/artifacts/{unknown}"),
+        format!("/api/artifacts/{unknown}/content"),
+    ] {
+        get(&app, &uri)
+            .await
+            .assert_error(StatusCode::NOT_FOUND, "not_found");
+    }
+    post(&app, &format!("/api/sessions/{unknown}/cancel"), json!({}))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
+    for uri in [
+        "/api/sessions/not-a-uuid",
+        "/api/incidents/1/sessions",
+        "/api/artifacts/%3Cscript%3E/content",
+        "/api/sessions/x/events",
+    ] {
+        get(&app, uri)
+            .await
+            .assert_error(StatusCode::BAD_REQUEST, "invalid_id");
+    }
+    let s = env.manager.create(korvus_session::CreateSession {
+        incident_id: iid,
+        prompt: "p".into(),
+        context: vec![],
+    });
+    let sid = s.await.unwrap().id;
+    settled(&env, &sid.to_string()).await;
+    get(&app, &format!("/api/sessions/{sid}/reports/0"))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_revision");
+    get(&app, &format!("/api/sessions/{sid}/reports/7"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
+    post(&app, &format!("/api/sessions/{sid}/cancel"), json!({}))
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_ended");
+    get(&app, "/api/nothing")
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "no_route");
+    call(&app, request(Method::DELETE, "/api/incidents", None))
+        .await
+        .assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    env.manager.stop().await;
+}
+
+fn uuid_like() -> String {
+    korvus_store::SessionId::new().to_string()
+}

@@ -1,0 +1,49 @@
+//! The web view's files: compiled in, served under a policy that runs no
+//! script but their own.
+
+use axum::http::StatusCode;
+
+use crate::support::{get, writing, Env};
+
+#[tokio::test]
+async fn the_view_is_served_under_a_strict_content_security_policy() {
+    let env = Env::new(writing(&[], 0)).await;
+    let app = env.router();
+    let page = get(&app, "/").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.header("content-type").starts_with("text/html"));
+    let csp = page.header("content-security-policy");
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    assert_eq!(page.header("x-content-type-options"), "nosniff");
+    let html = page.text();
+    // No inline script: the only script is the view's own file.
+    assert_eq!(html.matches("<script").count(), 1);
+    assert!(html.contains(r#"<script src="assets/app.js" defer></script>"#));
+    assert!(!html.contains("onclick=") && !html.contains("onload="));
+
+    let js = get(&app, "/assets/app.js").await;
+    assert!(js.header("content-type").starts_with("text/javascript"));
+    // Agent text reaches the page as text nodes only.
+    assert!(!js.text().contains("innerHTML") && !js.text().contains("outerHTML"));
+    assert!(!js.text().contains("insertAdjacentHTML") && !js.text().contains("eval("));
+    let css = get(&app, "/assets/app.css").await;
+    assert!(css.header("content-type").starts_with("text/css"));
+    get(&app, "/assets/other.js")
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "no_route");
+
+    let api_only = korvus_http::Api::default()
+        .view(false)
+        .router(env.manager.clone());
+    get(&api_only, "/")
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "no_route");
+    env.manager.stop().await;
+}
