@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod browser;
 mod postgres;
 mod s3;
 mod services;

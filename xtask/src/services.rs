@@ -79,5 +79,6 @@ pub(crate) fn start_all() -> Result<Running> {
     // On an error, dropping `running` stops what was already started.
     running.services.push(Box::new(crate::postgres::start()?));
     running.services.push(Box::new(crate::s3::start()?));
+    running.services.push(Box::new(crate::browser::ensure()));
     Ok(running)
 }

@@ -18,7 +18,7 @@ use crate::session::{exit_code, follow, logged_events, summary, Signals};
 use crate::Global;
 
 /// The bundled demo agent (`crates/cli/demo/agent.sh`).
-const AGENT: &str = include_str!("../demo/agent.sh");
+pub(crate) const AGENT: &str = include_str!("../demo/agent.sh");
 
 /// The files of the demo repository; `skills/` and `docs/` are seeded.
 const REPO_FILES: &[(&str, &str)] = &[
@@ -211,7 +211,7 @@ async fn print_report(
 }
 
 /// Creates the demo repository once (later demos reuse it).
-async fn build_repo(repo: &Path) -> Result<()> {
+pub(crate) async fn build_repo(repo: &Path) -> Result<()> {
     if repo.join(".git").is_dir() {
         return Ok(());
     }

@@ -23,6 +23,7 @@ mod compose;
 mod confine;
 mod demo;
 mod inspect;
+mod serve;
 mod session;
 mod sweep;
 
@@ -184,6 +185,9 @@ enum Command {
     },
     /// Apply pending database migrations (every command also does).
     Migrate,
+    /// Serve the HTTP API and the live web view (127.0.0.1:8787 by
+    /// default), behind a token.
+    Serve(serve::ServeArgs),
     /// Show the whole lifecycle on the embedded default with a bundled agent.
     Demo {
         #[command(flatten)]
@@ -324,6 +328,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { confine } => demo::demo(&global, &confine).await,
+        Command::Serve(args) => serve::serve(&global, args).await,
     }
 }
 

@@ -1,7 +1,9 @@
 //! End-to-end tests of the `korvus` binary, spawned as a process.
 
 mod support;
+mod webdriver;
 
+mod browser;
 mod cancel;
 mod context;
 mod demo;

@@ -41,10 +41,10 @@
 //! the seams, never on a backend crate), so it compiles without sqlx or the
 //! AWS SDK; `korvus-cli` composes it with concrete backends.
 //!
-//! # Example
+//! # Example: mounted under the embedder's own auth
 //!
-//! ```
-//! use std::sync::Arc;
+//! ```no_run
+//! # use std::sync::Arc;
 //! # use async_trait::async_trait;
 //! # use korvus_session::{Manager, RunContext, RunError, RunOutcome, Runner};
 //! # #[derive(Debug)] struct Agent;
@@ -54,9 +54,23 @@
 //! #     }
 //! #     async fn resume(&self, c: RunContext, _: String) -> Result<RunOutcome, RunError> { self.run(c).await }
 //! # }
-//! let manager = Manager::builder(Arc::new(korvus_store::MemoryStore::new()), Arc::new(Agent)).build();
-//! let app: axum::Router = axum::Router::new().nest("/korvus", korvus_http::router(manager));
-//! # let _ = app;
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let manager = Manager::builder(Arc::new(korvus_store::MemoryStore::new()), Arc::new(Agent)).build();
+//! use axum::{extract::Request, http::StatusCode, middleware::{self, Next}, response::Response};
+//!
+//! async fn my_auth(req: Request, next: Next) -> Result<Response, StatusCode> {
+//!     // Your session cookie, OIDC or mTLS check goes here.
+//!     match req.headers().get("x-user") {
+//!         Some(_) => Ok(next.run(req).await),
+//!         None => Err(StatusCode::UNAUTHORIZED),
+//!     }
+//! }
+//!
+//! let app = axum::Router::new()
+//!     .nest("/korvus", korvus_http::router(manager.clone()))
+//!     .layer(middleware::from_fn(my_auth));
+//! axum::serve(tokio::net::TcpListener::bind("127.0.0.1:3000").await?, app).await?;
+//! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
 

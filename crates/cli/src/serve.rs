@@ -1,0 +1,191 @@
+//! `korvus serve`: the HTTP API and the live web view of `korvus-http` on
+//! the selected backends, behind a token.
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use korvus_command::{CommandRunner, Inherit};
+use korvus_http::Guard;
+use korvus_store::NewIncident;
+
+use crate::compose::{shown, Backends};
+use crate::confine::ConfineArgs;
+use crate::inspect::{demo_dir, pin};
+use crate::session::{AgentArgs, Signals};
+use crate::Global;
+
+/// How long open connections (event streams, downloads) get to finish
+/// after the manager stopped.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// `korvus serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on. Anything but loopback makes the API reachable
+    /// from the network: put TLS in front.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    listen: SocketAddr,
+    /// The token every request needs (at least 16 bytes). Prefer the
+    /// environment variable: a command line is visible to every process on
+    /// the machine. Without one, a random token is generated and printed.
+    #[arg(long, env = "KORVUS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Another `Host` the server answers to, e.g. `korvus.internal:8787`
+    /// behind a proxy (repeatable). Loopback names are always allowed.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_hosts: Vec<String>,
+    /// The agent sessions run: a program speaking the CommandRunner
+    /// protocol. Default: the bundled demo agent, with a demo incident
+    /// pinned to a small repository when there is no incident yet.
+    #[arg(long, value_name = "PROGRAM")]
+    agent: Option<String>,
+    /// An argument for the agent (repeat for more).
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    agent_args: Vec<String>,
+    /// Pass korvus's own variable NAME to the agent (repeatable).
+    #[arg(long = "agent-env-pass", value_name = "NAME")]
+    env_pass: Vec<String>,
+    /// End a session `failed` / `timeout` after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    timeout: u64,
+    #[command(flatten)]
+    confine: ConfineArgs,
+}
+
+pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> {
+    let (token, generated) = match args.token.clone().filter(|t| !t.is_empty()) {
+        Some(t) => (t, false),
+        None => (
+            Guard::generate_token().context("cannot generate a token")?,
+            true,
+        ),
+    };
+    let mut signals = Signals::install()?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr().context("no local address")?;
+    let guard = Guard::new(token.clone(), allowed_hosts(addr, &args.allow_hosts))
+        .context("invalid --token / KORVUS_TOKEN")?;
+    let backends = Backends::open(global).await?;
+    let timeout = Duration::from_secs(args.timeout);
+    let runner = match runner(&backends, args).await {
+        Ok(r) => r,
+        Err(e) => {
+            backends.close().await;
+            return Err(e);
+        }
+    };
+    let manager = backends.manager(Arc::new(runner), Some(timeout));
+    let app = guard.protect(korvus_http::router(manager.clone()));
+    for (what, place) in &backends.places {
+        println!("korvus serve: {what:<44} {place}");
+    }
+    let shown_token = if generated {
+        token.as_str()
+    } else {
+        "<your token>"
+    };
+    println!("korvus serve: listening on http://{addr}");
+    println!("korvus serve: open http://{addr}/#token={shown_token}");
+    println!("korvus serve: API calls send `Authorization: Bearer <token>`; Ctrl-C stops");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .into_future(),
+    );
+    let early = tokio::select! {
+        () = signals.recv() => None,
+        joined = &mut server => Some(joined),
+    };
+    if let Some(joined) = early {
+        manager.stop().await;
+        backends.close().await;
+        return match joined {
+            Ok(Ok(())) => bail!("the server stopped by itself"),
+            Ok(Err(e)) => Err(e).context("the server failed"),
+            Err(e) => Err(e).context("the server task failed"),
+        };
+    }
+    eprintln!("korvus serve: stopping (running sessions are cancelled; their reports land)");
+    // Runs end first, so every event stream sends its `end`; then the
+    // listener drains, for at most `DRAIN`.
+    manager.stop().await;
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(DRAIN, server).await {
+        Ok(Ok(Ok(()))) | Err(_) => {}
+        Ok(Ok(Err(e))) => eprintln!("korvus serve: the server failed: {e}"),
+        Ok(Err(e)) => eprintln!("korvus serve: the server task failed: {e}"),
+    }
+    backends.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The agent: the one given, or the bundled demo agent (and, on an empty
+/// store, a demo incident pinned to the demo repository).
+async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
+    if let Some(agent) = args.agent {
+        let agent = AgentArgs {
+            agent,
+            agent_args: args.agent_args,
+            timeout: None,
+            env_inherit: Inherit::Core,
+            env_set: Vec::new(),
+            env_pass: args.env_pass,
+            confine: args.confine,
+        };
+        return agent.runner(backends);
+    }
+    if !args.agent_args.is_empty() {
+        bail!("--agent-arg needs --agent");
+    }
+    let dir = demo_dir(backends);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", shown(&dir)))?;
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, crate::demo::AGENT)
+        .with_context(|| format!("cannot write {}", agent.display()))?;
+    if backends.store.list_incidents().await?.is_empty() {
+        let repo = dir.join("repo");
+        crate::demo::build_repo(&repo).await?;
+        let incident = backends
+            .store
+            .create_incident(NewIncident {
+                title: "db-1: disk 95% full (demo)".into(),
+                workspace: Some(pin(&repo, "HEAD").await?),
+            })
+            .await
+            .context("cannot create the demo incident")?;
+        println!("korvus serve: created demo incident {}", incident.id);
+    }
+    let mut runner = CommandRunner::new("sh")
+        .arg(&agent)
+        .env_pass("KORVUS_DEMO_PAUSE");
+    for name in &args.env_pass {
+        runner = runner.env_pass(name.as_str());
+    }
+    args.confine.apply(runner, backends)
+}
+
+/// The `Host` values a browser sends for `listen`: the address itself and,
+/// on loopback, `localhost`, `127.0.0.1` and `[::1]` with its port; plus
+/// the extra ones given.
+fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let port = listen.port();
+    let mut hosts = vec![listen.to_string()];
+    if listen.ip().is_loopback() || listen.ip().is_unspecified() {
+        hosts.push(format!("localhost:{port}"));
+        hosts.push(format!("127.0.0.1:{port}"));
+        hosts.push(format!("[::1]:{port}"));
+    }
+    hosts.extend(extra.iter().cloned());
+    hosts
+}

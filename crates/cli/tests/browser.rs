@@ -1,0 +1,275 @@
+//! `korvus serve` in a real browser: headless Chromium, driven through
+//! chromedriver, opens the view, starts the demo agent's session, follows
+//! it live, sees its report land, reopens and cancels it — and agent-made
+//! markup, links and files never run on the view's origin.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{korvus, script};
+use crate::webdriver::{find, Browser, Driver};
+
+const TOKEN: &str = "browser-test-token-0123456789abcdef";
+
+/// A `korvus serve` process; stopped with SIGTERM (then killed) on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(data: &Path, agent: Option<&Path>) -> Self {
+        let mut cmd = korvus(data);
+        cmd.env("KORVUS_TOKEN", TOKEN)
+            .env("KORVUS_DEMO_PAUSE", "0.5")
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        if let Some(agent) = agent {
+            cmd.args(["--agent", "sh", "--agent-arg"]).arg(agent);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("korvus serve starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .expect("korvus serve printed its address")
+                .unwrap();
+            if let Some(url) = line.strip_prefix("korvus serve: listening on ") {
+                break url.trim().to_owned();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, base }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The browser, or a loud message and `None` where none can be had.
+fn browser(downloads: &Path) -> Option<Driver> {
+    match find() {
+        Browser::Found { driver, chromium } => Some(Driver::start(&driver, &chromium, downloads)),
+        Browser::Missing(why) => {
+            // Under `cargo xtask test` a browser xtask could not install
+            // is announced (KORVUS_BROWSER_UNAVAILABLE); one that should be
+            // there and is not is a failure.
+            let require = std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() == Ok("1");
+            if require && std::env::var("KORVUS_BROWSER_UNAVAILABLE").is_err() {
+                panic!("the browser test needs Chromium: {why}");
+            }
+            eprintln!(
+                "\n************************************************************\n\
+                 SKIPPED: the browser test needs Chromium: {why}\n\
+                 ************************************************************\n"
+            );
+            None
+        }
+    }
+}
+
+fn status_is(status: &str) -> String {
+    format!(
+        "const s = document.querySelector('#status [data-status]'); return !!s && s.dataset.status === '{status}';"
+    )
+}
+
+#[test]
+fn the_demo_session_is_followed_live_reopened_and_cancelled_in_a_browser() {
+    let data = tempfile::tempdir().unwrap();
+    let downloads = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), None);
+    let Some(d) = browser(downloads.path()) else {
+        return;
+    };
+    d.goto(&format!("{}/#token={TOKEN}", server.base));
+    d.wait_for(
+        "the demo incident",
+        "return document.querySelector('.incident-link')",
+    );
+    // The token left the address bar once exchanged for the cookie.
+    let url = d.js("return location.href").to_string();
+    assert!(!url.contains(TOKEN), "{url}");
+    d.click(".incident-link");
+    d.wait_for(
+        "the session form",
+        "return document.querySelector('#new-session-prompt')",
+    );
+    d.type_into("#new-session-prompt", "Why is db-1's disk full?");
+    d.click("#create-session");
+
+    // Events arrive while the row is still running: followed live.
+    d.wait_for(
+        "live events of a running session",
+        "const s = document.querySelector('#status [data-status]'); \
+         return !!s && s.dataset.status === 'running' && \
+         document.querySelectorAll('#events li').length >= 2;",
+    );
+    d.wait_for(
+        "the report after it lands",
+        "const r = document.querySelector('#report [data-revision]'); \
+         return !!r && r.dataset.revision === '1' && \
+         document.querySelector('#report h2').textContent === 'Disk full on db-1';",
+    );
+    d.wait_for(&status_is("completed"), &status_is("completed"));
+    d.wait_for(
+        "the artifacts",
+        "return document.querySelectorAll('.artifact-link').length >= 2",
+    );
+
+    // Reopen, then cancel the second run from the page.
+    d.type_into("#message", "Which files can we delete right now?");
+    d.click("#reopen");
+    d.wait_for("the reopened run", &status_is("running"));
+    d.wait_for(
+        "an event of the second run",
+        "return [...document.querySelectorAll('#events li')].some(li => li.textContent.includes('Which files can we delete'))",
+    );
+    d.click("#cancel");
+    d.wait_for("the cancelled row", &status_is("cancelled"));
+    d.wait_for(
+        "the report of the cancelled run",
+        "const r = document.querySelector('#report [data-revision]'); return !!r && r.dataset.revision === '2';",
+    );
+    // Every event of both runs shown exactly once, in order: the page's list
+    // is the stored log (its export starts with a header line).
+    let same = d.wait_for(
+        "the page's events to match the stored log",
+        "const id = location.hash.split('/')[2]; \
+         return fetch('api/sessions/' + id + '/log').then(r => r.text()).then(t => { \
+           const logged = t.split('\\n').filter(Boolean).slice(1).map(l => JSON.parse(l).type); \
+           const shown = [...document.querySelectorAll('#events li')].map(li => li.dataset.type); \
+           return JSON.stringify(logged) === JSON.stringify(shown) ? shown.length : 0; });",
+    );
+    assert!(same.as_u64().unwrap() > 10, "{same}");
+}
+
+const HOSTILE_AGENT: &str = r#"cat > report.md <<'EOF'
+# Hostile report
+
+<script>window.__pwned = 'inline script'</script>
+
+<img src=x onerror="window.__pwned = 'img onerror'">
+
+[click me](javascript:window.__pwned='javascript link')
+
+[a safe link](https://example.invalid/)
+EOF
+cat > x.html <<'EOF'
+<!doctype html><title>pwned</title><script>localStorage.setItem('pwned', 'x.html ran'); parent.__pwned = 'x.html';</script>
+EOF
+echo hi > '<img src=x onerror=window.__pwned=1>.txt'
+echo '{"type":"message","role":"assistant","text":"<img src=x onerror=\"window.__pwned=2\"> and <b>bold</b>"}'
+sleep 1
+"#;
+
+#[test]
+fn agent_markup_links_and_files_never_run_in_the_view() {
+    let data = tempfile::tempdir().unwrap();
+    let downloads = tempfile::tempdir().unwrap();
+    let agent = script(data.path(), "hostile.sh", HOSTILE_AGENT);
+    let server = Server::start(data.path(), Some(&agent));
+    let Some(d) = browser(downloads.path()) else {
+        return;
+    };
+    d.goto(&format!("{}/#token={TOKEN}", server.base));
+    d.wait_for(
+        "the incident form",
+        "return document.querySelector('#new-incident-title')",
+    );
+    d.type_into("#new-incident-title", "<b>hostile</b> incident");
+    d.click("#create-incident");
+    d.wait_for(
+        "the session form",
+        "return document.querySelector('#new-session-prompt')",
+    );
+    d.type_into("#new-session-prompt", "go");
+    d.click("#create-session");
+    d.wait_for(
+        "the hostile report",
+        "const r = document.querySelector('#report [data-revision]'); return !!r && r.dataset.revision === '1';",
+    );
+    d.wait_for(
+        "the artifacts",
+        "return document.querySelectorAll('.artifact-link').length >= 3",
+    );
+
+    let verdict = d.js(
+        "return { pwned: window.__pwned === undefined ? null : String(window.__pwned), \
+           markup: document.querySelectorAll('#main script, #main img, #main b').length, \
+           jsLinks: document.querySelectorAll('a[href^=\"javascript\" i]').length, \
+           safeLink: document.querySelectorAll('#report a[href=\"https://example.invalid/\"]').length, \
+           reportText: document.querySelector('#report').textContent, \
+           eventText: document.querySelector('#events').textContent, \
+           names: [...document.querySelectorAll('.artifact-link')].map(a => a.textContent) };",
+    );
+    assert_eq!(verdict["pwned"], serde_json::Value::Null, "{verdict}");
+    assert_eq!(
+        verdict["markup"], 0,
+        "agent markup became elements: {verdict}"
+    );
+    assert_eq!(verdict["jsLinks"], 0, "{verdict}");
+    assert_eq!(verdict["safeLink"], 1, "{verdict}");
+    let report = verdict["reportText"].as_str().unwrap();
+    assert!(
+        report.contains("<script>window.__pwned = 'inline script'</script>"),
+        "{report}"
+    );
+    assert!(report.contains("[click me](javascript:"), "{report}");
+    assert!(verdict["eventText"]
+        .as_str()
+        .unwrap()
+        .contains("<b>bold</b>"));
+    let names = verdict["names"].to_string();
+    assert!(
+        names.contains("<img src=x onerror=window.__pwned=1>.txt"),
+        "{names}"
+    );
+
+    // x.html: clicked, it downloads as a file; it never renders on our origin.
+    d.js("document.querySelectorAll('.artifact-link').forEach(a => { if (a.textContent === 'x.html') a.id = 'x-html'; })");
+    let href = d.js("return document.querySelector('#x-html').getAttribute('href')");
+    let view = d.js("return location.href");
+    d.click("#x-html");
+    let saved = downloads.path().join("x.html");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !saved.is_file() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let body = std::fs::read_to_string(&saved).expect("x.html was downloaded as a file");
+    assert!(body.contains("localStorage.setItem('pwned'"));
+    // Opening its address directly downloads it again instead of showing it.
+    d.goto(&format!("{}/{}", server.base, href.as_str().unwrap()));
+    std::thread::sleep(Duration::from_secs(1));
+    d.goto(view.as_str().unwrap());
+    d.wait_for("the view again", &status_is("completed"));
+    let after = d.js(
+        "return { stored: localStorage.getItem('pwned'), title: document.title, pwned: window.__pwned === undefined };",
+    );
+    assert_eq!(
+        after["stored"],
+        serde_json::Value::Null,
+        "x.html ran: {after}"
+    );
+    assert_eq!(after["title"], "korvus", "{after}");
+    assert_eq!(after["pwned"], true, "{after}");
+}
