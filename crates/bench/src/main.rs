@@ -18,7 +18,8 @@
 //! 10. how long an orphaned session waits to be settled;
 //! 11. heartbeat statements per period;
 //! 12. persisting two 1 GiB files: extra resident memory and time;
-//! 13. the orphan-blob sweeper's throughput.
+//! 13. the orphan-blob sweeper's throughput;
+//! 14. Server-Sent Events fan-out: a thousand subscribers of one session.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -33,6 +34,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 mod cancel;
 mod closers;
+mod fanout;
 mod files;
 mod large;
 mod lease;
@@ -76,6 +78,11 @@ fn main() -> ExitCode {
 
 fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("fanout-child") {
+        let kind = args.get(1).context(USAGE)?;
+        let events = args.get(2).context(USAGE)?.parse()?;
+        return fanout::child(kind, events);
+    }
     if args.first().map(String::as_str) == Some("scale-child") {
         let kind = args.get(1).context(USAGE)?;
         let n = args.get(2).context(USAGE)?.parse()?;
@@ -152,7 +159,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=13u32 {
+    for n in 1..=14u32 {
         if !wanted(n) {
             continue;
         }
@@ -171,7 +178,8 @@ async fn all(
             10 => lease::orphan_latency(&mut b).await,
             11 => lease::heartbeat_cost(&mut b).await,
             12 => large::persist_large(&mut b).await,
-            _ => large::sweep_throughput(&mut b).await,
+            13 => large::sweep_throughput(&mut b).await,
+            _ => fanout::fanout(&mut b).await,
         };
         match result {
             Ok(r) => {
