@@ -235,6 +235,12 @@ fn main() -> ExitCode {
              (or a ~/.pgpass file) instead"
         );
     }
+    if token_in_arguments(std::env::args_os()) {
+        eprintln!(
+            "korvus: warning: --token is on the command line, where every process on this \
+             machine can read it; set KORVUS_TOKEN instead"
+        );
+    }
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -277,6 +283,14 @@ fn password_in_arguments(args: impl IntoIterator<Item = std::ffi::OsString>) -> 
         userinfo
             .rsplit_once('@')
             .is_some_and(|(user, _)| user.split_once(':').is_some_and(|(_, pw)| !pw.is_empty()))
+    })
+}
+
+/// Whether `--token` (of `korvus serve`) was given as an argument.
+fn token_in_arguments(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    args.into_iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == "--token" || a.starts_with("--token=")
     })
 }
 
@@ -334,7 +348,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::password_in_arguments;
+    use super::{password_in_arguments, token_in_arguments};
+
+    #[test]
+    fn a_token_argument_is_noticed() {
+        let args = |l: &[&str]| {
+            l.iter()
+                .map(|a| a.into())
+                .collect::<Vec<std::ffi::OsString>>()
+        };
+        assert!(token_in_arguments(args(&[
+            "korvus", "serve", "--token", "x"
+        ])));
+        assert!(token_in_arguments(args(&["korvus", "serve", "--token=x"])));
+        assert!(!token_in_arguments(args(&["korvus", "serve"])));
+    }
 
     fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
         list.iter().map(|a| a.into()).collect()

@@ -1,69 +1,15 @@
 //! `korvus serve` in a real browser: headless Chromium, driven through
 //! chromedriver, opens the view, starts the demo agent's session, follows
-//! it live, sees its report land, reopens and cancels it — and agent-made
-//! markup, links and files never run on the view's origin.
+//! it live, cancels it, sees its report land, reopens it and sees the next
+//! one — and agent-made markup, links and files never run on the view's
+//! origin.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{korvus, script};
+use crate::serve::{Server, TOKEN};
+use crate::support::script;
 use crate::webdriver::{find, Browser, Driver};
-
-const TOKEN: &str = "browser-test-token-0123456789abcdef";
-
-/// A `korvus serve` process; stopped with SIGTERM (then killed) on drop.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(data: &Path, agent: Option<&Path>) -> Self {
-        let mut cmd = korvus(data);
-        cmd.env("KORVUS_TOKEN", TOKEN)
-            .env("KORVUS_DEMO_PAUSE", "0.5")
-            .args(["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(agent) = agent {
-            cmd.args(["--agent", "sh", "--agent-arg"]).arg(agent);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("korvus serve starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("korvus serve printed its address")
-                .unwrap();
-            if let Some(url) = line.strip_prefix("korvus serve: listening on ") {
-                break url.trim().to_owned();
-            }
-        };
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, base }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The browser, or a loud message and `None` where none can be had.
 fn browser(downloads: &Path) -> Option<Driver> {
@@ -94,10 +40,12 @@ fn status_is(status: &str) -> String {
 }
 
 #[test]
-fn the_demo_session_is_followed_live_reopened_and_cancelled_in_a_browser() {
+fn the_demo_session_is_followed_live_cancelled_and_reopened_in_a_browser() {
     let data = tempfile::tempdir().unwrap();
     let downloads = tempfile::tempdir().unwrap();
-    let server = Server::start(data.path(), None);
+    // Paced at 1 s per step, so the first run is still going when the
+    // page cancels it.
+    let server = Server::start(data.path(), None, "1.0");
     let Some(d) = browser(downloads.path()) else {
         return;
     };
@@ -124,31 +72,33 @@ fn the_demo_session_is_followed_live_reopened_and_cancelled_in_a_browser() {
          return !!s && s.dataset.status === 'running' && \
          document.querySelectorAll('#events li').length >= 2;",
     );
-    d.wait_for(
-        "the report after it lands",
-        "const r = document.querySelector('#report [data-revision]'); \
-         return !!r && r.dataset.revision === '1' && \
-         document.querySelector('#report h2').textContent === 'Disk full on db-1';",
-    );
-    d.wait_for(&status_is("completed"), &status_is("completed"));
-    d.wait_for(
-        "the artifacts",
-        "return document.querySelectorAll('.artifact-link').length >= 2",
-    );
-
-    // Reopen, then cancel the second run from the page.
-    d.type_into("#message", "Which files can we delete right now?");
-    d.click("#reopen");
-    d.wait_for("the reopened run", &status_is("running"));
-    d.wait_for(
-        "an event of the second run",
-        "return [...document.querySelectorAll('#events li')].some(li => li.textContent.includes('Which files can we delete'))",
-    );
+    // Cancel it from the page: its report still lands.
     d.click("#cancel");
     d.wait_for("the cancelled row", &status_is("cancelled"));
     d.wait_for(
-        "the report of the cancelled run",
-        "const r = document.querySelector('#report [data-revision]'); return !!r && r.dataset.revision === '2';",
+        "the report of the cancelled run after it lands",
+        "const r = document.querySelector('#report [data-revision]'); \
+         return !!r && r.dataset.revision === '1' && \
+         document.querySelector('#report').textContent.includes('Cancelled before the investigation finished');",
+    );
+
+    // Reopen it with a follow-up and follow the second run to its report.
+    d.type_into("#message", "Which files can we delete right now?");
+    d.click("#reopen");
+    d.wait_for(
+        "an event of the reopened run",
+        "return [...document.querySelectorAll('#events li')].some(li => li.textContent.includes('Which files can we delete'))",
+    );
+    d.wait_for("the completed row", &status_is("completed"));
+    d.wait_for(
+        "the report of the second run",
+        "const r = document.querySelector('#report [data-revision]'); \
+         return !!r && r.dataset.revision === '2' && \
+         [...document.querySelectorAll('#report h2, #report h3')].some(h => h.textContent === 'Follow-up (revision 2)');",
+    );
+    d.wait_for(
+        "the artifacts of both runs",
+        "return document.querySelectorAll('.artifact-link').length >= 3",
     );
     // Every event of both runs shown exactly once, in order: the page's list
     // is the stored log (its export starts with a header line).
@@ -187,7 +137,7 @@ fn agent_markup_links_and_files_never_run_in_the_view() {
     let data = tempfile::tempdir().unwrap();
     let downloads = tempfile::tempdir().unwrap();
     let agent = script(data.path(), "hostile.sh", HOSTILE_AGENT);
-    let server = Server::start(data.path(), Some(&agent));
+    let server = Server::start(data.path(), Some(&agent), "0");
     let Some(d) = browser(downloads.path()) else {
         return;
     };

@@ -13,5 +13,6 @@ mod ops;
 mod replicas;
 mod report;
 mod sandbox;
+mod serve;
 mod services;
 mod sigint;
