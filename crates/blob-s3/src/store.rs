@@ -13,8 +13,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
 use korvus_blob::{
-    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result, Sha256Digest,
-    MAX_KEY_BYTES,
+    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, PutOptions, Result,
+    Sha256Digest, MAX_KEY_BYTES,
 };
 
 use self::upload::digest;
@@ -240,6 +240,37 @@ impl BlobStore for S3BlobStore {
                 last_modified,
             },
             bytes,
+        })
+    }
+
+    /// Streams the body as S3 sends it; the response's length is the
+    /// object's size. A read of an overwritten key keeps the version the
+    /// request got (S3 serves one version per GET).
+    async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.settings.bucket)
+            .key(self.object_key(key)?)
+            .send()
+            .await
+            .map_err(|e| read_error("GetObject", key, e))?;
+        let meta = BlobMeta {
+            key: key.clone(),
+            size: out
+                .content_length()
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0),
+            content_type: out.content_type().map(str::to_owned),
+            sha256: stored_digest(
+                out.metadata().and_then(|m| m.get(SHA256_META)),
+                out.checksum_sha256(),
+            ),
+            last_modified: out.last_modified().and_then(to_system_time),
+        };
+        Ok(BlobReader {
+            meta,
+            body: Box::pin(out.body.into_async_read()),
         })
     }
 

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use crate::{
-    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobStore, Durability, PutOptions, Result,
-    Sha256Digest,
+    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, Durability, PutOptions,
+    Result, Sha256Digest,
 };
 
 const BACKEND: &str = "fs";
@@ -350,6 +350,34 @@ impl BlobStore for FsBlobStore {
             })
         })
         .await
+    }
+
+    async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
+        let key = key.clone();
+        let (file, meta) = self
+            .blocking(move |root| {
+                // The open file keeps the version it opened: a later
+                // overwrite renames a new file over the name.
+                let file = root.open(object_path(&key)).map_err(|e| io_err(&key, e))?;
+                let md = file.metadata().map_err(backend)?;
+                if !md.is_file() {
+                    return Err(BlobError::NotFound {
+                        key: key.to_string(),
+                    });
+                }
+                let meta = blob_meta(
+                    &key,
+                    md.len(),
+                    modified(&md),
+                    read_meta(root, &key, md.len()),
+                );
+                Ok((file.into_std(), meta))
+            })
+            .await?;
+        Ok(BlobReader {
+            meta,
+            body: Box::pin(tokio::fs::File::from_std(file)),
+        })
     }
 
     async fn head(&self, key: &BlobKey) -> Result<BlobMeta> {

@@ -63,5 +63,5 @@ pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]
 pub use crate::store::MockBlobStore;
 pub use crate::store::{
-    Blob, BlobMeta, BlobStore, Durability, ParseDigestError, PutOptions, Sha256Digest,
+    Blob, BlobMeta, BlobReader, BlobStore, Durability, ParseDigestError, PutOptions, Sha256Digest,
 };

@@ -1,12 +1,14 @@
 //! The [`BlobStore`] seam and the values it moves.
 
 use std::fmt::{self, Debug};
+use std::pin::Pin;
 use std::str::FromStr;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use tokio::io::AsyncRead;
 
 use crate::{BlobBody, BlobKey, Result};
 
@@ -138,6 +140,26 @@ pub struct Blob {
     pub meta: BlobMeta,
 }
 
+/// An object read as a stream: what is known about it, and a reader of
+/// its bytes that holds at most a buffer of them at a time.
+///
+/// `meta.sha256` is the digest as stored; unlike [`BlobStore::get`], a
+/// streamed read does not recompute it (that would need the whole object).
+pub struct BlobReader {
+    /// Metadata; `size` is the number of bytes the reader yields.
+    pub meta: BlobMeta,
+    /// The bytes.
+    pub body: Pin<Box<dyn AsyncRead + Send>>,
+}
+
+impl Debug for BlobReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobReader")
+            .field("meta", &self.meta)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Storage for the bytes of reports, artifacts and archives.
 ///
 /// Keys are [`BlobKey`]s, validated before any I/O. Every backend gives:
@@ -208,6 +230,29 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`BlobError::NotFound`](crate::BlobError::NotFound); `Backend`.
     async fn get(&self, key: &BlobKey) -> Result<Blob>;
+
+    /// Reads an object as a stream, e.g. to send a large artifact over
+    /// HTTP without holding it in memory. A reader sees one version of the
+    /// object whole, even if it is overwritten while being read.
+    ///
+    /// The default implementation reads the object with
+    /// [`get`](Self::get) and streams it from memory; backends override it
+    /// to stream.
+    ///
+    /// # Errors
+    /// [`BlobError::NotFound`](crate::BlobError::NotFound); `Backend`.
+    /// A failure after the object was found surfaces as an I/O error of
+    /// the reader.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
+        let blob = self.get(key).await?;
+        Ok(BlobReader {
+            meta: blob.meta,
+            body: Box::pin(std::io::Cursor::new(blob.bytes)),
+        })
+    }
 
     /// Reads an object's metadata without its bytes.
     ///

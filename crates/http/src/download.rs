@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use korvus_blob::BlobKey;
 use korvus_log::{export_jsonl, Access, LogId};
 use korvus_store::{ArtifactId, SessionId, StoreExt};
+use tokio_util::io::ReaderStream;
 
 use crate::error::{parse_id, ApiError};
 use crate::AppState;
@@ -44,9 +45,10 @@ pub(crate) async fn report_markdown(
             format!("revision {revision} has no stored document"),
         ));
     };
-    let bytes = blob(&app, &key).await?;
+    let (body, len) = blob(&app, &key).await?;
     Ok(attachment(
-        bytes,
+        body,
+        len,
         "text/markdown; charset=utf-8",
         &format!("report-{revision}.md"),
     ))
@@ -59,9 +61,9 @@ pub(crate) async fn artifact_content(
 ) -> Result<Response> {
     let id: ArtifactId = parse_id("artifact", &id)?;
     let artifact = app.manager.store().get_artifact(id).await?;
-    let bytes = blob(&app, &artifact.blob_key).await?;
+    let (body, len) = blob(&app, &artifact.blob_key).await?;
     let name = artifact.path.rsplit('/').next().unwrap_or("artifact");
-    Ok(attachment(bytes, &artifact.content_type, name))
+    Ok(attachment(body, len, &artifact.content_type, name))
 }
 
 /// `GET /api/sessions/{id}/log`: the turn log as JSON lines.
@@ -80,14 +82,18 @@ pub(crate) async fn log_export(
     let bytes = export_jsonl(&handle)
         .await
         .map_err(korvus_session::SessionError::from)?;
+    let len = bytes.len() as u64;
     Ok(attachment(
-        bytes.into(),
+        Body::from(bytes),
+        len,
         "application/x-ndjson",
         &format!("session-{id}.jsonl"),
     ))
 }
 
-async fn blob(app: &AppState, key: &str) -> Result<bytes::Bytes> {
+/// The object at `key` as a stream: a large artifact is sent as it is
+/// read, never held in memory whole.
+async fn blob(app: &AppState, key: &str) -> Result<(Body, u64)> {
     let Some(blobs) = app.manager.blob_store() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -99,8 +105,11 @@ async fn blob(app: &AppState, key: &str) -> Result<bytes::Bytes> {
         tracing::error!(error = %e, key, "a row names an invalid blob key");
         ApiError::internal("blob_failed", "the stored bytes cannot be read")
     })?;
-    match blobs.get(&key).await {
-        Ok(blob) => Ok(blob.bytes),
+    match blobs.get_stream(&key).await {
+        Ok(reader) => Ok((
+            Body::from_stream(ReaderStream::new(reader.body)),
+            reader.meta.size,
+        )),
         Err(e) => {
             tracing::error!(error = %e, key = %key, "blob read failed");
             Err(ApiError::internal(
@@ -112,7 +121,7 @@ async fn blob(app: &AppState, key: &str) -> Result<bytes::Bytes> {
 }
 
 /// A download response with the headers described in the module docs.
-fn attachment(bytes: bytes::Bytes, content_type: &str, name: &str) -> Response {
+fn attachment(body: Body, len: u64, content_type: &str, name: &str) -> Response {
     let content_type = HeaderValue::from_str(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     let disposition = HeaderValue::from_str(&content_disposition(name))
@@ -120,6 +129,7 @@ fn attachment(bytes: bytes::Bytes, content_type: &str, name: &str) -> Response {
     (
         [
             (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_LENGTH, HeaderValue::from(len)),
             (header::CONTENT_DISPOSITION, disposition),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
@@ -134,7 +144,7 @@ fn attachment(bytes: bytes::Bytes, content_type: &str, name: &str) -> Response {
                 HeaderValue::from_static("private, no-store"),
             ),
         ],
-        Body::from(bytes),
+        body,
     )
         .into_response()
 }

@@ -87,3 +87,48 @@ async fn agent_files_download_as_sandboxed_attachments() {
     assert_inert(&log);
     env.manager.stop().await;
 }
+
+#[tokio::test]
+async fn a_large_artifact_is_streamed_with_its_length() {
+    const SIZE: usize = 6 * 1024 * 1024;
+    let runner = korvus_runner::testing::ScriptRunner::new(|ctx, _| async move {
+        let dir = ctx.scratch.clone().expect("scratch dir");
+        let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.join("dump.bin"), bytes).unwrap();
+        std::fs::write(dir.join("report.md"), "# big\n").unwrap();
+        Ok(korvus_session::RunOutcome::completed(Default::default()))
+    });
+    let env = Env::new(runner).await;
+    let app = env.router();
+    let s = post(
+        &app,
+        &format!("/api/incidents/{}/sessions", env.incident.id),
+        serde_json::json!({"prompt": "dump"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    settled(&env, &sid).await;
+    let artifacts = get(&app, &format!("/api/sessions/{sid}/artifacts"))
+        .await
+        .json();
+    let dump = artifacts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "dump.bin")
+        .expect("dump.bin harvested");
+    let content = get(
+        &app,
+        &format!("/api/artifacts/{}/content", dump["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_inert(&content);
+    assert_eq!(content.header("content-length"), SIZE.to_string());
+    assert_eq!(content.body.len(), SIZE);
+    assert!(content
+        .body
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == (i % 251) as u8));
+    env.manager.stop().await;
+}

@@ -398,6 +398,44 @@ pub async fn put_stream_of_changed_bytes_stores_nothing(store: &dyn BlobStore) {
     assert!(store.list(Some(&p)).await.unwrap().is_empty());
 }
 
+/// `get_stream` yields the same bytes and metadata as `get`, for a small
+/// and a streamed-size object; a missing key is `NotFound` before any byte.
+pub async fn get_stream_reads_what_get_reads(store: &dyn BlobStore) {
+    use tokio::io::AsyncReadExt;
+    let p = fresh_prefix();
+    let small = key(&p, "notes/a.txt");
+    put(store, &small, b"hello, stream", "text/plain").await;
+    let large = key(&p, "data/large.bin");
+    let digest = Pattern::digest(STREAMED);
+    store
+        .put_stream(
+            &large,
+            BlobBody::new(Pattern::new(STREAMED), STREAMED),
+            PutOptions::new("application/octet-stream", digest),
+        )
+        .await
+        .unwrap();
+    for k in [&small, &large] {
+        let mut reader = store.get_stream(k).await.unwrap();
+        let mut bytes = Vec::new();
+        reader.body.read_to_end(&mut bytes).await.unwrap();
+        let whole = store.get(k).await.unwrap();
+        assert_eq!(bytes.len() as u64, reader.meta.size, "{k}");
+        assert_eq!(
+            Sha256Digest::of(&bytes),
+            Sha256Digest::of(&whole.bytes),
+            "{k}"
+        );
+        assert_eq!(reader.meta.content_type, whole.meta.content_type, "{k}");
+        assert_eq!(reader.meta.sha256, whole.meta.sha256, "{k}");
+    }
+    let missing = key(&p, "missing.txt");
+    assert!(matches!(
+        store.get_stream(&missing).await,
+        Err(BlobError::NotFound { .. })
+    ));
+}
+
 /// `get`, `head` and `list` say when an object was last written, by a
 /// clock within a minute of this one (S3 stamps with the server's clock).
 pub async fn objects_carry_their_last_modified_time(store: &dyn BlobStore) {

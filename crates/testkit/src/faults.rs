@@ -241,7 +241,7 @@ mod blob_faults {
     use async_trait::async_trait;
     use bytes::Bytes;
     use korvus_blob::{
-        Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobStore, PutOptions, Result,
+        Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, PutOptions, Result,
     };
 
     /// What a faulty `put` does.
@@ -395,6 +395,12 @@ mod blob_faults {
             let fault = Self::find(&self.state.lock().unwrap().get_faults, key);
             Self::apply(fault, key).await?;
             self.inner.get(key).await
+        }
+
+        async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
+            let fault = Self::find(&self.state.lock().unwrap().get_faults, key);
+            Self::apply(fault, key).await?;
+            self.inner.get_stream(key).await
         }
 
         async fn head(&self, key: &BlobKey) -> Result<BlobMeta> {

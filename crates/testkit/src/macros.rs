@@ -87,6 +87,7 @@ macro_rules! __with_cases {
             put_stream_of_changed_bytes_stores_nothing,
             objects_carry_their_last_modified_time,
             deferred_puts_are_visible_and_a_barrier_succeeds,
+            get_stream_reads_what_get_reads,
         ]);
     };
 }
