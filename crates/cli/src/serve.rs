@@ -118,11 +118,20 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     }
     eprintln!("korvus serve: stopping (running sessions are cancelled; their reports land)");
     // Runs end first, so every event stream sends its `end`; then the
-    // listener drains, for at most `DRAIN`.
-    manager.stop().await;
+    // listener drains, for at most `DRAIN`. A second signal gives up on
+    // the runs (their rows are settled by a reaper once the lease expires).
+    tokio::select! {
+        () = manager.stop() => {}
+        () = signals.recv() => {
+            eprintln!("korvus serve: second signal: exiting without waiting for the runs");
+            server.abort();
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     let _ = stop_tx.send(());
-    match tokio::time::timeout(DRAIN, server).await {
-        Ok(Ok(Ok(()))) | Err(_) => {}
+    match tokio::time::timeout(DRAIN, &mut server).await {
+        Ok(Ok(Ok(()))) => {}
+        Err(_) => server.abort(),
         Ok(Ok(Err(e))) => eprintln!("korvus serve: the server failed: {e}"),
         Ok(Err(e)) => eprintln!("korvus serve: the server task failed: {e}"),
     }
@@ -182,9 +191,13 @@ fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
     let port = listen.port();
     let mut hosts = vec![listen.to_string()];
     if listen.ip().is_loopback() || listen.ip().is_unspecified() {
-        hosts.push(format!("localhost:{port}"));
-        hosts.push(format!("127.0.0.1:{port}"));
-        hosts.push(format!("[::1]:{port}"));
+        for name in ["localhost", "127.0.0.1", "[::1]"] {
+            hosts.push(format!("{name}:{port}"));
+            if port == 80 {
+                // Browsers leave the default port out of `Host`.
+                hosts.push(name.to_owned());
+            }
+        }
     }
     hosts.extend(extra.iter().cloned());
     hosts

@@ -8,6 +8,9 @@
 const base = location.pathname.replace(/[^/]*$/, '');
 let csrf = null;
 let stream = null;
+// Bumped on every navigation: timers and answers of a page left behind
+// must not touch the page shown now.
+let page = 0;
 
 // ---- helpers ---------------------------------------------------------------
 
@@ -202,6 +205,7 @@ async function sessionPage(id) {
   controls, el('h2', null, 'Events'), events, el('h2', null, 'Report'), report,
   el('h2', null, 'Artifacts'), artifacts);
   let lastId = null;
+  const mine = page;
 
   const refresh = async (row) => {
     const session = row || await api('GET', 'sessions/' + id);
@@ -210,6 +214,7 @@ async function sessionPage(id) {
     await Promise.all([loadReport(id, report), loadArtifacts(id, artifacts)]);
   };
   const follow = () => {
+    if (mine !== page) return;
     if (stream) stream.close();
     const url = base + 'api/sessions/' + id + '/events' + (lastId === null ? '' : '?after=' + encodeURIComponent(lastId));
     const source = new EventSource(url);
@@ -224,13 +229,21 @@ async function sessionPage(id) {
       source.close();
       if (stream === source) stream = null;
       const row = JSON.parse(e.data);
+      if (mine !== page) return;
       refresh(row).catch((err) => notice(err.message));
       if (statusOf(row) === 'running') setTimeout(follow, 1000);
+    });
+    // The server could not read the log: reconnect from the last id.
+    source.addEventListener('failure', () => {
+      source.close();
+      if (stream === source) stream = null;
+      setTimeout(follow, 2000);
     });
   };
   const act = (path, body) => async () => {
     try {
       const row = await api('POST', 'sessions/' + id + '/' + path, body && body());
+      if (mine !== page) return;
       notice('');
       await refresh(row);
       if (path !== 'cancel') follow();
@@ -273,6 +286,7 @@ async function loadArtifacts(id, target) {
 // ---- routing and login -----------------------------------------------------
 
 async function route() {
+  page += 1;
   if (stream) { stream.close(); stream = null; }
   const hash = location.hash.replace(/^#/, '');
   const parts = hash.split('/').filter(Boolean);

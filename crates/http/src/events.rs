@@ -19,8 +19,10 @@
 //! When the follower ends (the run settled, or the session waits for the
 //! user), the hub broadcasts the end; every subscriber drains what is left
 //! in the log and sends a final `end` event carrying the session row, then
-//! closes the stream. A follower with no subscribers left stops within
-//! [`IDLE_CHECK`].
+//! closes the stream. When the follower fails (the log or the store cannot
+//! be read), subscribers get a `failure` event instead and the stream closes
+//! without `end`: the client reconnects with its last id. A follower with no
+//! subscribers left stops within [`IDLE_CHECK`].
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -53,8 +55,11 @@ pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(5);
 enum Frame {
     /// The event at `offset`, as JSON.
     Event { offset: u64, json: Arc<str> },
-    /// The follower ended.
+    /// The follower ended: the run settled (or waits for the user).
     End,
+    /// The follower failed (the log or the store could not be read):
+    /// subscribers close without `end`, and clients reconnect.
+    Failed,
 }
 
 /// The followers of watched sessions, one per session.
@@ -144,12 +149,19 @@ async fn follow(
     start: u64,
     tx: broadcast::Sender<Frame>,
 ) {
+    // Should this task panic, the guard still takes it out of the map, so
+    // later subscribers start afresh and current ones see the channel close.
+    let guard = Retire {
+        hub: hub.clone(),
+        id,
+        generation,
+    };
     let events = manager.watch_from(id, start);
     tokio::pin!(events);
     let mut offset = start;
     let mut idle = tokio::time::interval(IDLE_CHECK);
     idle.tick().await;
-    loop {
+    let last = loop {
         tokio::select! {
             item = events.next() => match item {
                 Some(Ok(event)) => {
@@ -162,21 +174,35 @@ async fn follow(
                 }
                 Some(Err(e)) => {
                     tracing::warn!(session = %id, error = %e, "event follower failed");
-                    break;
+                    break Frame::Failed;
                 }
-                None => break,
+                None => break Frame::End,
             },
             _ = idle.tick() => {
                 if hub.retire(id, generation, true) {
+                    // Retired: the guard's second retire finds nothing.
                     return;
                 }
             }
         }
-    }
+    };
     // Retire before announcing the end: a subscriber arriving after this
     // starts a fresh follower instead of joining one that is finished.
-    hub.retire(id, generation, false);
-    let _ = tx.send(Frame::End);
+    drop(guard);
+    let _ = tx.send(last);
+}
+
+/// Takes a follower out of the hub when dropped.
+struct Retire {
+    hub: Hub,
+    id: SessionId,
+    generation: u64,
+}
+
+impl Drop for Retire {
+    fn drop(&mut self) {
+        self.hub.retire(self.id, self.generation, false);
+    }
 }
 
 /// `?after=n`: resume after the event with id `n` (for a fresh
@@ -201,12 +227,17 @@ pub(crate) async fn events(
         .or(query.after);
     let next = match after {
         None => 0,
-        Some(text) => text.trim().parse::<u64>().map(|n| n + 1).map_err(|_| {
-            ApiError::bad_request(
-                "invalid_last_event_id",
-                format!("{text:?} is not an event id"),
-            )
-        })?,
+        Some(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_last_event_id",
+                    format!("{text:?} is not an event id"),
+                )
+            })?,
     };
     let manager = &app.manager;
     manager.store().get_session(id).await?;
@@ -223,7 +254,7 @@ pub(crate) async fn events(
     let sub = Subscriber {
         manager: manager.clone(),
         id,
-        handle,
+        handle: Some(handle),
         rx,
         next,
         out: VecDeque::new(),
@@ -249,7 +280,9 @@ enum Phase {
 struct Subscriber {
     manager: Manager,
     id: SessionId,
-    handle: LogHandle,
+    /// Open only while reading stored events: a follower of a quiet
+    /// session holds no file or connection of the log.
+    handle: Option<LogHandle>,
     rx: broadcast::Receiver<Frame>,
     /// The offset of the next event this client needs.
     next: u64,
@@ -274,25 +307,40 @@ impl Subscriber {
     /// One read of stored events from `next` on; when there are none, the
     /// next phase.
     async fn read_stored(&mut self) {
-        match self.handle.read(self.next, Some(BATCH)).await {
+        if self.handle.is_none() {
+            let log = LogId::from_uuid(self.id.as_uuid());
+            match self.manager.turn_log().open(log, Access::Read).await {
+                Ok(h) => self.handle = Some(h),
+                Err(e) => return self.fail(&e),
+            }
+        }
+        let handle = self.handle.as_ref().expect("opened above");
+        match handle.read(self.next, Some(BATCH)).await {
             Ok(events) if !events.is_empty() => {
                 for event in events {
                     let json = serde_json::to_string(&event).unwrap_or_else(|_| "{}".into());
                     self.push(self.next, &json);
                 }
             }
-            Ok(_) if self.phase == Phase::CatchUp => self.phase = Phase::Live,
-            Ok(_) => self.finish().await,
-            Err(e) => {
-                tracing::warn!(session = %self.id, error = %e, "event stream read failed");
-                self.out.push_back(
-                    SseEvent::default()
-                        .event("error")
-                        .data(r#"{"error":"the turn log cannot be read","code":"log_failed"}"#),
-                );
-                self.phase = Phase::Done;
+            Ok(_) if self.phase == Phase::CatchUp => {
+                self.handle = None;
+                self.phase = Phase::Live;
             }
+            Ok(_) => self.finish().await,
+            Err(e) => self.fail(&e),
         }
+    }
+
+    /// A `failure` event, then the stream closes without `end`: the client
+    /// reconnects with its last id.
+    fn fail(&mut self, e: &dyn std::fmt::Display) {
+        tracing::warn!(session = %self.id, error = %e, "event stream read failed");
+        self.out.push_back(
+            SseEvent::default()
+                .event("failure")
+                .data(r#"{"error":"the turn log cannot be read; reconnect","code":"log_failed"}"#),
+        );
+        self.phase = Phase::Done;
     }
 
     async fn receive(&mut self) {
@@ -306,8 +354,9 @@ impl Subscriber {
                     self.phase = Phase::CatchUp;
                 }
             }
-            Ok(Frame::End) | Err(broadcast::error::RecvError::Closed) => {
-                self.phase = Phase::Ending;
+            Ok(Frame::End) => self.phase = Phase::Ending,
+            Ok(Frame::Failed) | Err(broadcast::error::RecvError::Closed) => {
+                self.fail(&"the session's follower stopped");
             }
             Err(broadcast::error::RecvError::Lagged(_)) => self.phase = Phase::CatchUp,
         }

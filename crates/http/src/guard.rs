@@ -245,7 +245,9 @@ fn login(guard: &Guard, headers: &HeaderMap) -> Response {
         Ok(pair) => pair,
         Err(e) => return e.into_response(),
     };
-    let cookie = format!("{COOKIE}={sid}; HttpOnly; SameSite=Strict");
+    // No Path: the browser scopes it to the login's directory, the API
+    // (wherever the router is nested). Max-Age: a day, then log in again.
+    let cookie = format!("{COOKIE}={sid}; HttpOnly; SameSite=Strict; Max-Age=86400");
     let mut response = Json(serde_json::json!({ "csrf": csrf })).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);

@@ -240,6 +240,13 @@ async fn a_malformed_last_event_id_is_refused() {
         .insert("last-event-id", "x1".parse().unwrap());
     let answer = crate::support::call(&app, req).await;
     answer.assert_error(StatusCode::BAD_REQUEST, "invalid_last_event_id");
+    // The largest id has no successor: refused, not wrapped round to 0.
+    crate::support::get(
+        &app,
+        &format!("/api/sessions/{sid}/events?after=18446744073709551615"),
+    )
+    .await
+    .assert_error(StatusCode::BAD_REQUEST, "invalid_last_event_id");
     settled(&env, &sid).await;
     env.manager.stop().await;
 }

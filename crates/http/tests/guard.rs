@@ -143,6 +143,10 @@ async fn the_browser_exchanges_the_token_for_a_cookie_and_sends_a_csrf_token() {
         set.contains("HttpOnly") && set.contains("SameSite=Strict"),
         "{set}"
     );
+    assert!(
+        set.contains("Max-Age=86400") && !set.contains("Path="),
+        "{set}"
+    );
     let sid = set.split(';').next().unwrap().to_owned();
     assert!(sid.starts_with(&format!("{COOKIE}=")));
     let csrf = login.json()["csrf"].as_str().unwrap().to_owned();
