@@ -7,6 +7,7 @@ mod upload;
 use std::fmt;
 
 use async_trait::async_trait;
+use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -69,6 +70,33 @@ impl fmt::Debug for S3BlobStore {
 }
 
 impl S3BlobStore {
+    /// `GetObject` of `key`: the response (its body unread) and the
+    /// object's metadata, `size` as the response declares it.
+    async fn get_object(&self, key: &BlobKey) -> Result<(GetObjectOutput, BlobMeta)> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.settings.bucket)
+            .key(self.object_key(key)?)
+            .send()
+            .await
+            .map_err(|e| read_error("GetObject", key, e))?;
+        let meta = BlobMeta {
+            key: key.clone(),
+            size: out
+                .content_length()
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0),
+            content_type: out.content_type().map(str::to_owned),
+            sha256: stored_digest(
+                out.metadata().and_then(|m| m.get(SHA256_META)),
+                out.checksum_sha256(),
+            ),
+            last_modified: out.last_modified().and_then(to_system_time),
+        };
+        Ok((out, meta))
+    }
+
     /// A builder for a store in `bucket` with the given credentials.
     pub fn builder(bucket: impl Into<String>, credentials: S3Credentials) -> S3BlobStoreBuilder {
         S3BlobStoreBuilder::new(bucket, credentials)
@@ -206,20 +234,7 @@ impl BlobStore for S3BlobStore {
     /// # Cancel safety
     /// Cancel-safe: nothing changes.
     async fn get(&self, key: &BlobKey) -> Result<Blob> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.settings.bucket)
-            .key(self.object_key(key)?)
-            .send()
-            .await
-            .map_err(|e| read_error("GetObject", key, e))?;
-        let content_type = out.content_type().map(str::to_owned);
-        let last_modified = out.last_modified().and_then(to_system_time);
-        let sha256 = stored_digest(
-            out.metadata().and_then(|m| m.get(SHA256_META)),
-            out.checksum_sha256(),
-        );
+        let (out, mut meta) = self.get_object(key).await?;
         let bytes = out
             .body
             .collect()
@@ -231,43 +246,15 @@ impl BlobStore for S3BlobStore {
                 )
             })?
             .into_bytes();
-        Ok(Blob {
-            meta: BlobMeta {
-                key: key.clone(),
-                size: bytes.len() as u64,
-                content_type,
-                sha256,
-                last_modified,
-            },
-            bytes,
-        })
+        meta.size = bytes.len() as u64;
+        Ok(Blob { meta, bytes })
     }
 
     /// Streams the body as S3 sends it; the response's length is the
     /// object's size. A read of an overwritten key keeps the version the
     /// request got (S3 serves one version per GET).
     async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.settings.bucket)
-            .key(self.object_key(key)?)
-            .send()
-            .await
-            .map_err(|e| read_error("GetObject", key, e))?;
-        let meta = BlobMeta {
-            key: key.clone(),
-            size: out
-                .content_length()
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0),
-            content_type: out.content_type().map(str::to_owned),
-            sha256: stored_digest(
-                out.metadata().and_then(|m| m.get(SHA256_META)),
-                out.checksum_sha256(),
-            ),
-            last_modified: out.last_modified().and_then(to_system_time),
-        };
+        let (out, meta) = self.get_object(key).await?;
         Ok(BlobReader {
             meta,
             body: Box::pin(out.body.into_async_read()),
