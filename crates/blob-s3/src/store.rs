@@ -69,6 +69,26 @@ impl fmt::Debug for S3BlobStore {
     }
 }
 
+/// The [`BlobMeta`] of `key` from a `GetObject` or `HeadObject` answer:
+/// the two are different types with the same accessors.
+macro_rules! object_meta {
+    ($key:expr, $out:expr) => {
+        BlobMeta {
+            key: $key.clone(),
+            size: $out
+                .content_length()
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0),
+            content_type: $out.content_type().map(str::to_owned),
+            sha256: stored_digest(
+                $out.metadata().and_then(|m| m.get(SHA256_META)),
+                $out.checksum_sha256(),
+            ),
+            last_modified: $out.last_modified().and_then(to_system_time),
+        }
+    };
+}
+
 impl S3BlobStore {
     /// `GetObject` of `key`: the response (its body unread) and the
     /// object's metadata, `size` as the response declares it.
@@ -81,19 +101,7 @@ impl S3BlobStore {
             .send()
             .await
             .map_err(|e| read_error("GetObject", key, e))?;
-        let meta = BlobMeta {
-            key: key.clone(),
-            size: out
-                .content_length()
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0),
-            content_type: out.content_type().map(str::to_owned),
-            sha256: stored_digest(
-                out.metadata().and_then(|m| m.get(SHA256_META)),
-                out.checksum_sha256(),
-            ),
-            last_modified: out.last_modified().and_then(to_system_time),
-        };
+        let meta = object_meta!(key, out);
         Ok((out, meta))
     }
 
@@ -277,19 +285,7 @@ impl BlobStore for S3BlobStore {
             .send()
             .await
             .map_err(|e| read_error("HeadObject", key, e))?;
-        Ok(BlobMeta {
-            key: key.clone(),
-            size: out
-                .content_length()
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0),
-            content_type: out.content_type().map(str::to_owned),
-            sha256: stored_digest(
-                out.metadata().and_then(|m| m.get(SHA256_META)),
-                out.checksum_sha256(),
-            ),
-            last_modified: out.last_modified().and_then(to_system_time),
-        })
+        Ok(object_meta!(key, out))
     }
 
     /// # Errors
