@@ -32,6 +32,13 @@ pub(crate) trait StoreDialect {
     /// list of runs is matched against.
     const RUN_KEY: &'static str;
 
+    /// The row lock a fenced insert takes on the session row it checks
+    /// (appended to that `SELECT`): `" FOR SHARE"` on PostgreSQL, so a
+    /// concurrent takeover or forced cancel cannot move the fence between
+    /// the check and the commit; empty on SQLite, whose writes run one at
+    /// a time.
+    const SHARE_LOCK: &'static str;
+
     /// A subquery of the texts in the JSON array bound as `$4`.
     const JSON_TEXTS_4: &'static str;
 

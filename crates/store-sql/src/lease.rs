@@ -3,8 +3,9 @@
 //! [`Store::settle_session`](korvus_store::Store::settle_session),
 //! [`heartbeat`](korvus_store::Store::heartbeat),
 //! [`expired_leases`](korvus_store::Store::expired_leases),
-//! [`take_over`](korvus_store::Store::take_over) and
-//! [`settle_with_report`](korvus_store::Store::settle_with_report), which
+//! [`take_over`](korvus_store::Store::take_over),
+//! [`settle_with_report`](korvus_store::Store::settle_with_report) and
+//! [`force_cancel`](korvus_store::Store::force_cancel), which
 //! [`sql_store!`](crate::store::sql_store) delegates to.
 //!
 //! Every lease expiry is written and compared by the statements themselves
@@ -13,28 +14,43 @@
 //! expiry is not after the database's now: a ttl of zero is expired at
 //! once, which tests use to make an orphan without waiting.
 
-use crate::rows::{report_columns, session_columns};
+use crate::rows::{active, report_columns, session_columns};
 
-/// The settle statement: writes the outcome, ends the lease, only at the
-/// presented fence. Binds `$1` id, `$2` status, `$3` exit reason, `$4…$7`
-/// counters, `$8` `ended_at`, `$9` fence.
+/// The settle statement: writes the outcome, ends the lease, only while
+/// the row is active at the presented fence. Binds `$1` id, `$2` status,
+/// `$3` exit reason, `$4…$7` counters, `$8` `ended_at`, `$9` fence.
 pub(crate) const SETTLE: &str = concat!(
     "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
      tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, \
      owner = NULL, lease_expires_ms = NULL \
-     WHERE id = $1 AND fence = $9 RETURNING ",
+     WHERE id = $1 AND fence = $9 AND ",
+    active!(),
+    " RETURNING ",
     session_columns!()
 );
 
-/// `settle_with_report`: the report row unless its revision has one, only
-/// while the session (in that incident) is at the report's fence. Binds
-/// `$1…$14` in `report_columns` order.
+/// `force_cancel`'s first step: the active row at `$2` (fence) gets the
+/// next fence, so every write of its run is refused from here on; the
+/// settle then ends it at the new fence. Binds `$1` id, `$2` fence.
+pub(crate) const BUMP_FENCE: &str = concat!(
+    "UPDATE sessions SET fence = fence + 1 WHERE id = $1 AND fence = $2 AND ",
+    active!(),
+    " RETURNING ",
+    session_columns!()
+);
+
+/// `settle_with_report` and `force_cancel`, after their settle in the same
+/// transaction: the report row unless its revision has one — also one a
+/// concurrent insert committed meanwhile (`ON CONFLICT DO NOTHING`: the
+/// stored row wins, never a `Conflict`) — only while the session (in that
+/// incident) is at the report's fence. Binds `$1…$14` in `report_columns`
+/// order.
 pub(crate) const INSERT_REPORT_IF_ABSENT: &str = concat!(
     "INSERT INTO reports (",
     report_columns!(),
     ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
      WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12) \
-     AND NOT EXISTS (SELECT 1 FROM reports WHERE session_id = $1 AND revision = $3)"
+     ON CONFLICT (session_id, revision) DO NOTHING"
 );
 
 /// Writes the lease methods of `$store`, whose pool's connections are
@@ -51,7 +67,7 @@ macro_rules! sql_lease {
 
             use $crate::dialect::StoreDialect;
             use $crate::error::backend;
-            use $crate::lease::{INSERT_REPORT_IF_ABSENT, SETTLE};
+            use $crate::lease::{BUMP_FENCE, INSERT_REPORT_IF_ABSENT, SETTLE};
             use $crate::rows::{self, report_columns, to_i32, to_i64, ReportRow, SessionRow};
             use $crate::transition::{self, Clocked, Transition};
 
@@ -145,17 +161,25 @@ macro_rules! sql_lease {
                     row.map(|r| r.into_model(Self::BACKEND)).transpose()
                 }
 
-                /// The error of a fenced write that matched nothing:
-                /// `NotFound` or `Fenced`.
-                async fn fenced(&self, id: SessionId, presented: u64) -> StoreError {
-                    match self.get_session(id).await {
-                        Ok(s) => StoreError::Fenced {
-                            session: id,
-                            presented,
-                            current: s.fence,
-                        },
-                        Err(e) => e,
+                /// Why a settlement at `settlement.fence` matched nothing,
+                /// from the row as it is now: `Ok(row)` when the row holds
+                /// exactly that settlement (a retry whose first attempt
+                /// committed), else `NotFound`, `Fenced` or `NotActive`.
+                async fn settle_refused(
+                    &self,
+                    id: SessionId,
+                    settlement: &Settlement,
+                ) -> Result<Session> {
+                    let now = self.get_session(id).await?;
+                    if now.holds(settlement) {
+                        return Ok(now);
                     }
+                    Err(now
+                        .refusal(settlement.fence)
+                        .unwrap_or_else(|| StoreError::Conflict {
+                            entity: Entity::Session,
+                            detail: format!("session {id} changed while it was settled; try again"),
+                        }))
                 }
 
                 pub(crate) async fn settle_row(
@@ -167,8 +191,80 @@ macro_rules! sql_lease {
                     let mut conn = self.pool.acquire().await.map_err(backend(Self::BACKEND))?;
                     match Self::settle_on(&mut conn, id, &settlement).await? {
                         Some(session) => Ok(session),
-                        None => Err(self.fenced(id, settlement.fence).await),
+                        None => {
+                            drop(conn);
+                            self.settle_refused(id, &settlement).await
+                        }
                     }
+                }
+
+                /// Inserts `report` unless its revision has a row, on the
+                /// transaction that just settled its session, and returns
+                /// the row that stands.
+                async fn report_unless_present(tx: &mut $conn, report: &Report) -> Result<Report> {
+                    rows::bind_report!(sqlx::query(INSERT_REPORT_IF_ABSENT), report)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| {
+                            Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
+                        })?;
+                    let stands: Option<ReportRow> = sqlx::query_as(concat!(
+                        "SELECT ",
+                        report_columns!(),
+                        " FROM reports WHERE session_id = $1 AND revision = $2"
+                    ))
+                    .bind(report.session_id.as_uuid())
+                    .bind(to_i32(report.revision))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    // No row: the session is not of the report's incident
+                    // (the insert's condition refused); nothing is kept.
+                    let stands = stands.ok_or_else(|| StoreError::Constraint {
+                        name: constraint::REPORTS_SESSION_FK.to_owned(),
+                    })?;
+                    stands.into_model(Self::BACKEND)
+                }
+
+                pub(crate) async fn force_cancel_row(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    detail: String,
+                ) -> Result<(Session, Report)> {
+                    let err = backend(Self::BACKEND);
+                    let mut tx = self.pool.begin().await.map_err(&err)?;
+                    let bumped: Option<SessionRow> = sqlx::query_as(BUMP_FENCE)
+                        .bind(id.as_uuid())
+                        .bind(to_i64(fence))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(&err)?;
+                    let Some(bumped) = bumped else {
+                        drop(tx);
+                        let now = self.get_session(id).await?;
+                        return Err(now.refusal(fence).unwrap_or_else(|| StoreError::Conflict {
+                            entity: Entity::Session,
+                            detail: format!(
+                                "session {id} changed while it was cancelled; try again"
+                            ),
+                        }));
+                    };
+                    let bumped = bumped.into_model(Self::BACKEND)?;
+                    let (settlement, report) = korvus_store::forced_cancel(&bumped, detail);
+                    validate::new_report(&report)?;
+                    let report = report.stored_at(rows::now());
+                    let Some(session) = Self::settle_on(&mut tx, id, &settlement).await? else {
+                        return Err(korvus_store::StoreError::Conflict {
+                            entity: Entity::Session,
+                            detail: format!(
+                                "session {id} changed while it was cancelled; try again"
+                            ),
+                        });
+                    };
+                    let stands = Self::report_unless_present(&mut tx, &report).await?;
+                    tx.commit().await.map_err(&err)?;
+                    Ok((session, stands))
                 }
 
                 pub(crate) async fn heartbeat_rows(
@@ -247,30 +343,12 @@ macro_rules! sql_lease {
                     // checks the fence before the report is looked at.
                     let Some(session) = Self::settle_on(&mut tx, id, &settlement).await? else {
                         drop(tx);
-                        return Err(self.fenced(id, settlement.fence).await);
+                        let now = self.settle_refused(id, &settlement).await?;
+                        // A retry whose first attempt committed.
+                        let stands = self.get_report(id, report.revision).await?;
+                        return Ok((now, stands));
                     };
-                    rows::bind_report!(sqlx::query(INSERT_REPORT_IF_ABSENT), &report)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| {
-                            Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
-                        })?;
-                    let stands: Option<ReportRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        report_columns!(),
-                        " FROM reports WHERE session_id = $1 AND revision = $2"
-                    ))
-                    .bind(id.as_uuid())
-                    .bind(to_i32(report.revision))
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(&err)?;
-                    // No row: the session is not of the report's incident
-                    // (the insert's condition refused); nothing is kept.
-                    let stands = stands.ok_or_else(|| StoreError::Constraint {
-                        name: constraint::REPORTS_SESSION_FK.to_owned(),
-                    })?;
-                    let stands = stands.into_model(Self::BACKEND)?;
+                    let stands = Self::report_unless_present(&mut tx, &report).await?;
                     tx.commit().await.map_err(&err)?;
                     Ok((session, stands))
                 }

@@ -19,8 +19,8 @@ use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
-    artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, to_i32,
-    to_i64, ArtifactRow, ContextRefRow,
+    active, artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns,
+    to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence, SESSION_FENCES,
 };
 use crate::store::sql_store;
 
@@ -61,6 +61,8 @@ impl StoreDialect for PgStore {
         "replace(CAST(id AS text), '-', '') || ':' || CAST(fence AS text)";
 
     const JSON_TEXTS_4: &'static str = "SELECT json_array_elements_text(CAST($4 AS json))";
+
+    const SHARE_LOCK: &'static str = " FOR SHARE";
 
     const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)";
 
@@ -138,7 +140,9 @@ impl StoreDialect for PgStore {
         // is inserted when any row's session is missing, of another
         // incident, or at another fence.
         let inserted = sqlx::query(concat!(
-            "WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) FOR SHARE), \
+            "WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) AND ",
+            active!(),
+            " FOR SHARE), \
              stale AS (SELECT 1 FROM UNNEST($2::uuid[], $3::uuid[], $12::int8[]) \
                  AS f(incident_id, session_id, fence) \
                  WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id \
@@ -171,12 +175,13 @@ impl StoreDialect for PgStore {
         }
         // Refused: say why, from the sessions as they are now (a second
         // statement on this path only).
-        let found: Vec<(Uuid, Uuid, i64)> =
-            sqlx::query_as("SELECT id, incident_id, fence FROM sessions WHERE id = ANY($1)")
-                .bind(artifact_sessions(new))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend(BACKEND))?;
+        let found: Vec<SessionFence> = sqlx::query_as(&format!(
+            "SELECT {SESSION_FENCES} FROM sessions WHERE id = ANY($1)"
+        ))
+        .bind(artifact_sessions(new))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend(BACKEND))?;
         check_artifact_fences(new, &found)?;
         Err(korvus_store::StoreError::Conflict {
             entity: Entity::Artifact,

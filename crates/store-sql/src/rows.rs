@@ -74,35 +74,72 @@ macro_rules! bind_report {
 }
 pub(crate) use bind_report;
 
+/// The condition on a `sessions` row that its run is active: running and
+/// not idle ([`Session::is_active`]). Only an active row accepts the writes
+/// of its run. The status and exit reason are written as literals (checked
+/// against the model's constants by a unit test), so every statement that
+/// uses it keeps its binds.
+macro_rules! active {
+    () => {
+        "status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')"
+    };
+}
+pub(crate) use active;
+
 /// `create_report`: the row, only while the session (in that incident) is
-/// at the report's fence. Binds `$1…$14` in [`report_columns`] order.
-pub(crate) const INSERT_REPORT: &str = concat!(
-    "INSERT INTO reports (",
-    report_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
-     WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)"
-);
+/// active at the report's fence; `share` is the engine's row lock for the
+/// session row read (PostgreSQL `FOR SHARE`: a takeover or forced cancel
+/// moving the fence waits for the insert, or the insert for it, and then
+/// sees the fence it left; SQLite runs writes one at a time and needs
+/// none). Binds `$1…$14` in [`report_columns`] order.
+pub(crate) fn insert_report(share: &str) -> String {
+    format!(
+        concat!(
+            "INSERT INTO reports (",
+            report_columns!(),
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+             WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 \
+             AND fence = $12 AND ",
+            active!(),
+            "{})"
+        ),
+        share
+    )
+}
+
+/// `(id, incident, fence, active)` of the sessions a batch of artifact
+/// rows names ([`SESSION_FENCES`] selects it).
+pub(crate) type SessionFence = (Uuid, Uuid, i64, bool);
+
+/// The columns of a [`SessionFence`], for `SELECT … FROM sessions`.
+pub(crate) const SESSION_FENCES: &str = concat!("id, incident_id, fence, (", active!(), ")");
 
 /// Checks a batch of artifact rows against the sessions they name, as
-/// read (and, on PostgreSQL, share-locked) in the insert's transaction:
-/// `(id, incident, fence)` of each session found. An unknown session or one
-/// of another incident is the `artifacts_session_fk` constraint; a session
-/// at another fence refuses the whole batch.
+/// read (and, on PostgreSQL, share-locked) in the insert's transaction. An
+/// unknown session or one of another incident is the
+/// `artifacts_session_fk` constraint; a session at another fence, or whose
+/// run at that fence already ended, refuses the whole batch.
 pub(crate) fn check_artifact_fences(
     new: &[korvus_store::NewArtifact],
-    found: &[(Uuid, Uuid, i64)],
+    found: &[SessionFence],
 ) -> Result<(), StoreError> {
     for n in new {
         let row = found
             .iter()
-            .find(|(id, _, _)| *id == n.session_id.as_uuid());
+            .find(|(id, _, _, _)| *id == n.session_id.as_uuid());
         match row {
-            Some((_, incident, fence)) if *incident == n.incident_id.as_uuid() => {
+            Some((_, incident, fence, active)) if *incident == n.incident_id.as_uuid() => {
                 if u64::try_from(*fence).ok() != Some(n.fence) {
                     return Err(StoreError::Fenced {
                         session: n.session_id,
                         presented: n.fence,
                         current: u64::try_from(*fence).unwrap_or_default(),
+                    });
+                }
+                if !active {
+                    return Err(StoreError::NotActive {
+                        session: n.session_id,
+                        fence: n.fence,
                     });
                 }
             }
@@ -126,8 +163,9 @@ pub(crate) fn artifact_sessions(new: &[korvus_store::NewArtifact]) -> Vec<Uuid> 
 
 /// Why a fenced write of `session` (in `incident`, at fence `presented`)
 /// matched nothing, given the session row as it is now: an unknown session
-/// or one of another incident is the write's foreign-key `constraint`, and
-/// otherwise the fence moved on.
+/// or one of another incident is the write's foreign-key `constraint`;
+/// otherwise the fence moved on or the run ended
+/// ([`Session::refusal`]).
 pub(crate) fn fence_refused(
     found: Option<Session>,
     incident: IncidentId,
@@ -135,11 +173,13 @@ pub(crate) fn fence_refused(
     constraint: &str,
 ) -> StoreError {
     match found {
-        Some(s) if s.incident_id == incident => StoreError::Fenced {
-            session: s.id,
-            presented,
-            current: s.fence,
-        },
+        Some(s) if s.incident_id == incident => {
+            s.refusal(presented)
+                .unwrap_or_else(|| StoreError::Conflict {
+                    entity: korvus_store::Entity::Session,
+                    detail: format!("session {} changed while it was written; try again", s.id),
+                })
+        }
         _ => StoreError::Constraint {
             name: constraint.to_owned(),
         },
@@ -427,4 +467,16 @@ pub(crate) fn in_request_order(
 ) -> Result<Vec<Artifact>, StoreError> {
     let by_id: HashMap<ArtifactId, Artifact> = found.into_iter().map(|a| (a.id, a)).collect();
     Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use korvus_store::{exit_reason, SessionStatus};
+
+    #[test]
+    fn the_active_condition_names_the_models_values() {
+        let condition = active!();
+        assert!(condition.contains(&format!("status = '{}'", SessionStatus::Running.as_str())));
+        assert!(condition.contains(&format!("<> '{}'", exit_reason::AWAITING_USER)));
+    }
 }

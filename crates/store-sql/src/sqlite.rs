@@ -27,7 +27,7 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, placeholders,
-    to_i32, to_i64, ArtifactRow, ContextRefRow,
+    to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence, SESSION_FENCES,
 };
 use crate::store::sql_store;
 
@@ -110,6 +110,8 @@ impl StoreDialect for SqliteStore {
     const RUN_KEY: &'static str = "lower(hex(id)) || ':' || fence";
 
     const JSON_TEXTS_4: &'static str = "SELECT value FROM json_each($4)";
+
+    const SHARE_LOCK: &'static str = "";
 
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
@@ -205,14 +207,14 @@ impl StoreDialect for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(backend(BACKEND))?;
-        let mut found: Vec<(uuid::Uuid, uuid::Uuid, i64)> = Vec::new();
+        let mut found: Vec<SessionFence> = Vec::new();
+        let select = format!("SELECT {SESSION_FENCES} FROM sessions WHERE id = $1");
         for id in artifact_sessions(new) {
-            let row: Option<(uuid::Uuid, uuid::Uuid, i64)> =
-                sqlx::query_as("SELECT id, incident_id, fence FROM sessions WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(backend(BACKEND))?;
+            let row: Option<SessionFence> = sqlx::query_as(&select)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend(BACKEND))?;
             found.extend(row);
         }
         check_artifact_fences(new, &found)?;

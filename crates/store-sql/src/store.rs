@@ -342,10 +342,23 @@ macro_rules! sql_store {
                     self.settle_with_report_rows(id, settlement, report).await
                 }
 
+                async fn force_cancel(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    detail: String,
+                ) -> Result<(Session, Report)> {
+                    self.force_cancel_row(id, fence, detail).await
+                }
+
                 async fn create_report(&self, new: NewReport) -> Result<Report> {
+                    static INSERT_REPORT: std::sync::LazyLock<String> =
+                        std::sync::LazyLock::new(|| {
+                            rows::insert_report(<$store as StoreDialect>::SHARE_LOCK)
+                        });
                     validate::new_report(&new)?;
                     let report = new.stored_at(rows::now());
-                    let done = rows::bind_report!(sqlx::query(rows::INSERT_REPORT), &report)
+                    let done = rows::bind_report!(sqlx::query(&INSERT_REPORT), &report)
                     .execute(&self.pool)
                     .await
                     .map_err(|e| {

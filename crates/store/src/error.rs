@@ -113,6 +113,20 @@ pub enum StoreError {
         /// The row's fence.
         current: u64,
     },
+    /// A write of a run presented the row's current fence, but the run is
+    /// over: the row is terminal (completed, failed, cancelled — by its own
+    /// run, a takeover, an idle cancel or an operator's forced cancel) or
+    /// idle (waiting for the user). A settlement, report row or artifact
+    /// row is accepted only while its run is active; nothing but a reopen
+    /// (or, for an idle row, an answer) leaves that state. Nothing was
+    /// written. Permanent: the run must stop writing.
+    #[error("session {session} is not active at fence {fence} (its run already ended)")]
+    NotActive {
+        /// The session.
+        session: SessionId,
+        /// The fence the write presented (the row's).
+        fence: u64,
+    },
     /// The backend failed (connection, pool, I/O, unexpected data).
     ///
     /// Transient exactly when `transient` is `true`: the backend classified
@@ -199,6 +213,19 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// `true` for the refusals that mean "this run may write nothing more":
+    /// [`Fenced`](StoreError::Fenced) (the session moved on to a newer
+    /// run) and [`NotActive`](StoreError::NotActive) (the run's row already
+    /// ended). Permanent, like every variant but a transient `Backend`.
+    pub fn is_fenced_off(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Fenced { .. } | StoreError::NotActive { .. }
+        )
+    }
+}
+
 /// Whether an I/O error of this kind may go away on retry: interrupted or
 /// would-block calls, timeouts, and connections refused, reset, aborted,
 /// closed or cut short. Anything else (not found, permission denied, invalid
@@ -248,6 +275,7 @@ mod tests {
             StoreError::not_found(Entity::Session, session),
             StoreError::NotFinished { session },
             StoreError::NotIdle { session },
+            StoreError::NotActive { session, fence: 1 },
             StoreError::Fenced {
                 session,
                 presented: 1,

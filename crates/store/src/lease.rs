@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::id_newtype;
-use crate::{Counters, SessionStatus};
+use crate::{exit_reason, Counters, NewReport, Session, SessionStatus};
 
 id_newtype!(
     /// Identifies one manager *incarnation*: the owner of the sessions it
@@ -56,4 +56,33 @@ pub struct Settlement {
     /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the row's
     /// fence moved on.
     pub fence: u64,
+}
+
+/// The settlement and report row an operator's forced cancel
+/// ([`Store::force_cancel`](crate::Store::force_cancel)) writes for
+/// `session`, the row once the cancel moved its fence on: both at that
+/// (new) fence, the settlement `cancelled` with the row's counters, the
+/// report without a document and with `detail`. Every backend writes
+/// exactly these.
+pub fn forced_cancel(session: &Session, detail: String) -> (Settlement, NewReport) {
+    let fence = session.fence;
+    let settlement = Settlement {
+        status: SessionStatus::Cancelled,
+        exit_reason: Some(exit_reason::CANCELLED.to_owned()),
+        counters: session.counters,
+        fence,
+    };
+    let report = NewReport {
+        session_id: session.id,
+        incident_id: session.incident_id,
+        revision: session.revision,
+        markdown_key: None,
+        manifest_key: None,
+        markdown_bytes: 0,
+        exit_reason: exit_reason::CANCELLED.to_owned(),
+        counters: session.counters,
+        detail: Some(detail),
+        fence,
+    };
+    (settlement, report)
 }

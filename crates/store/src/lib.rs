@@ -70,7 +70,7 @@ pub mod validate;
 
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
-pub use crate::lease::{Lease, OwnerId, Settlement};
+pub use crate::lease::{forced_cancel, Lease, OwnerId, Settlement};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{
     Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,

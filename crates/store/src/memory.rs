@@ -268,12 +268,12 @@ impl Store for MemoryStore {
             .sessions
             .get_mut(&id)
             .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
-        if session.fence != settlement.fence {
-            return Err(StoreError::Fenced {
-                session: id,
-                presented: settlement.fence,
-                current: session.fence,
-            });
+        if let Some(refused) = session.refusal(settlement.fence) {
+            // A retry whose first attempt committed finds its own outcome.
+            if session.holds(&settlement) {
+                return Ok(session.clone());
+            }
+            return Err(refused);
         }
         settle(session, settlement);
         Ok(session.clone())
@@ -368,6 +368,15 @@ impl Store for MemoryStore {
         self.settle_with_report_now(id, settlement, report)
     }
 
+    async fn force_cancel(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
+    ) -> Result<(Session, Report)> {
+        self.force_cancel_now(id, fence, detail)
+    }
+
     async fn create_report(&self, new: NewReport) -> Result<Report> {
         validate::new_report(&new)?;
         let mut inner = self.lock();
@@ -376,13 +385,8 @@ impl Store for MemoryStore {
             new.incident_id,
             constraint::REPORTS_SESSION_FK,
         )?;
-        let current = inner.sessions.get(&new.session_id).map_or(0, |s| s.fence);
-        if current != new.fence {
-            return Err(StoreError::Fenced {
-                session: new.session_id,
-                presented: new.fence,
-                current,
-            });
+        if let Some(refused) = inner.session(new.session_id)?.refusal(new.fence) {
+            return Err(refused);
         }
         let key = (new.session_id, new.revision);
         if inner.reports.contains_key(&key) {
@@ -440,13 +444,8 @@ impl Store for MemoryStore {
                 n.incident_id,
                 constraint::ARTIFACTS_SESSION_FK,
             )?;
-            let current = inner.sessions.get(&n.session_id).map_or(0, |s| s.fence);
-            if current != n.fence {
-                return Err(StoreError::Fenced {
-                    session: n.session_id,
-                    presented: n.fence,
-                    current,
-                });
+            if let Some(refused) = inner.session(n.session_id)?.refusal(n.fence) {
+                return Err(refused);
             }
         }
         for (i, n) in new.iter().enumerate() {

@@ -259,9 +259,13 @@ pub struct Session {
     pub revision: u32,
     /// The fence of the current run: 1 after create, incremented by every
     /// transition that starts a new run of the session (reopen, resume of
-    /// an idle session). A settlement must present it
-    /// ([`Settlement::fence`](crate::Settlement::fence)): a run whose fence is older was superseded
-    /// and may write nothing.
+    /// an idle session) and by every transition that ends a run on its
+    /// behalf without starting one (a takeover, an operator's forced
+    /// cancel). Every write of a run — settlement, report row, artifact
+    /// rows — presents it ([`Settlement::fence`](crate::Settlement::fence)):
+    /// a run whose fence is older was superseded and may write nothing, and
+    /// a run at the current fence may write only while the row is active
+    /// ([`Session::is_active`]).
     pub fence: u64,
     /// A cancel of the current run was requested
     /// ([`Store::request_cancel`](crate::Store::request_cancel)). A request
@@ -291,6 +295,48 @@ impl Session {
     pub fn is_idle(&self) -> bool {
         self.status == SessionStatus::Running
             && self.exit_reason.as_deref() == Some(crate::exit_reason::AWAITING_USER)
+    }
+
+    /// `true` while a run is active: `running` and not
+    /// [idle](Session::is_idle). Only an active row accepts the writes of
+    /// its run (settlement, report row, artifact rows); a terminal or idle
+    /// row refuses them with
+    /// [`StoreError::NotActive`](crate::StoreError::NotActive).
+    pub fn is_active(&self) -> bool {
+        self.status == SessionStatus::Running && !self.is_idle()
+    }
+
+    /// Why this row refuses a write (settlement, report row, artifact row)
+    /// of the run at `fence`: [`Fenced`](crate::StoreError::Fenced) when
+    /// the row's fence is another, [`NotActive`](crate::StoreError::NotActive)
+    /// when the run at that fence already ended; `None` when it accepts it.
+    /// Every backend judges writes by this rule.
+    pub fn refusal(&self, fence: u64) -> Option<crate::StoreError> {
+        if self.fence != fence {
+            Some(crate::StoreError::Fenced {
+                session: self.id,
+                presented: fence,
+                current: self.fence,
+            })
+        } else if !self.is_active() {
+            Some(crate::StoreError::NotActive {
+                session: self.id,
+                fence,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Whether this row already holds exactly what `settlement` writes
+    /// (status, exit reason, counters, at its fence): a retried settlement
+    /// whose first attempt committed finds this, and the store answers it
+    /// `Ok` instead of refusing it.
+    pub fn holds(&self, settlement: &crate::Settlement) -> bool {
+        self.fence == settlement.fence
+            && self.status == settlement.status
+            && self.exit_reason == settlement.exit_reason
+            && self.counters == settlement.counters
     }
 }
 

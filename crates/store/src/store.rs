@@ -95,17 +95,24 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn list_context_refs(&self, session: SessionId) -> Result<Vec<SessionContextRef>>;
 
     /// Writes a session's outcome: status, exit reason, counters. Sets `ended_at`
-    /// to now for a terminal status and clears it for `running`. The run is
-    /// over, so the owner and lease are cleared too. Fenced: it
-    /// writes only while the row's [`fence`](crate::Session::fence) is the
-    /// settlement's, so a run that was superseded (the session reopened or
-    /// resumed since) changes nothing. Otherwise the session layer owns the
-    /// rules of which transition is legal.
+    /// to now for a terminal status and clears it for `running` (an idle
+    /// settlement, exit reason `awaiting_user`). The run is over, so the
+    /// owner and lease are cleared too.
+    ///
+    /// Fenced and final: it writes only while the row's
+    /// [`fence`](crate::Session::fence) is the settlement's **and** the row
+    /// is [active](crate::Session::is_active). A run that was superseded
+    /// (reopened, resumed, taken over or force-cancelled since) changes
+    /// nothing, and a terminal or idle row is never overwritten — only a
+    /// reopen (or an answer) leaves those states. A settlement the row
+    /// already holds exactly ([`Session::holds`](crate::Session::holds): a
+    /// retry whose first attempt committed) answers `Ok` with the row.
     ///
     /// # Errors
     /// `NotFound` for an unknown session; [`StoreError::Fenced`](crate::StoreError::Fenced)
-    /// for a stale fence (nothing written); `InvalidInput` for a bad exit
-    /// reason or out-of-range counter.
+    /// for a stale fence and [`StoreError::NotActive`](crate::StoreError::NotActive)
+    /// for a row whose run already ended otherwise (nothing written either
+    /// way); `InvalidInput` for a bad exit reason or out-of-range counter.
     async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session>;
 
     /// Moves a terminal session back to `running` in one conditional step:
@@ -219,6 +226,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Returns the settled row and the report row that stands. This is how
     /// a takeover ends a run nobody will land.
     ///
+    /// A row the dead run's report insert committed concurrently is found
+    /// and kept too: the answer is never a `Conflict`.
+    ///
     /// # Errors
     /// As `settle_session` and `create_report`; on any error nothing is
     /// written.
@@ -227,6 +237,31 @@ pub trait Store: Send + Sync + Debug + 'static {
         id: SessionId,
         settlement: Settlement,
         report: NewReport,
+    ) -> Result<(Session, Report)>;
+
+    /// An operator's forced cancel of the run at `fence`, in one
+    /// transaction: only while the session is [active](crate::Session::is_active)
+    /// at `fence` (the one the operator saw), its fence is incremented —
+    /// every later write of that run is refused — and it is settled
+    /// `cancelled` (exit reason `cancelled`, counters kept, `ended_at` now,
+    /// owner and lease cleared, a pending cancel request dropped); the
+    /// revision's report row is written unless one exists (that one wins):
+    /// no document, exit reason `cancelled`, `detail` naming the operator
+    /// action, at the new fence. Returns the settled row and the report row
+    /// that stands. Like a takeover it moves the fence without starting a
+    /// run; unlike one it does not wait for the owner's lease to lapse.
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotActive` when it is
+    /// terminal or idle (cancel an idle row with
+    /// [`cancel_idle_session`](Store::cancel_idle_session)); `NotFound`
+    /// for an unknown session; `InvalidInput` for a bad `detail`. Nothing
+    /// is written on any error.
+    async fn force_cancel(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
     ) -> Result<(Session, Report)>;
 
     /// Inserts a report row.
@@ -239,11 +274,16 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// and compares it to its request to tell a lost acknowledgement from a
     /// real conflict.
     ///
+    /// Fenced and final like a settlement: written only while the session
+    /// is active at `new.fence`.
+    ///
     /// # Errors
     /// `Conflict` when the session already has this revision; `Constraint`
     /// (`reports_session_fk`) when the session does not exist in that
     /// incident; [`StoreError::Fenced`](crate::StoreError::Fenced) when
-    /// `new.fence` is not the session's (nothing written);
+    /// `new.fence` is not the session's and
+    /// [`StoreError::NotActive`](crate::StoreError::NotActive) when the
+    /// session is terminal or idle (nothing written either way);
     /// `InvalidInput` for a bad key, exit reason, detail or out-of-range
     /// counter.
     async fn create_report(&self, new: NewReport) -> Result<Report>;
@@ -268,13 +308,17 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn next_report_revision(&self, session: SessionId) -> Result<u32>;
 
     /// Inserts artifact rows, all or nothing, in one round trip. Upload the bytes
-    /// first: a row must never point at missing bytes.
+    /// first: a row must never point at missing bytes. Fenced and final
+    /// like a settlement: every row's session must be active at the row's
+    /// fence.
     ///
     /// # Errors
     /// `Conflict` for a duplicate id; `Constraint` (`artifacts_session_fk`) when
     /// a session does not exist in the given incident;
     /// [`StoreError::Fenced`](crate::StoreError::Fenced) when a row's
-    /// session is not at the row's fence (nothing written); `InvalidInput`
+    /// session is not at the row's fence and
+    /// [`StoreError::NotActive`](crate::StoreError::NotActive) when it is
+    /// terminal or idle (nothing written either way); `InvalidInput`
     /// for a bad path, key, content type or digest.
     async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>>;
 

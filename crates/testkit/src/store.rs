@@ -17,6 +17,7 @@ mod incidents;
 mod leases;
 mod reports;
 mod sessions;
+mod terminal;
 
 use korvus_store::{
     ArtifactId, ArtifactKind, Counters, Incident, NewArtifact, NewIncident, NewReport, NewSession,
@@ -52,6 +53,12 @@ pub use self::sessions::{
     each_new_run_increments_the_fence, reopen_has_exactly_one_winner,
     reopen_of_a_running_session_is_not_finished, session_insert_rules,
     settle_sets_and_clears_ended_at,
+};
+pub use self::terminal::{
+    a_forced_cancel_is_a_fenced_transition_with_its_report_row,
+    a_forced_cancel_racing_the_runs_settle_has_one_winner, a_retried_identical_settlement_is_ok,
+    a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
+    a_terminal_or_idle_row_refuses_every_write_of_its_run,
 };
 
 crate::__with_cases!(store, [crate::__gen_run_all], (store, Store,));

@@ -110,22 +110,56 @@ impl MemoryStore {
         let mut inner = self.lock();
         inner.session_in(id, report.incident_id, constraint::REPORTS_SESSION_FK)?;
         let session = inner.session(id)?;
-        if session.fence != settlement.fence {
-            return Err(StoreError::Fenced {
-                session: id,
-                presented: settlement.fence,
-                current: session.fence,
-            });
+        if let Some(refused) = session.refusal(settlement.fence) {
+            // A retry whose first attempt committed finds both its writes.
+            let stored = inner.reports.get(&(id, report.revision));
+            return match stored {
+                Some(stands) if session.holds(&settlement) => Ok((session.clone(), stands.clone())),
+                _ => Err(refused),
+            };
         }
         // Checked: nothing below can fail, so both writes happen or neither.
-        let key = (id, report.revision);
-        let stands = inner
-            .reports
-            .entry(key)
-            .or_insert_with(|| report.stored_at(Utc::now()))
-            .clone();
+        let stands = inner.report_unless_present(report);
         let session = inner.sessions.get_mut(&id).expect("checked above");
         super::settle(session, settlement);
         Ok((session.clone(), stands))
+    }
+
+    /// `force_cancel`.
+    pub(super) fn force_cancel_now(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
+    ) -> Result<(Session, Report)> {
+        let mut inner = self.lock();
+        let session = inner.session(id)?;
+        if let Some(refused) = session.refusal(fence) {
+            return Err(refused);
+        }
+        let bumped = Session {
+            fence: session.fence + 1,
+            ..session.clone()
+        };
+        let (settlement, report) = crate::forced_cancel(&bumped, detail);
+        validate::new_report(&report)?;
+        // Checked: nothing below can fail, so every write happens or none.
+        let stands = inner.report_unless_present(report);
+        let session = inner.sessions.get_mut(&id).expect("checked above");
+        session.fence = settlement.fence;
+        session.cancel_requested = false;
+        super::settle(session, settlement);
+        Ok((session.clone(), stands))
+    }
+}
+
+impl super::Inner {
+    /// Stores `report` unless its revision has a row; returns the row that
+    /// stands.
+    fn report_unless_present(&mut self, report: NewReport) -> Report {
+        self.reports
+            .entry((report.session_id, report.revision))
+            .or_insert_with(|| report.stored_at(Utc::now()))
+            .clone()
     }
 }

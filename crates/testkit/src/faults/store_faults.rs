@@ -33,6 +33,7 @@ pub enum StoreOp {
     ExpiredLeases,
     TakeOver,
     SettleWithReport,
+    ForceCancel,
     CreateReport,
     GetReport,
     ListReports,
@@ -60,6 +61,8 @@ pub enum StoreFault {
 #[derive(Debug, Default)]
 struct State {
     faults: HashMap<StoreOp, (StoreFault, Option<u32>)>,
+    /// A fault of every operation (an outage), ahead of the per-op ones.
+    all: Option<StoreFault>,
     calls: Vec<StoreOp>,
 }
 
@@ -94,9 +97,18 @@ impl FaultStore {
             .insert(op, (fault, Some(times)));
     }
 
+    /// Every later call of every operation does `fault`: an outage of
+    /// the whole store (a database failover, a cut network) until
+    /// [`heal`](FaultStore::heal).
+    pub fn fault_all(&self, fault: StoreFault) {
+        self.state.lock().unwrap().all = Some(fault);
+    }
+
     /// Removes every fault.
     pub fn heal(&self) {
-        self.state.lock().unwrap().faults.clear();
+        let mut state = self.state.lock().unwrap();
+        state.faults.clear();
+        state.all = None;
     }
 
     /// Every call so far, in order (faulty ones included).
@@ -113,13 +125,17 @@ impl FaultStore {
         let fault = {
             let mut state = self.state.lock().unwrap();
             state.calls.push(op);
-            match state.faults.get_mut(&op) {
-                Some((fault, None)) => Some(*fault),
-                Some((fault, Some(n))) if *n > 0 => {
-                    *n -= 1;
-                    Some(*fault)
+            if let Some(all) = state.all {
+                Some(all)
+            } else {
+                match state.faults.get_mut(&op) {
+                    Some((fault, None)) => Some(*fault),
+                    Some((fault, Some(n))) if *n > 0 => {
+                        *n -= 1;
+                        Some(*fault)
+                    }
+                    _ => None,
                 }
-                _ => None,
             }
         };
         match fault {
@@ -231,6 +247,15 @@ impl Store for FaultStore {
     ) -> Result<(Session, Report)> {
         self.enter(StoreOp::SettleWithReport).await?;
         self.inner.settle_with_report(id, settlement, report).await
+    }
+    async fn force_cancel(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
+    ) -> Result<(Session, Report)> {
+        self.enter(StoreOp::ForceCancel).await?;
+        self.inner.force_cancel(id, fence, detail).await
     }
     async fn create_report(&self, new: NewReport) -> Result<Report> {
         self.enter(StoreOp::CreateReport).await?;

@@ -61,11 +61,11 @@ pub async fn session_insert_rules(store: &dyn Store) {
 }
 
 /// Settling to a terminal status sets `ended_at` and copies the outcome;
-/// settling back to running clears `ended_at`.
+/// a reopen clears `ended_at`, and an idle settlement sets none.
 pub async fn settle_sets_and_clears_ended_at(store: &dyn Store) {
     let inc = incident(store).await;
-    let s = session(store, &inc).await;
     for status in SessionStatus::TERMINAL {
+        let s = session(store, &inc).await;
         let settled = store
             .settle_session(s.id, settlement(*status, status.as_str()))
             .await
@@ -75,14 +75,21 @@ pub async fn settle_sets_and_clears_ended_at(store: &dyn Store) {
         assert_eq!(settled.exit_reason.as_deref(), Some(status.as_str()));
         assert_eq!(settled.counters.tool_calls, 5);
         assert_eq!(store.get_session(s.id).await.unwrap(), settled);
-        let waiting = store
-            .settle_session(s.id, settlement(SessionStatus::Running, "awaiting_user"))
-            .await
-            .unwrap();
-        assert_eq!(waiting.status, SessionStatus::Running);
-        assert_eq!(waiting.ended_at, None, "running clears ended_at");
-        assert_eq!(waiting.exit_reason.as_deref(), Some("awaiting_user"));
+        // A reopen clears it again.
+        let reopened = store.reopen_session(s.id, None).await.unwrap();
+        assert_eq!(reopened.ended_at, None, "a reopen clears ended_at");
     }
+    let s = session(store, &inc).await;
+    let waiting = store
+        .settle_session(s.id, settlement(SessionStatus::Running, "awaiting_user"))
+        .await
+        .unwrap();
+    assert_eq!(waiting.status, SessionStatus::Running);
+    assert_eq!(
+        waiting.ended_at, None,
+        "an idle settlement sets no ended_at"
+    );
+    assert_eq!(waiting.exit_reason.as_deref(), Some("awaiting_user"));
 }
 
 /// Of 16 concurrent reopens of one terminal session exactly one wins; the
