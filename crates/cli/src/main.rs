@@ -159,8 +159,10 @@ enum Command {
     Cancel {
         /// Session id.
         session: String,
-        /// Mark the session `cancelled` now, even while its owner's lease
-        /// is live (the owner's later writes are refused).
+        /// Cancel the session now, even while its owner's lease is live:
+        /// one fenced transition ends the run's row `cancelled` with a
+        /// report row; every later write of the run is refused, and its
+        /// owner stops its agent within one heartbeat period.
         #[arg(long)]
         force: bool,
     },

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use korvus_command::{CommandRunner, Inherit};
 use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
-use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus, Settlement};
+use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::compose::Backends;
@@ -314,7 +314,7 @@ pub(crate) async fn follow(
     let row = manager
         .await_settled(id, SETTLE_WAIT)
         .await
-        .context("cannot read the final session row")?;
+        .with_context(|| format!("session {id} did not settle"))?;
     Ok((row, start.elapsed()))
 }
 
@@ -475,25 +475,21 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
         bail!("session {id} already ended ({})", row.status);
     }
     if force && !row.is_idle() {
-        let row = backends
-            .store
-            .settle_session(
-                id,
-                Settlement {
-                    status: SessionStatus::Cancelled,
-                    exit_reason: Some(korvus_session::exit::CANCELLED.into()),
-                    counters: row.counters,
-                    // The run this row belongs to: a run started since
-                    // (a reopen elsewhere) is not cancelled by this.
-                    fence: row.fence,
-                },
-            )
+        // One fenced transition: the run is fenced off (its later writes
+        // are refused), the row settled `cancelled` with the revision's
+        // report row; its owner stops the agent within a heartbeat period.
+        let manager = backends.manager(Arc::new(NoRuns), None);
+        let row = manager
+            .force_cancel(id)
             .await
-            .with_context(|| format!("cannot mark session {id} cancelled"))?;
+            .with_context(|| format!("cannot force-cancel session {id}"))?;
         println!(
-            "session {id} marked {} (its run, if any, is fenced off)",
-            row.status
+            "session {id} {} (forced; its run at fence {} is fenced off and its owner stops \
+             it within one heartbeat period)",
+            row.status,
+            row.fence - 1
         );
+        manager.stop().await;
         backends.close().await;
         return Ok(ExitCode::SUCCESS);
     }
@@ -634,9 +630,33 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
             unused.push(row.id);
         }
     }
-    let reaped = korvus_workspace::reap_sessions(&backends.scratch, unused)
-        .await
-        .with_context(|| format!("cannot reap {}", backends.scratch.display()))?;
+    // The listing above is minutes old for a slow operator: each session's
+    // row is read again right before anything of it is touched, an active
+    // one is left alone, and only the revisions up to the one just read are
+    // reaped, so a run that starts after that read (a reopen) keeps its
+    // agent and its dir.
+    let mut reaped = korvus_workspace::Reaped::default();
+    let mut kept = Vec::new();
+    for id in unused {
+        let through = match backends.store.get_session(id).await {
+            Ok(row) if row.is_active() => {
+                kept.push(id);
+                continue;
+            }
+            Ok(row) => row.revision,
+            Err(korvus_store::StoreError::NotFound { .. }) => u32::MAX,
+            Err(e) => return Err(e.into()),
+        };
+        let one = korvus_workspace::reap_session_through(&backends.scratch, id, through)
+            .await
+            .with_context(|| format!("cannot reap {}", backends.scratch.display()))?;
+        reaped.removed.extend(one.removed);
+        reaped.failed.extend(one.failed);
+        reaped.agents_stopped.extend(one.agents_stopped);
+    }
+    for id in &kept {
+        println!("  kept {id}: the session is active again");
+    }
     println!(
         "reaped {} scratch dir(s) under {}",
         reaped.removed.len(),

@@ -160,7 +160,7 @@ fn force_ends_a_session_whose_owner_holds_its_lease_and_reap_stops_its_agent() {
     assert!(show.contains("owner      owner "), "{show}");
 
     let forced = ok(korvus(data.path()).args(["cancel", "--force", &id]));
-    assert!(forced.contains("marked cancelled"), "{forced}");
+    assert!(forced.contains("cancelled (forced"), "{forced}");
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("status     cancelled"), "{show}");
     // The killed run could not stop its agent: `reap --apply` does, from

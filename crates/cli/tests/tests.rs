@@ -5,6 +5,7 @@ mod webdriver;
 
 mod browser;
 mod cancel;
+mod closure;
 mod context;
 mod demo;
 mod environment;

@@ -13,7 +13,7 @@ use futures::stream::{self, StreamExt};
 use tracing::{info_span, warn, Instrument};
 
 use korvus_blob::BlobStore;
-use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store};
+use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store, StoreError};
 use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
 use crate::file::{store_file, FileResult};
@@ -362,16 +362,53 @@ impl Phase {
             .collect()
     }
 
-    /// Writes all rows in one store call. On failure the bytes stay behind
-    /// (harmless) and every stored file is reported failed at the row stage.
+    /// Writes all rows in one store call, retried with backoff while the
+    /// store says the failure is transient (a database outage): the phase's
+    /// own bound ends the retries. A retry that finds the ids taken checks
+    /// whether they are these rows (the first attempt committed, its answer
+    /// lost). On failure the bytes stay behind (harmless) and every stored
+    /// file is reported failed at the row stage.
     async fn write_rows(&self, rows: Vec<NewArtifact>) {
-        match self.store.create_artifacts(rows).await {
-            Ok(_) => self.progress.update(|o| o.rows_written = true),
+        let mut delay = Duration::from_millis(25);
+        let mut retried = false;
+        let written = loop {
+            match self.store.create_artifacts(rows.clone()).await {
+                Ok(_) => break Ok(()),
+                Err(StoreError::Conflict { .. })
+                    if retried && self.already_written(&rows).await =>
+                {
+                    break Ok(())
+                }
+                Err(e) if e.is_transient() => {
+                    warn!(error = %e, ?delay, "artifact rows not written; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                    retried = true;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match written {
+            Ok(()) => self.progress.update(|o| o.rows_written = true),
             Err(e) => {
                 let cause = format!("artifact rows not written: {}", error_chain(&e));
                 warn!(error = %e, "artifact rows not written; their bytes remain");
                 self.progress.update(|o| rows_failed(o, &cause));
             }
+        }
+    }
+
+    /// Whether every row of `rows` is stored as it is (by id and key).
+    async fn already_written(&self, rows: &[NewArtifact]) -> bool {
+        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+        match self.store.get_artifacts(&ids).await {
+            Ok(found) => {
+                found.len() == rows.len()
+                    && found.iter().zip(rows).all(|(a, r)| {
+                        a.id == r.id && a.blob_key == r.blob_key && a.fence == r.fence
+                    })
+            }
+            Err(_) => false,
         }
     }
 }

@@ -147,10 +147,37 @@ async fn failed_upload_gets_no_row_and_the_rest_land() {
 }
 
 #[tokio::test]
+async fn transient_row_failures_are_retried_until_the_store_heals() {
+    let inner = env().await;
+    let faults = Arc::new(FaultStore::new(Arc::clone(&inner.store)));
+    faults.fault_times(StoreOp::CreateArtifacts, StoreFault::Fail, 3);
+    let env = Env {
+        store: faults.clone(),
+        ..inner
+    };
+    write(env.scratch.path(), "a.txt", b"a");
+    write(env.scratch.path(), "report.md", b"# R\n");
+    let outcome = run(&env, Arc::new(MemoryBlobStore::new()), request(&env, 1)).await;
+    assert!(outcome.rows_written, "{outcome}");
+    assert_eq!(outcome.stored.len(), 2);
+    assert_eq!(
+        faults.count(StoreOp::CreateArtifacts),
+        4,
+        "three failures, one success"
+    );
+    let rows = env
+        .store
+        .list_session_artifacts(env.session.id)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+}
+
+#[tokio::test]
 async fn failed_row_batch_is_reported_and_bytes_remain() {
     let inner = env().await;
     let faults = Arc::new(FaultStore::new(Arc::clone(&inner.store)));
-    faults.fault(StoreOp::CreateArtifacts, StoreFault::Fail);
+    faults.fault(StoreOp::CreateArtifacts, StoreFault::FailPermanent);
     let env = Env {
         store: faults.clone(),
         ..inner

@@ -174,7 +174,7 @@ async fn an_empty_report_is_its_own_outcome_and_the_manifest_says_so() {
 async fn a_report_whose_row_was_not_written_has_no_markdown_and_says_why() {
     let inner = env().await;
     let faults = Arc::new(FaultStore::new(Arc::clone(&inner.store)));
-    faults.fault(StoreOp::CreateArtifacts, StoreFault::Fail);
+    faults.fault(StoreOp::CreateArtifacts, StoreFault::FailPermanent);
     let env = Env {
         store: faults.clone(),
         ..inner

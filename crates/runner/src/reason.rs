@@ -41,6 +41,11 @@ pub mod exit {
     /// killed or lost the database) and another manager took the session
     /// over and ended it.
     pub const OWNER_LOST: &str = "owner_lost";
+    /// The manager running the session could not renew its lease for long
+    /// enough that another manager might take the session over (a database
+    /// outage, a pause of the process): it cancelled the run and stopped
+    /// its agent itself, and the run landed what it had.
+    pub const LEASE_LOST: &str = "lease_lost";
 }
 
 /// Why a run ended: a short, printable code such as `completed` or
@@ -114,6 +119,8 @@ impl ExitReason {
     pub const INVALID: Self = Self::known(exit::INVALID_EXIT_REASON);
     /// [`exit::OWNER_LOST`].
     pub const OWNER_LOST: Self = Self::known(exit::OWNER_LOST);
+    /// [`exit::LEASE_LOST`].
+    pub const LEASE_LOST: Self = Self::known(exit::LEASE_LOST);
 
     /// A well-known reason; the constants above are the only callers and
     /// are valid by inspection (a unit test checks each).
@@ -273,6 +280,7 @@ mod tests {
             ExitReason::WORKSPACE_FAILED,
             ExitReason::INVALID,
             ExitReason::OWNER_LOST,
+            ExitReason::LEASE_LOST,
         ] {
             assert_eq!(ExitReason::new(known.as_str()).unwrap(), known);
         }

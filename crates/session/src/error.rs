@@ -40,6 +40,23 @@ pub enum SessionError {
         /// The session.
         session: SessionId,
     },
+    /// [`Manager::await_settled`](crate::Manager::await_settled): the
+    /// session was not settled (terminal or idle) when the deadline passed.
+    #[error("session {session} did not settle within the deadline")]
+    SettleDeadline {
+        /// The session.
+        session: SessionId,
+    },
+    /// [`Manager::await_settled`](crate::Manager::await_settled): the
+    /// session's run in this process ended without its outcome written —
+    /// the store refused it or could not be reached within the settle
+    /// bound. The row stays `running` until its lease lapses and a reaper
+    /// settles it `owner_lost`; the run's scratch dir is kept.
+    #[error("session {session}: its run ended but its outcome was not written")]
+    Unsettled {
+        /// The session.
+        session: SessionId,
+    },
     /// The session is already registered as live in this process.
     #[error("session {session} is already live in this process")]
     AlreadyLive {

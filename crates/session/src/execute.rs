@@ -21,6 +21,9 @@ pub(crate) enum RunResult {
     Failed(RunError),
     /// The run was cancelled; the runner's outcome if it returned in time.
     Cancelled(Option<RunOutcome>),
+    /// The manager cancelled the run because its lease may have lapsed;
+    /// the runner's outcome if it returned in time.
+    LeaseLost(Option<RunOutcome>),
     /// The run exceeded the run timeout.
     TimedOut,
     /// The runner panicked.
@@ -37,6 +40,7 @@ impl RunResult {
     /// | panicked | `failed` | `panicked` |
     /// | timed out | `failed` | `timeout` |
     /// | cancelled | `cancelled` | `cancelled` |
+    /// | stopped for a lapsed lease | `failed` | `lease_lost` |
     /// | returned `awaiting_user` | `running` | `awaiting_user` |
     /// | returned anything else | `completed` | as returned |
     pub(crate) fn status(&self) -> (SessionStatus, ExitReason) {
@@ -48,6 +52,7 @@ impl RunResult {
             RunResult::Panicked => (SessionStatus::Failed, ExitReason::PANICKED),
             RunResult::TimedOut => (SessionStatus::Failed, ExitReason::TIMEOUT),
             RunResult::Cancelled(_) => (SessionStatus::Cancelled, ExitReason::CANCELLED),
+            RunResult::LeaseLost(_) => (SessionStatus::Failed, ExitReason::LEASE_LOST),
             RunResult::Returned(o) if o.exit_reason == ExitReason::AWAITING_USER => {
                 (SessionStatus::Running, ExitReason::AWAITING_USER)
             }
@@ -58,7 +63,9 @@ impl RunResult {
     /// The runner's outcome, when it returned one.
     pub(crate) fn outcome(&self) -> Option<&RunOutcome> {
         match self {
-            RunResult::Returned(o) | RunResult::Cancelled(Some(o)) => Some(o),
+            RunResult::Returned(o)
+            | RunResult::Cancelled(Some(o))
+            | RunResult::LeaseLost(Some(o)) => Some(o),
             _ => None,
         }
     }

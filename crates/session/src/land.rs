@@ -47,18 +47,9 @@ pub(crate) async fn land(
     // not authored in this iteration.
     let author_finished = claimed && !untouched_restored_report(prepared).await;
     let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
-    let fence = plan.session.fence;
-    if !inner.lease_holds(plan.session.id, fence).await {
-        // Taken over, or the lease cannot be renewed: whoever holds the
-        // session now ends it; this run stores nothing.
-        return Settlement {
-            status,
-            exit_reason: Some(exit_reason.into()),
-            counters,
-            fence,
-        };
-    }
-
+    // Landed whatever this process's clock says of the lease: every write
+    // below presents the run's fence, and the store refuses them only if
+    // the session really moved on.
     let outcome = persist_phase(inner, plan, prepared).await;
     if inner.config.archive_on_release {
         archive(inner, plan, prepared).await;
@@ -179,9 +170,9 @@ impl Inner {
                 info!("the revision already has its report row; kept");
                 true
             }
-            Err(Some(e @ StoreError::Fenced { .. })) => {
-                // A newer run owns the session: this one writes nothing.
-                warn!(error = %e, "report row fenced off: the session has a newer run");
+            Err(Some(e)) if e.is_fenced_off() => {
+                // The session moved on without this run, or already ended.
+                warn!(error = %e, "report row fenced off: the session moved on without this run");
                 false
             }
             Err(Some(e)) => {

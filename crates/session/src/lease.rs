@@ -2,37 +2,56 @@
 //!
 //! Every run is owned by this manager's incarnation
 //! ([`Manager::owner`](crate::Manager::owner)) under a lease the store
-//! writes from the database clock. One task per manager:
+//! writes from the database clock. One task per manager, and every store
+//! call it makes is bounded (a hung renewal costs one bound, never the
+//! TCP timeout):
 //!
 //! - **heartbeat**: every period, one store call renews the lease of every
 //!   run of this process that this incarnation still holds, and names
-//!   them. A local run missing from the answer was taken over (or moved on
-//!   elsewhere): it is cancelled at once. A session this incarnation owns
-//!   but no longer runs (its run could not write its outcome) is not
-//!   renewed: it lapses and a reaper ends it.
-//! - **own judgement**: before a run writes its outcome, the manager checks
-//!   its last successful renewal on its own monotonic clock; if the lease
-//!   may have lapsed (last renewal + ttl − margin has passed) it renews
-//!   first, and writes nothing when the run is no longer held.
+//!   them. A local run missing from the answer whose row moved to another
+//!   fence (taken over, force-cancelled, continued elsewhere) is cancelled
+//!   at once. A session this incarnation owns but no longer runs (its run
+//!   could not write its outcome) is not renewed: it lapses and a reaper
+//!   ends it.
+//! - **lapse**: a run whose lease was last renewed (or written) longer
+//!   than ttl − ttl/5 ago, by this process's monotonic clock, may be
+//!   taken over soon. The manager cancels it and stops its agent itself —
+//!   before the lease can expire — and marks it `lease_lost`; the run
+//!   still lands, because **fencing decides, not the local clock**: its
+//!   writes present its fence, and the store refuses them only if the
+//!   session really moved on.
 //! - **reaper**: once this manager's own heartbeats have succeeded for a
 //!   full ttl (so a database outage does not end with every healthy run
 //!   reaped), each period it lists the expired leases and takes each
 //!   orphan over — one conditional transition, so exactly one manager
-//!   wins — then stops the dead run's recorded agent processes on this
-//!   host and, in one transaction, writes the revision's report row (unless
-//!   the dead run wrote one) and the settlement: `cancelled` when a cancel
-//!   was pending, else `failed` / `owner_lost`.
+//!   wins — then claims the orphan's turn log for the new fence (the dead
+//!   run's appends are refused from then on), stops the dead run's
+//!   recorded agent processes on this host and, in one transaction,
+//!   writes the revision's report row (unless the dead run wrote one) and
+//!   the settlement: `cancelled` when a cancel was pending, else `failed`
+//!   / `owner_lost`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use korvus_log::{Access, LogError, LogId};
 use korvus_runner::ExitReason;
 use korvus_store::{NewReport, Session, SessionId, SessionStatus, Settlement, StoreError};
 use tracing::{debug, error, info, warn};
 
 use crate::manager::Inner;
+use crate::SessionError;
+
+/// Whether a takeover's settlement failed in a way the next period may fix.
+fn transient(e: &SessionError) -> bool {
+    match e {
+        SessionError::Store(e) => e.is_transient(),
+        SessionError::Log(e) => e.is_transient(),
+        _ => false,
+    }
+}
 
 /// Starts the heartbeat and reaper task of `inner`'s manager, if a tokio
 /// runtime is running. The task ends when the manager is dropped, or once
@@ -75,19 +94,39 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     if stopping && inner.runs.len() == 0 {
         return false;
     }
-    match inner.renew().await {
-        Ok((sent, held)) => {
+    // A process resumed after a pause stops what it may have lost first.
+    inner.cancel_lapsed();
+    let bound = inner.renewal_bound();
+    match tokio::time::timeout(bound, inner.renew()).await {
+        Ok(Ok((sent, held))) => {
             let since = *reaper.healthy_since.get_or_insert(sent);
-            inner.cancel_taken_over(sent, &held).await;
+            let period = inner.config.heartbeat;
+            if tokio::time::timeout(period, inner.cancel_taken_over(sent, &held))
+                .await
+                .is_err()
+            {
+                warn!(bound = ?period, "takeover checks did not finish within a period");
+            }
             if !stopping && since.elapsed() >= inner.config.lease_ttl {
-                inner.reap(&mut reaper.unsettled).await;
+                let period = inner.config.heartbeat;
+                if tokio::time::timeout(period, inner.reap(&mut reaper.unsettled))
+                    .await
+                    .is_err()
+                {
+                    warn!(bound = ?period, "the reaper did not finish within a period; going on next period");
+                }
             }
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             reaper.healthy_since = None;
             warn!(error = %e, "lease not renewed; trying again");
         }
+        Err(_) => {
+            reaper.healthy_since = None;
+            warn!(?bound, "lease renewal did not answer in time; trying again");
+        }
     }
+    inner.cancel_lapsed();
     true
 }
 
@@ -108,26 +147,62 @@ impl Inner {
         Ok((sent, held))
     }
 
-    /// Whether the run of `session` at `fence` may still write: at once
-    /// while the last renewal is recent enough by this process's clock
-    /// (ttl less a fifth as margin), else after a renewal that names it.
-    pub(crate) async fn lease_holds(&self, session: SessionId, fence: u64) -> bool {
+    /// How long a run's lease may go without a renewal before this manager
+    /// stops the run itself: ttl less a fifth, so it is stopped before any
+    /// other manager can take it over.
+    fn lapse_after(&self) -> std::time::Duration {
         let ttl = self.config.lease_ttl;
+        ttl - ttl / 5
+    }
+
+    /// When the lease of a run registered at `registered` was last written
+    /// by a store call this manager knows succeeded (sent at or before the
+    /// answer): the newer of the last successful renewal and the run's own
+    /// registration (its create, reopen or resume wrote the lease just
+    /// before).
+    fn last_written(&self, registered: Instant) -> Instant {
         let renewed = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
-        if renewed.elapsed() < ttl - ttl / 5 {
-            return true;
-        }
-        match self.renew().await {
-            Ok((_, held)) => {
-                let holds = held.contains(&(session, fence));
-                if !holds {
-                    warn!(session_id = %session, fence, "the lease lapsed and the session was taken over: this run writes nothing more");
-                }
-                holds
+        renewed.max(registered)
+    }
+
+    /// The bound of one renewal: a period, but never past the moment the
+    /// oldest lease this manager holds lapses, so a hung renewal cannot
+    /// delay [`cancel_lapsed`](Inner::cancel_lapsed).
+    fn renewal_bound(&self) -> std::time::Duration {
+        let period = self
+            .config
+            .heartbeat
+            .max(std::time::Duration::from_millis(10));
+        let oldest = self
+            .live
+            .snapshot()
+            .into_iter()
+            .map(|(_, run)| self.last_written(run.registered))
+            .min();
+        match oldest {
+            Some(at) => {
+                let left = self.lapse_after().saturating_sub(at.elapsed());
+                period.min(left.max(std::time::Duration::from_millis(10)))
             }
-            Err(e) => {
-                warn!(session_id = %session, error = %e, "the lease may have lapsed and cannot be renewed: this run writes nothing more");
-                false
+            None => period,
+        }
+    }
+
+    /// Cancels every local run whose lease may have lapsed (not renewed
+    /// for ttl − ttl/5) and marks it `lease_lost`: its agent is stopped
+    /// now, before another manager can take the session over, and the run
+    /// lands what it has; the store decides whether it still may.
+    pub(crate) fn cancel_lapsed(&self) {
+        let after = self.lapse_after();
+        for (session, run) in self.live.snapshot() {
+            if run.cancel.is_cancelled() {
+                continue;
+            }
+            let since = self.last_written(run.registered).elapsed();
+            if since >= after {
+                warn!(session_id = %session, fence = run.fence, ?since, "the lease was not renewed in time: stopping the run before another manager takes it over (lease_lost)");
+                run.lease_lost.store(true, Ordering::Release);
+                run.cancel.cancel();
             }
         }
     }
@@ -186,7 +261,7 @@ impl Inner {
         let owed: Vec<Session> = unsettled.values().cloned().collect();
         for row in owed {
             match self.settle_taken_over(&row, false).await {
-                Err(e) if e.is_transient() => {
+                Err(e) if transient(&e) => {
                     warn!(session_id = %row.id, error = %e, "orphan not settled; trying again");
                 }
                 Err(e) => {
@@ -217,16 +292,50 @@ impl Inner {
         }
     }
 
-    /// Ends a run this manager took over: stops the dead run's recorded
-    /// agent processes on this host, then writes the report row (unless
-    /// the dead run wrote its own) and the settlement in one transaction —
-    /// `cancelled` when `cancel` is set or a cancel was pending, else
-    /// `failed` / `owner_lost`.
+    /// Claims the turn log of a session this manager took over (or
+    /// force-cancelled) for the row's new fence, so every later append of
+    /// the superseded run is refused (`LogError::Fenced`). A session
+    /// without a log has nothing to fence. A log another live writer
+    /// holds open in a way this backend cannot take from it (a `JsonlLog`
+    /// file locked by a paused process) cannot be claimed: that is
+    /// logged, and the superseded run's own lease check stops it.
+    ///
+    /// # Errors
+    /// The log's error when the claim could not be made and may be tried
+    /// again.
+    pub(crate) async fn claim_log(&self, row: &Session) -> Result<(), LogError> {
+        let id = LogId::from_uuid(row.id.as_uuid());
+        let log = match self.logs.open(id, Access::Write).await {
+            Ok(log) => log,
+            Err(LogError::NotFound { .. }) => return Ok(()),
+            Err(e @ LogError::AlreadyOwned { .. }) => {
+                warn!(session_id = %row.id, error = %e, "the superseded run's turn log is held by a live writer and cannot be claimed; its appends are not fenced off");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let claimed = log.claim_epoch(row.fence).await;
+        if let Err(e) = log.close().await {
+            debug!(session_id = %row.id, error = %e, "claimed turn log not closed cleanly");
+        }
+        match claimed {
+            // A newer run already claimed it: it is fenced off all the more.
+            Ok(()) | Err(LogError::Fenced { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends a run this manager took over: claims its turn log for the new
+    /// fence, stops the dead run's recorded agent processes on this host,
+    /// then writes the report row (unless the dead run wrote its own) and
+    /// the settlement in one transaction — `cancelled` when `cancel` is
+    /// set or a cancel was pending, else `failed` / `owner_lost`.
     pub(crate) async fn settle_taken_over(
         &self,
         row: &Session,
         cancel: bool,
-    ) -> Result<Session, StoreError> {
+    ) -> Result<Session, SessionError> {
+        self.claim_log(row).await?;
         self.stop_dead_agents(row.id).await;
         let (status, reason) = if cancel || row.cancel_requested {
             (SessionStatus::Cancelled, ExitReason::CANCELLED)

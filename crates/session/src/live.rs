@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use korvus_store::{IncidentId, SessionId};
@@ -31,6 +31,9 @@ pub(crate) struct LiveRun {
     pub(crate) registered: std::time::Instant,
     /// The run's cancellation: `cancel` and `stop` fire it.
     pub(crate) cancel: CancellationToken,
+    /// Set (before `cancel` fires) when the manager stopped the run because
+    /// its lease may have lapsed: it then ends `lease_lost`.
+    pub(crate) lease_lost: Arc<AtomicBool>,
     /// Set to `true` after the terminal write and deregistration.
     pub(crate) settled: watch::Sender<bool>,
     /// Woken after every append to the run's turn log (for `watch`).
@@ -90,6 +93,7 @@ impl LiveRuns {
             fence,
             registered: std::time::Instant::now(),
             cancel: CancellationToken::new(),
+            lease_lost: Arc::new(AtomicBool::new(false)),
             settled,
             appended: Arc::new(Notify::new()),
         };

@@ -10,7 +10,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 use korvus_runner::ExitReason;
 
 use crate::land::Revision;
-use crate::manager::{join_detached, Inner};
+use crate::manager::{join_detached, log_header, Inner};
 use crate::supervise::{Plan, Resume};
 use crate::{Manager, Result, SessionError};
 
@@ -313,12 +313,28 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
 async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {
     let id = row.id;
     let incident = inner.store.get_incident(row.incident_id).await?;
+    let mut created = false;
     let log = match inner
         .logs
         .open(LogId::from_uuid(id.as_uuid()), Access::Write)
         .await
     {
         Ok(log) => log,
+        // The configured backend has no log of this session (a deployment
+        // that added or changed its turn log later): the log is an
+        // enhancement, so the reopen starts one instead of refusing.
+        Err(LogError::NotFound { .. }) => {
+            warn!(session_id = %id, "the session has no turn log in the configured backend; starting one");
+            created = true;
+            match inner.logs.create(log_header(row.incident_id, id)).await {
+                Ok(log) => log,
+                // A concurrent reopen of this session created it first.
+                Err(LogError::AlreadyExists { .. } | LogError::AlreadyOwned { .. }) => {
+                    return Err(SessionError::NotFinished { session: id })
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         // Another reopen of this process holds the writer: it is winning
         // the same race.
         Err(LogError::AlreadyOwned { .. }) => {
@@ -326,8 +342,19 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         }
         Err(e) => return Err(e.into()),
     };
-    let events = log.read(0, None).await?;
-    let closers = interrupted_turn_closers(&events);
+    let closers = if created {
+        // Nothing was logged, so no turn was left open; the note says why
+        // the log starts here.
+        vec![Event::now(EventKind::Note {
+            text: format!(
+                "this session had no turn log in the configured backend; its log starts \
+                 with revision {}",
+                row.revision + 1
+            ),
+        })]
+    } else {
+        interrupted_turn_closers(&log.read(0, None).await?)
+    };
     let next_revision = inner.store.next_report_revision(id).await?;
     let refs = inner.store.list_context_refs(id).await?;
     let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();

@@ -12,18 +12,17 @@
 //! returns mid-write. Every path, a panic outside the runner included, writes
 //! one report row for the revision before the terminal status.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use korvus_log::LogHandle;
 use korvus_runner::{ExitReason, RunContext, Tools};
-use korvus_store::{
-    Artifact, Counters, Incident, Session, SessionId, SessionStatus, Settlement, StoreError,
-};
+use korvus_store::{Artifact, Counters, Incident, Session, SessionId, SessionStatus, Settlement};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
-use crate::execute::execute;
+use crate::execute::{execute, RunResult};
 use crate::land::{land, retry, Revision};
 use crate::live::{LiveRun, RunGuard};
 use crate::manager::{Inner, Manager};
@@ -116,8 +115,16 @@ async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, 
         }
     };
     // 1. The terminal write (detached, bounded, panic-guarded).
-    Box::pin(inner.settle(id, settlement)).await;
-    // 2. Clean-up (docs release, scratch removal), bounded.
+    let settled = Box::pin(inner.settle(id, settlement)).await;
+    // 2. Clean-up (docs release, scratch removal), bounded. A run whose
+    // outcome is not written keeps its scratch dir: nothing says its files
+    // are stored, and `reap` removes the dir once the session is settled.
+    let mut leftovers = leftovers;
+    if settled == Settled::NotWritten {
+        if let Some(dir) = leftovers.dir.take() {
+            warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
+        }
+    }
     Box::pin(cleanup(&inner, leftovers)).await;
     // 3. Deregister.
     inner.live.unregister(id, &run);
@@ -173,7 +180,13 @@ async fn iterate(
         lease.as_ref().map(|l| &l.client),
     );
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
-    let result = execute(&inner, ctx, resume, &token).await;
+    let result = match execute(&inner, ctx, resume, &token).await {
+        // Stopped by this manager for a lapsed lease, not by a caller.
+        RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
+            RunResult::LeaseLost(o)
+        }
+        result => result,
+    };
     let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;
     // A watcher or a reopen must see the whole log once the row is terminal.
     Box::pin(close_log(&inner, &log)).await;
@@ -222,23 +235,35 @@ fn context(
     }
 }
 
+/// What became of a settlement ([`Inner::settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The store holds it.
+    Written,
+    /// The store refused it for good because the run is over for it: the
+    /// session moved on (fenced off) or its row already ended.
+    FencedOff,
+    /// Not written: the bound passed or the store refused it otherwise.
+    NotWritten,
+}
+
 impl Inner {
     /// Writes the session's outcome: the last write of every path. The
     /// settlement is made valid first (counters saturate at what the
     /// columns hold; exit reasons are valid by construction), then written
     /// on its own tasks (detached from any cancellation), retried with
     /// backoff on transient errors and given up — loudly — on a permanent
-    /// one or after the settle bound.
-    pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> bool {
+    /// one or after the settle bound. Whether this run may still write is
+    /// the store's decision (the settlement presents the run's fence), never
+    /// this process's clock: a run whose lease may have lapsed still settles
+    /// when nobody took the session over.
+    pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> Settled {
         let bound = self.config.settle_timeout;
         let settlement = Settlement {
             counters: settlement.counters.saturating(),
             ..settlement
         };
         let (status, reason) = (settlement.status, settlement.exit_reason.clone());
-        if !self.lease_holds(id, settlement.fence).await {
-            return false;
-        }
         let store = Arc::clone(&self.store);
         let attempt = move || {
             let (store, s) = (Arc::clone(&store), settlement.clone());
@@ -247,21 +272,21 @@ impl Inner {
         match retry(bound, attempt).await {
             Ok(()) => {
                 info!(%status, exit_reason = ?reason, "session settled");
-                true
+                Settled::Written
             }
-            Err(Some(e @ StoreError::Fenced { .. })) => {
-                // A newer run owns the row (reopened or resumed since): this
-                // run's outcome is stale and must not overwrite it.
-                warn!(session_id = %id, error = %e, "settle fenced off: the session has a newer run");
-                false
+            Err(Some(e)) if e.is_fenced_off() => {
+                // A newer run, a takeover or an operator owns the row now,
+                // or it already ended: this run's outcome must not overwrite it.
+                warn!(session_id = %id, error = %e, "settle fenced off: the session moved on without this run");
+                Settled::FencedOff
             }
             Err(Some(e)) => {
                 error!(session_id = %id, error = %e, "settle refused; the row may stay running");
-                false
+                Settled::NotWritten
             }
             Err(None) => {
                 error!(session_id = %id, "settle gave up after {bound:?}; the row may stay running");
-                false
+                Settled::NotWritten
             }
         }
     }

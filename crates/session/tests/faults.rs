@@ -216,7 +216,8 @@ async fn report_upload_failure_lands_a_row_without_key() {
 #[tokio::test]
 async fn artifact_row_failure_lands_a_report_row_without_a_document_and_says_why() {
     let env = Env::new().await;
-    env.store.fault(StoreOp::CreateArtifacts, StoreFault::Fail);
+    env.store
+        .fault(StoreOp::CreateArtifacts, StoreFault::FailPermanent);
     let manager = env
         .builder(writing(&[("report.md", "# R\n"), ("ok.txt", "ok")]))
         .build();

@@ -12,6 +12,7 @@ mod faults;
 mod idle;
 mod lease;
 mod ordering;
+mod partial_failure;
 mod reopen;
 mod shutdown;
 mod watch;

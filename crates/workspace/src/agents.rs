@@ -15,7 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The extension of agent records in a session's dir.
-const RECORD_EXTENSION: &str = "agent";
+pub(crate) const RECORD_EXTENSION: &str = "agent";
 
 /// Where the run whose scratch dir is `scratch` (`<root>/<session>/<revision>`)
 /// records its agent: `<root>/<session>/<revision>.agent`. `None` for a
@@ -79,7 +79,7 @@ pub fn stop_recorded_agents(session_dir: &Path) -> Vec<i32> {
 }
 
 /// Stops the group `record` names, if it is still that group.
-fn stop_record(record: &Path) -> Option<i32> {
+pub(crate) fn stop_record(record: &Path) -> Option<i32> {
     let (pgid, started) = parse(&fs::read_to_string(record).ok()?)?;
     let same = match start_time(pgid) {
         Some(now) => now == started,

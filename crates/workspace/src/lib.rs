@@ -120,7 +120,8 @@ pub use crate::path::{
     MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
 pub use crate::scratch::{
-    create, create_iteration, reap, reap_sessions, session_dirs, Reaped, ScratchDir, ScratchRoot,
+    create, create_iteration, reap, reap_session_through, reap_sessions, session_dirs, Reaped,
+    ScratchDir, ScratchRoot,
 };
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;

@@ -375,6 +375,83 @@ pub async fn reap_sessions(root: &Path, sessions: Vec<SessionId>) -> Result<Reap
     .await
 }
 
+/// Removes what the runs of `session` up to revision `through` left under
+/// `root`, and nothing of a later run: the agent process groups those
+/// revisions recorded (`<session>/<revision>.agent`) are stopped, their
+/// iteration dirs (`<session>/<revision>`) removed, and then the session's
+/// dir when nothing else is left in it. A revision above `through` — a run
+/// that started after the caller read the session's row, e.g. a reopen
+/// racing `korvus reap --apply` — is never touched: read the row, check it
+/// is not active, and pass its revision. A session dir of the one-dir
+/// layout ([`create`], no iteration dirs in it) is removed whole, as
+/// [`reap_sessions`] does. No symlink is followed.
+///
+/// # Errors
+/// [`WorkspaceError::Io`] when the session's dir cannot be listed;
+/// failures to remove a directory are in [`Reaped::failed`].
+///
+/// # Cancel safety
+/// As [`reap`].
+pub async fn reap_session_through(root: &Path, session: SessionId, through: u32) -> Result<Reaped> {
+    let path = root.join(session.to_string());
+    blocking(move || {
+        let mut out = Reaped::default();
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_dir() => {}
+            _ => return Ok(out),
+        }
+        let list = fs::read_dir(&path).map_err(|e| WorkspaceError::io("list", &path, e))?;
+        let (mut dirs, mut records, mut iterations) = (Vec::new(), Vec::new(), false);
+        for entry in list {
+            let entry = entry.map_err(|e| WorkspaceError::io("list", &path, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let (stem, record) =
+                match name.strip_suffix(&format!(".{}", crate::agents::RECORD_EXTENSION)) {
+                    Some(stem) => (stem, true),
+                    None => (name, false),
+                };
+            let Ok(revision) = stem.parse::<u32>() else {
+                continue;
+            };
+            iterations = true;
+            if revision > through {
+                continue;
+            }
+            if record {
+                records.push(entry.path());
+            } else if fs::symlink_metadata(entry.path()).is_ok_and(|m| m.file_type().is_dir()) {
+                dirs.push(entry.path());
+            }
+        }
+        if !iterations {
+            // The one-dir layout: the session's dir is the scratch dir.
+            out.agents_stopped
+                .extend(crate::agents::stop_recorded_agents(&path));
+            match remove_tree(&path) {
+                Ok(()) => out.removed.push(session),
+                Err(e) => out.failed.push((path, e)),
+            }
+            return Ok(out);
+        }
+        for record in records {
+            out.agents_stopped
+                .extend(crate::agents::stop_record(&record));
+            let _ = fs::remove_file(&record);
+        }
+        for dir in dirs {
+            if let Err(e) = remove_tree(&dir) {
+                out.failed.push((dir, e));
+            }
+        }
+        if fs::remove_dir(&path).is_ok() {
+            out.removed.push(session);
+        }
+        Ok(out)
+    })
+    .await
+}
+
 /// The session id `name` is the scratch dir name of, if it is one.
 fn session_dir_name(name: &str) -> Option<SessionId> {
     let uuid = Uuid::try_parse(name).ok()?;

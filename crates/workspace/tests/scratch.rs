@@ -284,3 +284,76 @@ async fn reap_stops_the_agents_a_dead_run_recorded_and_only_those() {
     bystander.wait().unwrap();
     assert_eq!(reaped.removed.len(), 2);
 }
+
+#[tokio::test]
+async fn reap_through_a_revision_never_touches_a_later_runs_dir_or_agent() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let tmp = TempDir::new().unwrap();
+    let session = SessionId::new();
+    let start = || {
+        std::process::Command::new("sleep")
+            .arg("300.3")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    // Revisions 1 and 2 are left over (2's agent still runs); revision 3
+    // is a run that started after the caller read the row.
+    let one = create_iteration(tmp.path(), session, 1).await.unwrap();
+    std::fs::write(one.path().join("left.txt"), "x").unwrap();
+    let two = create_iteration(tmp.path(), session, 2).await.unwrap();
+    let mut old_agent = start();
+    let old = i32::try_from(old_agent.id()).unwrap();
+    korvus_workspace::record_agent(two.path(), old).unwrap();
+    let three = create_iteration(tmp.path(), session, 3).await.unwrap();
+    std::fs::write(three.path().join("live.txt"), "mine").unwrap();
+    let mut live_agent = start();
+    let live = i32::try_from(live_agent.id()).unwrap();
+    korvus_workspace::record_agent(three.path(), live).unwrap();
+
+    let reaped = korvus_workspace::reap_session_through(tmp.path(), session, 2)
+        .await
+        .unwrap();
+    assert_eq!(reaped.agents_stopped, vec![old]);
+    assert_eq!(old_agent.wait().unwrap().signal(), Some(9));
+    assert!(
+        live_agent.try_wait().unwrap().is_none(),
+        "the later run's agent lives"
+    );
+    assert!(!one.path().exists() && !two.path().exists());
+    assert!(
+        three.path().join("live.txt").exists(),
+        "the later run's dir stays"
+    );
+    assert!(korvus_workspace::agent_record_path(three.path())
+        .unwrap()
+        .exists());
+    assert!(
+        reaped.removed.is_empty(),
+        "the session's dir is still in use"
+    );
+
+    // Once that run is over too, everything goes.
+    let reaped = korvus_workspace::reap_session_through(tmp.path(), session, 3)
+        .await
+        .unwrap();
+    assert_eq!(reaped.agents_stopped, vec![live]);
+    assert_eq!(live_agent.wait().unwrap().signal(), Some(9));
+    assert_eq!(reaped.removed, vec![session]);
+    assert!(!tmp.path().join(session.to_string()).exists());
+
+    // The one-dir layout is removed whole; a missing dir is nothing to do.
+    let flat = korvus_workspace::create(tmp.path(), SessionId::new())
+        .await
+        .unwrap();
+    std::fs::write(flat.path().join("notes.md"), "x").unwrap();
+    let reaped = korvus_workspace::reap_session_through(tmp.path(), flat.session_id(), 0)
+        .await
+        .unwrap();
+    assert_eq!(reaped.removed, vec![flat.session_id()]);
+    assert!(!flat.path().exists());
+    let none = korvus_workspace::reap_session_through(tmp.path(), SessionId::new(), 9)
+        .await
+        .unwrap();
+    assert!(none.removed.is_empty() && none.failed.is_empty());
+}

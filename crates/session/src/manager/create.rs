@@ -2,7 +2,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use korvus_log::{LogHeader, LogId};
 use korvus_runner::ExitReason;
 use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
@@ -122,9 +121,7 @@ impl Manager {
                     return Err(e.into());
                 }
             }
-            let header = LogHeader::new(LogId::from_uuid(id.as_uuid()))
-                .with_label("incident_id", incident.id.to_string())
-                .with_label("session_id", id.to_string());
+            let header = crate::manager::log_header(incident.id, id);
             // The log records which run wrote each event, and refuses a
             // run superseded by a later one: its epoch is the run's fence.
             let created = async {

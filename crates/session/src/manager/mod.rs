@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use korvus_blob::BlobStore;
-use korvus_log::{TurnLog, Writers};
+use korvus_log::{LogHeader, LogId, TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{Lease, OwnerId, Session, SessionId, Store, StoreError};
+use korvus_store::{IncidentId, Lease, OwnerId, Session, SessionId, Store, StoreError};
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
@@ -174,8 +174,15 @@ impl Manager {
         if row.is_idle() {
             return self.cancel_idle(row).await;
         }
-        if self.inner.live.cancel(id) {
-            return Ok(row);
+        if let Some(run) = self.inner.live.get(id) {
+            run.cancel.cancel();
+            if run.fence == row.fence {
+                return Ok(row);
+            }
+            // A stale local run (the session was taken over or continued
+            // elsewhere): stopped above all the same, and the cancel goes
+            // on to the session's current run.
+            info!(session_id = %id, local = run.fence, current = row.fence, "cancel: the local run is stale; cancelling the current run");
         }
         // An orphan (its owner's lease expired): nobody would see a
         // request, so take it over and settle it `cancelled` here.
@@ -187,7 +194,7 @@ impl Manager {
         {
             Ok(taken) => {
                 info!(session_id = %id, "cancel: the session's owner is gone; taken over and cancelled");
-                return Ok(self.inner.settle_taken_over(&taken, true).await?);
+                return self.inner.settle_taken_over(&taken, true).await;
             }
             Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -221,6 +228,61 @@ impl Manager {
                 Ok(now)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An operator's forced cancel: ends the session's active run now,
+    /// whoever runs it and whether or not its owner answers. One fenced
+    /// store transition ([`Store::force_cancel`](korvus_store::Store::force_cancel))
+    /// moves the fence on, settles the row `cancelled` and writes the
+    /// revision's report row (unless the run wrote its own), with a detail
+    /// naming the operator action; then the session's turn log is claimed
+    /// for the new fence. From then on every write of the old run is
+    /// refused — its settlement, report, artifacts and log appends — and
+    /// its owner cancels it (and stops its agent) within one heartbeat
+    /// period, at once when the run is in this process. A session waiting
+    /// for the user is cancelled as [`cancel`](Manager::cancel) does.
+    ///
+    /// # Errors
+    /// `AlreadyEnded` for a terminal row; `NotFound`; `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the transition is one store call; a dropped future
+    /// may leave the log unclaimed, which the old run's owner makes up for
+    /// when its heartbeat finds the row moved on.
+    pub async fn force_cancel(&self, id: SessionId) -> Result<Session> {
+        let mut tries = 0;
+        loop {
+            let row = self.inner.store.get_session(id).await?;
+            if row.status.is_terminal() {
+                return Err(SessionError::AlreadyEnded { session: id });
+            }
+            if row.is_idle() {
+                return self.cancel_idle(row).await;
+            }
+            let detail = format!(
+                "cancelled by an operator (forced cancel through manager {}): the run at fence {} \
+                 was fenced off and its report, if any, did not land",
+                self.inner.owner, row.fence
+            );
+            match self.inner.store.force_cancel(id, row.fence, detail).await {
+                Ok((settled, _)) => {
+                    if let Some(run) = self.inner.live.get(id) {
+                        if run.fence == row.fence {
+                            run.cancel.cancel();
+                        }
+                    }
+                    if let Err(e) = self.inner.claim_log(&settled).await {
+                        warn!(session_id = %id, error = %e, "forced cancel: the turn log not claimed; the old run's owner stops it when it sees the row");
+                    }
+                    info!(session_id = %id, fence = settled.fence, "forced cancel: the run was fenced off and the session cancelled");
+                    return Ok(settled);
+                }
+                // The row moved between the read and the transition (its
+                // run settled, or a new run started): read it again.
+                Err(e) if e.is_fenced_off() && tries < 3 => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
@@ -289,22 +351,68 @@ impl Manager {
         }
     }
 
-    /// Resolves after the session's run in this process settled (or at
-    /// `deadline`), then returns the row as stored. For a session not running
-    /// here it returns the row at once.
+    /// Resolves once the session is settled — its row terminal, or idle
+    /// (waiting for the user) — and returns the row as stored. A run in this
+    /// process is waited for through its settle signal; a session another
+    /// replica (or process) runs is read again every
+    /// [`cancel_poll`](crate::ManagerBuilder::cancel_poll) period. A row
+    /// that is neither terminal nor idle is never returned.
     ///
     /// # Errors
-    /// `NotFound`, `Store`.
+    /// [`SessionError::SettleDeadline`] when `deadline` passes first;
+    /// [`SessionError::Unsettled`] when this process's run of the session
+    /// ended without its outcome written (the store refused it or could not
+    /// be reached within the settle bound: the row stays `running` until
+    /// its lease lapses and a reaper settles it `owner_lost`); `NotFound`;
+    /// `Store`.
     ///
     /// # Cancel safety
     /// Cancel-safe: it only waits and reads.
     pub async fn await_settled(&self, id: SessionId, deadline: Duration) -> Result<Session> {
-        if let Some(run) = self.inner.live.get(id) {
-            let mut rx = run.settled.subscribe();
-            let _ = tokio::time::timeout(deadline, rx.wait_for(|done| *done)).await;
+        let until = tokio::time::Instant::now() + deadline;
+        let over = || SessionError::SettleDeadline { session: id };
+        loop {
+            let local = self.inner.live.get(id);
+            if let Some(run) = &local {
+                let mut rx = run.settled.subscribe();
+                if tokio::time::timeout_at(until, rx.wait_for(|done| *done))
+                    .await
+                    .is_err()
+                {
+                    return Err(over());
+                }
+            }
+            let row = self.inner.store.get_session(id).await?;
+            if row.status.is_terminal() || row.is_idle() {
+                return Ok(row);
+            }
+            if let Some(run) = local {
+                // A later run of this process (a reopen) is waited for in
+                // turn; a row still at the ended run's fence was left
+                // unsettled by it.
+                let newer = self.inner.live.get(id).is_some_and(|r| r.fence > run.fence);
+                if !newer && row.fence == run.fence {
+                    return Err(SessionError::Unsettled { session: id });
+                }
+                if newer {
+                    continue;
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Err(over());
+            }
+            tokio::time::sleep_until(until.min(now + self.inner.config.cancel_poll)).await;
         }
-        Ok(self.inner.store.get_session(id).await?)
     }
+}
+
+/// The header of a session's turn log: its id is the session's, and it is
+/// labelled with both ids.
+pub(crate) fn log_header(incident: IncidentId, session: SessionId) -> LogHeader {
+    LogHeader::new(LogId::from_uuid(session.as_uuid()))
+        .with_label("incident_id", incident.to_string())
+        .with_label("session_id", session.to_string())
 }
 
 /// Runs `work` on its own task and waits for it: the caller may go away,
