@@ -199,3 +199,152 @@ fn reap_apply_racing_twenty_reopens_never_touches_an_active_run() {
         assert!(!scratch.join(id).exists(), "leftovers of {id} reaped");
     }
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A replica paused past its ttl (SIGSTOP of `korvus run`, not of its
+/// agent) is taken over by another replica; once resumed (SIGCONT) it
+/// stores no event of its run after the takeover's epoch claim and its
+/// agent is gone within a heartbeat period plus the kill grace. `a` and
+/// `b` are the replicas' data dirs: one dir on SQLite (B, on the same
+/// host, may stop A's agent itself at the takeover), two on PostgreSQL (B
+/// cannot see A's agent; A must stop it).
+fn paused_replica_is_superseded(a: &Path, b: &Path, env: &[(&str, &str)]) {
+    let lease = ["--lease-ttl", "2", "--heartbeat", "0.5"];
+    let nap = unique_sleep();
+    let idle = script(
+        b,
+        "survivor.sh",
+        &format!("echo 'agent is working'\nexec sleep {nap}\n"),
+    );
+    let mut survivor = korvus(b)
+        .envs(env.iter().copied())
+        .args(lease)
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&idle)
+        .arg("survive")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("korvus starts");
+    let survivor_id = session_id(&wait_for(&mut survivor, "agent is working"));
+
+    let ticker = script(
+        a,
+        "ticker.sh",
+        "echo 'agent is working'\nwhile :; do echo tick; sleep 1; done\n",
+    );
+    let mut paused = korvus(a)
+        .envs(env.iter().copied())
+        .args(lease)
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&ticker)
+        .arg("tick")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("korvus starts");
+    let mut lines = BufReader::new(paused.stdout.take().expect("stdout")).lines();
+    let mut seen = String::new();
+    let mut ticks = 0;
+    // The survivor reaps only after a ttl of its own healthy heartbeats.
+    while ticks < 3 {
+        let line = lines.next().expect("output").expect("a line");
+        ticks += usize::from(line.contains("tick"));
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let id = session_id(&seen);
+    // Right after an event was stored and shown: not inside a write.
+    signal(paused.id(), "STOP");
+    std::thread::spawn(move || for _ in lines {});
+    let agent = format!("sh {}", ticker.display());
+    assert!(running(&agent), "the paused replica's agent works on");
+
+    // The survivor takes the session over and settles it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let show = loop {
+        let show = ok(korvus(b).envs(env.iter().copied()).args(["show", &id]));
+        if field(&show, "status") != "running" || Instant::now() > deadline {
+            break show;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(field(&show, "exit"), "owner_lost", "{show}");
+    assert_eq!(field(&show, "fence"), "2", "{show}");
+    let export = || ok(korvus(b).envs(env.iter().copied()).args(["export", &id]));
+    let claimed = export();
+
+    signal(paused.id(), "CONT");
+    let resumed = Instant::now();
+    while running(&agent) {
+        // A period (0.5 s) plus the kill grace (3 s), with room.
+        assert!(
+            resumed.elapsed() < Duration::from_secs(15),
+            "the agent runs on"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = paused.wait().expect("the resumed replica exits");
+    assert!(status.code().is_some(), "it exits on its own: {status:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        export(),
+        claimed,
+        "no event of the superseded run after the claim"
+    );
+    let show = ok(korvus(b).envs(env.iter().copied()).args(["show", &id]));
+    assert_eq!(field(&show, "exit"), "owner_lost", "{show}");
+    assert_eq!(field(&show, "fence"), "2", "{show}");
+
+    let cancelled = ok(korvus(b)
+        .envs(env.iter().copied())
+        .args(["cancel", &survivor_id]));
+    assert!(cancelled.contains("cancelled"), "{cancelled}");
+    assert_eq!(survivor.wait().expect("the survivor exits").code(), Some(4));
+}
+
+#[test]
+fn sqlite_a_paused_replica_taken_over_stores_nothing_more_and_stops() {
+    let data = tempfile::tempdir().expect("temp dir");
+    paused_replica_is_superseded(data.path(), data.path(), &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_paused_replica_taken_over_stores_nothing_more_and_stops() {
+    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
+        );
+        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
+        return;
+    };
+    let name = format!("korvus_cli_paused_{}", uuid::Uuid::now_v7().simple());
+    let url = crate::services::create_database(&admin, &name).await;
+    let (a, b) = (
+        tempfile::tempdir().expect("temp dir"),
+        tempfile::tempdir().expect("temp dir"),
+    );
+    let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
+    let env_url = url.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        paused_replica_is_superseded(&pa, &pb, &[("KORVUS_DATABASE_URL", env_url.as_str())]);
+    })
+    .await;
+    crate::services::drop_database(&admin, &name).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
