@@ -23,6 +23,7 @@ macro_rules! __with_cases {
             a_retried_identical_settlement_is_ok,
             a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
+            a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
             a_forced_cancel_racing_the_runs_settle_has_one_winner,
             a_cancel_request_names_the_run_it_targets,
             a_lease_is_written_with_each_run_and_renewed_by_its_owner,

@@ -56,6 +56,7 @@ pub use self::sessions::{
 };
 pub use self::terminal::{
     a_forced_cancel_is_a_fenced_transition_with_its_report_row,
+    a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
     a_forced_cancel_racing_the_runs_settle_has_one_winner, a_retried_identical_settlement_is_ok,
     a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
     a_terminal_or_idle_row_refuses_every_write_of_its_run,

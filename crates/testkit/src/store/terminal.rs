@@ -166,8 +166,8 @@ pub async fn a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing(sto
 /// A forced cancel of an active run moves the fence on, settles the row
 /// `cancelled` (owner, lease and a pending request gone) and writes the
 /// revision's report row at the new fence unless the run wrote one; every
-/// later write of the old run is refused, a second forced cancel too; an
-/// idle or terminal row is refused; a reopen continues from it.
+/// later write of the old run is refused, a second forced cancel too (a
+/// terminal row is refused); a reopen continues from it.
 pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &dyn Store) {
     let inc = incident(store).await;
     let s = store
@@ -213,6 +213,24 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &
         .any(|(id, _)| *id == s.id));
 
     // The old run's late writes: all refused, nothing changes.
+    the_old_runs_writes_are_refused(store, &s, &row, &detail).await;
+    // A reopen continues a force-cancelled session with the next run.
+    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    assert_eq!(
+        (reopened.revision, reopened.fence),
+        (s.revision + 1, s.fence + 2)
+    );
+}
+
+/// Every write the run at `s.fence` may still try after the forced cancel
+/// that left `row`: all refused, nothing changes.
+async fn the_old_runs_writes_are_refused(
+    store: &dyn Store,
+    s: &Session,
+    row: &Session,
+    detail: &str,
+) {
+    let detail = detail.to_owned();
     fenced(
         store
             .settle_session(
@@ -232,12 +250,12 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &
         "the old run's idle settle",
     );
     fenced(
-        store.create_report(new_report(&s, 1)).await,
+        store.create_report(new_report(s, 1)).await,
         "the old run's report",
     );
     fenced(
         store
-            .create_artifacts(vec![new_artifact(&s, "late.txt", 1)])
+            .create_artifacts(vec![new_artifact(s, "late.txt", 1)])
             .await,
         "the old run's artifacts",
     );
@@ -247,13 +265,19 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &
     );
     not_active(
         store.force_cancel(s.id, row.fence, detail.clone()).await,
-        &row,
+        row,
         "a forced cancel of a terminal row",
     );
-    assert_eq!(store.get_session(s.id).await.unwrap(), row);
+    assert_eq!(&store.get_session(s.id).await.unwrap(), row);
     assert_eq!(store.list_reports(s.id).await.unwrap().len(), 1);
+}
 
-    // A report row the run wrote before the cancel stands.
+/// A report row the run wrote before a forced cancel stands; an idle row
+/// is refused (it has its report; `cancel_idle_session` ends it), and so
+/// is an unknown session.
+pub async fn a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows(store: &dyn Store) {
+    let inc = incident(store).await;
+    let detail = "cancelled by an operator".to_owned();
     let own = session(store, &inc).await;
     let written = store.create_report(new_report(&own, 1)).await.unwrap();
     let (_, stands) = store
@@ -263,7 +287,6 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &
     assert_eq!(stands, written);
     assert_eq!(store.list_reports(own.id).await.unwrap(), vec![written]);
 
-    // An idle row is refused (it has its report; cancel_idle_session ends it).
     let idle = session(store, &inc).await;
     store
         .settle_session(
@@ -289,13 +312,6 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(store: &
             .await,
         Err(StoreError::NotFound { .. })
     ));
-
-    // A reopen continues a force-cancelled session with the next run.
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
-    assert_eq!(
-        (reopened.revision, reopened.fence),
-        (s.revision + 1, s.fence + 2)
-    );
 }
 
 /// A forced cancel racing the run's own settlement: exactly one wins, and
