@@ -58,6 +58,9 @@ impl LiveRun {
 pub struct LiveRuns {
     entries: Arc<Mutex<HashMap<SessionId, LiveRun>>>,
     numbers: Arc<AtomicU64>,
+    /// Runs of this process that ended without their outcome written, by
+    /// session, with their fence (until the session's next run here).
+    unsettled: Arc<Mutex<HashMap<SessionId, u64>>>,
 }
 
 impl fmt::Debug for LiveRuns {
@@ -102,7 +105,25 @@ impl LiveRuns {
             return Err(Box::new((SessionError::AlreadyLive { session }, run)));
         }
         entries.insert(session, run.clone());
+        drop(entries);
+        self.unsettled().remove(&session);
         Ok(run)
+    }
+
+    fn unsettled(&self) -> MutexGuard<'_, HashMap<SessionId, u64>> {
+        self.unsettled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that this process's run of `session` at `fence` ended
+    /// without its outcome written.
+    pub(crate) fn mark_unsettled(&self, session: SessionId, fence: u64) {
+        self.unsettled().insert(session, fence);
+    }
+
+    /// Whether this process's last run of `session` ended at `fence`
+    /// without its outcome written.
+    pub(crate) fn ended_unsettled(&self, session: SessionId, fence: u64) -> bool {
+        self.unsettled().get(&session) == Some(&fence)
     }
 
     /// Removes `run`'s entry of `session`, if it is still there; a second

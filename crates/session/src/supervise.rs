@@ -121,6 +121,7 @@ async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, 
     // are stored, and `reap` removes the dir once the session is settled.
     let mut leftovers = leftovers;
     if settled == Settled::NotWritten {
+        inner.live.mark_unsettled(id, run.fence);
         if let Some(dir) = leftovers.dir.take() {
             warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
         }

@@ -9,7 +9,7 @@ use korvus_log::{Access, Event, LogHandle, LogId};
 use korvus_store::SessionId;
 use tokio::sync::{watch, Notify};
 
-use crate::{Manager, Result};
+use crate::{Manager, Result, SessionError};
 
 /// Events read per round trip.
 const BATCH: u64 = 256;
@@ -25,6 +25,8 @@ struct State {
     buffer: VecDeque<Event>,
     notify: Option<Arc<Notify>>,
     settled: Option<watch::Receiver<bool>>,
+    /// The fence of the local run `settled` belongs to.
+    fence: u64,
     /// The run has settled: drain what is left, then end.
     ending: bool,
     done: bool,
@@ -37,7 +39,9 @@ impl Manager {
     /// when it ends); for a session that is not running — or is waiting for
     /// the user — it ends after the stored events. A session running in
     /// another process is followed by polling until its row is terminal or
-    /// waiting for the user.
+    /// waiting for the user. A row that is neither is never taken for
+    /// settled: when this process's run ends without its outcome written,
+    /// the stream ends with [`SessionError::Unsettled`].
     ///
     /// An error item (e.g. the log does not exist) ends the stream.
     pub fn watch(&self, id: SessionId) -> impl Stream<Item = Result<Event>> + Send + 'static {
@@ -62,6 +66,7 @@ impl Manager {
             buffer: VecDeque::new(),
             notify: None,
             settled: None,
+            fence: 0,
             ending: false,
             done: false,
         };
@@ -95,11 +100,10 @@ impl State {
         if self.handle.is_none() {
             // Subscribe before the first read, so an append or settle that
             // happens in between is not missed.
-            if let Some(run) = inner.live.get(self.id) {
-                self.notify = Some(run.appended);
-                self.settled = Some(run.settled.subscribe());
-            }
-            let handle = inner
+            self.follow_local_run();
+            let handle = self
+                .manager
+                .inner
                 .logs
                 .open(LogId::from_uuid(self.id.as_uuid()), Access::Read)
                 .await?;
@@ -142,15 +146,37 @@ impl State {
         Ok(())
     }
 
-    async fn is_settled(&self) -> Result<bool> {
-        match &self.settled {
-            Some(rx) => Ok(*rx.borrow()),
-            None => {
-                // Not run by this process: the row decides. A session
-                // waiting for the user has no run to follow either.
-                let row = self.manager.inner.store.get_session(self.id).await?;
-                Ok(row.status.is_terminal() || row.is_idle())
+    /// Follows this process's run of the session, if there is one: its
+    /// append wake-ups and its settle signal.
+    fn follow_local_run(&mut self) {
+        let run = self.manager.inner.live.get(self.id);
+        self.fence = run.as_ref().map_or(0, |r| r.fence);
+        self.notify = run.as_ref().map(|r| Arc::clone(&r.appended));
+        self.settled = run.map(|r| r.settled.subscribe());
+    }
+
+    async fn is_settled(&mut self) -> Result<bool> {
+        let inner = &self.manager.inner;
+        if let Some(rx) = &self.settled {
+            if !*rx.borrow() {
+                return Ok(false);
             }
+            // The local run ended; the row says whether it settled.
+            let row = inner.store.get_session(self.id).await?;
+            if row.status.is_terminal() || row.is_idle() {
+                return Ok(true);
+            }
+            if row.fence == self.fence {
+                // It ended without its outcome written: never reported as settled.
+                return Err(SessionError::Unsettled { session: self.id });
+            }
+            // The session moved on (a newer run here, or elsewhere): follow that.
+            self.follow_local_run();
+            return Ok(false);
         }
+        // Not run by this process: the row decides. A session waiting for
+        // the user has no run to follow either.
+        let row = inner.store.get_session(self.id).await?;
+        Ok(row.status.is_terminal() || row.is_idle())
     }
 }

@@ -373,3 +373,33 @@ async fn a_reopen_without_its_log_starts_one_with_a_note_and_lands_revision_two(
     );
     later.stop().await;
 }
+
+/// A run whose outcome cannot be written (the store refuses its settlement
+/// for good) is never reported settled: `await_settled` and `watch` answer
+/// `Unsettled`, and the scratch dir is kept for `reap`.
+#[tokio::test]
+async fn a_run_whose_outcome_was_not_written_is_unsettled_and_keeps_its_dir() {
+    use futures::StreamExt;
+    let env = Env::new().await;
+    env.store
+        .fault(StoreOp::SettleSession, StoreFault::FailPermanent);
+    let manager = env.builder(writing(&[("notes.txt", "n")])).build();
+    let session = manager.create(env.request("lost")).await.unwrap();
+    let events: Vec<_> = manager.watch(session.id).collect().await;
+    assert!(
+        matches!(events.last(), Some(Err(SessionError::Unsettled { .. }))),
+        "{:?}",
+        events.last()
+    );
+    assert!(matches!(
+        manager
+            .await_settled(session.id, Duration::from_secs(5))
+            .await,
+        Err(SessionError::Unsettled { .. })
+    ));
+    let row = env.store.get_session(session.id).await.unwrap();
+    assert!(row.is_active(), "{row:?}");
+    let dir = env.root.path().join(session.id.to_string()).join("1");
+    assert!(dir.join("notes.txt").exists(), "the scratch dir is kept");
+    manager.stop().await;
+}

@@ -388,15 +388,15 @@ impl Manager {
             }
             if let Some(run) = local {
                 // A later run of this process (a reopen) is waited for in
-                // turn; a row still at the ended run's fence was left
-                // unsettled by it.
-                let newer = self.inner.live.get(id).is_some_and(|r| r.fence > run.fence);
-                if !newer && row.fence == run.fence {
-                    return Err(SessionError::Unsettled { session: id });
-                }
-                if newer {
+                // turn.
+                if self.inner.live.get(id).is_some_and(|r| r.fence > run.fence) {
                     continue;
                 }
+            }
+            // A row still at the fence of a run of this process that
+            // ended without its outcome written stays unsettled.
+            if self.inner.live.ended_unsettled(id, row.fence) {
+                return Err(SessionError::Unsettled { session: id });
             }
             let now = tokio::time::Instant::now();
             if now >= until {
