@@ -96,7 +96,6 @@ impl State {
     }
 
     async fn step(&mut self) -> Result<()> {
-        let inner = &self.manager.inner;
         if self.handle.is_none() {
             // Subscribe before the first read, so an append or settle that
             // happens in between is not missed.
