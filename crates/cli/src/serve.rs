@@ -50,6 +50,11 @@ pub(crate) struct ServeArgs {
     /// Pass korvus's own variable NAME to the agent (repeatable).
     #[arg(long = "agent-env-pass", value_name = "NAME")]
     env_pass: Vec<String>,
+    /// Serve everything under this path (e.g. `/korvus`, behind a proxy
+    /// that forwards that prefix): the view at `<path>/`, the API at
+    /// `<path>/api/…`.
+    #[arg(long, value_name = "PATH", value_parser = base_path)]
+    base_path: Option<String>,
     /// End a session `failed` / `timeout` after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     timeout: u64,
@@ -74,6 +79,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         .context("invalid --token / KORVUS_TOKEN")?;
     let backends = Backends::open(global).await?;
     let timeout = Duration::from_secs(args.timeout);
+    let args_base = args.base_path.clone();
     let runner = match runner(&backends, args).await {
         Ok(r) => r,
         Err(e) => {
@@ -82,7 +88,13 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         }
     };
     let manager = backends.manager(Arc::new(runner), Some(timeout));
-    let app = guard.protect(korvus_http::router(manager.clone()));
+    let base = args_base.unwrap_or_default();
+    let protected = guard.protect(korvus_http::router(manager.clone()));
+    let app = if base.is_empty() {
+        protected
+    } else {
+        korvus_http::mount(axum::Router::new(), &base, protected)
+    };
     for (what, place) in &backends.places {
         println!("korvus serve: {what:<44} {place}");
     }
@@ -91,8 +103,8 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     } else {
         "<your token>"
     };
-    println!("korvus serve: listening on http://{addr}");
-    println!("korvus serve: open http://{addr}/#token={shown_token}");
+    println!("korvus serve: listening on http://{addr}{base}");
+    println!("korvus serve: open http://{addr}{base}/#token={shown_token}");
     println!("korvus serve: API calls send `Authorization: Bearer <token>`; Ctrl-C stops");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -201,4 +213,23 @@ fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
     }
     hosts.extend(extra.iter().cloned());
     hosts
+}
+
+/// A `--base-path`: `/` and segments, no trailing `/` (`/` alone is the root).
+fn base_path(text: &str) -> std::result::Result<String, String> {
+    let trimmed = text.trim_end_matches('/');
+    let valid = text.starts_with('/')
+        && trimmed.split('/').skip(1).all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.~".contains(c))
+        });
+    if valid {
+        Ok(trimmed.to_owned())
+    } else {
+        Err(format!("{text:?} is not a path like /korvus"))
+    }
 }

@@ -113,6 +113,43 @@ fn the_demo_session_is_followed_live_cancelled_and_reopened_in_a_browser() {
     assert!(same.as_u64().unwrap() > 10, "{same}");
 }
 
+#[test]
+fn the_view_mounted_under_a_prefix_lists_incidents_and_follows_a_session() {
+    let data = tempfile::tempdir().unwrap();
+    let downloads = tempfile::tempdir().unwrap();
+    let server = Server::start_with(data.path(), None, "0.2", &["--base-path", "/korvus"]);
+    assert!(server.base.ends_with("/korvus"), "{}", server.base);
+    let Some(d) = browser(downloads.path()) else {
+        return;
+    };
+    // Without the trailing slash: redirected to `/korvus/`, the token kept.
+    d.goto(&format!("{}#token={TOKEN}", server.base));
+    d.wait_for(
+        "the demo incident under the prefix",
+        "return document.querySelector('.incident-link')",
+    );
+    let url = d.js("return location.pathname").to_string();
+    assert_eq!(url.trim_matches('"'), "/korvus/");
+    d.click(".incident-link");
+    d.wait_for(
+        "the session form",
+        "return document.querySelector('#new-session-prompt')",
+    );
+    d.type_into("#new-session-prompt", "Why is db-1's disk full?");
+    d.click("#create-session");
+    d.wait_for(
+        "the session's events, followed under the prefix",
+        "return document.querySelectorAll('#events li').length >= 2",
+    );
+    d.wait_for("the completed row", &status_is("completed"));
+    // With the trailing slash, the page loads as well.
+    d.goto(&format!("{}/", server.base));
+    d.wait_for(
+        "the incident list at the prefix with a slash",
+        "return document.querySelector('.incident-link')",
+    );
+}
+
 const HOSTILE_AGENT: &str = r#"cat > report.md <<'EOF'
 # Hostile report
 

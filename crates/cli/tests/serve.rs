@@ -24,10 +24,21 @@ impl Server {
     /// Serves `data` with the demo agent (or `agent`, run by `sh`), the
     /// demo agent paced at `pause` seconds per step, on a free loopback port.
     pub(crate) fn start(data: &Path, agent: Option<&Path>, pause: &str) -> Self {
+        Self::start_with(data, agent, pause, &[])
+    }
+
+    /// As [`start`](Self::start), with more `serve` arguments.
+    pub(crate) fn start_with(
+        data: &Path,
+        agent: Option<&Path>,
+        pause: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut cmd = korvus(data);
         cmd.env("KORVUS_TOKEN", TOKEN)
             .env("KORVUS_DEMO_PAUSE", pause)
-            .args(["serve", "--listen", "127.0.0.1:0"]);
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra);
         if let Some(agent) = agent {
             cmd.args(["--agent", "sh", "--agent-arg"]).arg(agent);
         }

@@ -10,6 +10,7 @@ mod context;
 mod demo;
 mod environment;
 mod errors;
+mod examples;
 mod ops;
 mod replicas;
 mod report;

@@ -66,9 +66,8 @@
 //!     }
 //! }
 //!
-//! let app = axum::Router::new()
-//!     .nest("/korvus", korvus_http::router(manager.clone()))
-//!     .layer(middleware::from_fn(my_auth));
+//! let korvus = korvus_http::router(manager.clone()).layer(middleware::from_fn(my_auth));
+//! let app = korvus_http::mount(axum::Router::new(), "/korvus", korvus);
 //! axum::serve(tokio::net::TcpListener::bind("127.0.0.1:3000").await?, app).await?;
 //! # Ok(()) }
 //! ```
@@ -83,6 +82,7 @@ mod view;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use korvus_session::Manager;
@@ -194,6 +194,45 @@ impl Api {
 /// The router over `manager` with the default options ([`Api`]).
 pub fn router(manager: Manager) -> Router {
     Api::default().router(manager)
+}
+
+/// Mounts `router` — this crate's router, possibly wrapped in the
+/// embedder's authentication or [`Guard`] — into `outer` under `prefix`
+/// (e.g. `/korvus`): the API at `<prefix>/api/…` and the view at
+/// `<prefix>/`, which `<prefix>` redirects to. Use it instead of
+/// `outer.nest(prefix, router)`: a nested router is never asked for
+/// `<prefix>/`, so the view would be served only at `<prefix>`, where its
+/// relative asset and API paths resolve outside the prefix. `<prefix>/`
+/// is handed to `router` as its root, so whatever wraps it applies there
+/// too.
+///
+/// # Panics
+/// When `prefix` does not start with `/`, ends with `/`, or collides
+/// with a route of `outer` (as [`Router::nest`] does).
+pub fn mount(outer: Router, prefix: &str, router: Router) -> Router {
+    let root = router.clone();
+    outer.nest(prefix, router).route(
+        &format!("{prefix}/"),
+        axum::routing::any(move |mut request: axum::extract::Request| {
+            let root = root.clone();
+            async move {
+                let path = match request.uri().query() {
+                    Some(query) => format!("/?{query}"),
+                    None => "/".to_owned(),
+                };
+                match path.parse() {
+                    Ok(uri) => {
+                        *request.uri_mut() = uri;
+                        match tower::ServiceExt::oneshot(root, request).await {
+                            Ok(response) => response,
+                            Err(never) => match never {},
+                        }
+                    }
+                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+                }
+            }
+        }),
+    )
 }
 
 /// Live figures of a router ([`Api::router_with_stats`]).

@@ -8,7 +8,8 @@
 //! through, the `Content-Security-Policy` below still refuses inline
 //! script, `javascript:` URLs and any script from elsewhere.
 
-use axum::http::{header, HeaderValue};
+use axum::extract::OriginalUri;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -26,10 +27,7 @@ const APP_CSS: &str = include_str!("../assets/app.css");
 /// The view's routes, stateless.
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route(
-            "/",
-            get(|| async { page(INDEX, "text/html; charset=utf-8") }),
-        )
+        .route("/", get(index))
         .route(
             "/assets/app.js",
             get(|| async { page(APP_JS, "text/javascript; charset=utf-8") }),
@@ -38,6 +36,32 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/assets/app.css",
             get(|| async { page(APP_CSS, "text/css; charset=utf-8") }),
         )
+}
+
+/// The page, at the router's root — which, nested under a prefix, is both
+/// `/prefix` and `/prefix/`. The page names its assets and the API
+/// relative to its own address, so it must be served at the address with
+/// the trailing slash: the one without redirects there (a relative
+/// `Location`, so a proxy that strips a prefix of its own keeps working).
+async fn index(OriginalUri(uri): OriginalUri) -> Response {
+    let path = uri.path();
+    if path.ends_with('/') {
+        return page(INDEX, "text/html; charset=utf-8");
+    }
+    let last = path.rsplit('/').next().unwrap_or_default();
+    let mut location = format!("{last}/");
+    if let Some(query) = uri.query() {
+        location.push('?');
+        location.push_str(query);
+    }
+    match HeaderValue::from_str(&location) {
+        Ok(location) => (
+            StatusCode::PERMANENT_REDIRECT,
+            [(header::LOCATION, location)],
+        )
+            .into_response(),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 fn page(body: &'static str, content_type: &'static str) -> Response {

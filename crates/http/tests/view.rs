@@ -47,3 +47,31 @@ async fn the_view_is_served_under_a_strict_content_security_policy() {
         .assert_error(StatusCode::NOT_FOUND, "no_route");
     env.manager.stop().await;
 }
+
+/// Mounted under a prefix, as `docs/embedding.md` shows: `/korvus`
+/// redirects to `/korvus/`, which serves the page; its assets and API
+/// calls resolve under the prefix.
+#[tokio::test]
+async fn the_view_works_mounted_under_a_prefix() {
+    let env = Env::new(writing(&[], 0)).await;
+    let app = korvus_http::mount(axum::Router::new(), "/korvus", env.router());
+    let bare = get(&app, "/korvus").await;
+    assert_eq!(
+        bare.status,
+        StatusCode::PERMANENT_REDIRECT,
+        "{}",
+        bare.text()
+    );
+    assert_eq!(bare.header("location"), "korvus/");
+    let page = get(&app, "/korvus/").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text());
+    assert!(page.header("content-type").starts_with("text/html"));
+    for asset in ["/korvus/assets/app.js", "/korvus/assets/app.css"] {
+        assert_eq!(get(&app, asset).await.status, StatusCode::OK, "{asset}");
+    }
+    let incidents = get(&app, "/korvus/api/incidents").await;
+    assert_eq!(incidents.status, StatusCode::OK, "{}", incidents.text());
+    // Unnested, the root serves the page as before.
+    assert_eq!(get(&env.router(), "/").await.status, StatusCode::OK);
+    env.manager.stop().await;
+}

@@ -8,6 +8,8 @@
 //!   `docs/command-runner.md`.
 //! - [`outside`]: the docs refer to nothing outside the repository.
 //! - [`size`]: no library source file over 500 lines.
+//! - [`examples`]: code blocks the docs mark as an example are the
+//!   example files CI builds, exactly.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -21,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 mod codemap;
+mod examples;
 mod layers;
 mod outside;
 mod protocol;
@@ -116,6 +119,13 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     ));
     found.extend(outside::violations(&outside::read_docs(root)?));
     found.extend(size::violations(&library_sources(root)?));
+    let docs = ["docs/embedding.md", "docs/http.md", "README.md"]
+        .iter()
+        .map(|p| Ok(((*p).to_owned(), read(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    found.extend(examples::violations(&docs, &|p: &str| {
+        fs::read_to_string(root.join(p)).ok()
+    }));
     Ok(found)
 }
 
@@ -136,7 +146,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, protocol names, doc references and file sizes hold"
+        "xtask: tidy: layering, code map, protocol names, doc references, file sizes and doc examples hold"
     );
     Ok(())
 }

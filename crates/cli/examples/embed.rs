@@ -1,0 +1,80 @@
+//! Embedding korvus: a `Manager` on SQLite + local files, one session with
+//! a command-line agent, waited for to its end.
+//!
+//! Dependencies (`Cargo.toml` of your service):
+//!
+//! ```toml
+//! [dependencies]
+//! anyhow = "1"
+//! korvus-blob = "0.1"
+//! korvus-command = "0.1"
+//! korvus-session = "0.1"
+//! korvus-store = "0.1"
+//! korvus-store-sql = "0.1"
+//! korvus-workspace = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Run it from this repository: `cargo run -p korvus-cli --example embed --
+//! <data dir> <agent program>` (e.g. `crates/cli/demo/agent.sh`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_blob::FsBlobStore;
+use korvus_command::CommandRunner;
+use korvus_session::{CreateSession, Manager};
+use korvus_store::NewIncident;
+use korvus_store_sql::{migrate, open_sqlite, SqliteLog, SqliteStore};
+use korvus_workspace::ScratchRoot;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args_os().skip(1);
+    let data = PathBuf::from(args.next().unwrap_or_else(|| "./korvus-data".into()));
+    let agent = args
+        .next()
+        .unwrap_or_else(|| "crates/cli/demo/agent.sh".into());
+
+    // The data dir first: SQLite does not create the directory of its file.
+    std::fs::create_dir_all(data.join("scratch"))?;
+    let pool = open_sqlite(&data.join("korvus.db")).await?;
+    migrate(&pool).await?; // idempotent; run at start-up
+
+    let manager = Manager::builder(
+        Arc::new(SqliteStore::new(pool.clone())),
+        Arc::new(CommandRunner::new(agent)),
+    )
+    .turn_log(Arc::new(SqliteLog::new(pool.clone())))
+    .blob_store(Arc::new(FsBlobStore::open(data.join("blobs"))?))
+    .scratch_root(ScratchRoot::supplied(data.join("scratch")))
+    .run_timeout(Duration::from_secs(3600)) // exit reason `timeout`
+    .build();
+
+    let incident = manager
+        .store()
+        .create_incident(NewIncident {
+            title: "db-1 disk full".into(),
+            workspace: None,
+        })
+        .await?;
+    let session = manager
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: "why is db-1's disk full?".into(),
+            context: vec![],
+        })
+        .await?; // returns the `running` row at once
+    let done = manager
+        .await_settled(session.id, Duration::from_secs(3600))
+        .await?;
+    println!(
+        "session {}: {} ({:?})",
+        done.id, done.status, done.exit_reason
+    );
+
+    manager.stop().await; // cancel and join every run …
+    pool.close().await; // … before the pool closes
+    Ok(())
+}
