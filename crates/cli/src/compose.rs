@@ -148,6 +148,12 @@ impl Backends {
         })
     }
 
+    /// Where the rows are (the SQLite file or the redacted PostgreSQL
+    /// URL), for messages that say where something was not found.
+    pub(crate) fn place(&self) -> &str {
+        self.places.first().map_or("", |(_, place)| place.as_str())
+    }
+
     /// The one place a [`Manager`] is composed: these backends, a git
     /// seeder reading each incident's pinned repository, the scratch root
     /// under the data dir, and `runner`.

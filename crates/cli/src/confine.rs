@@ -2,7 +2,7 @@
 //! own files private, and an unprivileged agent user when korvus runs as
 //! root.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use korvus_command::{AgentUser, CommandRunner, Sandbox};
 
@@ -27,7 +27,9 @@ pub(crate) struct ConfineArgs {
 }
 
 impl ConfineArgs {
-    /// `runner` with the sandbox and agent user these flags ask for.
+    /// `runner` with the sandbox and agent user these flags ask for —
+    /// refused, before any row is written, when the agent user could not
+    /// reach the scratch root or execute the agent program.
     pub(crate) fn apply(
         &self,
         runner: CommandRunner,
@@ -38,15 +40,65 @@ impl ConfineArgs {
         } else {
             runner.sandbox(sandbox(backends))
         };
+        let user = self.agent_user()?;
+        let runs_as = user.clone().unwrap_or_else(current_user);
+        let program = std::path::Path::new(runner.program());
+        if program.components().count() > 1 && !runs_as.may_execute(program) {
+            bail!(
+                "agent program {} cannot be executed by {} (`chmod +x` it, or run it \
+                 through its interpreter: --agent sh --agent-arg {})",
+                program.display(),
+                describe(user.as_ref()),
+                program.display()
+            );
+        }
+        let Some(user) = user else {
+            return Ok(runner);
+        };
+        if let Err(e) = user.check_reach(&backends.scratch) {
+            let dir = match &e {
+                korvus_command::CommandError::Unreachable { dir, .. } => dir.display().to_string(),
+                _ => backends.scratch.display().to_string(),
+            };
+            return Err(anyhow::Error::new(e)).with_context(|| {
+                format!(
+                    "agent user {} cannot reach the scratch root {}: give {dir} search \
+                     permission for others (`chmod o+x {dir}`), choose a data dir it can \
+                     reach (--data-dir), or keep root with --agent-user root",
+                    user.name(),
+                    backends.scratch.display()
+                )
+            });
+        }
+        Ok(runner.run_as(user))
+    }
+
+    /// The user agents run as, when it is not korvus's own.
+    fn agent_user(&self) -> Result<Option<AgentUser>> {
         let name = match &self.agent_user {
             Some(name) => name.as_str(),
             None if nix::unistd::geteuid().is_root() => DEFAULT_AGENT_USER,
-            None => return Ok(runner),
+            None => return Ok(None),
         };
-        let user = AgentUser::lookup(name).with_context(|| {
-            format!("cannot run agents as {name} (choose one with --agent-user)")
-        })?;
-        Ok(runner.run_as(user))
+        AgentUser::lookup(name)
+            .with_context(|| format!("cannot run agents as {name} (choose one with --agent-user)"))
+            .map(Some)
+    }
+}
+
+/// This process's own user, as an agent user.
+fn current_user() -> AgentUser {
+    AgentUser::new(
+        "korvus's own user",
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    )
+}
+
+fn describe(user: Option<&AgentUser>) -> String {
+    match user {
+        Some(u) => format!("agent user {}", u.name()),
+        None => "korvus's own user".to_owned(),
     }
 }
 

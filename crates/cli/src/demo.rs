@@ -51,6 +51,12 @@ pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitC
     let backends = Backends::open(global).await?;
     let dir = demo_dir(&backends);
     println!("korvus demo — data dir {}", shown(&backends.data_dir));
+    // The agent must be able to run here before anything is written.
+    let agent = dir.join("agent.sh");
+    let runner = CommandRunner::new("sh")
+        .arg(&agent)
+        .env_pass("KORVUS_DEMO_PAUSE");
+    let runner = confine.apply(runner, &backends)?;
 
     // 1. A git repository with the trees sessions get.
     let repo = dir.join("repo");
@@ -69,7 +75,6 @@ pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitC
     }
 
     // 2. The agent and a pinned incident.
-    let agent = dir.join("agent.sh");
     std::fs::write(&agent, AGENT).with_context(|| format!("cannot write {}", agent.display()))?;
     let incident = backends
         .store
@@ -85,11 +90,8 @@ pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitC
     );
 
     // 3. A session with the bundled agent, followed live.
-    // The demo agent's own knob passes the environment policy by name.
-    let runner = CommandRunner::new("sh")
-        .arg(&agent)
-        .env_pass("KORVUS_DEMO_PAUSE");
-    let runner = confine.apply(runner, &backends)?;
+    // (The demo agent's own knob, KORVUS_DEMO_PAUSE, passes the
+    // environment policy by name: see the runner above.)
     let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
     // Whatever happens below, every run is cancelled and joined before the
     // pools close.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use korvus_blob::BlobKey;
 use korvus_log::{export_jsonl, Access, EventKind, LogId, DROPPED_PREFIX};
 use korvus_store::{
@@ -18,7 +18,35 @@ use crate::{Global, IncidentCommand};
 
 /// Parses an id given on the command line.
 pub(crate) fn parse_id<T: FromStr>(text: &str, what: &str) -> Result<T> {
-    T::from_str(text.trim()).map_err(|_| anyhow!("{text:?} is not a valid {what} id (a UUID)"))
+    T::from_str(text.trim()).map_err(|_| {
+        anyhow::Error::new(crate::UsageError(format!(
+            "{text:?} is not a valid {what} id (a UUID; `korvus ls` lists them)"
+        )))
+    })
+}
+
+/// Reads the session `text` names: a malformed id is a usage error; an
+/// unknown one says which store was read, and whether the id is an
+/// incident's.
+pub(crate) async fn find_session(backends: &Backends, text: &str) -> Result<korvus_store::Session> {
+    let id = parse_id::<SessionId>(text, "session")?;
+    match backends.store.get_session(id).await {
+        Ok(row) => Ok(row),
+        Err(korvus_store::StoreError::NotFound { .. }) => {
+            let incident = IncidentId::from_uuid(id.as_uuid());
+            if backends.store.get_incident(incident).await.is_ok() {
+                bail!(
+                    "{id} is an incident, not a session: `korvus ls --incident {id}` lists its sessions"
+                );
+            }
+            bail!(
+                "no session {id} in {} (`korvus ls` lists the sessions there; \
+                 --data-dir or --database-url selects another store)",
+                backends.place()
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read session {id}")),
+    }
 }
 
 /// `1234 B`, `1.2 KiB`, `3.4 MiB`.
@@ -163,17 +191,18 @@ pub(crate) async fn pin(repo: &Path, rev: &str) -> Result<WorkspaceRef> {
 
 pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let id = parse_id::<SessionId>(session, "session")?;
-    let s = backends
-        .store
-        .get_session(id)
-        .await
-        .with_context(|| format!("cannot read session {id}"))?;
+    let s = find_session(&backends, session).await?;
+    let id = s.id;
     let incident = backends.store.get_incident(s.incident_id).await?;
     println!("session    {}", s.id);
     println!("incident   {} {:?}", incident.id, incident.title);
     println!("status     {}", s.status);
     println!("exit       {}", s.exit_reason.as_deref().unwrap_or("-"));
+    if s.status == SessionStatus::Failed {
+        if let Some(cause) = failure_cause(&backends, &s).await {
+            println!("cause      {cause}");
+        }
+    }
     println!("kind       {} (#{})", s.kind, s.seq);
     println!(
         "fence      {}{}",
@@ -201,15 +230,34 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     if let Some(ended) = s.ended_at {
         println!("ended      {ended}");
     }
-    let c = s.counters;
+    let facts = log_facts(&backends, id, s.fence).await;
+    let reports = backends.store.list_reports(id).await?;
+    // The session's total is the sum of its reports (each carries its
+    // run's counters); the row holds the last run's only.
+    let total = reports
+        .iter()
+        .fold(korvus_store::Counters::default(), |t, r| {
+            korvus_store::Counters {
+                turns: t.turns.saturating_add(r.counters.turns),
+                tool_calls: t.tool_calls.saturating_add(r.counters.tool_calls),
+                input_tokens: t.input_tokens.saturating_add(r.counters.input_tokens),
+                output_tokens: t.output_tokens.saturating_add(r.counters.output_tokens),
+            }
+        });
     println!(
-        "counters   {} turn(s), {} tool call(s), {} input / {} output tokens",
-        c.turns, c.tool_calls, c.input_tokens, c.output_tokens
+        "counters   {} in total over {} report(s)",
+        counters_text(&total),
+        reports.len()
     );
-    for note in dropped_notes(&backends, id).await {
+    if s.is_active() {
+        println!(
+            "running    revision {} so far: {} turn(s), {} tool call(s) (from its log)",
+            s.revision, facts.turns, facts.tool_calls
+        );
+    }
+    for note in &facts.dropped {
         println!("  ! {note}");
     }
-    let reports = backends.store.list_reports(id).await?;
     println!("reports");
     for r in &reports {
         println!(
@@ -219,6 +267,7 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             human_bytes(r.markdown_bytes),
             r.markdown_key.as_deref().unwrap_or("(no report.md)")
         );
+        println!("          {}", counters_text(&r.counters));
         // What degraded the persist phase, cause first (at most 4 KiB).
         if let Some(detail) = &r.detail {
             for line in detail.lines() {
@@ -251,31 +300,76 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The log's notes about output that was not stored (agent output past a
-/// cap, output cut at exit, events a failing log lost), read page by page.
-async fn dropped_notes(backends: &Backends, id: SessionId) -> Vec<String> {
+/// Why a failed session failed, in one line: its last report's detail,
+/// else the last note of its log (a `CommandRunner` notes why its agent
+/// could not start or how it exited).
+async fn failure_cause(backends: &Backends, s: &korvus_store::Session) -> Option<String> {
+    let reports = backends.store.list_reports(s.id).await.ok()?;
+    let detail = reports
+        .iter()
+        .rfind(|r| r.revision == s.revision)
+        .and_then(|r| r.detail.clone());
+    let cause = match detail {
+        Some(detail) => detail,
+        None => log_facts(backends, s.id, s.fence).await.last_note?,
+    };
+    Some(crate::session::clip(&cause.replace('\n', " "), 300))
+}
+
+/// What `show` reads from a session's log, page by page.
+#[derive(Default)]
+struct LogFacts {
+    /// Notes about output that was not stored (agent output past a cap,
+    /// output cut at exit, events a failing log lost).
+    dropped: Vec<String>,
+    /// The last note of the log: for a failed run, usually why.
+    last_note: Option<String>,
+    /// Turns and tool calls the run at `fence` logged so far.
+    turns: u64,
+    tool_calls: u64,
+}
+
+async fn log_facts(backends: &Backends, id: SessionId, fence: u64) -> LogFacts {
     const PAGE: u64 = 4096;
+    let mut facts = LogFacts::default();
     let Ok(log) = backends
         .logs
         .open(LogId::from_uuid(id.as_uuid()), Access::Read)
         .await
     else {
-        return Vec::new();
+        return facts;
     };
-    let mut notes = Vec::new();
     let mut offset = 0;
     while let Ok(page) = log.read(offset, Some(PAGE)).await {
         let last = (page.len() as u64) < PAGE;
         offset += page.len() as u64;
-        notes.extend(page.into_iter().filter_map(|e| match e.kind {
-            EventKind::Note { text } if text.starts_with(DROPPED_PREFIX) => Some(text),
-            _ => None,
-        }));
+        for e in page {
+            let current = e.epoch == Some(fence);
+            match e.kind {
+                EventKind::Note { text } => {
+                    if text.starts_with(DROPPED_PREFIX) {
+                        facts.dropped.push(text.clone());
+                    }
+                    facts.last_note = Some(text);
+                }
+                EventKind::TurnStart { .. } if current => facts.turns += 1,
+                EventKind::ToolCall { .. } if current => facts.tool_calls += 1,
+                _ => {}
+            }
+        }
         if last {
             break;
         }
     }
-    notes
+    facts
+}
+
+/// `N turn(s), N tool call(s), N input / N output tokens`.
+fn counters_text(c: &korvus_store::Counters) -> String {
+    format!(
+        "{} turn(s), {} tool call(s), {} input / {} output tokens",
+        c.turns, c.tool_calls, c.input_tokens, c.output_tokens
+    )
 }
 
 pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> {
@@ -286,6 +380,13 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
     let mut incidents = backends.store.list_incidents().await?;
     incidents.sort_by_key(|i| i.created_at);
     let orphans = backends.store.expired_leases().await?;
+    if incidents.is_empty() {
+        println!(
+            "no incidents yet in {}; `korvus demo` runs a first session, \
+             `korvus incident create` starts one",
+            backends.place()
+        );
+    }
     for i in incidents.iter().filter(|i| only.is_none_or(|o| o == i.id)) {
         let state = if i.status == IncidentStatus::Closed {
             " (closed)"
@@ -329,10 +430,11 @@ pub(crate) async fn cat(
     revision: Option<u32>,
 ) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let id = parse_id::<SessionId>(session, "session")?;
+    let id = find_session(&backends, session).await?.id;
     let key = match path {
         None => {
             let reports = backends.store.list_reports(id).await?;
+            let revisions: Vec<String> = reports.iter().map(|r| r.revision.to_string()).collect();
             let report = match revision {
                 Some(rev) => reports.iter().find(|r| r.revision == rev),
                 None => reports
@@ -340,7 +442,14 @@ pub(crate) async fn cat(
                     .filter(|r| r.markdown_key.is_some())
                     .max_by_key(|r| r.revision),
             }
-            .with_context(|| format!("session {id} has no such report"))?;
+            .with_context(|| match revision {
+                Some(rev) if !revisions.is_empty() => format!(
+                    "session {id} has no report revision {rev} (it has {})",
+                    revisions.join(", ")
+                ),
+                _ if revisions.is_empty() => format!("session {id} has no report yet"),
+                _ => format!("session {id} has no report.md in any revision"),
+            })?;
             report
                 .markdown_key
                 .clone()
@@ -376,7 +485,7 @@ pub(crate) async fn export(
     output: Option<&Path>,
 ) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let id = parse_id::<SessionId>(session, "session")?;
+    let id = find_session(&backends, session).await?.id;
     let log = backends
         .logs
         .open(LogId::from_uuid(id.as_uuid()), Access::Read)

@@ -10,7 +10,8 @@
 //! place a `Manager` is built from concrete backends.
 //!
 //! Exit codes: 0 completed (or the command succeeded), 1 error, 2 usage,
-//! 3 session failed, 4 session cancelled, 5 session awaiting the user.
+//! 3 session failed, 4 session cancelled, 5 session awaiting the user, 141
+//! stdout closed by its reader.
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
@@ -33,6 +34,53 @@ const EXIT_FAILED: u8 = 3;
 const EXIT_CANCELLED: u8 = 4;
 /// Exit code of a session that waits for the user.
 const EXIT_AWAITING_USER: u8 = 5;
+
+/// Exit code of a usage error (a malformed argument), as clap uses.
+const EXIT_USAGE: u8 = 2;
+/// Exit code when stdout or stderr was closed under us (`korvus show | head`):
+/// what a shell reports for a process ended by `SIGPIPE`.
+const EXIT_BROKEN_PIPE: u8 = 141;
+
+/// A malformed argument the parser could not refuse itself (an id that is
+/// not a UUID): the command exits [`EXIT_USAGE`].
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Ends the process quietly with [`EXIT_BROKEN_PIPE`] when a print finds
+/// its stdout or stderr closed (the reader went away, as `head` does): the
+/// one place that handles it, for every `println!` of every command. Any
+/// other panic goes to the default hook.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.starts_with("failed printing to std") && text.contains("Broken pipe") {
+            std::process::exit(i32::from(EXIT_BROKEN_PIPE));
+        }
+        default(info);
+    }));
+}
+
+/// Whether `e` comes from writing to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
 
 /// Run AI-agent sessions inside incidents and keep everything they produce.
 #[derive(Debug, Parser)]
@@ -124,6 +172,9 @@ enum Command {
     Run(session::RunArgs),
     /// Run one more iteration of a finished session with a new message.
     Reopen(session::ReopenArgs),
+    /// Answer a session waiting for the user (its agent asked a question):
+    /// the next iteration runs with the answer, followed live like `run`.
+    Reply(session::ReopenArgs),
     /// Show a session: status, counters, reports, artifacts, harvest.
     Show {
         /// Session id.
@@ -244,6 +295,7 @@ fn main() -> ExitCode {
         );
     }
     init_tracing();
+    quiet_on_broken_pipe();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -256,9 +308,14 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
+        Err(e) if broken_pipe(&e) => ExitCode::from(EXIT_BROKEN_PIPE),
         Err(e) => {
             eprintln!("korvus: error: {}", one_line(&e));
-            ExitCode::FAILURE
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -327,6 +384,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Incident { command } => inspect::incident(&global, command).await,
         Command::Run(args) => session::run(&global, args).await,
         Command::Reopen(args) => session::reopen(&global, args).await,
+        Command::Reply(args) => session::reply(&global, args).await,
         Command::Show { session } => inspect::show(&global, &session).await,
         Command::Ls { incident } => inspect::ls(&global, incident.as_deref()).await,
         Command::Cat {

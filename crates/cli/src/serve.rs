@@ -172,6 +172,15 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
     let dir = demo_dir(backends);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", shown(&dir)))?;
     let agent = dir.join("agent.sh");
+    let mut runner = CommandRunner::new("sh")
+        .arg(&agent)
+        .env_pass("KORVUS_DEMO_PAUSE");
+    for name in &args.env_pass {
+        runner = runner.env_pass(name.as_str());
+    }
+    // Refused (an agent user that cannot reach the scratch root) before
+    // the demo incident is written.
+    let runner = args.confine.apply(runner, backends)?;
     std::fs::write(&agent, crate::demo::AGENT)
         .with_context(|| format!("cannot write {}", agent.display()))?;
     if backends.store.list_incidents().await?.is_empty() {
@@ -187,13 +196,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
             .context("cannot create the demo incident")?;
         println!("korvus serve: created demo incident {}", incident.id);
     }
-    let mut runner = CommandRunner::new("sh")
-        .arg(&agent)
-        .env_pass("KORVUS_DEMO_PAUSE");
-    for name in &args.env_pass {
-        runner = runner.env_pass(name.as_str());
-    }
-    args.confine.apply(runner, backends)
+    Ok(runner)
 }
 
 /// The `Host` values a browser sends for `listen`: the address itself and,

@@ -76,10 +76,10 @@ pub(crate) struct RunArgs {
     pub(crate) prompt: String,
 }
 
-/// `korvus reopen`.
+/// `korvus reopen` and `korvus reply`.
 #[derive(Debug, Args)]
 pub(crate) struct ReopenArgs {
-    /// The finished session.
+    /// The session: a finished one (reopen), or one waiting for the user (reply).
     pub(crate) session: String,
     #[command(flatten)]
     pub(crate) agent: AgentArgs,
@@ -190,9 +190,38 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
 }
 
 pub(crate) async fn reopen(global: &Global, args: ReopenArgs) -> Result<ExitCode> {
+    continue_session(global, args, false).await
+}
+
+/// `korvus reply`: answers a session waiting for the user.
+pub(crate) async fn reply(global: &Global, args: ReopenArgs) -> Result<ExitCode> {
+    continue_session(global, args, true).await
+}
+
+/// One more iteration of a session: a reopen of a finished one, or the
+/// answer (`reply`) to one waiting for the user; followed to its end.
+async fn continue_session(global: &Global, args: ReopenArgs, answer: bool) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
+    let row = crate::inspect::find_session(&backends, &args.session).await?;
+    let id = row.id;
+    if !answer && row.is_idle() {
+        bail!(
+            "session {id} is waiting for the user, not finished: answer it with \
+             `korvus reply {id} \"…\"` (or end it with `korvus cancel {id}`)"
+        );
+    }
+    if answer && !row.is_idle() {
+        bail!(
+            "session {id} is not waiting for the user ({}{}); `korvus reopen` continues a \
+             finished session",
+            row.status,
+            row.exit_reason
+                .as_deref()
+                .map(|r| format!(", {r}"))
+                .unwrap_or_default()
+        );
+    }
     let runner = args.agent.runner(&backends)?;
-    let id = parse_id::<SessionId>(&args.session, "session")?;
     let message = text_arg(&args.message)?;
     let manager = backends.manager(Arc::new(runner), args.agent.timeout());
     let signals = Signals::install()?;
@@ -201,11 +230,19 @@ pub(crate) async fn reopen(global: &Global, args: ReopenArgs) -> Result<ExitCode
         .store
         .next_report_revision(id)
         .await
-        .with_context(|| format!("cannot read session {id}"))?;
-    let session = manager
-        .reopen(id, &message)
-        .await
-        .with_context(|| format!("cannot reopen session {id}"))?;
+        .with_context(|| format!("cannot read session {id}"))?
+        .max(row.revision + 1);
+    let session = if answer {
+        manager
+            .send_message(id, &message)
+            .await
+            .with_context(|| format!("cannot answer session {id}"))?
+    } else {
+        manager
+            .reopen(id, &message)
+            .await
+            .with_context(|| format!("cannot reopen session {id}"))?
+    };
     let code = drive(&backends, &manager, &session, seen, revision, signals).await;
     manager.stop().await;
     backends.close().await;
@@ -350,7 +387,7 @@ pub(crate) fn render(event: &Event) -> String {
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ⏎ ");
     if one_line.chars().count() <= max {
         return one_line;

@@ -4,10 +4,15 @@
 use crate::support::{korvus, output, stderr};
 
 fn one_line_error(args: &[&str], expected: &str) {
+    one_line_error_with(args, expected, 1);
+}
+
+/// As `one_line_error`, exiting `code`.
+fn one_line_error_with(args: &[&str], expected: &str, code: i32) {
     let data = tempfile::tempdir().expect("temp dir");
     let out = output(korvus(data.path()).args(args));
     let err = without_warnings(&stderr(&out));
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     assert_eq!(err.lines().count(), 1, "{args:?}: not one line:\n{err}");
     assert!(err.starts_with("korvus: error: "), "{err}");
     assert!(
@@ -63,13 +68,13 @@ fn a_database_url_of_another_kind_is_one_line_without_the_password() {
 fn an_unknown_session_is_one_line() {
     one_line_error(
         &["show", "01a22678-f028-712c-ae44-e8e012316fd7"],
-        "cannot read session 01a22678-f028-712c-ae44-e8e012316fd7",
+        "no session 01a22678-f028-712c-ae44-e8e012316fd7 in ",
     );
 }
 
 #[test]
-fn a_malformed_id_is_one_line() {
-    one_line_error(&["export", "nope"], "\"nope\" is not a valid session id");
+fn a_malformed_id_is_one_line_and_a_usage_error() {
+    one_line_error_with(&["export", "nope"], "\"nope\" is not a valid session id", 2);
 }
 
 #[test]

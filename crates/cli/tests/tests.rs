@@ -12,6 +12,7 @@ mod environment;
 mod errors;
 mod examples;
 mod ops;
+mod papercuts;
 mod replicas;
 mod report;
 mod sandbox;

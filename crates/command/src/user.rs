@@ -63,6 +63,56 @@ impl AgentUser {
         self.gid
     }
 
+    /// Checks that this user can walk to `dir` and into it: every
+    /// directory from the root down to `dir` itself must be searchable by
+    /// it. Call it on a scratch root before any session is created, so a
+    /// root the agent user cannot reach is refused up front instead of
+    /// failing every run.
+    ///
+    /// # Errors
+    /// [`CommandError::Unreachable`] naming the first directory it may not
+    /// search; [`CommandError::HandOver`] when one cannot be read.
+    pub fn check_reach(&self, dir: &Path) -> Result<(), CommandError> {
+        let mut ancestors: Vec<&Path> = dir.ancestors().collect();
+        ancestors.reverse();
+        for d in ancestors {
+            let meta = std::fs::metadata(d).map_err(|source| CommandError::HandOver {
+                user: self.name.clone(),
+                path: d.to_path_buf(),
+                source,
+            })?;
+            if !self.may_search(meta.uid(), meta.gid(), meta.mode()) {
+                return Err(CommandError::Unreachable {
+                    user: self.name.clone(),
+                    dir: d.to_path_buf(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this user may execute the regular file `file` (its
+    /// directories searchable, an execute bit of its class set; root needs
+    /// any execute bit).
+    pub fn may_execute(&self, file: &Path) -> bool {
+        let Some(parent) = file.parent() else {
+            return false;
+        };
+        let Ok(meta) = std::fs::metadata(file) else {
+            return false;
+        };
+        let bit = if self.uid == 0 {
+            0o111
+        } else if meta.uid() == self.uid {
+            0o100
+        } else if meta.gid() == self.gid {
+            0o010
+        } else {
+            0o001
+        };
+        meta.is_file() && meta.mode() & bit != 0 && self.check_reach(parent).is_ok()
+    }
+
     /// Whether `mode` (of a directory owned by `owner`:`group`) lets this
     /// user walk through it.
     fn may_search(&self, owner: u32, group: u32, mode: u32) -> bool {

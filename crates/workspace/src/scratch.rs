@@ -440,8 +440,11 @@ pub async fn reap_session_through(root: &Path, session: SessionId, through: u32)
             let _ = fs::remove_file(&record);
         }
         for dir in dirs {
-            if let Err(e) = remove_tree(&dir) {
-                out.failed.push((dir, e));
+            match remove_tree(&dir) {
+                // Its run's own clean-up removed it meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => out.failed.push((dir, e)),
+                Ok(()) => {}
             }
         }
         if fs::remove_dir(&path).is_ok() {

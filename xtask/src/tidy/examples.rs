@@ -29,7 +29,9 @@ pub(crate) fn violations(
                 continue;
             };
             match read(path) {
-                None => found.push(format!("{doc}: {path} (an example it shows) does not exist")),
+                None => found.push(format!(
+                    "{doc}: {path} (an example it shows) does not exist"
+                )),
                 Some(file) if file.trim_end() != shown.trim_end() => found.push(format!(
                     "{doc}: the block after the marker differs from {path}: paste the file again"
                 )),

@@ -1,0 +1,225 @@
+//! A newcomer's path through the CLI: closed pipes end quietly, an empty
+//! store says what to do, usage errors exit 2, an agent that cannot run is
+//! refused before any row, `show` adds counters up and says why a run
+//! failed, and a waiting session is answered with `korvus reply`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::support::{korvus, ok, output, script, session_id, stderr};
+
+/// Runs `args` with stdout closed before korvus writes anything.
+fn with_stdout_closed(data: &Path, args: &[&str]) -> std::process::Output {
+    let mut child = korvus(data)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("korvus starts");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("korvus exits")
+}
+
+#[test]
+fn a_closed_stdout_ends_every_reading_command_quietly() {
+    let data = tempfile::tempdir().unwrap();
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '# r' > report.md\necho hi > out.txt\n",
+    );
+    let run = ok(korvus(data.path())
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("go"));
+    let id = session_id(&run);
+    for args in [
+        vec!["show", id.as_str()],
+        vec!["ls"],
+        vec!["export", id.as_str()],
+        vec!["cat", id.as_str()],
+    ] {
+        let out = with_stdout_closed(data.path(), &args);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_empty_store_names_the_demo_and_a_malformed_id_is_a_usage_error() {
+    let data = tempfile::tempdir().unwrap();
+    let ls = ok(korvus(data.path()).arg("ls"));
+    assert!(
+        ls.contains("no incidents yet") && ls.contains("korvus demo"),
+        "{ls}"
+    );
+    let bad = output(korvus(data.path()).args(["show", "not-an-id"]));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("is not a valid session id"),
+        "{}",
+        stderr(&bad)
+    );
+    let unknown =
+        output(korvus(data.path()).args(["show", "01a23532-6107-724f-9279-b17a22b680c2"]));
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("korvus.db"),
+        "names the store: {}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn an_agent_that_cannot_be_executed_is_refused_before_any_row() {
+    let data = tempfile::tempdir().unwrap();
+    let agent = data.path().join("agent.sh");
+    std::fs::write(&agent, "#!/bin/sh\necho '# r' > report.md\n").unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent"])
+            .arg(&agent)
+            .arg("go"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot be executed"),
+        "{}",
+        stderr(&out)
+    );
+    let ls = ok(korvus(data.path()).arg("ls"));
+    assert!(ls.contains("no incidents yet"), "nothing was written: {ls}");
+}
+
+#[test]
+fn show_adds_the_revisions_counters_up_and_says_why_a_run_failed() {
+    let data = tempfile::tempdir().unwrap();
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '{\"type\":\"turn_start\",\"turn\":'$KORVUS_REVISION'}'\n\
+         echo '{\"type\":\"usage\",\"input_tokens\":100,\"output_tokens\":10}'\n\
+         echo '{\"type\":\"turn_end\",\"turn\":'$KORVUS_REVISION'}'\n\
+         echo '# r' > report.md\n",
+    );
+    let run = ok(korvus(data.path())
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("go"));
+    let id = session_id(&run);
+    ok(korvus(data.path())
+        .args(["reopen", &id, "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("again"));
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(
+        show.contains("counters   2 turn(s), 0 tool call(s), 200 input / 20 output tokens in total over 2 report(s)"),
+        "{show}"
+    );
+    assert_eq!(
+        show.matches("          1 turn(s), 0 tool call(s), 100 input / 10 output tokens")
+            .count(),
+        2,
+        "{show}"
+    );
+
+    // An agent that cannot start: the cause is under the exit reason.
+    let broken = data.path().join("broken.sh");
+    std::fs::write(&broken, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent"])
+            .arg(&broken)
+            .arg("go"),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let id = session_id(&String::from_utf8_lossy(&out.stdout));
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("exit       runner_failed"), "{show}");
+    assert!(show.contains("cause      could not start"), "{show}");
+}
+
+#[test]
+fn a_session_waiting_for_the_user_is_answered_with_reply() {
+    let data = tempfile::tempdir().unwrap();
+    // Asks on the first iteration (exit 75), answers on the second.
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "if [ \"$KORVUS_REVISION\" = 1 ]; then echo '# which host?' > report.md; exit 75; fi\n\
+         echo '# answered' > report.md\n",
+    );
+    let run = output(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .arg("go"),
+    );
+    assert_eq!(run.status.code(), Some(5), "awaiting the user");
+    let id = session_id(&String::from_utf8_lossy(&run.stdout));
+    let reopen = output(
+        korvus(data.path())
+            .args(["reopen", &id, "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .arg("db-1"),
+    );
+    assert_eq!(reopen.status.code(), Some(1));
+    assert!(
+        stderr(&reopen).contains("korvus reply"),
+        "{}",
+        stderr(&reopen)
+    );
+    let replied = ok(korvus(data.path())
+        .args(["reply", &id, "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("db-1"));
+    assert!(replied.contains("completed"), "{replied}");
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("status     completed"), "{show}");
+    assert!(show.contains("  rev 2   completed"), "{show}");
+}
+
+/// As root with the data dir in a `0700` directory (`mktemp -d`), the
+/// agent user cannot reach the scratch root: `demo` and `serve` refuse
+/// before any row, naming the directory and the fix. Not as root, agents
+/// run as korvus's own user and the demo completes both revisions.
+#[test]
+fn an_unreachable_scratch_root_is_refused_before_any_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let data = tmp.path();
+    let demo = output(korvus(data).arg("demo"));
+    if !nix::unistd::geteuid().is_root() {
+        assert_eq!(demo.status.code(), Some(0), "{}", stderr(&demo));
+        return;
+    }
+    assert_eq!(demo.status.code(), Some(1), "{}", stderr(&demo));
+    let err = stderr(&demo);
+    assert!(err.contains("cannot reach the scratch root"), "{err}");
+    assert!(
+        err.contains(&format!("chmod o+x {}", data.display())),
+        "{err}"
+    );
+    let serve = output(
+        korvus(data)
+            .env("KORVUS_TOKEN", "a-token-of-at-least-16-bytes")
+            .args(["serve", "--listen", "127.0.0.1:0"]),
+    );
+    assert_eq!(serve.status.code(), Some(1), "{}", stderr(&serve));
+    assert!(
+        stderr(&serve).contains("cannot reach the scratch root"),
+        "{}",
+        stderr(&serve)
+    );
+    let ls = ok(korvus(data).arg("ls"));
+    assert!(ls.contains("no incidents yet"), "nothing was written: {ls}");
+    // Made reachable, the demo completes both revisions.
+    std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let demo = output(korvus(data).arg("demo"));
+    assert_eq!(demo.status.code(), Some(0), "{}", stderr(&demo));
+    let out = String::from_utf8_lossy(&demo.stdout);
+    assert!(out.contains("revision 2"), "{out}");
+}
