@@ -226,7 +226,10 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     if let Some(w) = &s.workspace_ref {
         println!("workspace  {} @ {}", w.repo, w.commit);
     }
-    println!("created    {}", s.created_at);
+    println!(
+        "created    {}",
+        s.created_at.format("%Y-%m-%d %H:%M:%S%.3f UTC")
+    );
     if let Some(ended) = s.ended_at {
         println!("ended      {ended}");
     }
@@ -387,7 +390,17 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
             backends.place()
         );
     }
-    for i in incidents.iter().filter(|i| only.is_none_or(|o| o == i.id)) {
+    let shown: Vec<_> = incidents
+        .iter()
+        .filter(|i| only.is_none_or(|o| o == i.id))
+        .collect();
+    if !shown.is_empty() {
+        println!(
+            "{:<46} {:<4} {:<10} {:<36} created (UTC)",
+            "incident / session", "seq", "kind", "status (exit reason)"
+        );
+    }
+    for i in shown {
         let state = if i.status == IncidentStatus::Closed {
             " (closed)"
         } else {
@@ -408,13 +421,17 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
             } else {
                 String::new()
             };
+            // One status column: the exit reason only where it says more.
+            let status = match s.exit_reason.as_deref() {
+                Some(reason) if reason != s.status.as_str() => format!("{} ({reason})", s.status),
+                _ => s.status.to_string(),
+            };
             println!(
-                "  session {}  #{:<3} {:<10} {:<9} {:<22} {}{pending}{lease}",
+                "  session {}  #{:<3} {:<10} {:<36} {}{pending}{lease}",
                 s.id,
                 s.seq,
                 s.kind,
-                s.status,
-                s.exit_reason.as_deref().unwrap_or("-"),
+                status,
                 s.created_at.format("%Y-%m-%d %H:%M:%S")
             );
         }

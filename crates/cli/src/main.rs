@@ -91,7 +91,7 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
                   4 session cancelled, 5 session awaiting the user."
 )]
 struct Cli {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Global options")]
     global: Global,
     #[command(subcommand)]
     command: Command,

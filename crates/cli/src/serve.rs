@@ -158,7 +158,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
         let agent = AgentArgs {
             agent,
             agent_args: args.agent_args,
-            timeout: None,
+            timeout: args.timeout,
             env_inherit: Inherit::Core,
             env_set: Vec::new(),
             env_pass: args.env_pass,

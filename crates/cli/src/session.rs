@@ -38,8 +38,8 @@ pub(crate) struct AgentArgs {
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
     /// End the session `failed` / `timeout` after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub(crate) timeout: Option<u64>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub(crate) timeout: u64,
     /// Which of korvus's own environment variables the agent starts from:
     /// `core` (PATH, LANG, TZ, USER, SHELL, TERM), `all` or `none`. Names
     /// that look like secrets (`*TOKEN*`, `*KEY*`, `AWS_*`, …) are dropped
@@ -119,7 +119,7 @@ impl AgentArgs {
     }
 
     fn timeout(&self) -> Option<Duration> {
-        self.timeout.map(Duration::from_secs)
+        Some(Duration::from_secs(self.timeout))
     }
 }
 
@@ -493,9 +493,9 @@ impl korvus_session::Runner for NoRuns {
 pub(crate) fn lease_text(row: &Session, expired: bool) -> String {
     match (row.owner, row.lease_expires_at) {
         (Some(owner), Some(at)) if !expired => {
-            format!("owner {owner}, lease until {}", at.format("%H:%M:%S%.3f"))
+            format!("{owner}, lease until {} UTC", at.format("%H:%M:%S%.3f"))
         }
-        (Some(owner), _) => format!("owner {owner}, lease expired"),
+        (Some(owner), _) => format!("{owner}, lease expired"),
         _ => "no owner".to_owned(),
     }
 }

@@ -157,7 +157,10 @@ fn force_ends_a_session_whose_owner_holds_its_lease_and_reap_stops_its_agent() {
     let ls = ok(korvus(data.path()).args(["ls"]));
     assert!(ls.contains("lease until"), "{ls}");
     let show = ok(korvus(data.path()).args(["show", &id]));
-    assert!(show.contains("owner      owner "), "{show}");
+    assert!(
+        show.contains("owner      ") && show.contains("lease until") && show.contains(" UTC"),
+        "{show}"
+    );
 
     let forced = ok(korvus(data.path()).args(["cancel", "--force", &id]));
     assert!(forced.contains("cancelled (forced"), "{forced}");

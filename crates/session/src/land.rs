@@ -63,6 +63,7 @@ pub(crate) async fn land(
         (ReportFile::Stored { .. }, false) if ended_normally => None,
         (report, _) => report.markdown().map(|(k, b)| (k.to_owned(), b)),
     };
+    let returned = exit_reason.clone();
     if ended_normally {
         // An empty report.md is nothing authored, like a missing one.
         if !author_finished || matches!(outcome.report, ReportFile::Empty) {
@@ -91,6 +92,9 @@ pub(crate) async fn land(
     if !inner.write_report(report).await && ended_normally {
         status = SessionStatus::Failed;
         exit_reason = ExitReason::REPORT_PERSIST_FAILED;
+    }
+    if exit_reason != returned {
+        note_replaced(log, &returned, &exit_reason).await;
     }
     Settlement {
         status,
@@ -295,6 +299,25 @@ async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> Persi
         }
     }
     outcome
+}
+
+/// Says in the turn log that the manager replaced the runner's exit reason
+/// (an agent that exited 0 without a report), so the log's last word and
+/// the row agree on the outcome.
+async fn note_replaced(log: &LogHandle, returned: &ExitReason, now: &ExitReason) {
+    let why = if *now == ExitReason::REPORT_AUTHOR_FAILED {
+        "no report.md was written in this iteration (or it is empty)"
+    } else if *now == ExitReason::REPORT_UPLOAD_FAILED {
+        "report.md could not be stored"
+    } else {
+        "the report row could not be written"
+    };
+    let note = Event::now(EventKind::Note {
+        text: format!("the run returned {returned}, but {why}: the session ends failed ({now})"),
+    });
+    if let Err(e) = log.append(&[note]).await {
+        warn!(error = %e, "replaced exit reason not noted in the turn log");
+    }
 }
 
 /// Keeps the text a runner handed over as its exit reason, which was not a

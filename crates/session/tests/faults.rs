@@ -366,3 +366,28 @@ async fn awaiting_user_keeps_the_row_running_without_ended_at() {
     env.assert_safe().await;
     manager.stop().await;
 }
+
+#[tokio::test]
+async fn a_replaced_exit_reason_is_the_last_word_of_the_log() {
+    let env = Env::new().await;
+    // Completes without writing report.md.
+    let manager = env
+        .builder(ScriptRunner::new(|ctx, _| async move {
+            write_files(&ctx, &[("notes.txt", "n")]);
+            // As a CommandRunner says of an agent that left no report.md.
+            Ok(RunOutcome {
+                author_finished: false,
+                ..RunOutcome::completed(Counters::default())
+            })
+        }))
+        .build();
+    let row = one(&env, &manager).await;
+    assert_eq!(row.exit_reason.as_deref(), Some(exit::REPORT_AUTHOR_FAILED));
+    let notes = crate::support::notes(&env, row.id).await;
+    let last = notes.last().expect("a note");
+    assert!(
+        last.contains("returned completed") && last.contains("report_author_failed"),
+        "{notes:?}"
+    );
+    manager.stop().await;
+}
