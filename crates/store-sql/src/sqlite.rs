@@ -41,6 +41,46 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// one statement, and an artifact row binds 11.
 const MAX_ROWS: usize = 2000;
 
+/// A failed open of the database file at `path`: its message names the
+/// file, the driver's error is its source.
+#[derive(Debug)]
+struct OpenFailed {
+    path: std::path::PathBuf,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl std::fmt::Display for OpenFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot open the SQLite database {}", self.path.display())
+    }
+}
+
+impl std::error::Error for OpenFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// `e` with the database's path in its message (a fresh data dir whose
+/// directory does not exist yet says where it looked).
+fn naming(path: &Path, e: korvus_store::StoreError) -> korvus_store::StoreError {
+    match e {
+        korvus_store::StoreError::Backend {
+            backend,
+            transient,
+            source,
+        } => korvus_store::StoreError::Backend {
+            backend,
+            transient,
+            source: Box::new(OpenFailed {
+                path: path.to_path_buf(),
+                source,
+            }),
+        },
+        other => other,
+    }
+}
+
 /// Opens (creating it if missing) the SQLite database at `path` with the
 /// settings the store and log rely on: foreign keys enforced, write-ahead
 /// logging, `synchronous = FULL` (a returned write is durable), and a 30 s
@@ -49,7 +89,9 @@ const MAX_ROWS: usize = 2000;
 /// retried a few times.
 ///
 /// # Errors
-/// `Backend` when the file cannot be opened or created.
+/// `Backend` when the file cannot be opened or created; its source says
+/// `cannot open the SQLite database <path>` (e.g. when the directory does
+/// not exist: create it first).
 ///
 /// # Cancel safety
 /// Cancel-safe: a dropped call opens nothing.
@@ -78,7 +120,7 @@ pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
                 delay = (delay * 2).min(Duration::from_secs(1));
                 attempt += 1;
             }
-            other => return other,
+            other => return other.map_err(|e| naming(path, e)),
         }
     }
 }

@@ -130,3 +130,23 @@ async fn sqlite_busy_is_transient() {
     impatient.close().await;
     holder.close().await;
 }
+
+/// A database whose directory does not exist: the error names the file.
+#[tokio::test]
+async fn an_sqlite_open_that_fails_names_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("no/such/dir/korvus.db");
+    let err = korvus_store_sql::open_sqlite(&path).await.unwrap_err();
+    let mut chain = Vec::new();
+    let mut next: Option<&dyn std::error::Error> = Some(&err);
+    while let Some(e) = next {
+        chain.push(e.to_string());
+        next = e.source();
+    }
+    assert!(
+        chain
+            .iter()
+            .any(|m| m.contains(&path.display().to_string())),
+        "{chain:?}"
+    );
+}
