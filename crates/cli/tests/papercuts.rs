@@ -223,3 +223,39 @@ fn an_unreachable_scratch_root_is_refused_before_any_row() {
     let out = String::from_utf8_lossy(&demo.stdout);
     assert!(out.contains("revision 2"), "{out}");
 }
+
+#[test]
+fn show_during_a_run_counts_the_turns_so_far() {
+    use std::io::{BufRead, BufReader};
+    let data = tempfile::tempdir().unwrap();
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '{\"type\":\"turn_start\",\"turn\":1}'\n\
+         echo '{\"type\":\"tool_call\",\"call_id\":\"c1\",\"tool\":\"df\",\"input\":{}}'\n\
+         echo 'agent is working'\nsleep 600 & wait\n",
+    );
+    let mut run = korvus(data.path())
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("korvus starts");
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    while !seen.contains("agent is working") {
+        seen.push_str(&lines.next().expect("output").expect("a line"));
+        seen.push('\n');
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let id = session_id(&seen);
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(
+        show.contains("running    revision 1 so far: 1 turn(s), 1 tool call(s)"),
+        "{show}"
+    );
+    ok(korvus(data.path()).args(["cancel", &id]));
+    assert_eq!(run.wait().unwrap().code(), Some(4));
+}
