@@ -99,30 +99,11 @@ fn sqlite_a_forced_cancel_during_a_run_stays_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_forced_cancel_during_a_run_stays_cancelled() {
-    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-    else {
-        assert!(
-            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
-        );
-        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
-        return;
-    };
-    let name = format!("korvus_cli_force_{}", uuid::Uuid::now_v7().simple());
-    let url = crate::services::create_database(&admin, &name).await;
-    let data = tempfile::tempdir().expect("temp dir");
-    let path = data.path().to_path_buf();
-    let env_url = url.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        forced_cancel_during_a_run(&path, &[("KORVUS_DATABASE_URL", env_url.as_str())]);
+    crate::services::with_postgres("korvus_cli_force", |url| {
+        let data = tempfile::tempdir().expect("temp dir");
+        forced_cancel_during_a_run(data.path(), &[("KORVUS_DATABASE_URL", url)]);
     })
     .await;
-    crate::services::drop_database(&admin, &name).await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 /// Twenty finished sessions with leftover scratch dirs are reopened at
@@ -320,31 +301,12 @@ fn sqlite_a_paused_replica_taken_over_stores_nothing_more_and_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_paused_replica_taken_over_stores_nothing_more_and_stops() {
-    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-    else {
-        assert!(
-            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
+    crate::services::with_postgres("korvus_cli_paused", |url| {
+        let (a, b) = (
+            tempfile::tempdir().expect("temp dir"),
+            tempfile::tempdir().expect("temp dir"),
         );
-        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
-        return;
-    };
-    let name = format!("korvus_cli_paused_{}", uuid::Uuid::now_v7().simple());
-    let url = crate::services::create_database(&admin, &name).await;
-    let (a, b) = (
-        tempfile::tempdir().expect("temp dir"),
-        tempfile::tempdir().expect("temp dir"),
-    );
-    let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
-    let env_url = url.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        paused_replica_is_superseded(&pa, &pb, &[("KORVUS_DATABASE_URL", env_url.as_str())]);
+        paused_replica_is_superseded(a.path(), b.path(), &[("KORVUS_DATABASE_URL", url)]);
     })
     .await;
-    crate::services::drop_database(&admin, &name).await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }

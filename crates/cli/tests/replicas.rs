@@ -136,36 +136,9 @@ fn sqlite_replicas_settle_a_killed_replicas_sessions_owner_lost_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_replicas_settle_a_killed_replicas_sessions_owner_lost_once() {
-    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-    else {
-        assert!(
-            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
-        );
-        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
-        return;
-    };
-    let name = format!("korvus_cli_replicas_{}", uuid::Uuid::now_v7().simple());
-    let url = crate::services::create_database(&admin, &name).await;
-    let data = tempfile::tempdir().expect("temp dir");
-    let env = [("KORVUS_DATABASE_URL", url.as_str())];
-    let path = data.path().to_path_buf();
-    let env_owned: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    let outcome = tokio::task::spawn_blocking(move || {
-        let env: Vec<(&str, &str)> = env_owned
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        killed_replicas_are_settled_by_a_survivor(&path, &env);
+    crate::services::with_postgres("korvus_cli_replicas", |url| {
+        let data = tempfile::tempdir().expect("temp dir");
+        killed_replicas_are_settled_by_a_survivor(data.path(), &[("KORVUS_DATABASE_URL", url)]);
     })
     .await;
-    crate::services::drop_database(&admin, &name).await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }

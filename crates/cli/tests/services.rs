@@ -50,6 +50,32 @@ pub(crate) async fn create_database(admin: &str, name: &str) -> String {
     format!("{server}/{name}")
 }
 
+/// Runs `body` (blocking: it spawns `korvus` processes) with the URL of a
+/// database of its own on the test server, named `<prefix>_<uuid>`, and
+/// drops it afterwards, also when `body` panics (the panic is passed on).
+/// Without `KORVUS_TEST_DATABASE_URL` it fails under `cargo xtask test`
+/// (`KORVUS_REQUIRE_SERVICES=1`) and is skipped, saying so, otherwise.
+pub(crate) async fn with_postgres(prefix: &str, body: impl FnOnce(&str) + Send + 'static) {
+    let Some(admin) = std::env::var("KORVUS_TEST_DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "KORVUS_TEST_DATABASE_URL must be set when KORVUS_REQUIRE_SERVICES=1"
+        );
+        eprintln!("skipped: KORVUS_TEST_DATABASE_URL not set");
+        return;
+    };
+    let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+    let url = create_database(&admin, &name).await;
+    let outcome = tokio::task::spawn_blocking(move || body(&url)).await;
+    drop_database(&admin, &name).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
 pub(crate) async fn drop_database(admin: &str, name: &str) {
     let mut conn = PgConnection::connect(admin)
         .await
