@@ -288,14 +288,15 @@ struct Reading {
     own: Vec<Artifact>,
 }
 
-/// A local run that wrote `row` may still be unwinding (cleaning up,
+/// A local run that wrote `row` — or one a forced cancel or takeover
+/// fenced off, at an older fence — may still be unwinding (cleaning up,
 /// deregistering): waits for it to finish. A live run at a newer fence
 /// than `row` is a concurrent caller's new run: that caller won, and this
 /// one must not wait for the run to end.
 async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Result<()> {
     let id = row.id;
     let live = inner.live.get(id);
-    if live.as_ref().is_some_and(|run| run.fence != row.fence) {
+    if live.as_ref().is_some_and(|run| run.fence > row.fence) {
         return Err(how.refused(id));
     }
     if let Some(mut rx) = live.map(|run| run.settled.subscribe()) {

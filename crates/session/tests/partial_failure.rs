@@ -403,3 +403,23 @@ async fn a_run_whose_outcome_was_not_written_is_unsettled_and_keeps_its_dir() {
     assert!(dir.join("notes.txt").exists(), "the scratch dir is kept");
     manager.stop().await;
 }
+
+/// A reopen right after a forced cancel in the same process waits for the
+/// fenced-off run to unwind, then runs revision 2.
+#[tokio::test]
+async fn a_reopen_right_after_a_forced_cancel_waits_for_the_old_run() {
+    let env = Env::new().await;
+    let manager = env.builder(finishing(Arc::new(Notify::new()))).build();
+    let session = manager.create(env.request("long")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    manager.force_cancel(session.id).await.unwrap();
+    let reopened = manager.reopen(session.id, "again").await.unwrap();
+    assert_eq!(reopened.revision, 2);
+    manager.cancel(session.id).await.unwrap();
+    let row = manager
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!((row.revision, row.status), (2, SessionStatus::Cancelled));
+    manager.stop().await;
+}

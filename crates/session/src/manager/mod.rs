@@ -150,8 +150,11 @@ impl Manager {
     /// for the user (`running`, exit reason `awaiting_user`, no run active)
     /// is settled `cancelled` by one conditional store transition — on any
     /// replica; its report row already exists, so no second one is written.
-    /// An active row whose run is in this process is cancelled (the run
-    /// settles `cancelled` shortly). An active row this process does not
+    /// An active row whose run is in this process, at the row's fence, is
+    /// cancelled (the run settles `cancelled` shortly); a local run at an
+    /// older fence is stale (the session was taken over or continued
+    /// elsewhere) — it is stopped too, and the cancel goes on to the
+    /// session's current run as below. An active row this process does not
     /// run belongs to another replica: a cancel request naming the run's
     /// fence is recorded in the store, and the manager that runs it fires
     /// the run's cancellation within its
