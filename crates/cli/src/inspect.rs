@@ -198,8 +198,10 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     println!("incident   {} {:?}", incident.id, incident.title);
     println!("status     {}", s.status);
     println!("exit       {}", s.exit_reason.as_deref().unwrap_or("-"));
+    // The log is read once: dropped-output notes, the last note, counts so far.
+    let facts = log_facts(&backends, id, s.fence).await;
     if s.status == SessionStatus::Failed {
-        if let Some(cause) = failure_cause(&backends, &s).await {
+        if let Some(cause) = failure_cause(&backends, &s, &facts).await {
             println!("cause      {cause}");
         }
     }
@@ -233,7 +235,6 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     if let Some(ended) = s.ended_at {
         println!("ended      {ended}");
     }
-    let facts = log_facts(&backends, id, s.fence).await;
     let reports = backends.store.list_reports(id).await?;
     // The session's total is the sum of its reports (each carries its
     // run's counters); the row holds the last run's only.
@@ -306,7 +307,11 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
 /// Why a failed session failed, in one line: its last report's detail,
 /// else the last note of its log (a `CommandRunner` notes why its agent
 /// could not start or how it exited).
-async fn failure_cause(backends: &Backends, s: &korvus_store::Session) -> Option<String> {
+async fn failure_cause(
+    backends: &Backends,
+    s: &korvus_store::Session,
+    facts: &LogFacts,
+) -> Option<String> {
     let reports = backends.store.list_reports(s.id).await.ok()?;
     let detail = reports
         .iter()
@@ -314,7 +319,7 @@ async fn failure_cause(backends: &Backends, s: &korvus_store::Session) -> Option
         .and_then(|r| r.detail.clone());
     let cause = match detail {
         Some(detail) => detail,
-        None => log_facts(backends, s.id, s.fence).await.last_note?,
+        None => facts.last_note.clone()?,
     };
     Some(crate::session::clip(&cause.replace('\n', " "), 300))
 }

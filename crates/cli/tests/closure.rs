@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{korvus, ok, running, script, session_id, unique_sleep};
+use crate::support::{korvus, ok, read_until, running, script, session_id, unique_sleep};
 
 /// The value of `field` in `korvus show` output.
 fn field(show: &str, field: &str) -> String {
@@ -16,19 +16,6 @@ fn field(show: &str, field: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_owned()
-}
-
-/// Reads `child`'s stdout until `needle`, then drains it on a thread.
-fn wait_for(child: &mut Child, needle: &str) -> String {
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains(needle) {
-        let line = lines.next().expect("output").expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
-    std::thread::spawn(move || for _ in lines {});
-    seen
 }
 
 /// `korvus run` whose agent works for a few seconds and would then finish
@@ -54,7 +41,7 @@ fn forced_cancel_during_a_run(data: &Path, env: &[(&str, &str)]) {
         .stderr(Stdio::null())
         .spawn()
         .expect("korvus starts");
-    let id = session_id(&wait_for(&mut run, "agent is working"));
+    let id = session_id(&read_until(&mut run, "agent is working"));
 
     let forced = ok(korvus(data)
         .envs(env.iter().copied())
@@ -216,7 +203,7 @@ fn paused_replica_is_superseded(a: &Path, b: &Path, env: &[(&str, &str)]) {
         .stderr(Stdio::null())
         .spawn()
         .expect("korvus starts");
-    let survivor_id = session_id(&wait_for(&mut survivor, "agent is working"));
+    let survivor_id = session_id(&read_until(&mut survivor, "agent is working"));
 
     let ticker = script(
         a,

@@ -226,7 +226,6 @@ fn an_unreachable_scratch_root_is_refused_before_any_row() {
 
 #[test]
 fn show_during_a_run_counts_the_turns_so_far() {
-    use std::io::{BufRead, BufReader};
     let data = tempfile::tempdir().unwrap();
     let agent = script(
         data.path(),
@@ -243,13 +242,7 @@ fn show_during_a_run_counts_the_turns_so_far() {
         .stderr(Stdio::null())
         .spawn()
         .expect("korvus starts");
-    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    while !seen.contains("agent is working") {
-        seen.push_str(&lines.next().expect("output").expect("a line"));
-        seen.push('\n');
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let seen = crate::support::read_until(&mut run, "agent is working");
     let id = session_id(&seen);
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(

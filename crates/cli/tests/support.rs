@@ -84,3 +84,18 @@ pub(crate) fn running(pattern: &str) -> bool {
         .status
         .success()
 }
+
+/// Reads `child`'s stdout until a line holding `needle`, returns what it
+/// read, and drains the rest on a thread (a full pipe never blocks it).
+pub(crate) fn read_until(child: &mut std::process::Child, needle: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let line = lines.next().expect("output").expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    std::thread::spawn(move || for _ in lines {});
+    seen
+}
