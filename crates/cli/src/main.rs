@@ -296,6 +296,11 @@ fn main() -> ExitCode {
     }
     init_tracing();
     quiet_on_broken_pipe();
+    // A manager of many agents needs descriptors; agents get the original
+    // soft limit back when they start.
+    if let Err(e) = korvus_command::raise_open_file_limit() {
+        eprintln!("korvus: warning: cannot raise the open-file limit ({e})");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

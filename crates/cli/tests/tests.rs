@@ -11,6 +11,7 @@ mod demo;
 mod environment;
 mod errors;
 mod examples;
+mod host;
 mod ops;
 mod papercuts;
 mod replicas;

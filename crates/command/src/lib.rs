@@ -4,7 +4,8 @@
 //! # Overview
 //!
 //! [`CommandRunner`] starts a configured program in the session's scratch
-//! dir, in a process group of its own, and speaks a small protocol with it
+//! dir, in a session (and process group) of its own without a controlling
+//! terminal, and speaks a small protocol with it
 //! (the full text is `docs/command-runner.md`):
 //!
 //! | direction | what |
@@ -32,7 +33,7 @@
 //! - `runner.rs`: the [`CommandRunner`] builder and its `Runner` impl. Its
 //!   `execute` reads as spawn → pump → drain → classify, each a named
 //!   function of the two modules below.
-//! - `process.rs`: spawning the program in a process group of its own,
+//! - `process.rs`: spawning the program in a session of its own,
 //!   waiting for it, stopping the whole group on cancellation or timeout
 //!   (`SIGTERM`, then `SIGKILL`), and classifying its exit into an exit
 //!   reason or a [`CommandError`].
@@ -46,6 +47,10 @@
 //!   process is never restricted.
 //! - `user.rs`: the [`AgentUser`] an agent may run as, and handing the
 //!   scratch dir over to it.
+//! - `spawn.rs`: what the child does between `fork` and `exec` (a new
+//!   session, the original open-file limit, see
+//!   [`raise_open_file_limit`]): the one module of the workspace allowed
+//!   `unsafe` code, audited in its docs.
 //! - `manifest.rs`: the [`RunManifest`] the agent reads; `error.rs`:
 //!   [`CommandError`].
 //!
@@ -99,6 +104,7 @@ mod output;
 mod process;
 mod runner;
 mod sandbox;
+mod spawn;
 mod user;
 
 pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
@@ -114,4 +120,5 @@ pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,
 };
 pub use crate::sandbox::{Sandbox, WRITABLE_DEVICES};
+pub use crate::spawn::{raise_open_file_limit, OpenFileLimit};
 pub use crate::user::AgentUser;

@@ -1,4 +1,4 @@
-//! The agent's process: started in a process group of its own, waited for,
+//! The agent's process: started in a session of its own, waited for,
 //! stopped as a whole group on cancellation or timeout, and its exit
 //! classified into an exit reason or a [`CommandError`].
 
@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::output::{Output, Sink, BATCH};
 use crate::sandbox::{self, Confinement, Sandbox};
+use crate::spawn::{self, ChildSetup};
 use crate::CommandError;
 
 /// The exit code that means "waiting for the user" (`EX_TEMPFAIL` from
@@ -63,8 +64,9 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    /// Starts `cmd` with piped stdio as the leader of a new process group,
-    /// confined by `sandbox` (writes allowed in `scratch`), and writes
+    /// Starts `cmd` with piped stdio as the leader of a new session (after
+    /// `setup`'s other steps, e.g. joining its cgroups), confined by
+    /// `sandbox` (writes allowed in `scratch`), and writes
     /// `input` to its stdin, then closes it. Also returns how the program
     /// was confined.
     pub(crate) async fn spawn(
@@ -73,14 +75,18 @@ impl Agent {
         input: String,
         sandbox: &Sandbox,
         scratch: &Path,
+        mut setup: ChildSetup,
     ) -> Result<(Self, Confinement), CommandError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // Its own process group, so the whole tree can be stopped, and
-            // the terminal's Ctrl-C reaches the caller, not the agent.
-            .process_group(0)
             .kill_on_drop(true);
+        // A session of its own (hence a process group whose id is its pid),
+        // so the whole group can be stopped, the terminal's Ctrl-C reaches
+        // the caller, not the agent, and the agent has no controlling
+        // terminal to read from or inject into.
+        setup.new_session = true;
+        spawn::install(&mut cmd, setup);
         let (mut child, confinement) = sandbox::spawn(cmd, sandbox, scratch, &program).await?;
         let pid = child
             .id()
@@ -228,7 +234,8 @@ fn pidfd(pid: i32) -> std::io::Result<AsyncFd<OwnedFd>> {
     // Deprecated because a caller could close a borrowed descriptor while it
     // is registered; here the `AsyncFd` owns the `OwnedFd` and closes it
     // only after deregistering, so that cannot happen. The replacement,
-    // `register_with_interest`, is `unsafe`, which this workspace forbids.
+    // `register_with_interest`, is `unsafe`, which this workspace allows
+    // only in `spawn.rs`.
     #[allow(deprecated)]
     AsyncFd::with_interest(fd, Interest::READABLE)
 }

@@ -21,6 +21,7 @@ use crate::manifest::RunManifest;
 use crate::output::{ExitDrain, Output, OutputCaps, Sink};
 use crate::process::{self, Agent, Limits};
 use crate::sandbox::{Confinement, Sandbox};
+use crate::spawn::ChildSetup;
 use crate::user::{self, AgentUser};
 use crate::CommandError;
 
@@ -225,8 +226,15 @@ impl CommandRunner {
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         let program = self.program.to_string_lossy().into_owned();
 
-        let (mut agent, confinement) =
-            Agent::spawn(cmd, program, input, &self.sandbox, &scratch).await?;
+        let (mut agent, confinement) = Agent::spawn(
+            cmd,
+            program,
+            input,
+            &self.sandbox,
+            &scratch,
+            ChildSetup::default(),
+        )
+        .await?;
         // Beside the scratch dir, where the agent cannot write: if this
         // process dies, `korvus_workspace::reap` stops the group from it.
         if let Err(e) = korvus_workspace::record_agent(&scratch, agent.pgid()) {
@@ -235,11 +243,22 @@ impl CommandRunner {
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
-        if let Confinement::NotEnforced(reason) = confinement {
-            sink.note(format!(
-                "sandbox not in force ({reason}): the agent ran without filesystem confinement"
-            ))
-            .await;
+        match confinement {
+            Confinement::NotEnforced(reason) => {
+                sink.note(format!(
+                    "sandbox not in force ({reason}): the agent ran without filesystem confinement"
+                ))
+                .await;
+            }
+            Confinement::Enforced { scoped: false, .. } => {
+                sink.note(
+                    "signals not confined: this kernel's Landlock has no scopes (ABI 6), so the \
+                     agent may signal processes of its user outside its own"
+                        .to_owned(),
+                )
+                .await;
+            }
+            _ => {}
         }
         let stop = agent
             .pump(

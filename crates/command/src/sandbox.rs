@@ -18,10 +18,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use landlock::{
-    Access, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    RulesetStatus, ABI,
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use rustix::fs::{FileType, Mode, OFlags};
 use tokio::process::{Child, Command};
@@ -30,7 +31,10 @@ use tracing::{debug, warn};
 use crate::CommandError;
 
 /// Device files an agent may open for writing: the null and zero
-/// devices and the terminals.
+/// devices and the terminals. `/dev/ptmx` and `/dev/pts` keep their
+/// ioctls (programs such as `script`, `expect` or node-pty open
+/// pseudo-terminals of their own); `/dev/tty` gets none, and the agent,
+/// in a session of its own, has no controlling terminal it could name.
 pub const WRITABLE_DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
@@ -192,8 +196,10 @@ struct Refused(String);
 pub(crate) enum Confinement {
     /// The policy is [`Sandbox::disabled`].
     Off,
-    /// The ruleset is in force (`partial`: only what this kernel offers).
-    Enforced { partial: bool },
+    /// The ruleset is in force (`partial`: only what this kernel offers;
+    /// `scoped`: signals and abstract UNIX sockets reach only the agent's
+    /// own processes, Landlock ABI 6).
+    Enforced { partial: bool, scoped: bool },
     /// Landlock is missing or refused the ruleset; the agent runs
     /// unconfined. The text says why.
     NotEnforced(String),
@@ -212,8 +218,14 @@ pub(crate) fn confine(policy: &Sandbox, scratch: &Path) -> Confinement {
     });
     let confinement = match status {
         Ok(s) => match s.ruleset {
-            RulesetStatus::FullyEnforced => Confinement::Enforced { partial: false },
-            RulesetStatus::PartiallyEnforced => Confinement::Enforced { partial: true },
+            RulesetStatus::FullyEnforced => Confinement::Enforced {
+                partial: false,
+                scoped: scoped(abi),
+            },
+            RulesetStatus::PartiallyEnforced => Confinement::Enforced {
+                partial: true,
+                scoped: scoped(abi),
+            },
             _ => Confinement::NotEnforced("this kernel does not offer Landlock".to_owned()),
         },
         Err(e) => Confinement::NotEnforced(e),
@@ -271,10 +283,17 @@ fn ruleset(policy: &Sandbox, scratch: &Path, abi: ABI) -> Result<landlock::Rules
         rules.grant(path, all);
     }
     for device in WRITABLE_DEVICES {
-        rules.grant(Path::new(device), all);
+        let mut access = all;
+        if *device == CONTROLLING_TERMINAL {
+            access.remove(AccessFs::IoctlDev);
+        }
+        rules.grant(Path::new(device), access);
     }
-    let mut created = Ruleset::default()
-        .handle_access(all)
+    let mut ruleset = Ruleset::default().handle_access(all);
+    if scoped(abi) {
+        ruleset = ruleset.and_then(|r| r.scope(Scope::from_all(abi)));
+    }
+    let mut created = ruleset
         .and_then(|r| r.create())
         .map_err(|e| format!("no Landlock ruleset: {e}"))?;
     for (fd, access) in rules.0 {
@@ -284,6 +303,28 @@ fn ruleset(policy: &Sandbox, scratch: &Path, abi: ABI) -> Result<landlock::Rules
             .map_err(|e| format!("a Landlock rule was refused: {e}"))?;
     }
     Ok(created)
+}
+
+/// The device that names the caller's controlling terminal.
+const CONTROLLING_TERMINAL: &str = "/dev/tty";
+
+/// Whether the ruleset of `abi` scopes signals and abstract UNIX sockets
+/// to the agent's own domain, and this kernel does (Landlock ABI 6).
+fn scoped(abi: ABI) -> bool {
+    !Scope::from_all(abi).is_empty() && kernel_scopes()
+}
+
+/// Whether this kernel offers Landlock's scopes: a ruleset that requires
+/// them is created (and dropped, restricting nothing) once per process.
+fn kernel_scopes() -> bool {
+    static SCOPES: OnceLock<bool> = OnceLock::new();
+    *SCOPES.get_or_init(|| {
+        Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)
+            .and_then(|r| r.create())
+            .is_ok()
+    })
 }
 
 /// Open `O_PATH` descriptors and the rights granted beneath each.

@@ -6,6 +6,7 @@ mod support;
 mod blocking;
 mod drain;
 mod exit_codes;
+mod host;
 mod kill;
 mod protocol;
 mod sandbox;

@@ -1,0 +1,145 @@
+//! The host protected from the CLI's agents: `korvus run` and
+//! `korvus serve` raise their own open-file limit while agents keep the
+//! original one, and an agent cannot push input into the terminal korvus
+//! runs in.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::support::{korvus, ok, script, session_id};
+
+/// `cmd` run through `prefix` (a program that ends by executing its
+/// arguments, such as `prlimit` or `script`), with `cmd`'s environment.
+fn through(prefix: &[&str], cmd: &Command) -> Command {
+    let mut wrapped = Command::new(prefix[0]);
+    wrapped
+        .args(&prefix[1..])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) => wrapped.env(key, v),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
+/// The open-file limit of process `pid` (`/proc/<pid>/limits`): its soft
+/// (`column` 3) or hard (4) value.
+fn nofile(pid: &str, column: usize) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(column))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no open-file limit in:\n{limits}"))
+}
+
+fn soft_nofile(pid: u32) -> u64 {
+    nofile(&pid.to_string(), 3)
+}
+
+fn hard_nofile() -> u64 {
+    nofile("self", 4)
+}
+
+/// Prints the agent's own soft limit and its parent's (`korvus run`).
+const LIMITS: &str = r#"
+echo "agent soft=$(ulimit -Sn)"
+echo "parent soft=$(awk '/^Max open files/ {print $4}' /proc/$PPID/limits)"
+echo '# R' > report.md
+"#;
+
+#[test]
+fn korvus_run_raises_its_open_file_limit_and_the_agent_keeps_the_original() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(data.path(), "limits.sh", LIMITS);
+    let mut run = korvus(data.path());
+    run.args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("limits");
+    let out = ok(&mut through(&["prlimit", "--nofile=512:"], &run));
+    let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+    assert!(log.contains("agent soft=512"), "{log}");
+    assert!(
+        log.contains(&format!("parent soft={}", hard_nofile())),
+        "korvus run raised its soft limit to the hard one:\n{log}"
+    );
+}
+
+#[test]
+fn korvus_serve_raises_its_open_file_limit() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut serve = korvus(data.path());
+    serve
+        .env("KORVUS_TOKEN", crate::serve::TOKEN)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let mut child = through(&["prlimit", "--nofile=512:"], &serve)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("korvus serve starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let listening = lines.any(|l| l.is_ok_and(|l| l.starts_with("korvus serve: listening on ")));
+    let soft = soft_nofile(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening, "korvus serve never listened");
+    assert_eq!(soft, hard_nofile(), "korvus serve's soft limit");
+}
+
+/// Tries to push `X` into every terminal it can name (`TIOCSTI`), and
+/// prints which it could.
+const INJECT: &str = r#"
+for t in /dev/tty /dev/pts/*; do
+  if perl -e 'open(my $t, "+<", $ARGV[0]) or exit 1; ioctl($t, 0x5412, "X") or exit 2; exit 0' "$t" 2>/dev/null
+  then echo "inject $t=ok"; else echo "inject $t=denied"; fi
+done
+echo '# R' > report.md
+"#;
+
+#[test]
+fn under_a_terminal_an_agent_of_another_uid_cannot_inject_into_it() {
+    // Under root the agent runs as nobody; otherwise as korvus's own uid,
+    // which no more has this terminal as its controlling one.
+    let data = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(
+        data.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let agent = script(data.path(), "inject.sh", INJECT);
+    let mut run = korvus(data.path());
+    run.args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("inject");
+    let line = shell_line(&run);
+    // `script` gives korvus a pseudo-terminal as its controlling terminal.
+    let mut under_script = Command::new("script");
+    under_script.args(["-qec", &line, "/dev/null"]);
+    for (key, value) in run.get_envs() {
+        match value {
+            Some(v) => under_script.env(key, v),
+            None => under_script.env_remove(key),
+        };
+    }
+    let out = ok(&mut under_script);
+    let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+    assert!(log.contains("inject /dev/tty=denied"), "{log}");
+    assert!(
+        log.contains("inject /dev/pts/"),
+        "the agent saw ptys:\n{log}"
+    );
+    assert!(!log.contains("=ok"), "an agent injected input:\n{log}");
+}
+
+/// `cmd` as one shell-quoted line.
+fn shell_line(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy().replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

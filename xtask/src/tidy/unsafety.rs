@@ -1,0 +1,116 @@
+//! Unsafe code lives in one audited module: [`ALLOWED`]. The workspace
+//! lint is `unsafe_code = "deny"` (not `forbid`, so that module can allow
+//! it); this rule fails on `unsafe` — a block, a function, an impl or an
+//! `allow(unsafe_code)` — in any other Rust file of the repository.
+
+/// The one file that may contain `unsafe` (korvus-command's pre-exec hook:
+/// setsid, joining cgroups, the agent's open-file limit).
+pub(crate) const ALLOWED: &str = "crates/command/src/spawn.rs";
+
+/// Every file of `files` (path, text) other than [`ALLOWED`] with a line
+/// of code that uses `unsafe`, and the workspace lint when it is missing.
+pub(crate) fn violations(files: &[(String, String)], manifest: &str) -> Vec<String> {
+    let mut found: Vec<String> = files
+        .iter()
+        .filter(|(path, _)| path != ALLOWED)
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| uses_unsafe(line))
+                .map(move |(n, _)| {
+                    format!(
+                        "{path}:{}: unsafe code outside {ALLOWED}, the one audited module",
+                        n + 1
+                    )
+                })
+        })
+        .collect();
+    let denied = manifest.lines().any(|l| {
+        let l = l.trim();
+        l == "unsafe_code = \"deny\"" || l == "unsafe_code = \"forbid\""
+    });
+    if !denied {
+        found.push("Cargo.toml: [workspace.lints.rust] must deny unsafe_code".to_owned());
+    }
+    found
+}
+
+/// Whether `line`'s code (before any `//` comment, outside string
+/// literals as far as a line can tell) uses the `unsafe` keyword or
+/// allows the lint.
+fn uses_unsafe(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or_default();
+    let code = strip_strings(code);
+    code.contains("unsafe_code")
+        || code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == "unsafe")
+}
+
+/// `code` without the text of its `"…"` literals.
+fn strip_strings(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in code.chars() {
+        if in_string {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => escaped = false,
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINT: &str = "[workspace.lints.rust]\nunsafe_code = \"deny\"\n";
+
+    #[test]
+    fn unsafe_outside_the_audited_module_is_caught() {
+        let files = vec![
+            (
+                ALLOWED.to_owned(),
+                "unsafe { f() }\n#![allow(unsafe_code)]\n".to_owned(),
+            ),
+            (
+                "crates/a/src/lib.rs".to_owned(),
+                "fn f() {\n    unsafe { g() }\n}\n".to_owned(),
+            ),
+            (
+                "crates/b/src/lib.rs".to_owned(),
+                "#[allow(unsafe_code)]\nmod m;\n".to_owned(),
+            ),
+            (
+                "crates/c/tests/t.rs".to_owned(),
+                "unsafe fn h() {}\n".to_owned(),
+            ),
+        ];
+        let found = violations(&files, LINT);
+        assert_eq!(found.len(), 3, "{found:#?}");
+        assert!(found[0].starts_with("crates/a/src/lib.rs:2:"), "{found:?}");
+        assert!(found[1].starts_with("crates/b/src/lib.rs:1:"), "{found:?}");
+        assert!(found[2].starts_with("crates/c/tests/t.rs:1:"), "{found:?}");
+    }
+
+    #[test]
+    fn comments_strings_and_longer_words_are_not_unsafe() {
+        let text = "// unsafe here is prose\nlet s = \"unsafe\";\nlet unsafely = 1;\n/// `unsafe` in docs\n";
+        let found = violations(&[("crates/a/src/lib.rs".to_owned(), text.to_owned())], LINT);
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn a_workspace_without_the_lint_is_caught() {
+        let found = violations(&[], "[workspace.lints.rust]\nmissing_docs = \"warn\"\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
+}
