@@ -143,3 +143,124 @@ fn shell_line(cmd: &Command) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Whether this process may make throwaway users. Under `cargo xtask test`
+/// (`KORVUS_REQUIRE_SERVICES=1`) it must: the test fails otherwise.
+fn can_make_users() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "this test makes a throwaway user, which needs root; `cargo xtask test` must run as root"
+        );
+        eprintln!("skipped: making a throwaway user needs root");
+    }
+    root
+}
+
+/// A user made for one test, with a home of its own; deleted on drop.
+struct ThrowawayUser {
+    name: String,
+    home: tempfile::TempDir,
+}
+
+impl ThrowawayUser {
+    fn make() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_nanos();
+        let name = format!("kt{}{nanos:x}", std::process::id() % 10_000);
+        let home = tempfile::tempdir().expect("temp dir");
+        let status = Command::new("useradd")
+            .args(["-M", "-s", "/bin/sh", "-d"])
+            .arg(home.path())
+            .arg(&name)
+            .status()
+            .expect("useradd runs");
+        assert!(status.success(), "useradd {name} failed");
+        Self { name, home }
+    }
+
+    /// Writes `body` at `rel` beneath the home, owned by the user.
+    fn write(&self, rel: &str, body: &str) {
+        let path = self.home.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&path, body).expect("write");
+    }
+
+    /// Gives the whole tree at `dir` to the user.
+    fn own(&self, dir: &std::path::Path) {
+        let status = Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", self.name)])
+            .arg(dir)
+            .status()
+            .expect("chown runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
+
+#[test]
+fn not_root_an_agent_cannot_read_the_korvus_users_credentials_nor_signal_korvus() {
+    if !can_make_users() {
+        return;
+    }
+    let user = ThrowawayUser::make();
+    user.write(".pgpass", "db:5432:*:korvus:pg_secret\n");
+    user.write(
+        ".aws/credentials",
+        "[default]\naws_secret_access_key = aws_secret\n",
+    );
+    user.write(".ssh/id_ed25519", "ssh_secret\n");
+    user.write("notes.txt", "not a credential\n");
+    let home = user.home.path().display().to_string();
+    user.own(user.home.path());
+    std::fs::set_permissions(
+        user.home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let data = tempfile::tempdir().expect("temp dir");
+    let probe = format!(
+        r#"
+for f in .pgpass .aws/credentials .ssh/id_ed25519 notes.txt; do
+  if cat "{home}/$f" > "copy-$(basename $f)" 2>/dev/null; then echo "read $f=ok"; else echo "read $f=denied"; fi
+done
+if kill -USR2 $PPID 2>/dev/null; then echo kill=sent; else echo kill=denied; fi
+echo '# R' > report.md
+"#
+    );
+    let agent = script(data.path(), "creds.sh", &probe);
+    user.own(data.path());
+    let mut run = korvus(data.path());
+    run.args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("credentials");
+    let out = ok(&mut through(&["runuser", "-u", &user.name, "--"], &run));
+    let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+    for denied in [".pgpass", ".aws/credentials", ".ssh/id_ed25519"] {
+        assert!(
+            log.contains(&format!("read {denied}=denied")),
+            "{denied}:\n{log}"
+        );
+    }
+    assert!(
+        log.contains("read notes.txt=ok"),
+        "other files stay readable:\n{log}"
+    );
+    assert!(log.contains("kill=denied"), "{log}");
+    for secret in ["pg_secret", "aws_secret", "ssh_secret"] {
+        let found = Command::new("grep")
+            .args(["-r", secret])
+            .arg(data.path())
+            .status()
+            .expect("grep runs");
+        assert!(!found.success(), "{secret} reached the data dir");
+    }
+}

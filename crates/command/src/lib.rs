@@ -119,6 +119,6 @@ pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,
 };
-pub use crate::sandbox::{Sandbox, WRITABLE_DEVICES};
+pub use crate::sandbox::{Sandbox, CREDENTIAL_PATHS, WRITABLE_DEVICES};
 pub use crate::spawn::{raise_open_file_limit, OpenFileLimit};
 pub use crate::user::AgentUser;

@@ -230,7 +230,7 @@ impl CommandRunner {
             cmd,
             program,
             input,
-            &self.sandbox,
+            &self.sandbox.for_agent(self.agent_uid()),
             &scratch,
             ChildSetup::default(),
         )
@@ -338,6 +338,13 @@ impl CommandRunner {
             cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));
         }
         cmd
+    }
+
+    /// The uid the agent runs as.
+    fn agent_uid(&self) -> u32 {
+        self.user
+            .as_ref()
+            .map_or_else(|| rustix::process::geteuid().as_raw(), AgentUser::uid)
     }
 
     fn limits(&self) -> Limits {

@@ -44,6 +44,23 @@ pub const WRITABLE_DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
+/// Credential files and directories, relative to a user's home, that are
+/// private to an agent running as korvus's own uid (unless
+/// [`Sandbox::readable`] re-opens one or
+/// [`Sandbox::credentials_private`]`(false)` turns it off).
+pub const CREDENTIAL_PATHS: &[&str] = &[
+    ".pgpass",
+    ".aws",
+    ".ssh",
+    ".netrc",
+    ".git-credentials",
+    ".docker",
+    ".kube",
+    ".gnupg",
+    ".config/gcloud",
+    ".azure",
+];
+
 /// The newest Landlock ABI the sandbox uses. ABI 9 adds a right over
 /// connecting to UNIX sockets, which would cut agents off name services
 /// such as `systemd-resolved`; it is left unhandled until korvus offers a
@@ -56,7 +73,9 @@ const NEWEST_ABI: u8 = 8;
 /// The default ([`Sandbox::new`]) confines **writes** to the session's
 /// scratch dir (its private `HOME` and `TMPDIR` are inside it) and
 /// [`WRITABLE_DEVICES`]; reads stay open except beneath the paths declared
-/// [`private`](Sandbox::private). Where the kernel has no Landlock the
+/// [`private`](Sandbox::private) and, when the agent runs as korvus's own
+/// uid, beneath that user's [`CREDENTIAL_PATHS`] (found from the real home
+/// in the user database, not from `$HOME`). Where the kernel has no Landlock the
 /// program runs unconfined: a warning once per process and a note in every
 /// run's log say so, unless the policy is [`required`](Sandbox::required),
 /// which makes such a run fail instead.
@@ -67,6 +86,7 @@ pub struct Sandbox {
     writable: Vec<PathBuf>,
     readable: Vec<PathBuf>,
     private: Vec<PathBuf>,
+    credentials_private: bool,
     abi: u8,
 }
 
@@ -86,6 +106,7 @@ impl Sandbox {
             writable: Vec::new(),
             readable: Vec::new(),
             private: Vec::new(),
+            credentials_private: true,
             abi: NEWEST_ABI,
         }
     }
@@ -130,6 +151,39 @@ impl Sandbox {
     pub fn private(mut self, path: impl Into<PathBuf>) -> Self {
         self.private.push(path.into());
         self
+    }
+
+    /// Whether an agent running as korvus's own uid is denied reading the
+    /// [`CREDENTIAL_PATHS`] of that user's home (default `true`). An agent
+    /// of another uid ([`CommandRunner::run_as`](crate::CommandRunner::run_as))
+    /// is kept out by file modes instead, so nothing is added then.
+    pub fn credentials_private(mut self, private: bool) -> Self {
+        self.credentials_private = private;
+        self
+    }
+
+    /// This policy for an agent running as `uid`: with the credential
+    /// paths of that user's home private when `uid` is korvus's own.
+    pub(crate) fn for_agent(&self, uid: u32) -> Self {
+        let mut policy = self.clone();
+        let own = rustix::process::geteuid().as_raw();
+        if !self.enabled || !self.credentials_private || uid != own {
+            return policy;
+        }
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+            Ok(Some(user)) => {
+                for path in CREDENTIAL_PATHS {
+                    policy.private.push(user.dir.join(path));
+                }
+            }
+            Ok(None) | Err(_) => {
+                debug!(
+                    uid,
+                    "no home for the agent's uid; no credential path made private"
+                );
+            }
+        }
+        policy
     }
 
     /// The newest Landlock ABI to use (default: the newest this crate
@@ -446,6 +500,24 @@ mod tests {
         let real = std::fs::canonicalize(dir.path()).unwrap();
         assert_eq!(resolved(&dir.path().join("a/../b/c")), real.join("b/c"));
         assert_eq!(resolved(&dir.path().join("x.db")), real.join("x.db"));
+    }
+
+    #[test]
+    fn credential_paths_are_private_only_for_an_agent_of_korvuss_own_uid() {
+        let own = rustix::process::geteuid().as_raw();
+        let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(own))
+            .unwrap()
+            .expect("this process's user")
+            .dir;
+        let policy = Sandbox::new().for_agent(own);
+        for path in CREDENTIAL_PATHS {
+            assert!(policy.private.contains(&home.join(path)), "{path}");
+        }
+        let other = if own == 0 { 65534 } else { 0 };
+        assert!(Sandbox::new().for_agent(other).private.is_empty());
+        let off = Sandbox::new().credentials_private(false).for_agent(own);
+        assert!(off.private.is_empty());
+        assert!(Sandbox::disabled().for_agent(own).private.is_empty());
     }
 
     #[test]
