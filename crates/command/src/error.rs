@@ -49,6 +49,25 @@ pub enum CommandError {
         /// Why it is not in force.
         reason: String,
     },
+    /// The [`Limits`](crate::Limits) are
+    /// [`required`](crate::Limits::required) but the memory, task or CPU
+    /// limits could not be put in force (no writable cgroup); the program
+    /// was not started.
+    #[error("the agent's limits are required but not in force: {reason}")]
+    Limits {
+        /// Why they are not in force.
+        reason: String,
+    },
+    /// The run's processes went past their memory limit and were ended
+    /// together.
+    #[error("agent went past its memory limit; every process of the run was killed")]
+    MemoryExceeded,
+    /// The scratch dir went past its size limit; the run was stopped.
+    #[error("agent's scratch dir went past its size limit; every process of the run was killed")]
+    DiskQuotaExceeded,
+    /// The run printed nothing and used no CPU time for its stall limit.
+    #[error("agent stalled (no output and no CPU time for the stall limit); it was stopped")]
+    Stalled,
     /// The agent user ([`AgentUser::lookup`](crate::AgentUser::lookup))
     /// does not exist.
     #[error("unknown agent user {name}: {reason}")]
@@ -112,7 +131,8 @@ pub enum CommandError {
 impl CommandError {
     /// The exit reason this crate documents for the error (see
     /// `docs/command-runner.md`): `exit_code_<n>`, `signal_<n>`, `timeout`,
-    /// or `runner_failed` for the rest. The runner hands it to the session
+    /// `memory_exceeded`, `disk_quota_exceeded`, `stalled`, or
+    /// `runner_failed` for the rest. The runner hands it to the session
     /// as the [`RunError`](korvus_runner::RunError)'s exit reason and
     /// writes it into the log's last note.
     pub fn reason(&self) -> String {
@@ -120,6 +140,9 @@ impl CommandError {
             CommandError::Exited { code } => format!("exit_code_{code}"),
             CommandError::Signaled { signal } => format!("signal_{signal}"),
             CommandError::TimedOut { .. } => korvus_runner::exit::TIMEOUT.to_owned(),
+            CommandError::MemoryExceeded => korvus_runner::exit::MEMORY_EXCEEDED.to_owned(),
+            CommandError::DiskQuotaExceeded => korvus_runner::exit::DISK_QUOTA_EXCEEDED.to_owned(),
+            CommandError::Stalled => korvus_runner::exit::STALLED.to_owned(),
             _ => korvus_runner::exit::RUNNER_FAILED.to_owned(),
         }
     }

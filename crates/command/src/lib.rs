@@ -97,18 +97,26 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cgroup;
+mod enforce;
 mod env;
 mod error;
+mod limits;
 mod manifest;
+mod outcome;
 mod output;
 mod process;
 mod runner;
 mod sandbox;
 mod spawn;
 mod user;
+mod watch;
 
 pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
 pub use crate::error::CommandError;
+pub use crate::limits::{
+    Cpu, Limits, DEFAULT_MEMORY, DEFAULT_POLL, DEFAULT_SCRATCH, DEFAULT_STALL, DEFAULT_TASKS,
+};
 pub use crate::manifest::{
     ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,
 };

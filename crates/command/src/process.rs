@@ -7,6 +7,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_runner::exit;
@@ -21,9 +22,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::cgroup::{Peaks, RunCgroup};
 use crate::output::{Output, Sink, BATCH};
 use crate::sandbox::{self, Confinement, Sandbox};
 use crate::spawn::{self, ChildSetup};
+use crate::watch::{Hit, Watch};
 use crate::CommandError;
 
 /// The exit code that means "waiting for the user" (`EX_TEMPFAIL` from
@@ -38,11 +41,13 @@ pub(crate) enum Stop {
     Cancelled,
     /// The runner's own timeout expired.
     TimedOut,
+    /// The run went past one of its [`Limits`](crate::Limits).
+    Limit(Hit),
 }
 
 /// When the runner stops the program on its own, and how gently.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub(crate) struct Deadlines {
     /// The runner's own ceiling on the run, if any.
     pub(crate) timeout: Option<Duration>,
     /// Time between `SIGTERM` and `SIGKILL`.
@@ -54,7 +59,9 @@ pub(crate) struct Limits {
 #[derive(Debug)]
 pub(crate) struct Agent {
     // Declared before `child`, so dropped before it: if the run's future is
-    // dropped mid-run, the whole group is killed, not only the leader.
+    // dropped mid-run, every process of the run is killed (the cgroup's,
+    // wherever they went, then the group's), not only the leader.
+    cgroup: Option<Arc<RunCgroup>>,
     group: Group,
     child: Child,
     /// Resolves when the leader has exited but is not yet reaped.
@@ -76,6 +83,7 @@ impl Agent {
         sandbox: &Sandbox,
         scratch: &Path,
         mut setup: ChildSetup,
+        cgroup: Option<Arc<RunCgroup>>,
     ) -> Result<(Self, Confinement), CommandError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -102,6 +110,7 @@ impl Agent {
         info!(pid, program = %program, "agent started");
         let stdin = feed(child.stdin.take(), input);
         let agent = Self {
+            cgroup,
             group,
             child,
             exited: exited(pid),
@@ -109,6 +118,11 @@ impl Agent {
             program,
         };
         Ok((agent, confinement))
+    }
+
+    /// The run's cgroup, if it has one.
+    pub(crate) fn cgroup(&self) -> Option<&RunCgroup> {
+        self.cgroup.as_deref()
     }
 
     /// The id of the agent's process group (its leader's pid).
@@ -122,25 +136,47 @@ impl Agent {
     }
 
     /// Hands the program's output to `sink` until the leader exits. When
-    /// `cancelled` resolves or the timeout of `limits` expires, the group
-    /// gets `SIGTERM`, then `SIGKILL` after the grace. Returns why the
-    /// runner stopped the program, if it did.
+    /// `cancelled` resolves, the timeout of `limits` expires or the run
+    /// stalls, the group gets `SIGTERM`, then `SIGKILL` after the grace;
+    /// past its memory or scratch limit every process of the run is
+    /// killed at once. Returns why the runner stopped the program, if it
+    /// did.
     pub(crate) async fn pump(
         &mut self,
         output: &mut Output,
         sink: &mut Sink<'_>,
         cancelled: impl Future<Output = ()>,
-        limits: Limits,
+        limits: Deadlines,
+        watch: &mut Watch,
     ) -> Option<Stop> {
         tokio::pin!(cancelled);
         let deadline = limits.timeout.map(|t| Instant::now() + t);
         let mut stop: Option<Stop> = None;
         let mut kill_at: Option<Instant> = None;
+        let watching = watch.has_checks() || self.cgroup.is_some();
+        let mut tick = tokio::time::interval(watch.poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 chunk = output.recv(BATCH), if output.is_open() => {
                     if let Some(chunk) = chunk {
+                        watch.activity();
                         sink.take(chunk).await;
+                    }
+                }
+                _ = tick.tick(), if watching && stop.is_none() => {
+                    match watch.check(self.cgroup.as_deref()).await {
+                        Some(hit @ (Hit::Memory | Hit::Disk)) => {
+                            warn!(?hit, "agent past a limit; killing every process of the run");
+                            stop = Some(Stop::Limit(hit));
+                            self.kill_tree().await;
+                        }
+                        Some(Hit::Stall) => {
+                            warn!("agent stalled; stopping its process group");
+                            stop = Some(Stop::Limit(Hit::Stall));
+                            kill_at = Some(self.terminate(limits.kill_grace));
+                        }
+                        None => {}
                     }
                 }
                 _ = &mut self.exited => return stop,
@@ -169,10 +205,27 @@ impl Agent {
         Instant::now() + grace
     }
 
-    /// Kills what is left of the group — the leader is gone, and nothing of
-    /// its group may outlive it — then reaps the leader.
-    pub(crate) async fn reap(&mut self) -> Result<ExitStatus, CommandError> {
+    /// Kills every process of the run: its cgroup's (wherever they went),
+    /// its group's and, without a cgroup, its session's.
+    async fn kill_tree(&self) {
         self.group.signal(Signal::SIGKILL);
+        let cgroup = self.cgroup.clone();
+        let sid = self.group.pgid.as_raw();
+        let armed = self.group.armed;
+        let _ = tokio::task::spawn_blocking(move || match cgroup {
+            Some(cgroup) => cgroup.kill_all(),
+            // The leader is not yet reaped, so its session id is still
+            // the run's.
+            None if armed => kill_session(sid),
+            None => {}
+        })
+        .await;
+    }
+
+    /// Kills what is left of the run — the leader is gone, and nothing it
+    /// started may outlive it — then reaps the leader.
+    pub(crate) async fn reap(&mut self) -> Result<ExitStatus, CommandError> {
+        self.kill_tree().await;
         let status = self
             .child
             .wait()
@@ -184,6 +237,15 @@ impl Agent {
         // Reaped: the group id may belong to another process from now on.
         self.group.armed = false;
         status
+    }
+
+    /// Kills what is left in the run's cgroup, reads its peaks and removes
+    /// it.
+    pub(crate) async fn finish_cgroup(&mut self) -> Option<Peaks> {
+        let cgroup = self.cgroup.take()?;
+        tokio::task::spawn_blocking(move || cgroup.finish())
+            .await
+            .ok()
     }
 
     /// Stops feeding stdin (a program may exit without reading it all) and
@@ -273,6 +335,9 @@ pub(crate) fn classify(
         (Some(Stop::TimedOut), _, _) => Err(CommandError::TimedOut {
             after: timeout.unwrap_or_default(),
         }),
+        (Some(Stop::Limit(Hit::Memory)), _, _) => Err(CommandError::MemoryExceeded),
+        (Some(Stop::Limit(Hit::Disk)), _, _) => Err(CommandError::DiskQuotaExceeded),
+        (Some(Stop::Limit(Hit::Stall)), _, _) => Err(CommandError::Stalled),
         (None, Some(0), _) => Ok(exit::COMPLETED),
         (None, Some(AWAITING_USER_CODE), _) => Ok(exit::AWAITING_USER),
         (None, Some(code), _) => Err(CommandError::Exited { code }),
@@ -281,6 +346,22 @@ pub(crate) fn classify(
             program,
             source: std::io::Error::other(format!("unexpected exit status {status}")),
         }),
+    }
+}
+
+/// Kills every process of session `sid` still there (a run without a
+/// cgroup: what left the group but not the session).
+fn kill_session(sid: i32) {
+    for _ in 0..3 {
+        let members = crate::watch::session_members(sid);
+        if members.is_empty() {
+            return;
+        }
+        for pid in members {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
 }
 

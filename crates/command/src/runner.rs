@@ -4,25 +4,27 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
-use korvus_workspace::{AGENT_HOME, AGENT_TMP, REPORT_FILE};
+use korvus_workspace::{AGENT_HOME, AGENT_TMP};
 use tokio::process::Command;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
+use crate::enforce;
 use crate::env::{EnvPolicy, Inherit};
+use crate::limits::Limits;
 use crate::manifest::RunManifest;
+use crate::outcome::{conclude, failed, report_exists};
 use crate::output::{ExitDrain, Output, OutputCaps, Sink};
-use crate::process::{self, Agent, Limits};
-use crate::sandbox::{Confinement, Sandbox};
+use crate::process::{self, Agent, Deadlines, Stop};
+use crate::sandbox::Sandbox;
 use crate::spawn::ChildSetup;
 use crate::user::{self, AgentUser};
+use crate::watch::{Hit, Watch};
 use crate::CommandError;
 
 /// Default number of stderr lines kept (the last ones) and logged as notes.
@@ -56,6 +58,7 @@ pub struct CommandRunner {
     sandbox: Sandbox,
     user: Option<AgentUser>,
     drain: ExitDrain,
+    limits: Limits,
 }
 
 impl CommandRunner {
@@ -76,6 +79,7 @@ impl CommandRunner {
             sandbox: Sandbox::new(),
             user: None,
             drain: ExitDrain::default(),
+            limits: Limits::default(),
         }
     }
 
@@ -198,6 +202,19 @@ impl CommandRunner {
         self
     }
 
+    /// What one run may use of the host (default [`Limits::default`]:
+    /// memory 4 GiB, 1,024 tasks, scratch dir 10 GiB, stall 15 min, through
+    /// a cgroup of the run's own where one can be made).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits runs of this runner get.
+    pub fn run_limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// The program this runner starts.
     pub fn program(&self) -> &OsString {
         &self.program
@@ -224,59 +241,73 @@ impl CommandRunner {
         self.hand_over(&scratch).await?;
         let cmd = self.command(&ctx, &scratch, &manifest, &private, message.is_some());
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
-        let program = self.program.to_string_lossy().into_owned();
-
-        let (mut agent, confinement) = Agent::spawn(
-            cmd,
-            program,
-            input,
-            &self.sandbox.for_agent(self.agent_uid()),
-            &scratch,
-            ChildSetup::default(),
-        )
-        .await?;
-        // Beside the scratch dir, where the agent cannot write: if this
-        // process dies, `korvus_workspace::reap` stops the group from it.
-        if let Err(e) = korvus_workspace::record_agent(&scratch, agent.pgid()) {
-            debug!(error = %e, "agent process group not recorded");
-        }
+        let (mut agent, notes) = self.start(&ctx, &scratch, cmd, input).await?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
-        match confinement {
-            Confinement::NotEnforced(reason) => {
-                sink.note(format!(
-                    "sandbox not in force ({reason}): the agent ran without filesystem confinement"
-                ))
-                .await;
-            }
-            Confinement::Enforced { scoped: false, .. } => {
-                sink.note(
-                    "signals not confined: this kernel's Landlock has no scopes (ABI 6), so the \
-                     agent may signal processes of its user outside its own"
-                        .to_owned(),
-                )
-                .await;
-            }
-            _ => {}
+        for note in notes {
+            sink.note(note).await;
         }
-        let stop = agent
+        let mut watch = Watch::new(&self.limits, &scratch, agent.pgid());
+        let mut stop = agent
             .pump(
                 &mut output,
                 &mut sink,
                 ctx.cancel.cancelled(),
-                self.limits(),
+                self.deadlines(),
+                &mut watch,
             )
             .await;
+        if stop.is_none() && agent.cgroup().is_some_and(|c| c.oom_kills() > 0) {
+            // Killed for memory before a check saw it: the rest ends too.
+            stop = Some(Stop::Limit(Hit::Memory));
+        }
         let status = agent.reap().await;
         if let Err(e) = korvus_workspace::forget_agent(&scratch) {
             debug!(error = %e, "agent record not removed");
         }
         output.drain(&mut sink, self.drain).await;
+        let peaks = agent.finish_cgroup().await;
+        let used = peaks.and_then(|p| enforce::peaks_note(p, &self.limits));
         let program = agent.release().await;
         let status = status?;
         let result = process::classify(stop, status, self.timeout, program);
-        conclude(&scratch, sink, status, result).await
+        conclude(&scratch, sink, status, result, used).await
+    }
+
+    /// Places the run in its cgroup, starts the program confined and
+    /// records its group; returns the agent and the notes its start left
+    /// (what of the sandbox and the limits is not in force).
+    async fn start(
+        &self,
+        ctx: &RunContext,
+        scratch: &Path,
+        cmd: Command,
+        input: String,
+    ) -> Result<(Agent, Vec<String>), CommandError> {
+        let program = self.program.to_string_lossy().into_owned();
+        let (cgroup, limits_note) = enforce::place(&self.limits, ctx).await?;
+        let join = match &cgroup {
+            Some(c) => c.join_files().map_err(|source| CommandError::Spawn {
+                program: program.clone(),
+                source,
+            })?,
+            None => Vec::new(),
+        };
+        let setup = ChildSetup {
+            join,
+            ..ChildSetup::default()
+        };
+        let sandbox = self.sandbox.for_agent(self.agent_uid());
+        let (agent, confinement) =
+            Agent::spawn(cmd, program, input, &sandbox, scratch, setup, cgroup).await?;
+        // Beside the scratch dir, where the agent cannot write: if this
+        // process dies, `korvus_workspace::reap` stops the group from it.
+        if let Err(e) = korvus_workspace::record_agent(scratch, agent.pgid()) {
+            debug!(error = %e, "agent process group not recorded");
+        }
+        let notes = confinement.note().into_iter().chain(limits_note).collect();
+        Ok((agent, notes))
     }
 
     /// Hands the scratch dir over to the agent user, if there is one.
@@ -347,34 +378,12 @@ impl CommandRunner {
             .map_or_else(|| rustix::process::geteuid().as_raw(), AgentUser::uid)
     }
 
-    fn limits(&self) -> Limits {
-        Limits {
+    fn deadlines(&self) -> Deadlines {
+        Deadlines {
             timeout: self.timeout,
             kill_grace: self.kill_grace,
         }
     }
-}
-
-/// Logs how the program ended (the stderr tail and a summary note) and
-/// turns its exit reason into the run's outcome.
-async fn conclude(
-    scratch: &Path,
-    mut sink: Sink<'_>,
-    status: ExitStatus,
-    result: Result<&'static str, CommandError>,
-) -> Result<RunOutcome, CommandError> {
-    let author_finished = report_exists(scratch).await;
-    let summary = match &result {
-        Ok(reason) => format!("agent exited ({status}); exit reason {reason}"),
-        Err(e) => format!("{e} ({status}); exit reason {}", e.reason()),
-    };
-    info!(%summary, author_finished, "agent finished");
-    sink.finish(summary).await;
-    result.map(|reason| RunOutcome {
-        exit_reason: reason.into(),
-        author_finished,
-        counters: sink.into_counters(),
-    })
 }
 
 #[async_trait]
@@ -407,57 +416,6 @@ impl Runner for CommandRunner {
         let result = self.execute(ctx, Some(message)).await;
         failed(&log, result).await
     }
-}
-
-/// Turns a [`CommandError`] into the [`RunError`] the manager expects. An
-/// error raised before the program's output was closed with a note (no
-/// scratch dir, manifest, start, wait) gets its note here, so the log
-/// always says why a run failed.
-async fn failed(
-    log: &LogHandle,
-    result: Result<RunOutcome, CommandError>,
-) -> Result<RunOutcome, RunError> {
-    let e = match result {
-        Ok(outcome) => return Ok(outcome),
-        Err(e) => e,
-    };
-    let noted = matches!(
-        e,
-        CommandError::Exited { .. } | CommandError::Signaled { .. } | CommandError::TimedOut { .. }
-    );
-    let message = format!("{} (exit reason {})", error_chain(&e), e.reason());
-    if !noted {
-        let note = Event::now(EventKind::Note {
-            text: message.clone(),
-        });
-        if let Err(log_error) = log.append(&[note]).await {
-            warn!(error = %log_error, "failure note not logged");
-        }
-    }
-    let reason = e.reason();
-    Err(RunError::msg(message)
-        .with_exit_reason(reason)
-        .with_source(e))
-}
-
-/// An error and its sources, joined with `: `.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// Whether the author phase finished: [`REPORT_FILE`] is a regular file
-/// (not a symlink) at the scratch root.
-async fn report_exists(scratch: &Path) -> bool {
-    tokio::fs::symlink_metadata(scratch.join(REPORT_FILE))
-        .await
-        .is_ok_and(|m| m.is_file())
 }
 
 /// The agent's private `HOME` and `TMPDIR`, inside its scratch dir.

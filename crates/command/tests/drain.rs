@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use korvus_command::{ExitDrain, OutputCaps};
+use korvus_command::{ExitDrain, Limits, OutputCaps};
 use korvus_log::{EventKind, JsonlLog};
 use korvus_store::SessionStatus;
 
@@ -72,7 +72,10 @@ const TIGHT: ExitDrain = ExitDrain {
 /// `marker`) and checks the run ends within the drain's bounds with the
 /// cut noted; then kills what escaped.
 async fn escaped(script: &str, marker: &str) {
-    let h = harness_with(sh(script).exit_drain(TIGHT), |b| b).await;
+    // Without a cgroup (`Limits::none`): with one, nothing escapes the
+    // run's kill (see `limits.rs`), and the drain's bounds are for hosts
+    // without.
+    let h = harness_with(sh(script).exit_drain(TIGHT).limits(Limits::none()), |b| b).await;
     let started = Instant::now();
     let row = h.run("escape").await;
     let took = started.elapsed();

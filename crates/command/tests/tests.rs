@@ -8,5 +8,6 @@ mod drain;
 mod exit_codes;
 mod host;
 mod kill;
+mod limits;
 mod protocol;
 mod sandbox;

@@ -46,6 +46,14 @@ pub mod exit {
     /// outage, a pause of the process): it cancelled the run and stopped
     /// its agent itself, and the run landed what it had.
     pub const LEASE_LOST: &str = "lease_lost";
+    /// The run's processes used more memory than their limit (resident
+    /// plus swap, the whole process tree) and were ended together.
+    pub const MEMORY_EXCEEDED: &str = "memory_exceeded";
+    /// The run's scratch dir grew past its size limit; the run was stopped.
+    pub const DISK_QUOTA_EXCEEDED: &str = "disk_quota_exceeded";
+    /// The run printed nothing and its processes used no CPU time for
+    /// longer than the stall limit; the run was stopped.
+    pub const STALLED: &str = "stalled";
 }
 
 /// Why a run ended: a short, printable code such as `completed` or
@@ -121,6 +129,12 @@ impl ExitReason {
     pub const OWNER_LOST: Self = Self::known(exit::OWNER_LOST);
     /// [`exit::LEASE_LOST`].
     pub const LEASE_LOST: Self = Self::known(exit::LEASE_LOST);
+    /// [`exit::MEMORY_EXCEEDED`].
+    pub const MEMORY_EXCEEDED: Self = Self::known(exit::MEMORY_EXCEEDED);
+    /// [`exit::DISK_QUOTA_EXCEEDED`].
+    pub const DISK_QUOTA_EXCEEDED: Self = Self::known(exit::DISK_QUOTA_EXCEEDED);
+    /// [`exit::STALLED`].
+    pub const STALLED: Self = Self::known(exit::STALLED);
 
     /// A well-known reason; the constants above are the only callers and
     /// are valid by inspection (a unit test checks each).
@@ -281,6 +295,9 @@ mod tests {
             ExitReason::INVALID,
             ExitReason::OWNER_LOST,
             ExitReason::LEASE_LOST,
+            ExitReason::MEMORY_EXCEEDED,
+            ExitReason::DISK_QUOTA_EXCEEDED,
+            ExitReason::STALLED,
         ] {
             assert_eq!(ExitReason::new(known.as_str()).unwrap(), known);
         }

@@ -13,21 +13,21 @@
 //! of X themselves get no rule (a rule on a directory covers everything
 //! beneath it), so they stay walkable but not listable.
 
+mod rules;
+
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-use rustix::fs::{FileType, Mode, OFlags};
 use tokio::process::{Child, Command};
 use tracing::{debug, warn};
 
+use self::rules::{resolved, Rules};
 use crate::CommandError;
 
 /// Device files an agent may open for writing: the null and zero
@@ -259,6 +259,24 @@ pub(crate) enum Confinement {
     NotEnforced(String),
 }
 
+impl Confinement {
+    /// The note a run's log gets about what of the sandbox is not in
+    /// force, if anything.
+    pub(crate) fn note(&self) -> Option<String> {
+        match self {
+            Confinement::NotEnforced(reason) => Some(format!(
+                "sandbox not in force ({reason}): the agent ran without filesystem confinement"
+            )),
+            Confinement::Enforced { scoped: false, .. } => Some(
+                "signals not confined: this kernel's Landlock has no scopes (ABI 6), so the \
+                 agent may signal processes of its user outside its own"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// Restricts the calling thread by `policy`, with `scratch` writable.
 /// Never fails: an error leaves the thread unrestricted and says why.
 pub(crate) fn confine(policy: &Sandbox, scratch: &Path) -> Confinement {
@@ -381,126 +399,9 @@ fn kernel_scopes() -> bool {
     })
 }
 
-/// Open `O_PATH` descriptors and the rights granted beneath each.
-#[derive(Default)]
-struct Rules(Vec<(OwnedFd, BitFlags<AccessFs>)>);
-
-impl Rules {
-    /// Grants `access` beneath `path`, following symlinks (the caller named
-    /// it). A missing path grants nothing.
-    fn grant(&mut self, path: &Path, access: BitFlags<AccessFs>) {
-        match rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => self.push(fd, access),
-            Err(e) => debug!(path = %path.display(), error = %e, "sandbox: path not granted"),
-        }
-    }
-
-    /// Grants `access` on every entry of the filesystem that is not beneath
-    /// a path of `private`: the siblings along each private path's
-    /// ancestors. Symlinks get no rule of their own (their targets are
-    /// judged where they lie), so none can lead into a private path.
-    fn grant_outside(&mut self, private: &BTreeSet<PathBuf>, access: BitFlags<AccessFs>) {
-        let mut dirs = vec![PathBuf::from("/")];
-        while let Some(dir) = dirs.pop() {
-            let Ok(fd) = rustix::fs::open(
-                &dir,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) else {
-                continue;
-            };
-            let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
-                }
-                let path = dir.join(std::ffi::OsStr::from_bytes(name));
-                if private.contains(&path) {
-                    continue;
-                }
-                if private.iter().any(|p| p.starts_with(&path)) {
-                    dirs.push(path);
-                    continue;
-                }
-                let Ok(child) = rustix::fs::openat(
-                    &fd,
-                    entry.file_name(),
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                ) else {
-                    continue;
-                };
-                self.push(child, access);
-            }
-        }
-    }
-
-    /// Keeps `fd` with the part of `access` its file type takes; a symlink
-    /// gets nothing.
-    fn push(&mut self, fd: OwnedFd, access: BitFlags<AccessFs>) {
-        let Ok(stat) = rustix::fs::fstat(fd.as_fd()) else {
-            return;
-        };
-        let access = match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Symlink => return,
-            FileType::Directory => access,
-            _ => access & AccessFs::from_file(ABI::V8),
-        };
-        if !access.is_empty() {
-            self.0.push((fd, access));
-        }
-    }
-}
-
-/// `path` made absolute with its existing part's symlinks resolved, so it
-/// compares with the paths the walk from `/` meets.
-fn resolved(path: &Path) -> PathBuf {
-    let path = normal(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
-    let mut existing = path.as_path();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                existing = parent;
-            }
-            _ => return path,
-        }
-    }
-}
-
-/// `path` with `.` and `..` folded away lexically.
-fn normal(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_missing_private_path_resolves_beneath_its_real_parent() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::fs::canonicalize(dir.path()).unwrap();
-        assert_eq!(resolved(&dir.path().join("a/../b/c")), real.join("b/c"));
-        assert_eq!(resolved(&dir.path().join("x.db")), real.join("x.db"));
-    }
 
     #[test]
     fn credential_paths_are_private_only_for_an_agent_of_korvuss_own_uid() {

@@ -1,0 +1,203 @@
+//! Watching a run against its [`Limits`] while it runs: the cgroup's
+//! out-of-memory kills, the scratch dir's allocated size, and the stall
+//! clock (no output line and no CPU time used). Also the processes of the
+//! agent's session, for runs without a cgroup.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::cgroup::RunCgroup;
+use crate::limits::Limits;
+
+/// A limit the run went past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hit {
+    /// The kernel killed a process of the run for memory.
+    Memory,
+    /// The scratch dir grew past its limit.
+    Disk,
+    /// No output and no CPU time for the stall limit.
+    Stall,
+}
+
+/// The checks of one run, every [`Limits::poll`].
+#[derive(Debug)]
+pub(crate) struct Watch {
+    scratch: PathBuf,
+    scratch_limit: Option<u64>,
+    stall: Option<Duration>,
+    pub(crate) poll: Duration,
+    /// The agent's session id (its leader's pid).
+    sid: i32,
+    last_activity: Instant,
+    last_cpu: Option<u64>,
+}
+
+impl Watch {
+    pub(crate) fn new(limits: &Limits, scratch: &Path, sid: i32) -> Self {
+        Self {
+            scratch: scratch.to_path_buf(),
+            scratch_limit: limits.scratch,
+            stall: limits.stall,
+            poll: limits.poll,
+            sid,
+            last_activity: Instant::now(),
+            last_cpu: None,
+        }
+    }
+
+    /// Whether there is anything to check without a cgroup.
+    pub(crate) fn has_checks(&self) -> bool {
+        self.scratch_limit.is_some() || self.stall.is_some()
+    }
+
+    /// The agent printed something.
+    pub(crate) fn activity(&mut self) {
+        self.last_activity = Instant::now();
+    }
+
+    /// One round of checks; the first limit the run is past, if any.
+    pub(crate) async fn check(&mut self, cgroup: Option<&RunCgroup>) -> Option<Hit> {
+        if cgroup.is_some_and(|c| c.oom_kills() > 0) {
+            return Some(Hit::Memory);
+        }
+        if let Some(limit) = self.scratch_limit {
+            let dir = self.scratch.clone();
+            let size = tokio::task::spawn_blocking(move || allocated(&dir))
+                .await
+                .unwrap_or(0);
+            if size > limit {
+                tracing::warn!(size, limit, "scratch dir past its limit; stopping the run");
+                return Some(Hit::Disk);
+            }
+        }
+        let stall = self.stall?;
+        let cpu = match cgroup.and_then(RunCgroup::cpu_usage) {
+            Some(used) => Some(u64::try_from(used.as_micros()).unwrap_or(u64::MAX)),
+            None => {
+                let sid = self.sid;
+                tokio::task::spawn_blocking(move || session_cpu(sid))
+                    .await
+                    .ok()
+            }
+        };
+        if cpu != self.last_cpu {
+            self.last_cpu = cpu;
+            self.activity();
+        }
+        (self.last_activity.elapsed() >= stall).then_some(Hit::Stall)
+    }
+}
+
+/// The bytes allocated beneath `dir` (blocks, not apparent sizes; each
+/// hard-linked file once; symlinks not followed).
+pub(crate) fn allocated(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut linked: HashSet<(u64, u64)> = HashSet::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.nlink() > 1 && !meta.is_dir() && !linked.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    total
+}
+
+/// The processes of session `sid`, from `/proc`.
+pub(crate) fn session_members(sid: i32) -> Vec<i32> {
+    proc_stats()
+        .filter(|s| s.session == sid)
+        .map(|s| s.pid)
+        .collect()
+}
+
+/// CPU time (in clock ticks) used by session `sid`'s processes and the
+/// children they reaped.
+fn session_cpu(sid: i32) -> u64 {
+    proc_stats()
+        .filter(|s| s.session == sid)
+        .map(|s| s.ticks)
+        .sum()
+}
+
+struct ProcStat {
+    pid: i32,
+    session: i32,
+    ticks: u64,
+}
+
+fn proc_stats() -> impl Iterator<Item = ProcStat> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let text = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            parse_stat(pid, &text)
+        })
+}
+
+/// Fields of `/proc/<pid>/stat` after the command name (which may hold
+/// spaces and parentheses, so the last `)` ends it): session is the 4th,
+/// utime, stime, cutime and cstime the 12th to 15th.
+fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let session = fields.get(3)?.parse().ok()?;
+    let ticks = fields
+        .get(11..15)?
+        .iter()
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Some(ProcStat {
+        pid,
+        session,
+        ticks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_with_a_strange_name_parses() {
+        let line = "42 (a b) c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 5 0 0";
+        let s = parse_stat(42, line).expect("parsed");
+        assert_eq!((s.pid, s.session, s.ticks), (42, 42, 13));
+    }
+
+    #[test]
+    fn allocated_counts_blocks_and_hard_links_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![1u8; 1 << 20]).unwrap();
+        std::fs::hard_link(dir.path().join("a"), dir.path().join("b")).unwrap();
+        let size = allocated(dir.path());
+        assert!((1 << 20..2 << 20).contains(&size), "{size}");
+    }
+
+    #[test]
+    fn this_process_is_in_its_session() {
+        let sid = rustix::process::getsid(None)
+            .unwrap()
+            .as_raw_nonzero()
+            .get();
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert!(session_members(sid).contains(&me));
+    }
+}
