@@ -1,12 +1,13 @@
 //! How the CLI confines agents: the filesystem sandbox with the data dir's
-//! own files private, and an unprivileged agent user when korvus runs as
-//! root.
+//! own files private, an unprivileged agent user when korvus runs as
+//! root, and the per-run limits.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use korvus_command::{AgentUser, CommandRunner, Sandbox};
 
 use crate::compose::Backends;
+use crate::limits::LimitArgs;
 
 /// The user agents run as when korvus runs as root and `--agent-user` is
 /// not given.
@@ -24,6 +25,8 @@ pub(crate) struct ConfineArgs {
     /// `nobody`; give `--agent-user root` to keep root.
     #[arg(long, value_name = "USER")]
     pub(crate) agent_user: Option<String>,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
 }
 
 impl ConfineArgs {
@@ -40,6 +43,7 @@ impl ConfineArgs {
         } else {
             runner.sandbox(sandbox(backends))
         };
+        let runner = runner.limits(self.limits.limits());
         let user = self.agent_user()?;
         let runs_as = user.clone().unwrap_or_else(current_user);
         let program = std::path::Path::new(runner.program());

@@ -24,6 +24,7 @@ mod compose;
 mod confine;
 mod demo;
 mod inspect;
+mod limits;
 mod serve;
 mod session;
 mod sweep;

@@ -264,3 +264,58 @@ echo '# R' > report.md
         assert!(!found.success(), "{secret} reached the data dir");
     }
 }
+
+#[test]
+fn limit_flags_reach_the_run_and_bad_ones_are_usage_errors() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let hog = script(
+        data.path(),
+        "hog.sh",
+        "echo kept > before.txt\npython3 -c \"x = b'x' * (512 << 20)\"\nsleep 30\n",
+    );
+    let out = crate::support::output(
+        korvus(data.path())
+            .args([
+                "run",
+                "--memory-limit",
+                "128MiB",
+                "--agent",
+                "sh",
+                "--agent-arg",
+            ])
+            .arg(&hog)
+            .arg("hog"),
+    );
+    let stdout = crate::support::stdout(&out);
+    assert!(!out.status.success(), "{stdout}");
+    let ls = ok(korvus(data.path()).args(["ls"]));
+    if nix::unistd::geteuid().is_root() {
+        assert!(ls.contains("memory_exceeded"), "{ls}\n{stdout}");
+    }
+    let bad = crate::support::output(korvus(data.path()).args([
+        "run",
+        "--memory-limit",
+        "4parsecs",
+        "--agent",
+        "true",
+        "x",
+    ]));
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "{}",
+        crate::support::stderr(&bad)
+    );
+    assert!(crate::support::stderr(&bad).contains("4parsecs"));
+    for command in ["reopen", "demo", "serve"] {
+        let help = ok(korvus(data.path()).args([command, "--help"]));
+        for flag in [
+            "--memory-limit",
+            "--task-limit",
+            "--scratch-limit",
+            "--stall-timeout",
+        ] {
+            assert!(help.contains(flag), "{command} {flag}");
+        }
+    }
+}
