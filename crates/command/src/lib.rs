@@ -21,7 +21,9 @@
 //! On cancellation (`ctx.cancel`) and on the runner's own
 //! [`timeout`](CommandRunner::timeout), the whole process group gets
 //! `SIGTERM`, then `SIGKILL` after a grace period; when the program exits,
-//! anything left in its group is killed too, so no grandchild outlives a run.
+//! anything left in its group and in its cgroup is killed too, so no
+//! grandchild or daemon outlives a run. [`Limits`] bound each run's memory,
+//! tasks, CPU, scratch size and silence.
 //!
 //! The contract — [`Runner`](korvus_runner::Runner), `RunContext`, exit
 //! reasons — is `korvus-runner`; this crate depends on it and on the seams
@@ -41,10 +43,17 @@
 //!   turns lines into log events and usage counters, and the bounded
 //!   stderr tail.
 //! - `env.rs`: the [`EnvPolicy`] (which variables the agent gets).
-//! - `sandbox.rs`: the [`Sandbox`] (Landlock): writes confined to the
-//!   scratch dir, reads denied beneath private paths; a short-lived
-//!   thread restricts itself and spawns the agent, so the embedding
-//!   process is never restricted.
+//! - `sandbox/`: the [`Sandbox`] (Landlock): writes confined to the
+//!   scratch dir, reads denied beneath private paths (and korvus's own
+//!   [`CREDENTIAL_PATHS`]), signals scoped to the agent's domain; a
+//!   short-lived thread restricts itself and spawns the agent, so the
+//!   embedding process is never restricted. `rules.rs` builds the rules.
+//! - `limits.rs`: the [`Limits`] policy (memory, tasks, CPU, scratch size,
+//!   stall); `cgroup/`: a run's own cgroup (v2 or v1: found, limited,
+//!   read, emptied, removed); `enforce.rs`: placing a run and its notes;
+//!   `watch.rs`: the checks while it runs.
+//! - `outcome.rs`: the run's summary note and the failure note of an
+//!   error.
 //! - `user.rs`: the [`AgentUser`] an agent may run as, and handing the
 //!   scratch dir over to it.
 //! - `spawn.rs`: what the child does between `fork` and `exec` (a new
