@@ -33,6 +33,9 @@ pub(crate) struct Watch {
     sid: i32,
     last_activity: Instant,
     last_cpu: Option<u64>,
+    /// When the scratch dir is walked next: a walk that took `d` waits at
+    /// least `10 × d`, so a huge tree costs at most a tenth of a core.
+    next_walk: Instant,
 }
 
 impl Watch {
@@ -45,6 +48,7 @@ impl Watch {
             sid,
             last_activity: Instant::now(),
             last_cpu: None,
+            next_walk: Instant::now(),
         }
     }
 
@@ -63,11 +67,16 @@ impl Watch {
         if cgroup.is_some_and(|c| c.oom_kills() > 0) {
             return Some(Hit::Memory);
         }
-        if let Some(limit) = self.scratch_limit {
+        if let Some(limit) = self
+            .scratch_limit
+            .filter(|_| Instant::now() >= self.next_walk)
+        {
             let dir = self.scratch.clone();
+            let started = Instant::now();
             let size = tokio::task::spawn_blocking(move || allocated(&dir))
                 .await
                 .unwrap_or(0);
+            self.next_walk = Instant::now() + started.elapsed() * 10;
             if size > limit {
                 tracing::warn!(size, limit, "scratch dir past its limit; stopping the run");
                 return Some(Hit::Disk);
