@@ -170,20 +170,28 @@ async fn a_full_scratch_dir_ends_disk_quota_exceeded_within_a_poll() {
         sh("echo kept > before.txt; dd if=/dev/zero of=big bs=1M count=100 2>/dev/null; sleep 30")
             .limits(fast().scratch(Some(64 << 20)));
     let h = harness(runner).await;
-    let started = Instant::now();
-    let row = h.run("fill").await;
-    assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
-    assert_eq!(reason(&row), exit::DISK_QUOTA_EXCEEDED);
+    let took = ends_failed_keeping_its_file(&h, exit::DISK_QUOTA_EXCEEDED).await;
     assert!(
-        started.elapsed() < Duration::from_secs(25),
-        "the sleep was cut"
+        took < Duration::from_secs(25),
+        "the sleep was cut: {took:?}"
     );
+    h.stop().await;
+}
+
+/// Runs a session to its end and checks it ended `failed` / `reason`
+/// with `before.txt` harvested; returns how long it took.
+async fn ends_failed_keeping_its_file(h: &Harness, reason_: &str) -> Duration {
+    let started = Instant::now();
+    let row = h.run("limit").await;
+    let took = started.elapsed();
+    assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
+    assert_eq!(reason(&row), reason_);
     let artifacts = h.store_artifacts(row.id).await;
     assert!(
         artifacts.contains(&"before.txt".to_owned()),
         "{artifacts:?}"
     );
-    h.stop().await;
+    took
 }
 
 #[tokio::test]
@@ -191,18 +199,9 @@ async fn a_silent_idle_agent_ends_stalled() {
     let runner = sh("echo started; echo kept > before.txt; sleep 60")
         .limits(fast().stall(Some(Duration::from_secs(2))));
     let h = harness(runner).await;
-    let started = Instant::now();
-    let row = h.run("stall").await;
-    assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
-    assert_eq!(reason(&row), exit::STALLED);
-    let took = started.elapsed();
+    let took = ends_failed_keeping_its_file(&h, exit::STALLED).await;
     assert!(took >= Duration::from_secs(2), "{took:?}");
     assert!(took < Duration::from_secs(30), "{took:?}");
-    let artifacts = h.store_artifacts(row.id).await;
-    assert!(
-        artifacts.contains(&"before.txt".to_owned()),
-        "{artifacts:?}"
-    );
     h.stop().await;
 }
 

