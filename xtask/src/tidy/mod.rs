@@ -4,6 +4,8 @@
 //!   table; heavy drivers only where allowed (read from `cargo metadata`).
 //! - [`codemap`]: every workspace member has an entry in
 //!   `docs/architecture.md`'s code map.
+//! - [`codefiles`]: the Rust files `docs/architecture.md` quotes exist,
+//!   and an entry that lists its crate's files lists all of them.
 //! - [`protocol`]: the agent protocol's names in the code are shown in
 //!   `docs/command-runner.md`.
 //! - [`outside`]: the docs refer to nothing outside the repository.
@@ -24,6 +26,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 mod audited;
+mod codefiles;
 mod codemap;
 mod examples;
 mod layers;
@@ -137,6 +140,14 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
         &read("docs/command-runner.md")?,
     ));
     found.extend(outside::violations(&outside::read_docs(root)?));
+    let rust_files: Vec<String> = all_rust_sources(root)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    found.extend(codefiles::violations(
+        &read("docs/architecture.md")?,
+        &rust_files,
+    ));
     found.extend(size::violations(&library_sources(root)?));
     found.extend(audited::violations(
         &all_rust_sources(root)?,
