@@ -12,6 +12,8 @@
 //! - [`size`]: no library source file over 500 lines.
 //! - [`examples`]: code blocks the docs mark as an example are the
 //!   example files CI builds, exactly.
+//! - [`cycles`]: no import cycle between the files of a crate's `src/`
+//!   (but the known ones R2 removes).
 //! - [`audited`]: `unsafe` only in the one audited module.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
@@ -28,6 +30,7 @@ use serde_json::Value;
 mod audited;
 mod codefiles;
 mod codemap;
+mod cycles;
 mod examples;
 mod layers;
 mod outside;
@@ -148,7 +151,9 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
         &read("docs/architecture.md")?,
         &rust_files,
     ));
-    found.extend(size::violations(&library_sources(root)?));
+    let library = library_sources(root)?;
+    found.extend(size::violations(&library));
+    found.extend(cycles::violations(&library));
     found.extend(audited::violations(
         &all_rust_sources(root)?,
         &read("Cargo.toml")?,
