@@ -187,48 +187,30 @@ fn imports(text: &str, module: &str) -> Vec<Vec<String>> {
             statement.push_str(line.trim());
         }
         if let Some(done) = statement.strip_suffix(';') {
-            let base: Vec<String> = if let Some(rest) = done.strip_prefix("crate::") {
-                expand(rest)
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .concat_paths(&[])
-            } else if let Some(rest) = done.strip_prefix("super::") {
-                let mut parent: Vec<String> = module.split("::").map(str::to_owned).collect();
-                parent.pop();
-                expand(rest)
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .concat_paths(&parent)
-            } else {
-                Vec::new()
-            };
-            out.extend(
-                base.into_iter()
-                    .map(|p| p.split("::").map(str::to_owned).collect()),
-            );
+            let (prefix, rest): (Vec<&str>, Option<&str>) =
+                if let Some(rest) = done.strip_prefix("crate::") {
+                    (Vec::new(), Some(rest))
+                } else if let Some(rest) = done.strip_prefix("super::") {
+                    let mut parent: Vec<&str> = module.split("::").collect();
+                    parent.pop();
+                    (parent, Some(rest))
+                } else {
+                    (Vec::new(), None)
+                };
+            for path in rest.map(expand).unwrap_or_default() {
+                let segments = prefix
+                    .iter()
+                    .copied()
+                    .chain(path.split("::"))
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                out.push(segments);
+            }
             statement.clear();
         }
     }
     out
-}
-
-trait ConcatPaths {
-    fn concat_paths(self, prefix: &[String]) -> Vec<String>;
-}
-
-impl ConcatPaths for Vec<String> {
-    fn concat_paths(self, prefix: &[String]) -> Vec<String> {
-        self.into_iter()
-            .map(|p| {
-                let mut all: Vec<String> = prefix.to_vec();
-                all.push(p);
-                all.into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("::")
-            })
-            .collect()
-    }
 }
 
 /// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e` (`self` and
