@@ -139,29 +139,42 @@ echo '# ok' > report.md"#
     )
 }
 
-#[tokio::test]
-async fn a_fork_loop_never_exceeds_its_task_limit() {
-    if !cgroups() {
-        return;
-    }
+/// Starts `n` sleepers under `limits` (whose task limit is `limit`): fewer
+/// than `limit` start, the cgroup's peak stays within it, and none is left
+/// after the run.
+async fn stays_within(n: u32, limit: u64, limits: Limits) {
     let arg = unique_sleep();
-    let h = harness(sh(&sleepers(200, &arg)).limits(fast().tasks(Some(64)))).await;
-    let row = h.run("forks").await;
+    let h = harness(sh(&sleepers(n, &arg)).limits(limits)).await;
+    let row = h.run("sleepers").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
     let texts = h.texts(row.id).await;
     let started = texts
         .iter()
         .find_map(|t| number_after(t, "started "))
         .unwrap_or_else(|| panic!("{texts:?}"));
-    assert!(started < 64, "{started} sleepers under a limit of 64");
+    assert!(
+        started < limit,
+        "{started} sleepers under a limit of {limit}"
+    );
     let note = summary(&h, &row).await;
     let peak = number_after(&note, "tasks peak ").unwrap_or_else(|| panic!("{note}"));
-    assert!(peak <= 64, "{note}");
+    assert!(
+        peak <= limit && note.contains(&format!("of {limit}")),
+        "{note}"
+    );
     eventually("the sleepers are gone", || {
         !running(&format!("sleep {arg}"))
     })
     .await;
     h.stop().await;
+}
+
+#[tokio::test]
+async fn a_fork_loop_never_exceeds_its_task_limit() {
+    if !cgroups() {
+        return;
+    }
+    stays_within(200, 64, fast().tasks(Some(64))).await;
 }
 
 #[tokio::test]
@@ -221,24 +234,7 @@ async fn by_default_three_thousand_sleepers_never_exceed_1024_tasks() {
     if !cgroups() {
         return;
     }
-    let arg = unique_sleep();
-    let h = harness(sh(&sleepers(3000, &arg))).await;
-    let row = h.run("sleepers").await;
-    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
-    let texts = h.texts(row.id).await;
-    let started = texts
-        .iter()
-        .find_map(|t| number_after(t, "started "))
-        .unwrap_or_else(|| panic!("{texts:?}"));
-    assert!(started < 1024, "{started}");
-    let note = summary(&h, &row).await;
-    let peak = number_after(&note, "tasks peak ").unwrap_or_else(|| panic!("{note}"));
-    assert!(peak <= 1024 && note.contains("of 1024"), "{note}");
-    eventually("the sleepers are gone", || {
-        !running(&format!("sleep {arg}"))
-    })
-    .await;
-    h.stop().await;
+    stays_within(3000, 1024, Limits::default()).await;
 }
 
 #[tokio::test]
