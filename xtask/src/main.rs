@@ -70,7 +70,9 @@ fn test(args: &[String]) -> Result<()> {
     });
     let running = services::start_all()?;
     let mut cmd = cargo();
-    cmd.arg("test");
+    // Every test binary runs even after one fails, so one CI run reports
+    // every failure.
+    cmd.args(["test", "--no-fail-fast"]);
     if !selects_packages {
         cmd.arg("--workspace");
     }
