@@ -12,7 +12,7 @@ use anyhow::{bail, Result};
 use korvus_blob::MemoryBlobStore;
 use korvus_runner::testing::ScriptRunner;
 use korvus_session::{CreateSession, ExitReason, Manager, RunOutcome};
-use korvus_store::{Counters, NewIncident, Store};
+use korvus_store::{CoordinatedStore, Counters, NewIncident};
 use korvus_store_sql::{migrate, open_sqlite, PgStore, SqliteStore};
 use tokio::sync::mpsc;
 
@@ -38,7 +38,7 @@ fn waits_for_cancel(fired: mpsc::UnboundedSender<Instant>) -> ScriptRunner {
 
 /// Milliseconds from `cancel` on `by` to the token of a run on `runs`.
 async fn one(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn CoordinatedStore>,
     runs: &Manager,
     by: &Manager,
     fired: &mut mpsc::UnboundedReceiver<Instant>,
@@ -73,7 +73,7 @@ async fn one(
 
 async fn measure(
     name: &str,
-    store: Arc<dyn Store>,
+    store: Arc<dyn CoordinatedStore>,
     runs: usize,
     p99_max_ms: f64,
     how: &str,

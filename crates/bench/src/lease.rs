@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use korvus_blob::MemoryBlobStore;
 use korvus_runner::testing::ScriptRunner;
 use korvus_session::{CreateSession, ExitReason, Manager, RunOutcome};
-use korvus_store::{Counters, NewIncident, SessionStatus, Store};
+use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
 use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteStore};
 use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
 
@@ -42,7 +42,7 @@ fn parks() -> ScriptRunner {
     })
 }
 
-fn replica(store: Arc<dyn Store>, ttl: Duration, period: Duration) -> Manager {
+fn replica(store: Arc<dyn CoordinatedStore>, ttl: Duration, period: Duration) -> Manager {
     Manager::builder(store, Arc::new(parks()))
         .blob_store(Arc::new(MemoryBlobStore::new()))
         .cancel_poll(Duration::from_secs(3600))
@@ -69,7 +69,7 @@ fn freeze(frozen: &FaultStore) {
 
 /// Milliseconds from freezing the replica that runs a session to its
 /// terminal row, written by `reaper`'s manager.
-async fn one_orphan(store: &Arc<dyn Store>, jitter: Duration) -> Result<f64> {
+async fn one_orphan(store: &Arc<dyn CoordinatedStore>, jitter: Duration) -> Result<f64> {
     let frozen = Arc::new(FaultStore::new(Arc::clone(store)));
     let a = replica(frozen.clone(), TTL, PERIOD);
     let incident = store
@@ -109,7 +109,7 @@ async fn one_orphan(store: &Arc<dyn Store>, jitter: Duration) -> Result<f64> {
     Ok(ms)
 }
 
-async fn orphans(name: &str, store: Arc<dyn Store>, runs: usize) -> Result<Vec<Row>> {
+async fn orphans(name: &str, store: Arc<dyn CoordinatedStore>, runs: usize) -> Result<Vec<Row>> {
     // The surviving replica: healthy for a full ttl before it reaps.
     let b = replica(Arc::clone(&store), TTL, PERIOD);
     tokio::time::sleep(TTL + PERIOD).await;
@@ -164,7 +164,7 @@ pub(crate) async fn orphan_latency(b: &mut Bench) -> Result<Vec<Row>> {
 /// manager, counted from PostgreSQL's statement log over `periods` periods.
 async fn heartbeats(b: &mut Bench, db: &Db, live: usize, periods: u32) -> Result<f64> {
     let pool = db.counted_pool(8).await?;
-    let store: Arc<dyn Store> = Arc::new(PgStore::new(pool.clone()));
+    let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(pool.clone()));
     let period = Duration::from_millis(250);
     let manager = Manager::builder(Arc::clone(&store), Arc::new(parks()))
         .blob_store(Arc::new(MemoryBlobStore::new()))

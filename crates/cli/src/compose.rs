@@ -10,7 +10,7 @@ use korvus_blob::{BlobKey, BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_log::TurnLog;
 use korvus_session::{Manager, Runner};
-use korvus_store::Store;
+use korvus_store::CoordinatedStore;
 use korvus_store_sql::{
     migrate, open_sqlite, PgLog, PgPool, PgStore, SqliteLog, SqlitePool, SqliteStore,
 };
@@ -23,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The backends one invocation works on, and where they keep things.
 pub(crate) struct Backends {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn CoordinatedStore>,
     pub(crate) logs: Arc<dyn TurnLog>,
     pub(crate) blobs: Arc<dyn BlobStore>,
     /// The data dir (absolute).
@@ -53,7 +53,7 @@ impl Backends {
             .with_context(|| format!("cannot open the data dir {}", global.data_dir.display()))?;
         let mut places = Vec::new();
 
-        let (store, logs, pools): (Arc<dyn Store>, Arc<dyn TurnLog>, Pools) =
+        let (store, logs, pools): (Arc<dyn CoordinatedStore>, Arc<dyn TurnLog>, Pools) =
             match global.database_url.as_deref().filter(|u| !u.is_empty()) {
                 None => {
                     let db = data_dir.join("korvus.db");

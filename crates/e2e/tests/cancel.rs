@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use korvus_blob::MemoryBlobStore;
 use korvus_session::{CreateSession, ExitReason, Manager, RunOutcome};
-use korvus_store::{Counters, NewIncident, SessionStatus, Store};
+use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::PgStore;
 
@@ -19,7 +19,7 @@ async fn a_cancel_on_another_replica_arrives_by_notify() {
     let Some(db) = PgDb::create().await else {
         return;
     };
-    let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
+    let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(db.pool().clone()));
     let replica = |runner: ScriptRunner| {
         Manager::builder(Arc::clone(&store), Arc::new(runner))
             .blob_store(Arc::new(MemoryBlobStore::new()))

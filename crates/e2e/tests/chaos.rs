@@ -22,7 +22,7 @@ use korvus_blob::FsBlobStore;
 use korvus_command::CommandRunner;
 use korvus_log::{Access, LogId, TurnLog};
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{IncidentId, NewIncident, SessionStatus, Store};
+use korvus_store::{CoordinatedStore, IncidentId, NewIncident, SessionStatus, Store};
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::{PgLog, PgStore};
 use korvus_workspace::ScratchRoot;
@@ -92,7 +92,7 @@ async fn replica_process() {
     };
     let config = Config::decode(&config);
     let pool = PgDb::connect(&config.db, 4).await.expect("database");
-    let store: Arc<dyn Store> = Arc::new(PgStore::new(pool.clone()));
+    let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(pool.clone()));
     let logs: Arc<dyn TurnLog> = Arc::new(PgLog::new(pool));
     let blobs = Arc::new(FsBlobStore::open(&config.blobs).expect("blob dir"));
     // How long each agent sleeps (1–4 s) comes from its own pid.

@@ -11,7 +11,7 @@ use korvus_log::{Access, EventKind, LogId};
 use korvus_session::{
     exit, ContextRequest, ExitReason, Manager, ManagerBuilder, RunError, RunOutcome, SessionError,
 };
-use korvus_store::{Counters, Session, SessionStatus, Store, WorkspaceRef};
+use korvus_store::{CoordinatedStore, Counters, Session, SessionStatus, WorkspaceRef};
 use korvus_store_sql::testing::SqliteDb;
 use korvus_store_sql::{SqliteLog, SqliteStore};
 use korvus_testkit::faults::{BlobFault, FaultBlobStore};
@@ -23,7 +23,7 @@ use crate::support::{settled, write, ScriptRunner};
 /// embedded default, all in temporary directories.
 struct Embedded {
     db: SqliteDb,
-    store: Arc<dyn Store>,
+    store: Arc<dyn CoordinatedStore>,
     blobs: Arc<FaultBlobStore>,
     logs: Arc<SqliteLog>,
     dir: tempfile::TempDir,
@@ -34,7 +34,7 @@ impl Embedded {
     async fn new() -> Self {
         let db = SqliteDb::create().await;
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::new(db.pool().clone()));
+        let store: Arc<dyn CoordinatedStore> = Arc::new(SqliteStore::new(db.pool().clone()));
         let fs: Arc<dyn BlobStore> = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
         let incident = store
             .create_incident(korvus_store::NewIncident {

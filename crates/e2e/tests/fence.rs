@@ -12,7 +12,7 @@ use korvus_blob::MemoryBlobStore;
 use korvus_log::{Access, Event, EventKind, LogId, TurnLog};
 use korvus_runner::testing::ScriptRunner;
 use korvus_session::{CreateSession, Manager, RunOutcome};
-use korvus_store::{Counters, NewIncident, SessionStatus, Settlement, Store};
+use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus, Settlement};
 use korvus_store_sql::testing::SqliteDb;
 use korvus_store_sql::{SqliteLog, SqliteStore};
 use korvus_workspace::ScratchRoot;
@@ -30,7 +30,7 @@ fn writes_report(text: &'static str) -> ScriptRunner {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() {
     let db = SqliteDb::create().await;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::new(db.pool().clone()));
+    let store: Arc<dyn CoordinatedStore> = Arc::new(SqliteStore::new(db.pool().clone()));
     let scratch = tempfile::tempdir().unwrap();
     let blobs = Arc::new(MemoryBlobStore::new());
     let replica = |runner: ScriptRunner| {
@@ -117,7 +117,7 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_log_a_newer_writer_claimed_is_cancelled() {
     let db = SqliteDb::create().await;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::new(db.pool().clone()));
+    let store: Arc<dyn CoordinatedStore> = Arc::new(SqliteStore::new(db.pool().clone()));
     let scratch = tempfile::tempdir().unwrap();
     // The run appends a note every 20 ms until its appends fail.
     let runner = ScriptRunner::new(|ctx, _| async move {

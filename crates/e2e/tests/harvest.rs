@@ -48,7 +48,7 @@ async fn persists_to_s3_with_rows_on_postgres() {
     }
     write(scratch.path(), "report.md", b"# R\n");
     let outcome = persist(
-        Arc::clone(&b.store),
+        Arc::clone(&b.store).into_store(),
         Some(Arc::clone(&b.blobs)),
         &PersistConfig::default(),
         PersistRequest {

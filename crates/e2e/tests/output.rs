@@ -9,14 +9,14 @@ use korvus_blob::MemoryBlobStore;
 use korvus_command::{CommandRunner, OutputCaps};
 use korvus_log::{Access, EventKind, LogId, TurnLog};
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{NewIncident, SessionStatus, Store};
+use korvus_store::{CoordinatedStore, NewIncident, SessionStatus};
 use korvus_store_sql::testing::{PgDb, SqliteDb};
 use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
 use korvus_workspace::ScratchRoot;
 
 /// Runs an agent printing `lines` numbered lines, then checks that every
 /// one is in the log, in order, with no note about dropped output.
-async fn every_line_lands(store: Arc<dyn Store>, logs: Arc<dyn TurnLog>, lines: u64) {
+async fn every_line_lands(store: Arc<dyn CoordinatedStore>, logs: Arc<dyn TurnLog>, lines: u64) {
     let scratch = tempfile::tempdir().unwrap();
     let runner = CommandRunner::new("sh")
         .arg("-c")

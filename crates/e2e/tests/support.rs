@@ -9,7 +9,7 @@ use korvus_blob::BlobStore;
 use korvus_blob_s3::testing as s3;
 use korvus_log::{Event, EventKind};
 use korvus_session::{Manager, RunContext};
-use korvus_store::{Session, Store};
+use korvus_store::{CoordinatedStore, Session};
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::{PgLog, PgStore};
 
@@ -17,7 +17,7 @@ use korvus_store_sql::{PgLog, PgStore};
 pub(crate) struct Backends {
     db: PgDb,
     bucket: s3::Fixture,
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn CoordinatedStore>,
     pub(crate) blobs: Arc<dyn BlobStore>,
     pub(crate) logs: Arc<PgLog>,
 }
@@ -32,7 +32,7 @@ impl Backends {
         let db = PgDb::create().await;
         let bucket = s3::fixture().await;
         let (db, bucket) = (db?, bucket?);
-        let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
+        let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(db.pool().clone()));
         let blobs: Arc<dyn BlobStore> = Arc::new(bucket.store.clone());
         let logs = Arc::new(PgLog::new(db.pool().clone()));
         Some(Self {

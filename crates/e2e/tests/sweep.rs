@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use korvus_blob::{BlobKey, BlobStore};
 use korvus_harvest::{persist, sweep, PersistConfig, PersistOutcome, PersistRequest, SweepConfig};
 use korvus_store::{
-    Counters, Lease, NewIncident, NewReport, NewSession, OwnerId, Session, SessionId, SessionKind,
-    SessionStatus, Settlement, Store,
+    CoordinatedStore, Counters, Lease, NewIncident, NewReport, NewSession, OwnerId, Session,
+    SessionId, SessionKind, SessionStatus, Settlement, Store,
 };
 use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
 
@@ -53,7 +53,7 @@ async fn running(store: &dyn Store) -> Session {
 }
 
 async fn persist_files(
-    store: Arc<dyn Store>,
+    store: Arc<dyn CoordinatedStore>,
     blobs: Arc<dyn BlobStore>,
     s: &Session,
     files: &[(&str, Vec<u8>)],

@@ -11,7 +11,7 @@ use korvus_blob::FsBlobStore;
 use korvus_log::{Event, EventKind, Role};
 use korvus_runner::testing::ScriptRunner;
 use korvus_session::{Manager, RunContext, RunOutcome};
-use korvus_store::{Counters, Incident, NewIncident, Store};
+use korvus_store::{CoordinatedStore, Counters, Incident, NewIncident};
 use korvus_store_sql::{migrate, open_sqlite, SqliteLog, SqliteStore};
 use korvus_workspace::ScratchRoot;
 use serde_json::Value;
@@ -20,7 +20,7 @@ use tower::ServiceExt;
 /// A manager on SQLite and files in a temp dir.
 pub(crate) struct Env {
     pub(crate) manager: Manager,
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn CoordinatedStore>,
     pub(crate) incident: Incident,
     _dir: tempfile::TempDir,
 }
@@ -30,7 +30,7 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let pool = open_sqlite(&dir.path().join("korvus.db")).await.unwrap();
         migrate(&pool).await.unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::new(pool.clone()));
+        let store: Arc<dyn CoordinatedStore> = Arc::new(SqliteStore::new(pool.clone()));
         let blobs = FsBlobStore::open(dir.path().join("blobs")).unwrap();
         let scratch = dir.path().join("scratch");
         std::fs::create_dir_all(&scratch).unwrap();

@@ -3,7 +3,7 @@
 //! fence of the run it targets; the manager that runs it finds the request
 //! here and fires the run's cancellation, as a local `cancel` would. It
 //! polls every `cancel_poll` period, and at once when the store pushes a
-//! wake-up ([`Store::cancel_signal`](korvus_store::Store::cancel_signal):
+//! wake-up ([`Coordination::cancel_signal`](korvus_store::Coordination::cancel_signal):
 //! PostgreSQL `LISTEN`/`NOTIFY`).
 
 use std::sync::atomic::Ordering;

@@ -276,7 +276,7 @@ async fn untouched_restored_report(prepared: &Prepared) -> bool {
 /// The persist phase of this iteration (bytes first, rows second), logged.
 async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> PersistOutcome {
     let outcome = persist(
-        Arc::clone(&inner.store),
+        Arc::clone(&inner.store).into_store(),
         inner.blobs.clone(),
         &inner.config.persist,
         PersistRequest {

@@ -15,7 +15,8 @@
 //! a session waiting for the user. [`LiveRuns`] shows which sessions this
 //! process runs.
 //!
-//! The manager is composed from seams — `Arc<dyn Store>`,
+//! The manager is composed from seams — `Arc<dyn CoordinatedStore>` (a
+//! `Store` that also does replica `Coordination`),
 //! `Arc<dyn TurnLog>`, `Arc<dyn BlobStore>` — chosen by the embedder: this
 //! crate never depends on a backend crate, so it compiles without sqlx or
 //! the AWS SDK.

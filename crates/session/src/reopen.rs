@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use korvus_log::{Access, Event, EventKind, LogError, LogHandle, LogId, Role};
-use korvus_store::{Artifact, Incident, Session, SessionId};
+use korvus_store::{Artifact, ContinueFrom, Incident, Session, SessionId};
 use tracing::{error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
@@ -213,11 +213,16 @@ impl Manager {
 
             // Transition: one conditional statement; the loser saves nothing.
             let session = match how {
-                Continue::Reopen => inner.store.reopen_session(id, Some(inner.lease())).await?,
+                Continue::Reopen => {
+                    inner
+                        .store
+                        .continue_session(id, ContinueFrom::Terminal, Some(inner.lease()))
+                        .await?
+                }
                 Continue::Answer => {
                     inner
                         .store
-                        .resume_idle_session(id, Some(inner.lease()))
+                        .continue_session(id, ContinueFrom::Idle, Some(inner.lease()))
                         .await?
                 }
             };

@@ -9,7 +9,8 @@ use korvus_blob::MemoryBlobStore;
 use korvus_log::MemoryLog;
 use korvus_session::{ExitReason, RunOutcome, SessionError};
 use korvus_store::{
-    Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionKind, SessionStatus, Store,
+    Coordination, Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionKind,
+    SessionStatus, Store,
 };
 use korvus_testkit::faults::{StoreFault, StoreOp};
 

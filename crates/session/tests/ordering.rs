@@ -100,7 +100,7 @@ async fn persist_then_report_row_then_terminal_status() {
                     | StoreOp::CreateArtifacts
                     | StoreOp::CreateReport
                     | StoreOp::SettleSession
-                    | StoreOp::ReopenSession
+                    | StoreOp::ContinueSession
             )
         })
         .collect();

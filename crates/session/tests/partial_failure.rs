@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use korvus_blob::MemoryBlobStore;
 use korvus_log::{EventKind, LogId, MemoryLog, TurnLog};
 use korvus_session::{ExitReason, Manager, RunOutcome, SessionError};
-use korvus_store::{MemoryStore, Session, SessionId, SessionStatus, Store};
+use korvus_store::{Coordination, MemoryStore, Session, SessionId, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 use tokio::sync::Notify;
 

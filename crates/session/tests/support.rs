@@ -8,7 +8,9 @@ use std::time::Duration;
 use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
 use korvus_log::{Event, EventKind, MemoryLog, TurnLog};
 use korvus_session::{CreateSession, Manager, ManagerBuilder, RunContext, RunOutcome, Runner};
-use korvus_store::{Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store};
+use korvus_store::{
+    CoordinatedStore, Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store,
+};
 use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 use korvus_workspace::ScratchRoot;
 
@@ -82,7 +84,7 @@ impl Env {
     }
 
     pub(crate) async fn with(
-        store: Arc<dyn Store>,
+        store: Arc<dyn CoordinatedStore>,
         blobs: Arc<dyn BlobStore>,
         logs: Arc<dyn TurnLog>,
     ) -> Self {

@@ -70,7 +70,7 @@ pub(crate) trait StoreDialect {
     /// The rows of those of `ids` (at least one) that exist, in any order.
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>>;
 
-    /// [`Store::cancel_signal`](korvus_store::Store::cancel_signal): a
+    /// [`Coordination::cancel_signal`](korvus_store::Coordination::cancel_signal): a
     /// `Notify` fed by the engine's notifications of new cancel requests,
     /// or `None` for an engine without them.
     fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;

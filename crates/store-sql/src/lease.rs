@@ -1,12 +1,10 @@
 //! Settling, leases and takeover, written once for both engines by
-//! [`sql_lease!`]: the inherent methods behind
-//! [`Store::settle_session`](korvus_store::Store::settle_session),
-//! [`heartbeat`](korvus_store::Store::heartbeat),
-//! [`expired_leases`](korvus_store::Store::expired_leases),
-//! [`take_over`](korvus_store::Store::take_over),
-//! [`settle_with_report`](korvus_store::Store::settle_with_report) and
-//! [`force_cancel`](korvus_store::Store::force_cancel), which
-//! [`sql_store!`](crate::store::sql_store) delegates to.
+//! [`sql_lease!`]: the [`Coordination`](korvus_store::Coordination) impl
+//! (cancel requests, heartbeat, expired leases, takeover, settle with
+//! report, forced cancel) and the inherent methods behind it and behind
+//! [`Store::settle_session`](korvus_store::Store::settle_session) and
+//! [`Store::continue_session`](korvus_store::Store::continue_session),
+//! which [`sql_store!`](crate::store::sql_store) delegates to.
 //!
 //! Every lease expiry is written and compared by the statements themselves
 //! from the database clock ([`NOW_MS`](crate::dialect::StoreDialect::NOW_MS)),
@@ -61,8 +59,8 @@ macro_rules! sql_lease {
             use std::sync::LazyLock;
 
             use korvus_store::{
-                constraint, exit_reason, validate, Entity, Lease, NewReport, Report, Result,
-                Session, SessionId, SessionStatus, Settlement, Store, StoreError,
+                constraint, exit_reason, validate, Coordination, Entity, Lease, NewReport, Report,
+                Result, Session, SessionId, SessionStatus, Settlement, Store, StoreError,
             };
 
             use $crate::dialect::StoreDialect;
@@ -351,6 +349,75 @@ macro_rules! sql_lease {
                     let stands = Self::report_unless_present(&mut tx, &report).await?;
                     tx.commit().await.map_err(&err)?;
                     Ok((session, stands))
+                }
+            }
+
+            #[async_trait::async_trait]
+            impl Coordination for $store {
+                async fn request_cancel(&self, id: SessionId) -> Result<Session> {
+                    let row: Option<SessionRow> = sqlx::query_as(transition::REQUEST_CANCEL)
+                        .bind(id.as_uuid())
+                        .bind(SessionStatus::Running.as_str())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    match row {
+                        Some(row) => row.into_model(Self::BACKEND),
+                        // Terminal (or unknown): nothing to cancel.
+                        None => self.get_session(id).await,
+                    }
+                }
+
+                async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
+                    let rows = sqlx::query_as(transition::CANCEL_REQUESTS)
+                        .bind(SessionStatus::Running.as_str())
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    transition::pairs(Self::BACKEND, rows)
+                }
+
+                fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+                    self.cancel_listener()
+                }
+
+                async fn heartbeat(
+                    &self,
+                    lease: Lease,
+                    runs: &[(SessionId, u64)],
+                ) -> Result<Vec<(SessionId, u64)>> {
+                    self.heartbeat_rows(lease, runs).await
+                }
+
+                async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
+                    self.expired_rows().await
+                }
+
+                async fn take_over(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    lease: Lease,
+                ) -> Result<Session> {
+                    self.take_over_row(id, fence, lease).await
+                }
+
+                async fn settle_with_report(
+                    &self,
+                    id: SessionId,
+                    settlement: Settlement,
+                    report: NewReport,
+                ) -> Result<(Session, Report)> {
+                    self.settle_with_report_rows(id, settlement, report).await
+                }
+
+                async fn force_cancel(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    detail: String,
+                ) -> Result<(Session, Report)> {
+                    self.force_cancel_row(id, fence, detail).await
                 }
             }
         };

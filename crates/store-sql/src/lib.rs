@@ -54,22 +54,31 @@
 //!
 //! # Round trips
 //!
-//! SQL statements each [`Store`](korvus_store::Store) call sends (a
+//! SQL statements each [`Store`](korvus_store::Store) and
+//! [`Coordination`](korvus_store::Coordination) call sends (a
 //! `BEGIN`/`COMMIT` counts as one):
 //!
 //! | operation | PostgreSQL | SQLite |
 //! |---|---|---|
 //! | `create_incident`, `get_incident`, `list_incidents`, `close_incident` | 1 | 1 |
 //! | `create_session` (seq allocated inside the `INSERT`) | 1 | 1 |
-//! | `get_session`, `list_sessions`, `settle_session` | 1 | 1 |
-//! | `reopen_session` | 1; 2 when it fails (telling `NotFound` from `NotFinished`) | same |
-//! | `cancel_idle_session`, `resume_idle_session` | 1; 2 when it fails (telling `NotFound` from `NotIdle`) | same |
+//! | `get_session`, `list_sessions` | 1 | 1 |
+//! | `settle_session` | 1; 2 when refused (telling a committed retry from `Fenced`/`NotActive`) | same |
+//! | `continue_session` | 1; 2 when it fails (telling `NotFound` from `NotFinished`/`NotIdle`) | same |
+//! | `cancel_idle_session` | 1; 2 when it fails (telling `NotFound` from `NotIdle`) | same |
 //! | `insert_context_refs` | 1 (0 refs: 1 existence check) | 1 per 2000 refs; more than one chunk adds `BEGIN IMMEDIATE` and `COMMIT` |
 //! | `list_context_refs` | 1 | 1 |
 //! | `create_report`, `get_report`, `list_reports`, `next_report_revision` | 1 | 1 |
 //! | `create_artifacts` | 1 (`UNNEST` of arrays), 0 for an empty batch | 1 multi-row `INSERT` per 2000 rows (more chunks: in one `BEGIN IMMEDIATE` transaction) |
 //! | `get_artifacts` | 1 (`= ANY`), 0 for no ids | 1 per 2000 ids |
 //! | `list_session_artifacts`, `list_incident_artifacts` | 1 | 1 |
+//! | `request_cancel` | 1; 2 for a row not running | same |
+//! | `cancel_requests`, `expired_leases` | 1 | 1 |
+//! | `cancel_signal` | none per call; one `LISTEN` connection while a `Notify` lives | none (`None`: the caller polls) |
+//! | `heartbeat` | 1, whatever the number of runs (also for none) | same |
+//! | `take_over` | 1; 2 when refused (telling `Fenced` from `NotOrphaned`) | same |
+//! | `settle_with_report` | 5: `BEGIN`, settle, insert unless present, read the standing report, `COMMIT` | same |
+//! | `force_cancel` | 6: `BEGIN`, move the fence, settle, insert unless present, read the standing report, `COMMIT` | same |
 //!
 //! Turn logs: `create`, `open`, `stat`, `list` and `read` are one statement
 //! each; `append` is one statement on PostgreSQL and a `BEGIN IMMEDIATE`,

@@ -53,7 +53,7 @@ macro_rules! sql_store {
         // not in each engine module.
         const _: () = {
             use korvus_store::{
-                constraint, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
+                constraint, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity, Incident,
                 IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
                 Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
                 Store, StoreError,
@@ -66,7 +66,7 @@ macro_rules! sql_store {
                 session_columns, ArtifactRow, ContextRefRow, IncidentRow,
                 ReportRow, SessionRow,
             };
-            use $crate::transition::{self, Transition};
+            use $crate::transition::Transition;
 
             impl $store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
@@ -265,90 +265,21 @@ macro_rules! sql_store {
                     self.settle_row(id, settlement).await
                 }
 
-                async fn reopen_session(
+                async fn continue_session(
                     &self,
                     id: SessionId,
+                    from: ContinueFrom,
                     lease: Option<Lease>,
                 ) -> Result<Session> {
-                    self.transition(id, Transition::Reopen, lease).await
-                }
-
-                async fn request_cancel(&self, id: SessionId) -> Result<Session> {
-                    let row: Option<SessionRow> = sqlx::query_as(transition::REQUEST_CANCEL)
-                        .bind(id.as_uuid())
-                        .bind(SessionStatus::Running.as_str())
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    match row {
-                        Some(row) => row.into_model(Self::BACKEND),
-                        // Terminal (or unknown): nothing to cancel.
-                        None => self.get_session(id).await,
-                    }
-                }
-
-                async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
-                    let rows = sqlx::query_as(transition::CANCEL_REQUESTS)
-                        .bind(SessionStatus::Running.as_str())
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
-                    transition::pairs(Self::BACKEND, rows)
-                }
-
-                fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
-                    self.cancel_listener()
+                    let t = match from {
+                        ContinueFrom::Terminal => Transition::Reopen,
+                        ContinueFrom::Idle => Transition::ResumeIdle,
+                    };
+                    self.transition(id, t, lease).await
                 }
 
                 async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
                     self.transition(id, Transition::CancelIdle, None).await
-                }
-
-                async fn resume_idle_session(
-                    &self,
-                    id: SessionId,
-                    lease: Option<Lease>,
-                ) -> Result<Session> {
-                    self.transition(id, Transition::ResumeIdle, lease).await
-                }
-
-                async fn heartbeat(
-                    &self,
-                    lease: Lease,
-                    runs: &[(SessionId, u64)],
-                ) -> Result<Vec<(SessionId, u64)>> {
-                    self.heartbeat_rows(lease, runs).await
-                }
-
-                async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
-                    self.expired_rows().await
-                }
-
-                async fn take_over(
-                    &self,
-                    id: SessionId,
-                    fence: u64,
-                    lease: Lease,
-                ) -> Result<Session> {
-                    self.take_over_row(id, fence, lease).await
-                }
-
-                async fn settle_with_report(
-                    &self,
-                    id: SessionId,
-                    settlement: Settlement,
-                    report: NewReport,
-                ) -> Result<(Session, Report)> {
-                    self.settle_with_report_rows(id, settlement, report).await
-                }
-
-                async fn force_cancel(
-                    &self,
-                    id: SessionId,
-                    fence: u64,
-                    detail: String,
-                ) -> Result<(Session, Report)> {
-                    self.force_cancel_row(id, fence, detail).await
                 }
 
                 async fn create_report(&self, new: NewReport) -> Result<Report> {

@@ -17,7 +17,7 @@ use crate::rows::{placeholders, session_columns};
 /// One conditional transition of a session row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Transition {
-    /// `reopen_session`: a terminal session becomes running again with the
+    /// `continue_session` from a terminal row: the session becomes running again with the
     /// next revision, the next fence and a new lease. Binds `$1` id, `$2`
     /// running, `$3` owner, `$4` ttl (ms), `$5…` the terminal statuses.
     Reopen,
@@ -26,7 +26,7 @@ pub(crate) enum Transition {
     /// `$3` the exit reason `cancelled`, `$4` `ended_at`, `$5` running, `$6`
     /// `awaiting_user`.
     CancelIdle,
-    /// `resume_idle_session`: an idle session becomes active with the next
+    /// `continue_session` from an idle row: the session becomes active with the next
     /// revision, the next fence and a new lease. Binds `$1` id, `$2`
     /// running, `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
     ResumeIdle,

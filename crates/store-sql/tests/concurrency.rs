@@ -1,7 +1,7 @@
 //! Seq allocation holds when the creates really run on several connections
 //! at once (the contract case cannot see the pool).
 
-use korvus_store::{NewSession, SessionId, SessionKind, Store};
+use korvus_store::{Coordination, NewSession, SessionId, SessionKind, Store};
 use korvus_store_sql::{PgStore, SqliteStore};
 use korvus_testkit::store::incident;
 

@@ -1,4 +1,4 @@
-//! Every case of both suites, in order, on one shared database: the cases
+//! Every case of the three suites, in order, on one shared database: the cases
 //! must not interfere with each other or with existing rows.
 
 use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
@@ -11,6 +11,7 @@ async fn postgres_run_all() {
         return;
     };
     korvus_testkit::store::run_all(&PgStore::new(db.pool().clone())).await;
+    korvus_testkit::coordination::run_all(&PgStore::new(db.pool().clone())).await;
     korvus_testkit::log::run_all(&PgLog::new(db.pool().clone())).await;
     db.drop_db().await;
 }
@@ -19,6 +20,7 @@ async fn postgres_run_all() {
 async fn sqlite_run_all() {
     let db = SqliteDb::create().await;
     korvus_testkit::store::run_all(&SqliteStore::new(db.pool().clone())).await;
+    korvus_testkit::coordination::run_all(&SqliteStore::new(db.pool().clone())).await;
     korvus_testkit::log::run_all(&SqliteLog::new(db.pool().clone())).await;
     db.close().await;
 }

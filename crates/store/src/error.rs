@@ -84,7 +84,7 @@ pub enum StoreError {
         reason: String,
     },
     /// A transition of an idle session (`cancel_idle_session`,
-    /// `resume_idle_session`) lost: the session is not idle — it is active
+    /// `continue_session` from idle) lost: the session is not idle — it is active
     /// (running without exit reason `awaiting_user`), terminal, or another
     /// caller moved it first. Nothing was written. Permanent.
     #[error("session {session} is not idle")]
@@ -92,7 +92,7 @@ pub enum StoreError {
         /// The session.
         session: SessionId,
     },
-    /// A takeover ([`Store::take_over`](crate::Store::take_over)) found the
+    /// A takeover ([`Coordination::take_over`](crate::Coordination::take_over)) found the
     /// session not orphaned: it is terminal or idle, or its owner's lease
     /// is still live. Nothing was written. Permanent.
     #[error("session {session} is not an orphan (its owner's lease is live, or no run is active)")]

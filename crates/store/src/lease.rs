@@ -24,7 +24,7 @@ id_newtype!(
 /// The store writes the expiry itself, from the **database clock** (the
 /// memory store from its own clock), as `now + ttl` — when a session is
 /// created, reopened, resumed or taken over under this lease, and at every
-/// [`heartbeat`](crate::Store::heartbeat). A lease whose expiry is not after
+/// [`heartbeat`](crate::Coordination::heartbeat). A lease whose expiry is not after
 /// the store's now has expired: a `ttl` of zero gives a lease that is
 /// expired at once, which is how tests make an orphan without waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct Settlement {
 }
 
 /// The settlement and report row an operator's forced cancel
-/// ([`Store::force_cancel`](crate::Store::force_cancel)) writes for
+/// ([`Coordination::force_cancel`](crate::Coordination::force_cancel)) writes for
 /// `session`, the row once the cancel moved its fence on: both at that
 /// (new) fence, the settlement `cancelled` with the row's counters, the
 /// report without a document and with `detail`. Every backend writes

@@ -4,10 +4,14 @@
 //!
 //! korvus runs long agent *sessions* inside *incidents*. This crate names the
 //! rows that outlive a run — [`Incident`], [`Session`], [`Report`],
-//! [`Artifact`] and [`SessionContextRef`] — and the one object-safe trait,
-//! [`Store`], through which the session layer (`korvus-session`) reads and
-//! writes them. [`MemoryStore`] implements the whole contract in memory;
-//! `korvus-store-sql` implements it on PostgreSQL and SQLite. The contract
+//! [`Artifact`] and [`SessionContextRef`] — and two object-safe traits the
+//! session layer (`korvus-session`) reads and writes them through:
+//! [`Store`] for the rows and their lifecycle, and [`Coordination`] for
+//! what replicas sharing one store need (cancel requests, heartbeats,
+//! orphans, takeover, forced cancel). A value with both is a
+//! [`CoordinatedStore`], what the manager is built from. [`MemoryStore`]
+//! implements both in memory; `korvus-store-sql` implements them on
+//! PostgreSQL and SQLite. The contract
 //! itself is pinned by the suites in `korvus-testkit`, which every backend runs.
 //!
 //! # Why it is shaped like this
@@ -17,8 +21,8 @@
 //! what a caller may choose — [`NewSession`] has no `seq` and no `status`, so a
 //! caller cannot allocate a seq racily or create a session in any state but
 //! `running`. Rules that need a race-free answer (seq allocation, the
-//! conditional transitions [`Store::reopen_session`],
-//! [`Store::cancel_idle_session`] and [`Store::resume_idle_session`]) live
+//! conditional transitions [`Store::continue_session`] and
+//! [`Store::cancel_idle_session`], takeover and forced cancel) live
 //! behind the trait, where a backend can make them one transaction or one
 //! statement. Every error says whether a retry may help
 //! ([`StoreError::is_transient`]), so a caller retries only what may pass. Input rules live in
@@ -58,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod constraint;
+mod coordination;
 mod counters;
 mod error;
 pub mod exit_reason;
@@ -68,6 +73,7 @@ mod report;
 mod store;
 pub mod validate;
 
+pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
 pub use crate::lease::{forced_cancel, Lease, OwnerId, Settlement};
@@ -80,4 +86,4 @@ pub use crate::model::{
 pub use crate::report::{NewReport, Report};
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;
-pub use crate::store::{Store, StoreExt};
+pub use crate::store::{ContinueFrom, Store, StoreExt};

@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::{
-    constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, Entity, Incident,
-    IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession, Report,
-    Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store, StoreError,
+    constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity,
+    Incident, IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
+    Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store,
+    StoreError,
 };
 
 /// A [`Store`] that keeps every row in memory, behind one lock.
@@ -279,14 +280,25 @@ impl Store for MemoryStore {
         Ok(session.clone())
     }
 
-    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
+    async fn continue_session(
+        &self,
+        id: SessionId,
+        from: ContinueFrom,
+        lease: Option<Lease>,
+    ) -> Result<Session> {
         let mut inner = self.lock();
         let session = inner
             .sessions
             .get_mut(&id)
             .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
-        if !session.status.is_terminal() {
-            return Err(StoreError::NotFinished { session: id });
+        match from {
+            ContinueFrom::Terminal if !session.status.is_terminal() => {
+                return Err(StoreError::NotFinished { session: id });
+            }
+            ContinueFrom::Idle if !session.is_idle() => {
+                return Err(StoreError::NotIdle { session: id });
+            }
+            _ => {}
         }
         session.status = SessionStatus::Running;
         session.ended_at = None;
@@ -298,83 +310,12 @@ impl Store for MemoryStore {
         Ok(session.clone())
     }
 
-    async fn request_cancel(&self, id: SessionId) -> Result<Session> {
-        let mut inner = self.lock();
-        let session = inner
-            .sessions
-            .get_mut(&id)
-            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
-        if session.status == SessionStatus::Running {
-            session.cancel_requested = true;
-        }
-        Ok(session.clone())
-    }
-
-    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
-        Ok(self
-            .lock()
-            .sessions
-            .values()
-            .filter(|s| s.status == SessionStatus::Running && s.cancel_requested)
-            .map(|s| (s.id, s.fence))
-            .collect())
-    }
-
-    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
-        // In-process replicas poll; nothing to push from.
-        None
-    }
-
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.idle_transition(id, |session| {
             session.status = SessionStatus::Cancelled;
             session.exit_reason = Some(exit_reason::CANCELLED.to_owned());
             session.ended_at = Some(Utc::now());
         })
-    }
-
-    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
-        self.idle_transition(id, |session| {
-            session.exit_reason = None;
-            session.revision += 1;
-            session.fence += 1;
-            session.cancel_requested = false;
-            self.own(session, lease);
-        })
-    }
-
-    async fn heartbeat(
-        &self,
-        lease: Lease,
-        runs: &[(SessionId, u64)],
-    ) -> Result<Vec<(SessionId, u64)>> {
-        Ok(self.renew(lease, runs))
-    }
-
-    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
-        Ok(self.expired())
-    }
-
-    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session> {
-        self.take_over_now(id, fence, lease)
-    }
-
-    async fn settle_with_report(
-        &self,
-        id: SessionId,
-        settlement: Settlement,
-        report: NewReport,
-    ) -> Result<(Session, Report)> {
-        self.settle_with_report_now(id, settlement, report)
-    }
-
-    async fn force_cancel(
-        &self,
-        id: SessionId,
-        fence: u64,
-        detail: String,
-    ) -> Result<(Session, Report)> {
-        self.force_cancel_now(id, fence, detail)
     }
 
     async fn create_report(&self, new: NewReport) -> Result<Report> {

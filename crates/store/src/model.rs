@@ -268,7 +268,7 @@ pub struct Session {
     /// ([`Session::is_active`]).
     pub fence: u64,
     /// A cancel of the current run was requested
-    /// ([`Store::request_cancel`](crate::Store::request_cancel)). A request
+    /// ([`Coordination::request_cancel`](crate::Coordination::request_cancel)). A request
     /// names the fence it targets: it never reaches a later run of the
     /// session.
     pub cancel_requested: bool,
@@ -291,7 +291,7 @@ impl Session {
     /// returned to wait for the user and no run is active. Such a row is
     /// recognisable on any replica; only
     /// [`cancel_idle_session`](crate::Store::cancel_idle_session) and
-    /// [`resume_idle_session`](crate::Store::resume_idle_session) move it on.
+    /// [`continue_session`](crate::Store::continue_session) move it on.
     pub fn is_idle(&self) -> bool {
         self.status == SessionStatus::Running
             && self.exit_reason.as_deref() == Some(crate::exit_reason::AWAITING_USER)

@@ -115,41 +115,28 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// way); `InvalidInput` for a bad exit reason or out-of-range counter.
     async fn settle_session(&self, id: SessionId, settlement: Settlement) -> Result<Session>;
 
-    /// Moves a terminal session back to `running` in one conditional step:
-    /// clears `ended_at` and `exit_reason`, increments `revision` and
-    /// `fence`, and sets the owner and lease of the new run (`None`: none).
-    /// Of concurrent reopens of one session exactly one succeeds.
+    /// Starts the next run of a finished session in one conditional step:
+    /// increments `revision` and `fence`, clears `exit_reason` (and
+    /// `ended_at`), drops any pending cancel request and owns the row under
+    /// `lease` (`None`: no owner). What it continues from is named by
+    /// `from`: a [terminal](ContinueFrom::Terminal) row goes back to
+    /// `running`; an [idle](ContinueFrom::Idle) one (see
+    /// [`Session::is_idle`](crate::Session::is_idle)) stays `running` and
+    /// becomes active, its counters kept. Of concurrent transitions of one
+    /// session (this, and for an idle row
+    /// [`cancel_idle_session`](Store::cancel_idle_session)) exactly one
+    /// succeeds.
     ///
     /// # Errors
-    /// `NotFinished` when the session is not terminal (also for the loser of a
-    /// race; nothing is written); `NotFound` for an unknown session.
-    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session>;
-
-    /// Records a request to cancel the current run of a running session,
-    /// naming its fence, for whichever manager runs it (that manager polls
-    /// [`cancel_requests`](Store::cancel_requests)). A terminal session is
-    /// returned as it is, unchanged. Idempotent.
-    ///
-    /// # Errors
-    /// `NotFound` for an unknown session.
-    async fn request_cancel(&self, id: SessionId) -> Result<Session>;
-
-    /// The running sessions whose current run has a cancel request:
-    /// `(session, fence)` pairs, in no particular order. One statement;
-    /// cheap when there are none.
-    ///
-    /// # Errors
-    /// `Backend` on I/O failure.
-    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>>;
-
-    /// A wake-up for whoever polls [`cancel_requests`](Store::cancel_requests):
-    /// a new `Notify` that is notified (`notify_one`) soon after any
-    /// replica records a cancel request, so the poller can poll at once
-    /// instead of at its next period. `None` when the backend cannot push
-    /// (the caller keeps polling); a wake-up may also be lost (while a
-    /// listener reconnects), so polling stays the fallback. The backend
-    /// stops pushing once every clone of the `Notify` is dropped.
-    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;
+    /// `NotFinished` (from a terminal row) or `NotIdle` (from an idle one)
+    /// when the session is not in that state, also for the loser of a race
+    /// (nothing is written); `NotFound` for an unknown session.
+    async fn continue_session(
+        &self,
+        id: SessionId,
+        from: ContinueFrom,
+        lease: Option<Lease>,
+    ) -> Result<Session>;
 
     /// Moves an idle session (`running` with exit reason
     /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER), see
@@ -157,7 +144,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// conditional step: exit reason
     /// [`CANCELLED`](crate::exit_reason::CANCELLED), `ended_at` now, counters
     /// and revision kept. Of concurrent transitions of one idle session
-    /// (this, [`resume_idle_session`](Store::resume_idle_session)) exactly
+    /// (this, [`continue_session`](Store::continue_session) from idle) exactly
     /// one succeeds.
     ///
     /// # Errors
@@ -165,104 +152,6 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// another caller first (nothing is written); `NotFound` for an unknown
     /// session.
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session>;
-
-    /// Moves an idle session back to active in one conditional step, the
-    /// way [`reopen_session`](Store::reopen_session) continues a terminal
-    /// one: still `running`, exit reason cleared, `revision` and `fence` incremented,
-    /// counters kept, owned under `lease`. Of concurrent transitions of one
-    /// idle session (this,
-    /// [`cancel_idle_session`](Store::cancel_idle_session)) exactly one
-    /// succeeds.
-    ///
-    /// # Errors
-    /// `NotIdle` when the session is active, terminal, or was moved by
-    /// another caller first (nothing is written); `NotFound` for an unknown
-    /// session.
-    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session>;
-
-    /// Renews `lease` on those of `runs` — the `(session, fence)` pairs of
-    /// the runs its owner is running — that it still holds, in one
-    /// statement whatever their number, and answers which those are, in no
-    /// particular order. A session taken over, continued elsewhere, settled
-    /// or idle is not held and not in the answer; an expired lease nobody
-    /// took over yet is renewed. A session the owner holds but does not
-    /// list (its run is gone) is not renewed: its lease lapses and it
-    /// becomes an orphan.
-    ///
-    /// # Errors
-    /// `Backend` on I/O failure.
-    async fn heartbeat(
-        &self,
-        lease: Lease,
-        runs: &[(SessionId, u64)],
-    ) -> Result<Vec<(SessionId, u64)>>;
-
-    /// The orphans: active running sessions (not idle) whose lease has
-    /// expired by the store's clock, or that have no owner at all, as
-    /// `(session, fence)` pairs for [`take_over`](Store::take_over).
-    ///
-    /// # Errors
-    /// `Backend` on I/O failure.
-    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>>;
-
-    /// Takes an orphan over in one conditional step: only while the
-    /// session is active (running, not idle), still at `fence` (the one the
-    /// caller saw) and its lease has expired (or it has no owner). Then its
-    /// fence is incremented — every write of the dead run is refused from
-    /// here on — and it is owned under `lease`. A cancel request for the
-    /// dead run carries over to the new fence. Of concurrent takeovers of
-    /// one session exactly one succeeds.
-    ///
-    /// # Errors
-    /// `Fenced` when the session's fence moved on; `NotOrphaned` when it is
-    /// terminal, idle or its lease is live (nothing is written either way);
-    /// `NotFound` for an unknown session.
-    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session>;
-
-    /// Settles a session and makes sure its revision has a report row, in
-    /// one transaction: `report` is inserted unless a row for its session
-    /// and revision exists (that one wins and is kept), then the settlement
-    /// is written as [`settle_session`](Store::settle_session) writes it.
-    /// Returns the settled row and the report row that stands. This is how
-    /// a takeover ends a run nobody will land.
-    ///
-    /// A row the dead run's report insert committed concurrently is found
-    /// and kept too: the answer is never a `Conflict`.
-    ///
-    /// # Errors
-    /// As `settle_session` and `create_report`; on any error nothing is
-    /// written.
-    async fn settle_with_report(
-        &self,
-        id: SessionId,
-        settlement: Settlement,
-        report: NewReport,
-    ) -> Result<(Session, Report)>;
-
-    /// An operator's forced cancel of the run at `fence`, in one
-    /// transaction: only while the session is [active](crate::Session::is_active)
-    /// at `fence` (the one the operator saw), its fence is incremented —
-    /// every later write of that run is refused — and it is settled
-    /// `cancelled` (exit reason `cancelled`, counters kept, `ended_at` now,
-    /// owner and lease cleared, a pending cancel request dropped); the
-    /// revision's report row is written unless one exists (that one wins):
-    /// no document, exit reason `cancelled`, `detail` naming the operator
-    /// action, at the new fence. Returns the settled row and the report row
-    /// that stands. Like a takeover it moves the fence without starting a
-    /// run; unlike one it does not wait for the owner's lease to lapse.
-    ///
-    /// # Errors
-    /// `Fenced` when the session moved past `fence`; `NotActive` when it is
-    /// terminal or idle (cancel an idle row with
-    /// [`cancel_idle_session`](Store::cancel_idle_session)); `NotFound`
-    /// for an unknown session; `InvalidInput` for a bad `detail`. Nothing
-    /// is written on any error.
-    async fn force_cancel(
-        &self,
-        id: SessionId,
-        fence: u64,
-        detail: String,
-    ) -> Result<(Session, Report)>;
 
     /// Inserts a report row.
     ///
@@ -340,6 +229,15 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// # Errors
     /// `Backend` on I/O failure.
     async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>>;
+}
+
+/// What [`Store::continue_session`] continues a session from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContinueFrom {
+    /// A terminal row (`completed`, `failed`, `cancelled`): a reopen.
+    Terminal,
+    /// An idle row (`running`, waiting for the user): an answer resumes it.
+    Idle,
 }
 
 /// Conveniences built on [`Store`]; implemented for every store.

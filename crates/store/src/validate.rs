@@ -130,7 +130,7 @@ pub fn new_report(n: &NewReport) -> Result {
     counters(&n.counters)
 }
 
-/// Rules for the pair [`Store::settle_with_report`](crate::Store::settle_with_report)
+/// Rules for the pair [`Coordination::settle_with_report`](crate::Coordination::settle_with_report)
 /// writes: the report is of the settled session and presents the
 /// settlement's fence.
 pub fn report_of_settlement(

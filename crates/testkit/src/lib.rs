@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 
 pub mod blob;
+pub mod coordination;
 pub mod faults;
 pub mod fixtures;
 pub mod log;

@@ -1,7 +1,7 @@
 //! Macros that turn each contract suite into one `#[tokio::test]` per case,
 //! so a backend's test output names every case it passed.
 //!
-//! The API is the three public macros. The `__`-prefixed ones are exported
+//! The API is the four public macros. The `__`-prefixed ones are exported
 //! only because an expansion in another crate has to reach them through
 //! `$crate`; they are internals and may change with any release.
 
@@ -20,22 +20,13 @@ macro_rules! __with_cases {
             each_new_run_increments_the_fence,
             a_stale_fence_settles_nothing,
             a_terminal_or_idle_row_refuses_every_write_of_its_run,
-            a_retried_identical_settlement_is_ok,
             a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
-            a_forced_cancel_is_a_fenced_transition_with_its_report_row,
-            a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
-            a_forced_cancel_racing_the_runs_settle_has_one_winner,
-            a_cancel_request_names_the_run_it_targets,
-            a_lease_is_written_with_each_run_and_renewed_by_its_owner,
-            an_expired_lease_is_taken_over_exactly_once,
-            a_takeover_keeps_a_pending_cancel_request,
-            settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
             a_stale_fence_writes_no_report_row,
             a_stale_fence_writes_no_artifact_rows,
             reopen_has_exactly_one_winner,
             reopen_of_a_running_session_is_not_finished,
             cancel_idle_session_cancels_an_idle_row,
-            resume_idle_session_continues_an_idle_row,
+            continue_from_idle_resumes_an_idle_row,
             idle_transitions_refuse_terminal_and_active_rows,
             cancel_and_resume_of_an_idle_row_have_exactly_one_winner,
             context_refs_keep_request_order,
@@ -47,6 +38,19 @@ macro_rules! __with_cases {
             identical_second_report_is_a_conflict_and_keeps_the_first,
             artifacts_batch_is_all_or_nothing,
             artifacts_are_listed_and_fetched,
+        ]);
+    };
+    (coordination, [$($cb:tt)+], ($($args:tt)*)) => {
+        $($cb)+ ! ($($args)* [
+            a_cancel_request_names_the_run_it_targets,
+            a_lease_is_written_with_each_run_and_renewed_by_its_owner,
+            an_expired_lease_is_taken_over_exactly_once,
+            a_takeover_keeps_a_pending_cancel_request,
+            settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
+            a_retried_identical_settlement_is_ok,
+            a_forced_cancel_is_a_fenced_transition_with_its_report_row,
+            a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
+            a_forced_cancel_racing_the_runs_settle_has_one_winner,
         ]);
     };
     (log, [$($cb:tt)+], ($($args:tt)*)) => {
@@ -210,6 +214,26 @@ macro_rules! store_contract_tests {
     };
     ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
         $crate::store_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
+    };
+}
+
+/// Generates one `#[tokio::test]` per
+/// [`Coordination`](korvus_store::Coordination) contract case, for a store
+/// that implements both [`Store`](korvus_store::Store) and `Coordination`;
+/// see [`store_contract_tests!`] for the arguments (factory,
+/// `skip_unless`, `teardown`). A store shared by replicas runs both
+/// macros.
+#[macro_export]
+macro_rules! coordination_contract_tests {
+    ($factory:expr $(, skip_unless = $skip:expr)? $(, teardown = $teardown:expr)? $(,)?) => {
+        $crate::__with_cases!(
+            coordination,
+            [$crate::__gen_tests],
+            (coordination, ($factory), ($($skip)?), ($($teardown)?),)
+        );
+    };
+    ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
+        $crate::coordination_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
     };
 }
 

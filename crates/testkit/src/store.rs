@@ -2,19 +2,20 @@
 //! `&dyn Store`; [`run_all`] runs them in order; the
 //! [`store_contract_tests!`](crate::store_contract_tests) macro makes one test
 //! per case. Cases create their own incidents, so a shared store is fine.
+//! What a store must honour to be shared by replicas is the
+//! [`coordination`](crate::coordination) suite.
 //!
 //! The cases live in one file per topic (incidents, errors, sessions,
-//! context refs, reports, artifacts) and are re-exported here, so every case
-//! is `korvus_testkit::store::<case>`, the path the macros call. The fixtures
-//! the cases share stay in this file.
+//! context refs, reports, artifacts, idle rows, terminal rows) and are
+//! re-exported here, so every case is `korvus_testkit::store::<case>`, the
+//! path the macros call. The fixtures the cases of both suites share stay
+//! in this file.
 
 mod artifacts;
-mod cancel;
 mod context_refs;
 mod errors;
 mod idle;
 mod incidents;
-mod leases;
 mod reports;
 mod sessions;
 mod terminal;
@@ -25,7 +26,6 @@ use korvus_store::{
 };
 
 pub use self::artifacts::{artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing};
-pub use self::cancel::a_cancel_request_names_the_run_it_targets;
 pub use self::context_refs::{
     context_refs_keep_request_order, cross_incident_context_ref_is_refused,
     duplicate_context_ref_is_a_conflict,
@@ -33,15 +33,10 @@ pub use self::context_refs::{
 pub use self::errors::{invalid_input_is_refused_and_nothing_written, unknown_ids_are_not_found};
 pub use self::idle::{
     cancel_and_resume_of_an_idle_row_have_exactly_one_winner,
-    cancel_idle_session_cancels_an_idle_row, idle_transitions_refuse_terminal_and_active_rows,
-    resume_idle_session_continues_an_idle_row,
+    cancel_idle_session_cancels_an_idle_row, continue_from_idle_resumes_an_idle_row,
+    idle_transitions_refuse_terminal_and_active_rows,
 };
 pub use self::incidents::incidents_round_trip;
-pub use self::leases::{
-    a_lease_is_written_with_each_run_and_renewed_by_its_owner,
-    a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
-    settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
-};
 pub use self::reports::{
     a_stale_fence_writes_no_artifact_rows, a_stale_fence_writes_no_report_row,
     identical_second_report_is_a_conflict_and_keeps_the_first,
@@ -55,9 +50,6 @@ pub use self::sessions::{
     settle_sets_and_clears_ended_at,
 };
 pub use self::terminal::{
-    a_forced_cancel_is_a_fenced_transition_with_its_report_row,
-    a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
-    a_forced_cancel_racing_the_runs_settle_has_one_winner, a_retried_identical_settlement_is_ok,
     a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
     a_terminal_or_idle_row_refuses_every_write_of_its_run,
 };
@@ -65,7 +57,7 @@ pub use self::terminal::{
 crate::__with_cases!(store, [crate::__gen_run_all], (store, Store,));
 
 /// Creates an open incident with a unique title.
-pub async fn incident(store: &dyn Store) -> Incident {
+pub async fn incident<S: Store + ?Sized>(store: &S) -> Incident {
     store
         .create_incident(NewIncident {
             title: format!("contract incident {}", uuid::Uuid::now_v7()),
@@ -79,14 +71,14 @@ pub async fn incident(store: &dyn Store) -> Incident {
 }
 
 /// Creates a running session in `incident`.
-pub async fn session(store: &dyn Store, incident: &Incident) -> Session {
+pub async fn session<S: Store + ?Sized>(store: &S, incident: &Incident) -> Session {
     store
         .create_session(new_session(incident, "investigate"))
         .await
         .expect("create_session")
 }
 
-fn new_session(incident: &Incident, prompt: &str) -> NewSession {
+pub(crate) fn new_session(incident: &Incident, prompt: &str) -> NewSession {
     NewSession {
         lease: None,
         id: SessionId::new(),
@@ -116,12 +108,12 @@ pub fn new_artifact(session: &Session, path: &str, revision: u32) -> NewArtifact
     }
 }
 
-fn settlement(status: SessionStatus, reason: &str) -> Settlement {
+pub(crate) fn settlement(status: SessionStatus, reason: &str) -> Settlement {
     settlement_at(status, reason, 1)
 }
 
 /// A settlement presenting `fence`.
-fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement {
+pub(crate) fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement {
     Settlement {
         fence,
         status,
@@ -135,7 +127,7 @@ fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement 
     }
 }
 
-fn new_report(session: &Session, revision: u32) -> NewReport {
+pub(crate) fn new_report(session: &Session, revision: u32) -> NewReport {
     NewReport {
         session_id: session.id,
         incident_id: session.incident_id,
@@ -147,5 +139,23 @@ fn new_report(session: &Session, revision: u32) -> NewReport {
         counters: Counters::default(),
         detail: None,
         fence: session.fence,
+    }
+}
+
+/// Asserts that `r` is `NotActive` for the run of `s`.
+pub(crate) fn not_active<T: std::fmt::Debug>(r: korvus_store::Result<T>, s: &Session, what: &str) {
+    match r {
+        Err(korvus_store::StoreError::NotActive { session, fence }) => {
+            assert_eq!((session, fence), (s.id, s.fence), "{what}");
+        }
+        other => panic!("{what}: expected NotActive, got {other:?}"),
+    }
+}
+
+/// Asserts that `r` is `Fenced`.
+pub(crate) fn fenced<T: std::fmt::Debug>(r: korvus_store::Result<T>, what: &str) {
+    match r {
+        Err(e @ korvus_store::StoreError::Fenced { .. }) => assert!(e.is_fenced_off()),
+        other => panic!("{what}: expected Fenced, got {other:?}"),
     }
 }

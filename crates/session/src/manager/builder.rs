@@ -10,7 +10,7 @@ use korvus_blob::BlobStore;
 use korvus_harvest::PersistConfig;
 use korvus_log::{MemoryLog, TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{OwnerId, Store};
+use korvus_store::{CoordinatedStore, OwnerId};
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
 use crate::live::{LiveRuns, RunGroup};
@@ -88,7 +88,7 @@ impl Default for Config {
 /// expressed. Everything else is optional, with the degradation each
 /// setter names.
 pub struct ManagerBuilder {
-    store: Arc<dyn Store>,
+    store: Arc<dyn CoordinatedStore>,
     runner: Arc<dyn Runner>,
     blobs: Option<Arc<dyn BlobStore>>,
     logs: Option<Arc<dyn TurnLog>>,
@@ -109,7 +109,7 @@ impl fmt::Debug for ManagerBuilder {
 }
 
 impl ManagerBuilder {
-    pub(crate) fn new(store: Arc<dyn Store>, runner: Arc<dyn Runner>) -> Self {
+    pub(crate) fn new(store: Arc<dyn CoordinatedStore>, runner: Arc<dyn Runner>) -> Self {
         Self {
             store,
             runner,

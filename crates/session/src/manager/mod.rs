@@ -16,7 +16,7 @@ use std::time::Duration;
 use korvus_blob::BlobStore;
 use korvus_log::{LogHeader, LogId, TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{IncidentId, Lease, OwnerId, Session, SessionId, Store, StoreError};
+use korvus_store::{CoordinatedStore, IncidentId, Lease, OwnerId, Session, SessionId, StoreError};
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
@@ -63,7 +63,7 @@ impl fmt::Debug for Manager {
 /// What every phase of every run shares: the collaborators, the
 /// configuration and the live-run table.
 pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn CoordinatedStore>,
     pub(crate) runner: Arc<dyn Runner>,
     pub(crate) blobs: Option<Arc<dyn BlobStore>>,
     pub(crate) logs: Arc<dyn TurnLog>,
@@ -104,12 +104,12 @@ impl Inner {
 
 impl Manager {
     /// Starts building a manager from the two things it cannot work without.
-    pub fn builder(store: Arc<dyn Store>, runner: Arc<dyn Runner>) -> ManagerBuilder {
+    pub fn builder(store: Arc<dyn CoordinatedStore>, runner: Arc<dyn Runner>) -> ManagerBuilder {
         ManagerBuilder::new(store, runner)
     }
 
     /// The store this manager writes to.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &Arc<dyn CoordinatedStore> {
         &self.inner.store
     }
 
@@ -236,7 +236,7 @@ impl Manager {
 
     /// An operator's forced cancel: ends the session's active run now,
     /// whoever runs it and whether or not its owner answers. One fenced
-    /// store transition ([`Store::force_cancel`](korvus_store::Store::force_cancel))
+    /// store transition ([`Coordination::force_cancel`](korvus_store::Coordination::force_cancel))
     /// moves the fence on, settles the row `cancelled` and writes the
     /// revision's report row (unless the run wrote its own), with a detail
     /// naming the operator action; then the session's turn log is claimed

@@ -1,15 +1,17 @@
-//! Leases in the memory store: its clock, and the heartbeat, expiry and
-//! takeover calls of the [`Store`](crate::Store) seam.
+//! Coordination in the memory store: its clock, and the
+//! [`Coordination`] seam (cancel requests, heartbeat, expiry, takeover,
+//! forced cancel).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::MemoryStore;
 use crate::{
-    constraint, validate, Entity, Lease, NewReport, Report, Result, Session, SessionId,
-    SessionStatus, Settlement, StoreError,
+    constraint, validate, Coordination, Entity, Lease, NewReport, Report, Result, Session,
+    SessionId, SessionStatus, Settlement, StoreError,
 };
 
 impl MemoryStore {
@@ -161,5 +163,69 @@ impl super::Inner {
             .entry((report.session_id, report.revision))
             .or_insert_with(|| report.stored_at(Utc::now()))
             .clone()
+    }
+}
+
+#[async_trait]
+impl Coordination for MemoryStore {
+    async fn request_cancel(&self, id: SessionId) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if session.status == SessionStatus::Running {
+            session.cancel_requested = true;
+        }
+        Ok(session.clone())
+    }
+
+    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
+        Ok(self
+            .lock()
+            .sessions
+            .values()
+            .filter(|s| s.status == SessionStatus::Running && s.cancel_requested)
+            .map(|s| (s.id, s.fence))
+            .collect())
+    }
+
+    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        // In-process replicas poll; nothing to push from.
+        None
+    }
+
+    async fn heartbeat(
+        &self,
+        lease: Lease,
+        runs: &[(SessionId, u64)],
+    ) -> Result<Vec<(SessionId, u64)>> {
+        Ok(self.renew(lease, runs))
+    }
+
+    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>> {
+        Ok(self.expired())
+    }
+
+    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session> {
+        self.take_over_now(id, fence, lease)
+    }
+
+    async fn settle_with_report(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)> {
+        self.settle_with_report_now(id, settlement, report)
+    }
+
+    async fn force_cancel(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
+    ) -> Result<(Session, Report)> {
+        self.force_cancel_now(id, fence, detail)
     }
 }

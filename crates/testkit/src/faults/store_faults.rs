@@ -1,16 +1,18 @@
-//! [`FaultStore`]: a [`Store`] wrapper that records calls and injects faults.
+//! [`FaultStore`]: a [`Store`] (and [`Coordination`]) wrapper that records
+//! calls and injects faults.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use korvus_store::{
-    Artifact, ArtifactId, ContextRef, Incident, IncidentId, Lease, NewArtifact, NewIncident,
-    NewReport, NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
-    Store, StoreError,
+    Artifact, ArtifactId, ContextRef, ContinueFrom, CoordinatedStore, Coordination, Incident,
+    IncidentId, Lease, NewArtifact, NewIncident, NewReport, NewSession, Report, Result, Session,
+    SessionContextRef, SessionId, Settlement, Store, StoreError,
 };
 
-/// One [`Store`] method, for choosing faults and reading the call record.
+/// One [`Store`] or [`Coordination`] method, for choosing faults and
+/// reading the call record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(missing_docs)] // Each variant is the method of the same name.
 pub enum StoreOp {
@@ -24,9 +26,8 @@ pub enum StoreOp {
     InsertContextRefs,
     ListContextRefs,
     SettleSession,
-    ReopenSession,
+    ContinueSession,
     CancelIdleSession,
-    ResumeIdleSession,
     RequestCancel,
     CancelRequests,
     Heartbeat,
@@ -68,15 +69,29 @@ struct State {
 
 /// A [`Store`] wrapper that records every call in order and injects
 /// faults into chosen operations; everything else reaches the wrapped store.
-#[derive(Debug, Clone)]
-pub struct FaultStore {
-    inner: Arc<dyn Store>,
+///
+/// It is a [`Coordination`] too (so a
+/// [`CoordinatedStore`] a manager can be built from) when what it wraps is:
+/// `FaultStore::new(Arc<dyn CoordinatedStore>)` for a manager's store,
+/// `FaultStore::new(Arc<dyn Store>)` for code that needs only rows.
+#[derive(Debug)]
+pub struct FaultStore<S: ?Sized = dyn CoordinatedStore> {
+    inner: Arc<S>,
     state: Arc<Mutex<State>>,
 }
 
-impl FaultStore {
+impl<S: ?Sized> Clone for FaultStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            state: Arc::clone(&self.state),
+        }
+    }
+}
+
+impl<S: ?Sized> FaultStore<S> {
     /// Wraps `inner`; nothing fails until told.
-    pub fn new(inner: Arc<dyn Store>) -> Self {
+    pub fn new(inner: Arc<S>) -> Self {
         Self {
             inner,
             state: Arc::default(),
@@ -155,7 +170,7 @@ impl FaultStore {
 }
 
 #[async_trait]
-impl Store for FaultStore {
+impl<S: Store + ?Sized> Store for FaultStore<S> {
     async fn create_incident(&self, new: NewIncident) -> Result<Incident> {
         self.enter(StoreOp::CreateIncident).await?;
         self.inner.create_incident(new).await
@@ -200,14 +215,55 @@ impl Store for FaultStore {
         self.enter(StoreOp::SettleSession).await?;
         self.inner.settle_session(id, settlement).await
     }
-    async fn reopen_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
-        self.enter(StoreOp::ReopenSession).await?;
-        self.inner.reopen_session(id, lease).await
+    async fn continue_session(
+        &self,
+        id: SessionId,
+        from: ContinueFrom,
+        lease: Option<Lease>,
+    ) -> Result<Session> {
+        self.enter(StoreOp::ContinueSession).await?;
+        self.inner.continue_session(id, from, lease).await
     }
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::CancelIdleSession).await?;
         self.inner.cancel_idle_session(id).await
     }
+    async fn create_report(&self, new: NewReport) -> Result<Report> {
+        self.enter(StoreOp::CreateReport).await?;
+        self.inner.create_report(new).await
+    }
+    async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report> {
+        self.enter(StoreOp::GetReport).await?;
+        self.inner.get_report(session, revision).await
+    }
+    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+        self.enter(StoreOp::ListReports).await?;
+        self.inner.list_reports(session).await
+    }
+    async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
+        self.enter(StoreOp::NextReportRevision).await?;
+        self.inner.next_report_revision(session).await
+    }
+    async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::CreateArtifacts).await?;
+        self.inner.create_artifacts(new).await
+    }
+    async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::GetArtifacts).await?;
+        self.inner.get_artifacts(ids).await
+    }
+    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::ListSessionArtifacts).await?;
+        self.inner.list_session_artifacts(session).await
+    }
+    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::ListIncidentArtifacts).await?;
+        self.inner.list_incident_artifacts(incident).await
+    }
+}
+
+#[async_trait]
+impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::RequestCancel).await?;
         self.inner.request_cancel(id).await
@@ -218,10 +274,6 @@ impl Store for FaultStore {
     }
     fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
         self.inner.cancel_signal()
-    }
-    async fn resume_idle_session(&self, id: SessionId, lease: Option<Lease>) -> Result<Session> {
-        self.enter(StoreOp::ResumeIdleSession).await?;
-        self.inner.resume_idle_session(id, lease).await
     }
     async fn heartbeat(
         &self,
@@ -256,37 +308,5 @@ impl Store for FaultStore {
     ) -> Result<(Session, Report)> {
         self.enter(StoreOp::ForceCancel).await?;
         self.inner.force_cancel(id, fence, detail).await
-    }
-    async fn create_report(&self, new: NewReport) -> Result<Report> {
-        self.enter(StoreOp::CreateReport).await?;
-        self.inner.create_report(new).await
-    }
-    async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report> {
-        self.enter(StoreOp::GetReport).await?;
-        self.inner.get_report(session, revision).await
-    }
-    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
-        self.enter(StoreOp::ListReports).await?;
-        self.inner.list_reports(session).await
-    }
-    async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
-        self.enter(StoreOp::NextReportRevision).await?;
-        self.inner.next_report_revision(session).await
-    }
-    async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
-        self.enter(StoreOp::CreateArtifacts).await?;
-        self.inner.create_artifacts(new).await
-    }
-    async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
-        self.enter(StoreOp::GetArtifacts).await?;
-        self.inner.get_artifacts(ids).await
-    }
-    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
-        self.enter(StoreOp::ListSessionArtifacts).await?;
-        self.inner.list_session_artifacts(session).await
-    }
-    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
-        self.enter(StoreOp::ListIncidentArtifacts).await?;
-        self.inner.list_incident_artifacts(incident).await
     }
 }

@@ -2,8 +2,8 @@
 //! the field or entity, and nothing written.
 
 use korvus_store::{
-    validate, ArtifactId, Counters, Entity, IncidentId, NewIncident, SessionId, SessionStatus,
-    Store, StoreError,
+    validate, ArtifactId, ContinueFrom, Counters, Entity, IncidentId, NewIncident, SessionId,
+    SessionStatus, Store, StoreError,
 };
 
 use super::{incident, new_artifact, new_report, new_session, session, settlement};
@@ -114,7 +114,9 @@ pub async fn unknown_ids_are_not_found(store: &dyn Store) {
         Entity::Session,
     );
     assert_not_found(
-        store.reopen_session(missing_session, None).await,
+        store
+            .continue_session(missing_session, ContinueFrom::Terminal, None)
+            .await,
         Entity::Session,
     );
     assert_not_found(

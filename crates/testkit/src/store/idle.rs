@@ -1,7 +1,9 @@
 //! Idle sessions — `running` with exit reason `awaiting_user` — and the two
 //! conditional transitions out of idle: cancel and resume.
 
-use korvus_store::{exit_reason, Entity, Session, SessionId, SessionStatus, Store, StoreError};
+use korvus_store::{
+    exit_reason, ContinueFrom, Entity, Session, SessionId, SessionStatus, Store, StoreError,
+};
 
 use super::{incident, session, settlement};
 
@@ -46,9 +48,12 @@ pub async fn cancel_idle_session_cancels_an_idle_row(store: &dyn Store) {
 
 /// Resuming an idle session makes it active: running, no exit reason, the
 /// next revision, counters kept.
-pub async fn resume_idle_session_continues_an_idle_row(store: &dyn Store) {
+pub async fn continue_from_idle_resumes_an_idle_row(store: &dyn Store) {
     let idle = idle_session(store).await;
-    let resumed = store.resume_idle_session(idle.id, None).await.unwrap();
+    let resumed = store
+        .continue_session(idle.id, ContinueFrom::Idle, None)
+        .await
+        .unwrap();
     assert_eq!(resumed.status, SessionStatus::Running);
     assert_eq!(resumed.exit_reason, None);
     assert_eq!(resumed.ended_at, None);
@@ -73,7 +78,12 @@ pub async fn idle_transitions_refuse_terminal_and_active_rows(store: &dyn Store)
         .unwrap();
     for row in [&active, &terminal] {
         assert_not_idle(store.cancel_idle_session(row.id).await, row.id);
-        assert_not_idle(store.resume_idle_session(row.id, None).await, row.id);
+        assert_not_idle(
+            store
+                .continue_session(row.id, ContinueFrom::Idle, None)
+                .await,
+            row.id,
+        );
         assert_eq!(
             &store.get_session(row.id).await.unwrap(),
             row,
@@ -83,7 +93,9 @@ pub async fn idle_transitions_refuse_terminal_and_active_rows(store: &dyn Store)
     let unknown = SessionId::new();
     for result in [
         store.cancel_idle_session(unknown).await,
-        store.resume_idle_session(unknown, None).await,
+        store
+            .continue_session(unknown, ContinueFrom::Idle, None)
+            .await,
     ] {
         match result {
             Err(StoreError::NotFound { entity, .. }) => assert_eq!(entity, Entity::Session),
@@ -99,7 +111,7 @@ pub async fn cancel_and_resume_of_an_idle_row_have_exactly_one_winner(store: &dy
         let idle = idle_session(store).await;
         let (cancel, resume) = futures::join!(
             store.cancel_idle_session(idle.id),
-            store.resume_idle_session(idle.id, None)
+            store.continue_session(idle.id, ContinueFrom::Idle, None)
         );
         let row = store.get_session(idle.id).await.unwrap();
         match (cancel, resume) {

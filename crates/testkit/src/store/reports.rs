@@ -1,7 +1,7 @@
 //! Report rows: unique revisions per session, and the composite key that
 //! ties a report or artifact to a session of its own incident.
 
-use korvus_store::{constraint, validate, Entity, SessionStatus, Store, StoreError};
+use korvus_store::{constraint, validate, ContinueFrom, Entity, SessionStatus, Store, StoreError};
 
 use super::{incident, new_artifact, new_report, session};
 
@@ -139,7 +139,10 @@ pub async fn a_stale_fence_writes_no_report_row(store: &dyn Store) {
         .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     let late = store.create_report(new_report(&s, 1)).await.unwrap_err();
     assert!(
         matches!(
@@ -169,7 +172,10 @@ pub async fn a_stale_fence_writes_no_artifact_rows(store: &dyn Store) {
         .settle_session(s.id, super::settlement(SessionStatus::Failed, "x"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     let batch = vec![
         new_artifact(&other, "fresh.txt", 1),
         new_artifact(&s, "late.txt", 1),

@@ -3,7 +3,8 @@
 
 use futures::future::join_all;
 use korvus_store::{
-    Counters, Entity, Session, SessionId, SessionKind, SessionStatus, Store, StoreError,
+    ContinueFrom, Counters, Entity, Session, SessionId, SessionKind, SessionStatus, Store,
+    StoreError,
 };
 
 use super::{incident, new_session, session, settlement, settlement_at};
@@ -76,7 +77,10 @@ pub async fn settle_sets_and_clears_ended_at(store: &dyn Store) {
         assert_eq!(settled.counters.tool_calls, 5);
         assert_eq!(store.get_session(s.id).await.unwrap(), settled);
         // A reopen clears it again.
-        let reopened = store.reopen_session(s.id, None).await.unwrap();
+        let reopened = store
+            .continue_session(s.id, ContinueFrom::Terminal, None)
+            .await
+            .unwrap();
         assert_eq!(reopened.ended_at, None, "a reopen clears ended_at");
     }
     let s = session(store, &inc).await;
@@ -101,7 +105,8 @@ pub async fn reopen_has_exactly_one_winner(store: &dyn Store) {
         .settle_session(s.id, settlement(SessionStatus::Completed, "completed"))
         .await
         .unwrap();
-    let results = join_all((0..16).map(|_| store.reopen_session(s.id, None))).await;
+    let results =
+        join_all((0..16).map(|_| store.continue_session(s.id, ContinueFrom::Terminal, None))).await;
     let winners: Vec<&Session> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     assert_eq!(winners.len(), 1, "exactly one reopen wins: {results:?}");
     for r in &results {
@@ -126,7 +131,9 @@ pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
     let inc = incident(store).await;
     let s = session(store, &inc).await;
     assert!(matches!(
-        store.reopen_session(s.id, None).await,
+        store
+            .continue_session(s.id, ContinueFrom::Terminal, None)
+            .await,
         Err(StoreError::NotFinished { .. })
     ));
     assert_eq!(store.get_session(s.id).await.unwrap(), s);
@@ -136,7 +143,10 @@ pub async fn reopen_of_a_running_session_is_not_finished(store: &dyn Store) {
             .settle_session(s.id, settlement_at(status, "x", fence))
             .await
             .unwrap();
-        let reopened = store.reopen_session(s.id, None).await.unwrap();
+        let reopened = store
+            .continue_session(s.id, ContinueFrom::Terminal, None)
+            .await
+            .unwrap();
         assert_eq!(reopened.status, SessionStatus::Running);
     }
     assert_eq!(store.get_session(s.id).await.unwrap().revision, 3);
@@ -154,7 +164,10 @@ pub async fn each_new_run_increments_the_fence(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(done.fence, 1, "settling keeps the fence");
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     assert_eq!(reopened.fence, 2);
     let idle = store
         .settle_session(
@@ -164,7 +177,10 @@ pub async fn each_new_run_increments_the_fence(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(idle.fence, 2);
-    let resumed = store.resume_idle_session(s.id, None).await.unwrap();
+    let resumed = store
+        .continue_session(s.id, ContinueFrom::Idle, None)
+        .await
+        .unwrap();
     assert_eq!(resumed.fence, 3);
     store
         .settle_session(
@@ -188,7 +204,10 @@ pub async fn a_stale_fence_settles_nothing(store: &dyn Store) {
         .settle_session(s.id, settlement(SessionStatus::Cancelled, "cancelled"))
         .await
         .unwrap();
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     let late = store
         .settle_session(s.id, settlement(SessionStatus::Failed, "owner_lost"))
         .await

@@ -1,14 +1,14 @@
 //! Cancel requests: recorded by any replica, naming the fence of the run
 //! they target, polled by the manager that runs it.
 
-use korvus_store::{SessionId, SessionStatus, Store, StoreError};
+use korvus_store::{ContinueFrom, CoordinatedStore, SessionId, SessionStatus, StoreError};
 
-use super::{incident, session, settlement_at};
+use crate::store::{incident, session, settlement_at};
 
 /// A request marks the running session's current run and is listed with
 /// its fence until the session settles; it is idempotent, changes nothing
 /// on a terminal session, and never reaches the run a reopen starts.
-pub async fn a_cancel_request_names_the_run_it_targets(store: &dyn Store) {
+pub async fn a_cancel_request_names_the_run_it_targets(store: &dyn CoordinatedStore) {
     let inc = incident(store).await;
     let s = session(store, &inc).await;
     let quiet = session(store, &inc).await;
@@ -39,7 +39,10 @@ pub async fn a_cancel_request_names_the_run_it_targets(store: &dyn Store) {
     assert_eq!(again.ended_at, done.ended_at);
 
     // The next run has another fence: the old request does not reach it.
-    let reopened = store.reopen_session(s.id, None).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     assert!(!reopened.cancel_requested);
     assert!(!listed_now(store, s.id).await);
     let requested = store.request_cancel(s.id).await.unwrap();
@@ -56,7 +59,7 @@ pub async fn a_cancel_request_names_the_run_it_targets(store: &dyn Store) {
     ));
 }
 
-async fn listed_now(store: &dyn Store, id: SessionId) -> bool {
+async fn listed_now(store: &dyn CoordinatedStore, id: SessionId) -> bool {
     store
         .cancel_requests()
         .await

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use korvus_store::{
-    exit_reason, Lease, NewSession, OwnerId, Session, SessionKind, SessionStatus, Store, StoreError,
+    exit_reason, ContinueFrom, CoordinatedStore, Lease, NewSession, OwnerId, Session, SessionKind,
+    SessionStatus, StoreError,
 };
 
-use super::{incident, new_report, session, settlement_at};
+use crate::store::{incident, new_report, session, settlement_at};
 
 /// A lease that stays live for the length of any case.
 fn live(owner: OwnerId) -> Lease {
@@ -29,7 +30,7 @@ fn expired(owner: OwnerId) -> Lease {
 }
 
 /// A running session created under `lease`.
-async fn leased(store: &dyn Store, lease: Lease) -> Session {
+async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Session {
     let inc = incident(store).await;
     store
         .create_session(NewSession {
@@ -46,7 +47,7 @@ async fn leased(store: &dyn Store, lease: Lease) -> Session {
 
 /// `owner`'s heartbeat for the run of `s`.
 async fn beat(
-    store: &dyn Store,
+    store: &dyn CoordinatedStore,
     owner: OwnerId,
     s: &Session,
 ) -> Vec<(korvus_store::SessionId, u64)> {
@@ -67,7 +68,9 @@ fn listed(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
 /// Create, reopen and resume write the owner and a lease in the same step;
 /// the owner's heartbeat renews exactly the active sessions it holds and
 /// names them with their fence; settling (terminal or idle) ends the lease.
-pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &dyn Store) {
+pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(
+    store: &dyn CoordinatedStore,
+) {
     let (a, b) = (OwnerId::new(), OwnerId::new());
     let s = leased(store, live(a)).await;
     assert_eq!(s.owner, Some(a));
@@ -103,6 +106,18 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
     let renewed = store.get_session(s.id).await.unwrap();
     assert!(renewed.lease_expires_at.unwrap() >= first_expiry);
 
+    settling_ends_the_lease_and_each_new_run_takes_one(store, &s, a, b).await;
+}
+
+/// The rest of the lease case, for the run of `s` held by `a`: an idle
+/// or terminal settle ends the lease; a resume or reopen takes a new one
+/// (of `b`, then `a`), and one without a lease has no owner.
+async fn settling_ends_the_lease_and_each_new_run_takes_one(
+    store: &dyn CoordinatedStore,
+    s: &Session,
+    a: OwnerId,
+    b: OwnerId,
+) {
     // An idle settle ends the run: no owner, no lease, not held.
     let idle = store
         .settle_session(
@@ -119,7 +134,7 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         .is_empty());
     // Resuming takes a new lease (of whichever owner resumes).
     let resumed = store
-        .resume_idle_session(s.id, Some(live(b)))
+        .continue_session(s.id, ContinueFrom::Idle, Some(live(b)))
         .await
         .unwrap();
     assert_eq!(resumed.owner, Some(b));
@@ -136,7 +151,10 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         .unwrap();
     assert_eq!((done.owner, done.lease_expires_at), (None, None));
     assert!(beat(store, b, &done).await.is_empty());
-    let reopened = store.reopen_session(s.id, Some(live(a))).await.unwrap();
+    let reopened = store
+        .continue_session(s.id, ContinueFrom::Terminal, Some(live(a)))
+        .await
+        .unwrap();
     assert_eq!(reopened.owner, Some(a));
     assert!(holds(&beat(store, a, &reopened).await, &reopened));
     // Without a lease, a reopened run has no owner (an orphan at once).
@@ -147,7 +165,10 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
         )
         .await
         .unwrap();
-    let unowned = store.reopen_session(s.id, None).await.unwrap();
+    let unowned = store
+        .continue_session(s.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
     assert_eq!((unowned.owner, unowned.lease_expires_at), (None, None));
     assert!(listed(&store.expired_leases().await.unwrap(), &unowned));
 }
@@ -156,7 +177,7 @@ pub async fn a_lease_is_written_with_each_run_and_renewed_by_its_owner(store: &d
 /// and terminal rows are not. Of concurrent takeovers exactly one wins: it
 /// moves the fence on and owns the session, the others write nothing. The
 /// dead owner's heartbeat no longer names the session.
-pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn Store) {
+pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn CoordinatedStore) {
     let (dead, reapers) = (OwnerId::new(), OwnerId::new());
     let orphan = leased(store, expired(dead)).await;
     let alive = leased(store, live(OwnerId::new())).await;
@@ -231,7 +252,7 @@ pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn Store) {
 
 /// A cancel requested for the dead run carries over to the takeover's
 /// fence, so the one who took over sees it and settles `cancelled`.
-pub async fn a_takeover_keeps_a_pending_cancel_request(store: &dyn Store) {
+pub async fn a_takeover_keeps_a_pending_cancel_request(store: &dyn CoordinatedStore) {
     let orphan = leased(store, expired(OwnerId::new())).await;
     store.request_cancel(orphan.id).await.unwrap();
     let won = store
@@ -250,7 +271,9 @@ pub async fn a_takeover_keeps_a_pending_cancel_request(store: &dyn Store) {
 /// `settle_with_report` writes the report row and the settlement together;
 /// a row the dead run wrote for the revision stands; a stale fence or a
 /// report of another incident writes nothing at all.
-pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(store: &dyn Store) {
+pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
+    store: &dyn CoordinatedStore,
+) {
     let reaper = live(OwnerId::new());
     let lost = |s: &Session| settlement_at(SessionStatus::Failed, "owner_lost", s.fence);
     let lost_report = |s: &Session| korvus_store::NewReport {

@@ -1,0 +1,165 @@
+//! The [`Coordination`] seam: what replicas of the session layer need from
+//! a store to share one database — cancel requests and their wake-up, lease
+//! renewal, orphans and their takeover, and the transitions that end a run
+//! nobody will land (a takeover's settle with its report, an operator's
+//! forced cancel).
+//!
+//! It is a trait of its own, beside [`Store`], the way object_store keeps
+//! capabilities apart from its minimum API: a backend author sees which
+//! methods make a store *shared*, and a wrapper that only touches rows
+//! forwards only [`Store`]. The session layer needs both and takes one
+//! value that has both, a [`CoordinatedStore`].
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::{Lease, NewReport, Report, Result, Session, SessionId, Settlement, Store};
+
+/// Replica coordination over the rows a [`Store`] keeps: cancel requests,
+/// heartbeats, orphans, takeover, and the fenced transitions that end a run
+/// from outside it.
+///
+/// The same rules hold as for [`Store`]: each method is one logical
+/// operation (one statement or one transaction), errors are semantic, and
+/// a dropped call may or may not have committed. Lease expiry is judged by
+/// the store's own clock, never a replica's.
+#[async_trait]
+pub trait Coordination: Send + Sync + Debug + 'static {
+    /// Records a request to cancel the current run of a running session,
+    /// naming its fence, for whichever manager runs it (that manager polls
+    /// [`cancel_requests`](Coordination::cancel_requests)). A terminal session is
+    /// returned as it is, unchanged. Idempotent.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session.
+    async fn request_cancel(&self, id: SessionId) -> Result<Session>;
+
+    /// The running sessions whose current run has a cancel request:
+    /// `(session, fence)` pairs, in no particular order. One statement;
+    /// cheap when there are none.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>>;
+
+    /// A wake-up for whoever polls [`cancel_requests`](Coordination::cancel_requests):
+    /// a new `Notify` that is notified (`notify_one`) soon after any
+    /// replica records a cancel request, so the poller can poll at once
+    /// instead of at its next period. `None` when the backend cannot push
+    /// (the caller keeps polling); a wake-up may also be lost (while a
+    /// listener reconnects), so polling stays the fallback. The backend
+    /// stops pushing once every clone of the `Notify` is dropped.
+    fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>>;
+
+    /// Renews `lease` on those of `runs` — the `(session, fence)` pairs of
+    /// the runs its owner is running — that it still holds, in one
+    /// statement whatever their number, and answers which those are, in no
+    /// particular order. A session taken over, continued elsewhere, settled
+    /// or idle is not held and not in the answer; an expired lease nobody
+    /// took over yet is renewed. A session the owner holds but does not
+    /// list (its run is gone) is not renewed: its lease lapses and it
+    /// becomes an orphan.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn heartbeat(
+        &self,
+        lease: Lease,
+        runs: &[(SessionId, u64)],
+    ) -> Result<Vec<(SessionId, u64)>>;
+
+    /// The orphans: active running sessions (not idle) whose lease has
+    /// expired by the store's clock, or that have no owner at all, as
+    /// `(session, fence)` pairs for [`take_over`](Coordination::take_over).
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn expired_leases(&self) -> Result<Vec<(SessionId, u64)>>;
+
+    /// Takes an orphan over in one conditional step: only while the
+    /// session is active (running, not idle), still at `fence` (the one the
+    /// caller saw) and its lease has expired (or it has no owner). Then its
+    /// fence is incremented — every write of the dead run is refused from
+    /// here on — and it is owned under `lease`. A cancel request for the
+    /// dead run carries over to the new fence. Of concurrent takeovers of
+    /// one session exactly one succeeds.
+    ///
+    /// # Errors
+    /// `Fenced` when the session's fence moved on; `NotOrphaned` when it is
+    /// terminal, idle or its lease is live (nothing is written either way);
+    /// `NotFound` for an unknown session.
+    async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session>;
+
+    /// Settles a session and makes sure its revision has a report row, in
+    /// one transaction: `report` is inserted unless a row for its session
+    /// and revision exists (that one wins and is kept), then the settlement
+    /// is written as [`settle_session`](crate::Store::settle_session) writes it.
+    /// Returns the settled row and the report row that stands. This is how
+    /// a takeover ends a run nobody will land.
+    ///
+    /// A row the dead run's report insert committed concurrently is found
+    /// and kept too: the answer is never a `Conflict`.
+    ///
+    /// # Errors
+    /// As `settle_session` and `create_report`; on any error nothing is
+    /// written.
+    async fn settle_with_report(
+        &self,
+        id: SessionId,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, Report)>;
+
+    /// An operator's forced cancel of the run at `fence`, in one
+    /// transaction: only while the session is [active](crate::Session::is_active)
+    /// at `fence` (the one the operator saw), its fence is incremented —
+    /// every later write of that run is refused — and it is settled
+    /// `cancelled` (exit reason `cancelled`, counters kept, `ended_at` now,
+    /// owner and lease cleared, a pending cancel request dropped); the
+    /// revision's report row is written unless one exists (that one wins):
+    /// no document, exit reason `cancelled`, `detail` naming the operator
+    /// action, at the new fence. Returns the settled row and the report row
+    /// that stands. Like a takeover it moves the fence without starting a
+    /// run; unlike one it does not wait for the owner's lease to lapse.
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotActive` when it is
+    /// terminal or idle (cancel an idle row with
+    /// [`cancel_idle_session`](crate::Store::cancel_idle_session)); `NotFound`
+    /// for an unknown session; `InvalidInput` for a bad `detail`. Nothing
+    /// is written on any error.
+    async fn force_cancel(
+        &self,
+        id: SessionId,
+        fence: u64,
+        detail: String,
+    ) -> Result<(Session, Report)>;
+}
+
+/// A [`Store`] that also does [`Coordination`]: what
+/// `korvus-session`'s manager is built from, as one `Arc`.
+///
+/// Implemented for every type that implements both traits, so a backend
+/// never implements it by hand. Its two methods view the same value as a
+/// plain [`Store`] for code that needs only rows (harvest, the CLI's
+/// readers) without trait upcasting, which the minimum supported Rust
+/// version does not have.
+pub trait CoordinatedStore: Store + Coordination {
+    /// This store as a plain [`Store`].
+    fn as_store(&self) -> &dyn Store;
+
+    /// This store, shared, as a plain [`Store`].
+    fn into_store(self: Arc<Self>) -> Arc<dyn Store>;
+}
+
+impl<T: Store + Coordination> CoordinatedStore for T {
+    fn as_store(&self) -> &dyn Store {
+        self
+    }
+
+    fn into_store(self: Arc<Self>) -> Arc<dyn Store> {
+        self
+    }
+}

@@ -1,0 +1,36 @@
+//! The [`Coordination`](korvus_store::Coordination) contract: what a store
+//! must honour to be shared by replicas — cancel requests naming the run
+//! they target, leases renewed by their owner and taken over exactly once,
+//! settle with report, forced cancel. Every case is a public async function
+//! taking `&dyn CoordinatedStore` (it also uses the rows of
+//! [`Store`](korvus_store::Store)); [`run_all`] runs them in order; the
+//! [`coordination_contract_tests!`](crate::coordination_contract_tests)
+//! macro makes one test per case.
+//!
+//! The cases live in one file per topic (cancel requests, leases and
+//! takeover, forced cancel and retried settlements) and are re-exported
+//! here; they share the fixtures of the [`store`](crate::store) suite.
+
+mod cancel;
+mod forced;
+mod leases;
+
+use korvus_store::CoordinatedStore;
+
+pub use self::cancel::a_cancel_request_names_the_run_it_targets;
+pub use self::forced::{
+    a_forced_cancel_is_a_fenced_transition_with_its_report_row,
+    a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
+    a_forced_cancel_racing_the_runs_settle_has_one_winner, a_retried_identical_settlement_is_ok,
+};
+pub use self::leases::{
+    a_lease_is_written_with_each_run_and_renewed_by_its_owner,
+    a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
+    settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
+};
+
+crate::__with_cases!(
+    coordination,
+    [crate::__gen_run_all],
+    (coordination, CoordinatedStore,)
+);
