@@ -1,6 +1,5 @@
-//! Landing one iteration: persist phase → workspace archive → report row,
-//! and the settlement the supervisor then writes; and the report row of a
-//! revision that ended before it ran ([`Inner::fail_early`]).
+//! Landing one iteration: persist phase → workspace archive → report row
+//! (written by `write.rs`), and the settlement the supervisor then writes.
 //!
 //! The manager's own exit reasons replace the runner's only when the run
 //! itself ended normally (a cancelled run stays cancelled, a failed one
@@ -12,17 +11,13 @@ use std::sync::Arc;
 use korvus_harvest::{persist, PersistOutcome, PersistRequest, ReportFile};
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
-use std::time::Duration;
-
-use korvus_store::{
-    Counters, IncidentId, NewReport, SessionId, SessionStatus, Settlement, StoreError,
-};
-use tracing::{error, info, warn};
+use korvus_store::{Counters, NewReport, SessionStatus, Settlement};
+use tracing::{info, warn};
 
 use crate::execute::RunResult;
 use crate::manager::Inner;
 use crate::prepare::{FileStamp, Prepared};
-use crate::supervise::{failed, Plan};
+use crate::run::Plan;
 
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
@@ -75,9 +70,9 @@ pub(crate) async fn land(
         }
     }
     let report = NewReport {
-        session_id: plan.session.id,
-        incident_id: plan.session.incident_id,
-        revision: plan.revision,
+        session_id: plan.key().session,
+        incident_id: plan.key().incident,
+        revision: plan.key().revision,
         markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
         manifest_key: outcome.manifest_key.clone(),
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
@@ -85,7 +80,7 @@ pub(crate) async fn land(
         counters,
         // What degraded the persist phase, cause first, for the operator.
         detail: outcome.detail(),
-        fence: plan.session.fence,
+        fence: plan.key().fence,
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.
@@ -100,132 +95,7 @@ pub(crate) async fn land(
         status,
         exit_reason: Some(exit_reason.into()),
         counters,
-        fence: plan.session.fence,
-    }
-}
-
-/// The revision an iteration lands: where its report row goes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Revision {
-    pub(crate) session: SessionId,
-    pub(crate) incident: IncidentId,
-    pub(crate) number: u32,
-    /// The fence of the run that lands it: its settlement presents it.
-    pub(crate) fence: u64,
-}
-
-impl Revision {
-    /// The revision a session row is at (its first, right after create).
-    pub(crate) fn first(session: &korvus_store::Session) -> Self {
-        Self {
-            session: session.id,
-            incident: session.incident_id,
-            number: session.revision,
-            fence: session.fence,
-        }
-    }
-
-    pub(crate) fn of(plan: &Plan) -> Self {
-        Self {
-            session: plan.session.id,
-            incident: plan.session.incident_id,
-            number: plan.revision,
-            fence: plan.session.fence,
-        }
-    }
-}
-
-impl Inner {
-    /// Ends a revision that never ran (or whose run was lost): writes its
-    /// report row without a document, then returns the `failed` settlement
-    /// for the caller to write. A report row landing already wrote is kept.
-    pub(crate) async fn fail_early(&self, revision: Revision, reason: ExitReason) -> Settlement {
-        let report = NewReport {
-            session_id: revision.session,
-            incident_id: revision.incident,
-            revision: revision.number,
-            markdown_key: None,
-            manifest_key: None,
-            markdown_bytes: 0,
-            exit_reason: reason.to_string(),
-            counters: Counters::default(),
-            detail: None,
-            fence: revision.fence,
-        };
-        self.write_report(report).await;
-        failed(reason, revision.fence)
-    }
-
-    /// Writes a report row: bounded by the report bound, retried with
-    /// backoff on transient errors, never on permanent ones. A row already
-    /// there for the revision (a retry whose first attempt committed, or a
-    /// row landing wrote before a panic) counts as written: one row per
-    /// revision. Returns whether the revision has its row.
-    pub(crate) async fn write_report(&self, report: NewReport) -> bool {
-        let bound = self.config.report_timeout;
-        let store = Arc::clone(&self.store);
-        let attempt = move || {
-            let (store, report) = (Arc::clone(&store), report.clone());
-            async move { store.create_report(report).await.map(|_| ()) }
-        };
-        match retry(bound, attempt).await {
-            Ok(()) => true,
-            Err(Some(StoreError::Conflict { .. })) => {
-                info!("the revision already has its report row; kept");
-                true
-            }
-            Err(Some(e)) if e.is_fenced_off() => {
-                // The session moved on without this run, or already ended.
-                warn!(error = %e, "report row fenced off: the session moved on without this run");
-                false
-            }
-            Err(Some(e)) => {
-                error!(error = %e, "report row not written");
-                false
-            }
-            Err(None) => {
-                error!(?bound, "report row not written in time");
-                false
-            }
-        }
-    }
-}
-
-/// Runs `attempt` on its own task (so a caller going away or a panic
-/// cannot cut it half-way) until it succeeds, fails permanently (`Err(Some)`)
-/// or `bound` passes (`Err(None)`), retrying transient failures, panics and
-/// hangs with backoff. One attempt may take a quarter of the bound: a call
-/// that hangs once (a dropped connection) is abandoned and tried again
-/// rather than using up the whole bound. Both writes retried this way are
-/// safe to repeat: a settle writes the same row again, and a report row
-/// that did land makes the retry a `Conflict` the caller accepts.
-pub(crate) async fn retry<F, Fut>(bound: Duration, attempt: F) -> Result<(), Option<StoreError>>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
-{
-    let deadline = tokio::time::Instant::now() + bound;
-    let per_attempt = bound / 4;
-    let mut delay = Duration::from_millis(25);
-    loop {
-        let task = tokio::spawn(attempt());
-        let abort = task.abort_handle();
-        let until = deadline.min(tokio::time::Instant::now() + per_attempt);
-        match tokio::time::timeout_at(until, task).await {
-            Ok(Ok(Ok(()))) => return Ok(()),
-            Ok(Ok(Err(e))) if !e.is_transient() => return Err(Some(e)),
-            Ok(Ok(Err(e))) => warn!(error = %e, "store write failed; retrying"),
-            Ok(Err(join)) => warn!(error = %join, "store write panicked; retrying"),
-            Err(_) => {
-                abort.abort();
-                warn!(?per_attempt, "store write did not answer in time; retrying");
-            }
-        }
-        if tokio::time::Instant::now() + delay >= deadline {
-            return Err(None);
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
+        fence: plan.key().fence,
     }
 }
 
@@ -241,10 +111,10 @@ async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
         korvus_workspace::store_archive(
             &*inner.store,
             &**blobs,
-            plan.session.incident_id,
-            plan.session.id,
-            plan.revision,
-            plan.session.fence,
+            plan.key().incident,
+            plan.key().session,
+            plan.key().revision,
+            plan.key().fence,
             &archive,
         )
         .await
@@ -280,10 +150,10 @@ async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> Persi
         inner.blobs.clone(),
         &inner.config.persist,
         PersistRequest {
-            incident: plan.session.incident_id,
-            session: plan.session.id,
-            revision: plan.revision,
-            fence: plan.session.fence,
+            incident: plan.key().incident,
+            session: plan.key().session,
+            revision: plan.key().revision,
+            fence: plan.key().fence,
             scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
             skip_prefixes: inner.read_only.clone(),
             restored: prepared.restored.clone(),

@@ -24,14 +24,19 @@
 //! # Why it is shaped like this
 //!
 //! The code follows a run's phases, one file each: the supervisor
-//! (`supervise.rs`: `launch`, the one settle), `prepare.rs`, `execute.rs`,
-//! `land.rs`, `cleanup.rs`, plus `reopen.rs` and `watch.rs`. Everything
+//! (`supervise.rs`: `launch` and the order of the phases), `prepare.rs`,
+//! `execute.rs`, `land.rs`, `write.rs` (the bounded writes, the one settle
+//! among them), `cleanup.rs`, plus `reopen.rs` and `watch.rs`. What a run
+//! is — its session, incident, revision and fence, each stored once — and
+//! what its phases read live in `run.rs`, which every phase imports
+//! instead of each other: the modules' imports form a DAG, which
+//! `cargo xtask tidy` checks. Everything
 //! other calls need to reach a live run sits in one table, [`LiveRuns`];
 //! `cancel_poll.rs` reaches it for cancels made on other replicas (a
 //! request in the store naming the run's fence). A settlement presents
 //! the run's fence, so a run that was superseded writes nothing.
-//! The orderings that keep data safe are fixed in the supervisor and
-//! `land`: bytes before rows, report row before the terminal status (on
+//! The orderings that keep data safe are written once, in the
+//! supervisor's module docs, and kept by the supervisor and `land`: bytes before rows, report row before the terminal status (on
 //! every path, also where the agent never ran), the terminal write before
 //! clean-up, deregistration, the settle signal and the run group's release.
 //! Every write on that path is bounded, and retried only when the store
@@ -94,8 +99,10 @@ mod notify_log;
 mod prepare;
 mod reopen;
 mod reopener;
+mod run;
 mod supervise;
 mod watch;
+mod write;
 
 pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::manager::Inner;
-use crate::supervise::{Plan, Resume};
+use crate::run::{Plan, Resume};
 
 /// The scratch dir of one iteration and what was put into it.
 pub(crate) struct Prepared {
@@ -91,7 +91,7 @@ impl Inner {
         };
         // One directory per iteration: a leftover of an earlier one never
         // blocks this one.
-        let dir = korvus_workspace::create_iteration(root, plan.session.id, plan.revision)
+        let dir = korvus_workspace::create_iteration(root, plan.key().session, plan.key().revision)
             .await
             .map_err(|e| format!("scratch dir not created: {e}"))?;
         tokio::select! {
@@ -147,7 +147,9 @@ impl Inner {
             info!("no seeder configured; seeding skipped");
             return SkillCatalog::default();
         };
-        let seeding = seeder.seed(dir, plan.session.workspace_ref.as_ref()).await;
+        let seeding = seeder
+            .seed(dir, plan.session().workspace_ref.as_ref())
+            .await;
         match &seeding {
             Ok(SeedOutcome::Skipped(reason)) => info!(%reason, "seeding skipped"),
             Ok(_) => info!("workspace seeded"),
@@ -168,13 +170,9 @@ impl Inner {
     async fn write_context(&self, dir: &ScratchDir, plan: &Plan, inherited: &mut [InheritedFile]) {
         let Some(blobs) = &self.blobs else { return };
         let artifacts: Vec<Artifact> = plan.inherited.iter().map(|(a, _)| a.clone()).collect();
-        let outcome = korvus_workspace::materialize_context(
-            dir,
-            plan.session.incident_id,
-            &artifacts,
-            &**blobs,
-        )
-        .await;
+        let outcome =
+            korvus_workspace::materialize_context(dir, plan.key().incident, &artifacts, &**blobs)
+                .await;
         match outcome {
             Ok(outcome) => {
                 for f in &outcome.failed {
@@ -221,7 +219,7 @@ pub(crate) async fn pin_docs(
     plan: &Plan,
     token: &CancellationToken,
 ) -> Option<DocsLease> {
-    let (Some(docs), Some(pin)) = (&inner.docs, &plan.session.workspace_ref) else {
+    let (Some(docs), Some(pin)) = (&inner.docs, &plan.session().workspace_ref) else {
         return None;
     };
     if token.is_cancelled() {

@@ -9,9 +9,8 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
 
-use crate::land::Revision;
 use crate::manager::{join_detached, log_header, Inner};
-use crate::supervise::{Plan, Resume};
+use crate::run::{Plan, Resume, RunKey};
 use crate::{Manager, Result, SessionError};
 
 /// The events that close every turn started but not ended and every tool
@@ -247,22 +246,17 @@ impl Manager {
             };
             if let Err(e) = repaired {
                 error!(error = %e, "turn log not repaired; settling the session failed");
-                let ended = Revision {
-                    number: revision,
-                    ..Revision::first(&session)
+                let ended = RunKey {
+                    revision,
+                    ..RunKey::of(&session)
                 };
                 let ended = inner.fail_early(ended, ExitReason::TURN_LOG_FAILED).await;
                 inner.settle(id, ended).await;
                 return Err(e.into());
             }
             info!(revision, closers = closers.len(), "session continued");
-            let plan = Plan {
-                session: session.clone(),
-                incident,
-                inherited,
-                revision,
-                resume: Some(Resume { message, own }),
-            };
+            let resume = Some(Resume { message, own });
+            let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
             this.launch(plan, log, guard);
             Ok(session)
         }

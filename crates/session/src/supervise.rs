@@ -12,49 +12,28 @@
 //! returns mid-write. Every path, a panic outside the runner included, writes
 //! one report row for the revision before the terminal status.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use korvus_log::LogHandle;
 use korvus_runner::{ExitReason, RunContext, Tools};
-use korvus_store::{Artifact, Counters, Incident, Session, SessionId, SessionStatus, Settlement};
+use korvus_store::Settlement;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, info_span, warn, Instrument};
+use tracing::{error, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::{execute, RunResult};
-use crate::land::{land, retry, Revision};
+use crate::land::land;
 use crate::live::{LiveRun, RunGuard};
 use crate::manager::{Inner, Manager};
 use crate::notify_log::notifying;
 use crate::prepare::{pin_docs, Prepared};
-
-/// What the second iteration of a reopened session needs, read before the
-/// store's transition.
-#[derive(Debug)]
-pub(crate) struct Resume {
-    pub(crate) message: String,
-    pub(crate) own: Vec<Artifact>,
-}
-
-/// Everything one iteration needs.
-pub(crate) struct Plan {
-    pub(crate) session: Session,
-    pub(crate) incident: Incident,
-    pub(crate) inherited: Vec<(Artifact, String)>,
-    pub(crate) revision: u32,
-    pub(crate) resume: Option<Resume>,
-}
-
-/// A `failed` settlement with `reason` and no usage, for the run at `fence`.
-pub(crate) fn failed(reason: ExitReason, fence: u64) -> Settlement {
-    Settlement {
-        status: SessionStatus::Failed,
-        exit_reason: Some(reason.into()),
-        counters: Counters::default(),
-        fence,
-    }
-}
+use crate::run::Plan;
+use crate::write::Settled;
 
 impl Manager {
     /// The one place background work starts. Registers the run in the
@@ -62,10 +41,10 @@ impl Manager {
     /// request), then spawns the supervisor.
     pub(crate) fn launch(&self, plan: Plan, log: LogHandle, guard: RunGuard) {
         let inner = Arc::clone(&self.inner);
-        let id = plan.session.id;
+        let id = plan.key().session;
         let run = match inner
             .live
-            .register(id, plan.session.incident_id, plan.session.fence)
+            .register(id, plan.key().incident, plan.key().fence)
         {
             Ok(run) => run,
             Err(refused) => {
@@ -85,7 +64,7 @@ impl Manager {
         {
             run.cancel.cancel();
         }
-        let span = info_span!("run", session_id = %id, incident_id = %plan.session.incident_id, revision = plan.revision);
+        let span = info_span!("run", session_id = %id, incident_id = %plan.key().incident, revision = plan.key().revision);
         // Owned by the run group: `wait`/`stop` join it through `guard`.
         tokio::spawn(supervise(inner, plan, log, run, guard).instrument(span));
     }
@@ -99,13 +78,17 @@ impl Manager {
 /// parked runs would otherwise each reserve room for landing and clean-up
 /// they are not doing yet.
 async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, guard: RunGuard) {
-    let id = plan.session.id;
-    let revision = Revision::of(&plan);
-    let work = tokio::spawn(iterate(Arc::clone(&inner), plan, log, run.clone()).in_current_span());
+    let id = plan.key().session;
+    let revision = plan.key();
+    // In this task, not one of its own: a panic in any phase is caught
+    // here and the row still settles (the runner alone has its own task,
+    // so a runner that blocks a thread cannot hold the supervisor).
+    let work = AssertUnwindSafe(iterate(Arc::clone(&inner), plan, log, run.clone())).catch_unwind();
     let (settlement, leftovers) = match work.await {
         Ok(done) => done,
-        Err(join) => {
-            error!(error = %join, "run panicked outside the runner; settling failed");
+        Err(panic) => {
+            let panic = panic_text(panic.as_ref());
+            error!(%panic, "run panicked outside the runner; settling failed");
             // The revision still gets its report row (unless landing wrote it
             // before the panic); the scratch dir is left for `reap`.
             (
@@ -145,7 +128,7 @@ async fn iterate(
     run: LiveRun,
 ) -> (Settlement, Leftovers) {
     let token = run.cancel.clone();
-    let revision = Revision::of(&plan);
+    let revision = plan.key();
     let log = match notifying(
         &inner.writers,
         log,
@@ -220,75 +203,27 @@ fn context(
     docs: Option<&Arc<dyn korvus_runner::DocsClient>>,
 ) -> RunContext {
     RunContext {
-        session: plan.session.clone(),
+        session: plan.session().clone(),
         incident: plan.incident.clone(),
         inherited: prepared.inherited.clone(),
-        workspace_ref: plan.session.workspace_ref.clone(),
+        workspace_ref: plan.session().workspace_ref.clone(),
         scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
         tools: Tools {
             docs: docs.cloned(),
         },
         skills: prepared.skills.clone(),
         log: Arc::clone(log),
-        revision: plan.revision,
+        revision: plan.key().revision,
         report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
     }
 }
 
-/// What became of a settlement ([`Inner::settle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settled {
-    /// The store holds it.
-    Written,
-    /// The store refused it for good because the run is over for it: the
-    /// session moved on (fenced off) or its row already ended.
-    FencedOff,
-    /// Not written: the bound passed or the store refused it otherwise.
-    NotWritten,
-}
-
-impl Inner {
-    /// Writes the session's outcome: the last write of every path. The
-    /// settlement is made valid first (counters saturate at what the
-    /// columns hold; exit reasons are valid by construction), then written
-    /// on its own tasks (detached from any cancellation), retried with
-    /// backoff on transient errors and given up — loudly — on a permanent
-    /// one or after the settle bound. Whether this run may still write is
-    /// the store's decision (the settlement presents the run's fence), never
-    /// this process's clock: a run whose lease may have lapsed still settles
-    /// when nobody took the session over.
-    pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> Settled {
-        let bound = self.config.settle_timeout;
-        let settlement = Settlement {
-            counters: settlement.counters.saturating(),
-            ..settlement
-        };
-        let (status, reason) = (settlement.status, settlement.exit_reason.clone());
-        let store = Arc::clone(&self.store);
-        let attempt = move || {
-            let (store, s) = (Arc::clone(&store), settlement.clone());
-            async move { store.settle_session(id, s).await.map(|_| ()) }
-        };
-        match retry(bound, attempt).await {
-            Ok(()) => {
-                info!(%status, exit_reason = ?reason, "session settled");
-                Settled::Written
-            }
-            Err(Some(e)) if e.is_fenced_off() => {
-                // A newer run, a takeover or an operator owns the row now,
-                // or it already ended: this run's outcome must not overwrite it.
-                warn!(session_id = %id, error = %e, "settle fenced off: the session moved on without this run");
-                Settled::FencedOff
-            }
-            Err(Some(e)) => {
-                error!(session_id = %id, error = %e, "settle refused; the row may stay running");
-                Settled::NotWritten
-            }
-            Err(None) => {
-                error!(session_id = %id, "settle gave up after {bound:?}; the row may stay running");
-                Settled::NotWritten
-            }
-        }
-    }
+/// The message of a caught panic, when it has one.
+fn panic_text(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }

@@ -23,7 +23,6 @@ pub(crate) const KNOWN: &[(&str, &[&str])] = &[
     ("crates/harvest/src", &["file", "manifest", "persist"]),
     ("crates/log/src", &["handle", "seam"]),
     ("crates/runner/src", &["context", "docs", "runner"]),
-    ("crates/session/src", &["land", "prepare", "supervise"]),
     ("crates/store-sql/src", &["dialect", "log", "store"]),
     ("crates/store/src", &["lease", "model", "report"]),
 ];
@@ -216,10 +215,19 @@ fn imports(text: &str, module: &str) -> Vec<Vec<String>> {
 /// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e` (`self` and
 /// renames dropped).
 fn expand(tree: &str) -> Vec<String> {
-    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    // A rename (`a as b`) becomes `a@b` before the spaces go, so a name
+    // that merely contains "as" (`lease`, `class`) stays whole.
+    let tree: String = tree
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" as ", "@")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     let Some(open) = tree.find('{') else {
         let path = tree
-            .split("as")
+            .split('@')
             .next()
             .unwrap_or(&tree)
             .trim_end_matches("::self");
@@ -276,6 +284,13 @@ mod tests {
             expand("a::{b, c::{d, e as f}, self}"),
             vec!["a::b", "a::c::d", "a::c::e", "a"]
         );
+    }
+
+    #[test]
+    fn a_name_holding_as_is_not_a_rename() {
+        assert_eq!(expand("lease::LeaseState"), vec!["lease::LeaseState"]);
+        assert_eq!(expand("class as c"), vec!["class"]);
+        assert_eq!(expand("m::{base, x as y}"), vec!["m::base", "m::x"]);
     }
 
     #[test]

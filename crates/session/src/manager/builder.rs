@@ -10,9 +10,10 @@ use korvus_blob::BlobStore;
 use korvus_harvest::PersistConfig;
 use korvus_log::{MemoryLog, TurnLog, Writers};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{CoordinatedStore, OwnerId};
+use korvus_store::CoordinatedStore;
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
+use crate::lease::state::LeaseState;
 use crate::live::{LiveRuns, RunGroup};
 use crate::manager::{Inner, Manager};
 use crate::StreamReopener;
@@ -254,6 +255,7 @@ impl ManagerBuilder {
     /// built outside one runs without them).
     pub fn build(self) -> Manager {
         let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
+        let ownership = LeaseState::new(self.config.lease_ttl);
         let manager = Manager {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -272,8 +274,7 @@ impl ManagerBuilder {
                 runs: RunGroup::new(),
                 shutting_down: AtomicBool::new(false),
                 stop_started: AtomicBool::new(false),
-                owner: OwnerId::new(),
-                renewed: Mutex::new(std::time::Instant::now()),
+                ownership,
             }),
         };
         crate::cancel_poll::start(&manager.inner);

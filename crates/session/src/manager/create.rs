@@ -10,9 +10,8 @@ use korvus_store::{
 };
 use tracing::{error, info, info_span, Instrument};
 
-use crate::land::Revision;
 use crate::manager::{join_detached, Manager};
-use crate::supervise::Plan;
+use crate::run::{Plan, RunKey};
 use crate::{Result, SessionError};
 
 /// A request to create a session.
@@ -115,7 +114,7 @@ impl Manager {
                 if let Err(e) = inner.store.insert_context_refs(id, &refs).await {
                     error!(error = %e, "context refs not inserted; settling the session failed");
                     let ended = inner
-                        .fail_early(Revision::first(&session), ExitReason::CONTEXT_REFS_FAILED)
+                        .fail_early(RunKey::of(&session), ExitReason::CONTEXT_REFS_FAILED)
                         .await;
                     inner.settle(id, ended).await;
                     return Err(e.into());
@@ -134,20 +133,14 @@ impl Manager {
                 Err(e) => {
                     error!(error = %e, "turn log not created; settling the session failed");
                     let ended = inner
-                        .fail_early(Revision::first(&session), ExitReason::TURN_LOG_FAILED)
+                        .fail_early(RunKey::of(&session), ExitReason::TURN_LOG_FAILED)
                         .await;
                     inner.settle(id, ended).await;
                     return Err(e.into());
                 }
             };
             info!(seq = session.seq, kind = %kind, "session created");
-            let plan = Plan {
-                revision: session.revision,
-                session: session.clone(),
-                incident,
-                inherited,
-                resume: None,
-            };
+            let plan = Plan::new(session.clone(), session.revision, incident, inherited, None);
             this.launch(plan, log, guard);
             Ok(session)
         }

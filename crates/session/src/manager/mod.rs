@@ -20,6 +20,7 @@ use korvus_store::{CoordinatedStore, IncidentId, Lease, OwnerId, Session, Sessio
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
+use crate::lease::state::LeaseState;
 use crate::live::{LiveRuns, RunGroup};
 use crate::{Result, SessionError, StreamReopener};
 
@@ -85,20 +86,15 @@ pub(crate) struct Inner {
     pub(crate) runs: RunGroup,
     pub(crate) shutting_down: AtomicBool,
     stop_started: AtomicBool,
-    /// This incarnation: the owner of every run it starts.
-    pub(crate) owner: OwnerId,
-    /// When the last successful renewal was sent (or the manager built):
-    /// every lease this manager holds was written at or after it.
-    pub(crate) renewed: Mutex<std::time::Instant>,
+    /// This incarnation's lease: the owner of every run it starts, its
+    /// ttl and its last renewal.
+    pub(crate) ownership: LeaseState,
 }
 
 impl Inner {
     /// The lease every run of this manager is owned under.
     pub(crate) fn lease(&self) -> Lease {
-        Lease {
-            owner: self.owner,
-            ttl: self.config.lease_ttl,
-        }
+        self.ownership.lease()
     }
 }
 
@@ -126,7 +122,7 @@ impl Manager {
     /// This manager's incarnation: the owner recorded on every session it
     /// runs ([`Session::owner`]). Fresh at every build.
     pub fn owner(&self) -> OwnerId {
-        self.inner.owner
+        self.inner.ownership.owner()
     }
 
     /// The runs of this process (a read and cancel view).
@@ -266,7 +262,8 @@ impl Manager {
             let detail = format!(
                 "cancelled by an operator (forced cancel through manager {}): the run at fence {} \
                  was fenced off and its report, if any, did not land",
-                self.inner.owner, row.fence
+                self.inner.ownership.owner(),
+                row.fence
             );
             match self.inner.store.force_cancel(id, row.fence, detail).await {
                 Ok((settled, _)) => {

@@ -44,6 +44,8 @@ use tracing::{debug, error, info, warn};
 use crate::manager::Inner;
 use crate::SessionError;
 
+pub(crate) mod state;
+
 /// Whether a takeover's settlement failed in a way the next period may fix.
 fn transient(e: &SessionError) -> bool {
     match e {
@@ -141,28 +143,9 @@ impl Inner {
             .map(|(session, run)| (session, run.fence))
             .collect();
         let sent = Instant::now();
-        let held = self.store.heartbeat(self.lease(), &runs).await?;
-        let mut renewed = self.renewed.lock().unwrap_or_else(|p| p.into_inner());
-        *renewed = (*renewed).max(sent);
+        let held = self.store.heartbeat(self.ownership.lease(), &runs).await?;
+        self.ownership.renewed_at(sent);
         Ok((sent, held))
-    }
-
-    /// How long a run's lease may go without a renewal before this manager
-    /// stops the run itself: ttl less a fifth, so it is stopped before any
-    /// other manager can take it over.
-    fn lapse_after(&self) -> std::time::Duration {
-        let ttl = self.config.lease_ttl;
-        ttl - ttl / 5
-    }
-
-    /// When the lease of a run registered at `registered` was last written
-    /// by a store call this manager knows succeeded (sent at or before the
-    /// answer): the newer of the last successful renewal and the run's own
-    /// registration (its create, reopen or resume wrote the lease just
-    /// before).
-    fn last_written(&self, registered: Instant) -> Instant {
-        let renewed = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
-        renewed.max(registered)
     }
 
     /// The bound of one renewal: a period, but never past the moment the
@@ -177,11 +160,11 @@ impl Inner {
             .live
             .snapshot()
             .into_iter()
-            .map(|(_, run)| self.last_written(run.registered))
+            .map(|(_, run)| self.ownership.last_written(run.registered))
             .min();
         match oldest {
             Some(at) => {
-                let left = self.lapse_after().saturating_sub(at.elapsed());
+                let left = self.ownership.lapse_after().saturating_sub(at.elapsed());
                 period.min(left.max(std::time::Duration::from_millis(10)))
             }
             None => period,
@@ -193,12 +176,12 @@ impl Inner {
     /// now, before another manager can take the session over, and the run
     /// lands what it has; the store decides whether it still may.
     pub(crate) fn cancel_lapsed(&self) {
-        let after = self.lapse_after();
+        let after = self.ownership.lapse_after();
         for (session, run) in self.live.snapshot() {
             if run.cancel.is_cancelled() {
                 continue;
             }
-            let since = self.last_written(run.registered).elapsed();
+            let since = self.ownership.last_written(run.registered).elapsed();
             if since >= after {
                 warn!(session_id = %session, fence = run.fence, ?since, "the lease was not renewed in time: stopping the run before another manager takes it over (lease_lost)");
                 run.lease_lost.store(true, Ordering::Release);
@@ -360,7 +343,7 @@ impl Inner {
             detail: Some(format!(
                 "the manager running this revision stopped renewing its lease; \
                  manager {} took the session over",
-                self.owner
+                self.ownership.owner()
             )),
             fence: row.fence,
         };

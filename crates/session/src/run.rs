@@ -1,0 +1,129 @@
+//! One home per run: which run it is ([`RunKey`]: session, incident,
+//! revision, fence — each stored once) and everything its phases read
+//! ([`Plan`]).
+//!
+//! Every phase module (`prepare.rs`, `execute.rs`, `land.rs`, `write.rs`)
+//! imports from here and from no sibling phase; the supervisor
+//! (`supervise.rs`) calls them in order and `create.rs` / `reopen.rs` build
+//! the plan. The imports form a DAG: run ← prepare / execute / land /
+//! write ← supervise ← create / reopen.
+
+use korvus_store::{Artifact, Incident, IncidentId, Session, SessionId};
+
+/// Which run this is: the revision it lands and the fence it presents.
+///
+/// Every write of the run — report row, artifact rows, settlement, the
+/// turn log's epoch — presents `fence`; its report row and artifacts are
+/// of `revision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunKey {
+    pub(crate) session: SessionId,
+    pub(crate) incident: IncidentId,
+    /// The report revision the run lands.
+    pub(crate) revision: u32,
+    /// The fence of the run: its writes present it.
+    pub(crate) fence: u64,
+}
+
+impl RunKey {
+    /// The run a session row is at: its revision and fence (right after
+    /// create, or after the store's continue transition).
+    pub(crate) fn of(session: &Session) -> Self {
+        Self {
+            session: session.id,
+            incident: session.incident_id,
+            revision: session.revision,
+            fence: session.fence,
+        }
+    }
+}
+
+/// What the second and later iterations of a session need, read before
+/// the store's transition.
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub(crate) message: String,
+    pub(crate) own: Vec<Artifact>,
+}
+
+/// Everything one run reads: its key, the session row as the runner sees
+/// it, the incident, the inherited context and, for a continued session,
+/// what it resumes from.
+pub(crate) struct Plan {
+    key: RunKey,
+    session: Session,
+    pub(crate) incident: Incident,
+    pub(crate) inherited: Vec<(Artifact, String)>,
+    pub(crate) resume: Option<Resume>,
+}
+
+impl Plan {
+    /// The plan of the run `session` (the row the create or continue
+    /// transition returned) starts at report revision `revision`.
+    ///
+    /// `revision` is the row's own unless the store already holds reports
+    /// beyond it (never reuse a revision); the row the runner sees then
+    /// carries the same number, so the run has one revision wherever it is
+    /// read.
+    pub(crate) fn new(
+        mut session: Session,
+        revision: u32,
+        incident: Incident,
+        inherited: Vec<(Artifact, String)>,
+        resume: Option<Resume>,
+    ) -> Self {
+        session.revision = revision;
+        Self {
+            key: RunKey::of(&session),
+            session,
+            incident,
+            inherited,
+            resume,
+        }
+    }
+
+    /// Which run this is.
+    pub(crate) fn key(&self) -> RunKey {
+        self.key
+    }
+
+    /// The session row as the run started it.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use korvus_store::{MemoryStore, NewIncident, NewSession, SessionKind, Store};
+
+    #[tokio::test]
+    async fn a_plan_has_one_revision_and_one_fence() {
+        let store = MemoryStore::new();
+        let incident = store
+            .create_incident(NewIncident {
+                title: "t".into(),
+                workspace: None,
+            })
+            .await
+            .unwrap();
+        let session = store
+            .create_session(NewSession {
+                lease: None,
+                id: SessionId::new(),
+                incident_id: incident.id,
+                kind: SessionKind::Initial,
+                prompt: "p".into(),
+                workspace_ref: None,
+            })
+            .await
+            .unwrap();
+        // A store already holding reports beyond the row's revision.
+        let plan = Plan::new(session, 3, incident, Vec::new(), None);
+        assert_eq!(plan.key().revision, 3);
+        assert_eq!(plan.session().revision, 3, "the row the runner sees agrees");
+        assert_eq!(plan.key().fence, plan.session().fence);
+        assert_eq!(plan.key(), RunKey::of(plan.session()));
+    }
+}
