@@ -12,45 +12,6 @@
 //! expiry is not after the database's now: a ttl of zero is expired at
 //! once, which tests use to make an orphan without waiting.
 
-use crate::rows::{active, report_columns, session_columns};
-
-/// The settle statement: writes the outcome, ends the lease, only while
-/// the row is active at the presented fence. Binds `$1` id, `$2` status,
-/// `$3` exit reason, `$4…$7` counters, `$8` `ended_at`, `$9` fence.
-pub(crate) const SETTLE: &str = concat!(
-    "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
-     tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, \
-     owner = NULL, lease_expires_ms = NULL \
-     WHERE id = $1 AND fence = $9 AND ",
-    active!(),
-    " RETURNING ",
-    session_columns!()
-);
-
-/// `force_cancel`'s first step: the active row at `$2` (fence) gets the
-/// next fence, so every write of its run is refused from here on; the
-/// settle then ends it at the new fence. Binds `$1` id, `$2` fence.
-pub(crate) const BUMP_FENCE: &str = concat!(
-    "UPDATE sessions SET fence = fence + 1 WHERE id = $1 AND fence = $2 AND ",
-    active!(),
-    " RETURNING ",
-    session_columns!()
-);
-
-/// `settle_with_report` and `force_cancel`, after their settle in the same
-/// transaction: the report row unless its revision has one — also one a
-/// concurrent insert committed meanwhile (`ON CONFLICT DO NOTHING`: the
-/// stored row wins, never a `Conflict`) — only while the session (in that
-/// incident) is at the report's fence. Binds `$1…$14` in `report_columns`
-/// order.
-pub(crate) const INSERT_REPORT_IF_ABSENT: &str = concat!(
-    "INSERT INTO reports (",
-    report_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
-     WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12) \
-     ON CONFLICT (session_id, revision) DO NOTHING"
-);
-
 /// Writes the lease methods of `$store`, whose pool's connections are
 /// `$conn`; see the module docs.
 macro_rules! sql_lease {
@@ -65,22 +26,26 @@ macro_rules! sql_lease {
 
             use $crate::dialect::StoreDialect;
             use $crate::error::backend;
-            use $crate::lease::{BUMP_FENCE, INSERT_REPORT_IF_ABSENT, SETTLE};
-            use $crate::rows::{self, report_columns, to_i32, to_i64, ReportRow, SessionRow};
-            use $crate::transition::{self, Clocked, Transition};
+            use $crate::rows::{self, to_i32, to_i64, ReportRow, SessionRow};
+            use $crate::sql::{
+                BUMP_FENCE, CANCEL_REQUESTS, INSERT_REPORT_IF_ABSENT, REQUEST_CANCEL,
+                SELECT_REPORT, SESSION_EXISTS, SETTLE,
+            };
+            use $crate::transition::{self, Statements, Transition};
 
-            static CLOCKED: LazyLock<Clocked> = LazyLock::new(|| {
-                Clocked::new(
+            static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
+                Statements::new(
                     <$store as StoreDialect>::NOW_MS,
                     <$store as StoreDialect>::RUN_KEY,
                     <$store as StoreDialect>::JSON_TEXTS_4,
+                    <$store as StoreDialect>::SHARE_LOCK,
                 )
             });
 
             impl $store {
-                /// This engine's statements that read the database clock.
-                pub(crate) fn clocked() -> &'static Clocked {
-                    &CLOCKED
+                /// This engine's statements built from its dialect.
+                pub(crate) fn statements() -> &'static Statements {
+                    &STATEMENTS
                 }
 
                 /// Runs one conditional transition (see [`Transition`]);
@@ -92,7 +57,7 @@ macro_rules! sql_lease {
                     lease: Option<Lease>,
                 ) -> Result<Session> {
                     let running = SessionStatus::Running.as_str();
-                    let q = sqlx::query_as::<_, SessionRow>(t.statement(Self::clocked()))
+                    let q = sqlx::query_as::<_, SessionRow>(t.statement(Self::statements()))
                         .bind(id.as_uuid());
                     let owner = lease.map(|l| l.owner.as_uuid());
                     let ttl = lease.map(|l| l.ttl_millis());
@@ -123,7 +88,7 @@ macro_rules! sql_lease {
                     }
                     // Failure path only: tell an unknown session from one
                     // the condition refused.
-                    let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+                    let exists = sqlx::query(SESSION_EXISTS)
                         .bind(id.as_uuid())
                         .fetch_optional(&self.pool)
                         .await
@@ -206,16 +171,12 @@ macro_rules! sql_lease {
                         .map_err(|e| {
                             Self::op(Entity::Report, Some(constraint::REPORTS_SESSION_FK)).err(e)
                         })?;
-                    let stands: Option<ReportRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        report_columns!(),
-                        " FROM reports WHERE session_id = $1 AND revision = $2"
-                    ))
-                    .bind(report.session_id.as_uuid())
-                    .bind(to_i32(report.revision))
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(backend(Self::BACKEND))?;
+                    let stands: Option<ReportRow> = sqlx::query_as(SELECT_REPORT)
+                        .bind(report.session_id.as_uuid())
+                        .bind(to_i32(report.revision))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
                     // No row: the session is not of the report's incident
                     // (the insert's condition refused); nothing is kept.
                     let stands = stands.ok_or_else(|| StoreError::Constraint {
@@ -272,7 +233,7 @@ macro_rules! sql_lease {
                 ) -> Result<Vec<(SessionId, u64)>> {
                     // Also with no runs: the statement is how the reaper
                     // knows this manager reaches the database.
-                    let rows = sqlx::query_as(&CLOCKED.heartbeat)
+                    let rows = sqlx::query_as(&STATEMENTS.heartbeat)
                         .bind(lease.owner.as_uuid())
                         .bind(lease.ttl_millis())
                         .bind(SessionStatus::Running.as_str())
@@ -284,9 +245,7 @@ macro_rules! sql_lease {
                 }
 
                 pub(crate) async fn expired_rows(&self) -> Result<Vec<(SessionId, u64)>> {
-                    let rows = sqlx::query_as(&CLOCKED.expired)
-                        .bind(SessionStatus::Running.as_str())
-                        .bind(korvus_store::exit_reason::AWAITING_USER)
+                    let rows = sqlx::query_as(&STATEMENTS.expired)
                         .fetch_all(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
@@ -299,13 +258,11 @@ macro_rules! sql_lease {
                     fence: u64,
                     lease: Lease,
                 ) -> Result<Session> {
-                    let row: Option<SessionRow> = sqlx::query_as(&CLOCKED.take_over)
+                    let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.take_over)
                         .bind(id.as_uuid())
                         .bind(to_i64(fence))
                         .bind(lease.owner.as_uuid())
                         .bind(lease.ttl_millis())
-                        .bind(SessionStatus::Running.as_str())
-                        .bind(korvus_store::exit_reason::AWAITING_USER)
                         .fetch_optional(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
@@ -355,7 +312,7 @@ macro_rules! sql_lease {
             #[async_trait::async_trait]
             impl Coordination for $store {
                 async fn request_cancel(&self, id: SessionId) -> Result<Session> {
-                    let row: Option<SessionRow> = sqlx::query_as(transition::REQUEST_CANCEL)
+                    let row: Option<SessionRow> = sqlx::query_as(REQUEST_CANCEL)
                         .bind(id.as_uuid())
                         .bind(SessionStatus::Running.as_str())
                         .fetch_optional(&self.pool)
@@ -369,7 +326,7 @@ macro_rules! sql_lease {
                 }
 
                 async fn cancel_requests(&self) -> Result<Vec<(SessionId, u64)>> {
-                    let rows = sqlx::query_as(transition::CANCEL_REQUESTS)
+                    let rows = sqlx::query_as(CANCEL_REQUESTS)
                         .bind(SessionStatus::Running.as_str())
                         .fetch_all(&self.pool)
                         .await

@@ -36,9 +36,12 @@
 //! `postgres.rs` and `sqlite.rs`: `StoreDialect` (the `INSERT` that
 //! allocates a session's `seq`, numbering context refs, inserting a batch of
 //! artifacts, fetching many artifacts by id) and `LogDialect` (numbering and
-//! inserting the events of one append). Everything else — validation, the
-//! statements both engines run unchanged, their binds, error mapping and row
-//! conversion — is written once, in the `sql_store!` (`store.rs`) and
+//! inserting the events of one append). The statements both engines run
+//! unchanged are named once in `sql.rs`; every statement of each engine is
+//! rendered, one clause per line, to `sql/postgres.sql` and
+//! `sql/sqlite.sql`, which a snapshot test keeps equal to the code — read
+//! those to see the SQL. Everything else — validation, binds, error
+//! mapping and row conversion — is written once, in the `sql_store!` (`store.rs`) and
 //! `sql_log!` (`log.rs`) macros each engine module expands for its own pool
 //! type, over the row types of `rows.rs` and `log_rows.rs`. They are macros
 //! rather than code generic over `sqlx::Database` because generic sqlx code
@@ -149,6 +152,9 @@ mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rows;
+#[cfg(all(test, feature = "postgres", feature = "sqlite"))]
+mod snapshot;
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;

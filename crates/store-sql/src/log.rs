@@ -77,15 +77,14 @@ macro_rules! sql_log {
             use $crate::error::{is_unique_violation, log_backend};
             use $crate::dialect::LogDialect;
             use $crate::log_rows::{self, LogRow};
+            use $crate::sql;
 
             /// The `backend` name in this engine's `Backend` errors.
             const BACKEND: &str = <$io as LogDialect>::BACKEND;
 
             impl $log {
                 async fn row(&self, id: LogId) -> Result<LogRow> {
-                    let row: Option<LogRow> = sqlx::query_as(
-                        "SELECT header, event_count, size_bytes FROM turn_logs WHERE id = $1",
-                    )
+                    let row: Option<LogRow> = sqlx::query_as(sql::SELECT_LOG)
                     .bind(id.as_uuid())
                     .fetch_optional(&self.pool)
                     .await
@@ -115,9 +114,7 @@ macro_rules! sql_log {
                 async fn create(&self, header: LogHeader) -> Result<LogHandle> {
                     let id = header.id;
                     let text = log_rows::header_json(BACKEND, &header)?;
-                    sqlx::query(
-                        "INSERT INTO turn_logs (id, header, size_bytes) VALUES ($1, $2, $3)",
-                    )
+                    sqlx::query(sql::INSERT_LOG)
                     .bind(id.as_uuid())
                     .bind(&text)
                     .bind(log_rows::line_bytes(&text))
@@ -143,7 +140,7 @@ macro_rules! sql_log {
                 }
 
                 async fn list(&self) -> Result<Vec<LogId>> {
-                    let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM turn_logs ORDER BY id")
+                    let ids: Vec<Uuid> = sqlx::query_scalar(sql::LIST_LOGS)
                         .fetch_all(&self.pool)
                         .await
                         .map_err(log_backend(BACKEND))?;
@@ -161,10 +158,7 @@ macro_rules! sql_log {
                     let Some((start, limit)) = log_rows::window(at, Some(n as u64)) else {
                         return Ok(Vec::new());
                     };
-                    sqlx::query_scalar(
-                        "SELECT body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
-                         ORDER BY seq LIMIT $3",
-                    )
+                    sqlx::query_scalar(sql::READ_BODIES)
                     .bind(self.id.as_uuid())
                     .bind(start)
                     .bind(limit)
@@ -180,10 +174,7 @@ macro_rules! sql_log {
                     let Some((start, limit)) = log_rows::window(offset, len) else {
                         return Ok(Vec::new());
                     };
-                    let rows: Vec<(i64, String)> = sqlx::query_as(
-                        "SELECT seq, body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
-                         ORDER BY seq LIMIT $3",
-                    )
+                    let rows: Vec<(i64, String)> = sqlx::query_as(sql::READ_EVENTS)
                     .bind(self.id.as_uuid())
                     .bind(start)
                     .bind(limit)
@@ -195,7 +186,7 @@ macro_rules! sql_log {
 
                 async fn event_count(&self) -> Result<u64> {
                     let count: Option<i64> =
-                        sqlx::query_scalar("SELECT event_count FROM turn_logs WHERE id = $1")
+                        sqlx::query_scalar(sql::EVENT_COUNT)
                             .bind(self.id.as_uuid())
                             .fetch_optional(&self.pool)
                             .await
@@ -211,9 +202,7 @@ macro_rules! sql_log {
                         self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
                         return Ok(());
                     }
-                    let done = sqlx::query(
-                        "UPDATE turn_logs SET epoch = $2 WHERE id = $1 AND epoch <= $2",
-                    )
+                    let done = sqlx::query(sql::CLAIM_EPOCH)
                     .bind(self.id.as_uuid())
                     .bind(newest)
                     .execute(&self.pool)
@@ -222,7 +211,7 @@ macro_rules! sql_log {
                     if done.rows_affected() == 0 {
                         // Failure path only: unknown log, or a newer epoch.
                         let found: Option<i64> =
-                            sqlx::query_scalar("SELECT epoch FROM turn_logs WHERE id = $1")
+                            sqlx::query_scalar(sql::SELECT_EPOCH)
                                 .bind(self.id.as_uuid())
                                 .fetch_optional(&self.pool)
                                 .await

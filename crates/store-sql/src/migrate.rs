@@ -67,7 +67,7 @@ impl Migrations for sqlx::SqlitePool {
         use crate::sqlite::BACKEND;
         // The composite foreign keys are the point of this schema; SQLite
         // enforces them only on connections that ask for it.
-        let on: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        let on: i64 = sqlx::query_scalar(crate::sqlite::FOREIGN_KEYS)
             .fetch_one(self)
             .await
             .map_err(|e| StoreError::backend(BACKEND, e))?;

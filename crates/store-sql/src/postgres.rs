@@ -20,12 +20,80 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     active, artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns,
-    to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence, SESSION_FENCES,
+    session_fences, to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence,
 };
 use crate::store::sql_store;
 
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "postgres";
+
+crate::sql::statements! {
+    POSTGRES;
+
+    /// `insert_context_refs`, one statement: bump the session's ref
+    /// counter (row lock: concurrent inserts for one session queue here)
+    /// and number the new refs after the old ones, in request order.
+    /// Binds `$1` session, `$2` artifact ids, `$3` roles, `$4` their
+    /// number.
+    INSERT_CONTEXT_REFS = concat!(
+        "WITH s AS ( \
+             UPDATE sessions SET context_ref_count = context_ref_count + $4 \
+             WHERE id = $1 \
+             RETURNING id, incident_id, context_ref_count - $4 AS start \
+         ) \
+         INSERT INTO session_context_refs \
+             (session_id, incident_id, artifact_id, role, position) \
+         SELECT s.id, s.incident_id, r.artifact_id, r.role, (s.start + r.ord - 1)::integer \
+         FROM s, UNNEST($2::uuid[], $3::text[]) WITH ORDINALITY AS r(artifact_id, role, ord) \
+         RETURNING ",
+        context_ref_columns!()
+    );
+
+    /// `create_artifacts`, one statement, all rows or none: the sessions
+    /// the batch names are share-locked and no row is inserted when any
+    /// row's session is missing, of another incident, or at another
+    /// fence. Binds `$1…$10` and `$12` the columns as arrays, `$11` the
+    /// creation time.
+    INSERT_ARTIFACTS = concat!(
+        "WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) AND ",
+        active!(),
+        " FOR SHARE), \
+         stale AS (SELECT 1 FROM UNNEST($2::uuid[], $3::uuid[], $12::int8[]) \
+             AS f(incident_id, session_id, fence) \
+             WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id \
+                 AND s.incident_id = f.incident_id AND s.fence = f.fence)) \
+         INSERT INTO artifacts (",
+        artifact_columns!(),
+        ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
+         u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence \
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
+         $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
+         AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
+         sha256, revision, fence) WHERE NOT EXISTS (SELECT 1 FROM stale)"
+    );
+
+    /// Why an artifact batch was refused: the sessions it names as they
+    /// are now. Binds `$1` the session ids.
+    SESSION_FENCES_OF = concat!("SELECT ", session_fences!(), " FROM sessions WHERE id = ANY($1)");
+
+    /// `get_artifacts`. Binds `$1` the ids.
+    ARTIFACTS_BY_ID = concat!("SELECT ", artifact_columns!(), " FROM artifacts WHERE id = ANY($1)");
+
+    /// `LogIo::append`, one statement: bump the count under the log row's
+    /// lock — only when the log holds exactly `$5` events and no newer
+    /// writer than `$6` claimed it — and insert the events numbered from
+    /// there. Binds `$1` log, `$2` bodies, `$3` their number, `$4` bytes,
+    /// `$5` the expected count, `$6` the writer's epoch.
+    APPEND_EVENTS = "WITH l AS ( \
+             UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4, \
+                    epoch = $6 \
+             WHERE id = $1 AND event_count = $5 AND epoch <= $6 \
+             RETURNING event_count - $3 AS start \
+         ) \
+         INSERT INTO turn_events (log_id, seq, body) \
+         SELECT $1, l.start + e.ord - 1, e.body \
+         FROM l, UNNEST($2::text[]) WITH ORDINALITY AS e(body, ord)";
+}
 
 sql_store! {
     /// A [`Store`](korvus_store::Store) on PostgreSQL.
@@ -90,32 +158,20 @@ impl StoreDialect for PgStore {
         // of the artifacts: the composite foreign key
         // session_context_refs_artifact_fk refuses another incident's (or an
         // unknown) artifact, and the whole statement rolls back.
-        sqlx::query_as(concat!(
-            "WITH s AS ( \
-                 UPDATE sessions SET context_ref_count = context_ref_count + $4 \
-                 WHERE id = $1 \
-                 RETURNING id, incident_id, context_ref_count - $4 AS start \
-             ) \
-             INSERT INTO session_context_refs \
-                 (session_id, incident_id, artifact_id, role, position) \
-             SELECT s.id, s.incident_id, r.artifact_id, r.role, (s.start + r.ord - 1)::integer \
-             FROM s, UNNEST($2::uuid[], $3::text[]) WITH ORDINALITY AS r(artifact_id, role, ord) \
-             RETURNING ",
-            context_ref_columns!()
-        ))
-        .bind(session.as_uuid())
-        .bind(&artifact_ids)
-        .bind(&roles)
-        .bind(i32::try_from(refs.len()).unwrap_or(i32::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| {
-            Self::op(
-                Entity::ContextRef,
-                Some(constraint::CONTEXT_REFS_ARTIFACT_FK),
-            )
-            .err(e)
-        })
+        sqlx::query_as(INSERT_CONTEXT_REFS)
+            .bind(session.as_uuid())
+            .bind(&artifact_ids)
+            .bind(&roles)
+            .bind(i32::try_from(refs.len()).unwrap_or(i32::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| {
+                Self::op(
+                    Entity::ContextRef,
+                    Some(constraint::CONTEXT_REFS_ARTIFACT_FK),
+                )
+                .err(e)
+            })
     }
 
     async fn insert_artifact_rows(
@@ -139,49 +195,34 @@ impl StoreDialect for PgStore {
         // reopen changed meanwhile is read again as it is now), and no row
         // is inserted when any row's session is missing, of another
         // incident, or at another fence.
-        let inserted = sqlx::query(concat!(
-            "WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) AND ",
-            active!(),
-            " FOR SHARE), \
-             stale AS (SELECT 1 FROM UNNEST($2::uuid[], $3::uuid[], $12::int8[]) \
-                 AS f(incident_id, session_id, fence) \
-                 WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id \
-                     AND s.incident_id = f.incident_id AND s.fence = f.fence)) \
-             INSERT INTO artifacts (",
-            artifact_columns!(),
-            ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
-             u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
-             $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
-             AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
-             sha256, revision, fence) WHERE NOT EXISTS (SELECT 1 FROM stale)"
-        ))
-        .bind(&ids)
-        .bind(&incidents)
-        .bind(&sessions)
-        .bind(&kinds)
-        .bind(&paths)
-        .bind(&keys)
-        .bind(&types)
-        .bind(&sizes)
-        .bind(&digests)
-        .bind(&revisions)
-        .bind(created_at)
-        .bind(&fences)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e))?;
+        let inserted = sqlx::query(INSERT_ARTIFACTS)
+            .bind(&ids)
+            .bind(&incidents)
+            .bind(&sessions)
+            .bind(&kinds)
+            .bind(&paths)
+            .bind(&keys)
+            .bind(&types)
+            .bind(&sizes)
+            .bind(&digests)
+            .bind(&revisions)
+            .bind(created_at)
+            .bind(&fences)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e)
+            })?;
         if inserted.rows_affected() == new.len() as u64 {
             return Ok(());
         }
         // Refused: say why, from the sessions as they are now (a second
         // statement on this path only).
-        let found: Vec<SessionFence> = sqlx::query_as(&format!(
-            "SELECT {SESSION_FENCES} FROM sessions WHERE id = ANY($1)"
-        ))
-        .bind(artifact_sessions(new))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend(BACKEND))?;
+        let found: Vec<SessionFence> = sqlx::query_as(SESSION_FENCES_OF)
+            .bind(artifact_sessions(new))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend(BACKEND))?;
         check_artifact_fences(new, &found)?;
         Err(korvus_store::StoreError::Conflict {
             entity: Entity::Artifact,
@@ -191,15 +232,11 @@ impl StoreDialect for PgStore {
 
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>> {
         let uuids: Vec<Uuid> = ids.iter().map(ArtifactId::as_uuid).collect();
-        sqlx::query_as(concat!(
-            "SELECT ",
-            artifact_columns!(),
-            " FROM artifacts WHERE id = ANY($1)"
-        ))
-        .bind(&uuids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend(BACKEND))
+        sqlx::query_as(ARTIFACTS_BY_ID)
+            .bind(&uuids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend(BACKEND))
     }
 }
 
@@ -238,37 +275,26 @@ impl LogDialect for PgLogIo {
         // when the log holds exactly `at` events and no newer writer claimed
         // it, so even writers in other processes cannot interleave — and
         // insert the events numbered from there.
-        let appended = sqlx::query(
-            "WITH l AS ( \
-                 UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4, \
-                        epoch = $6 \
-                 WHERE id = $1 AND event_count = $5 AND epoch <= $6 \
-                 RETURNING event_count - $3 AS start \
-             ) \
-             INSERT INTO turn_events (log_id, seq, body) \
-             SELECT $1, l.start + e.ord - 1, e.body \
-             FROM l, UNNEST($2::text[]) WITH ORDINALITY AS e(body, ord)",
-        )
-        .bind(self.id.as_uuid())
-        .bind(bodies)
-        .bind(i64::try_from(bodies.len()).unwrap_or(i64::MAX))
-        .bind(bytes)
-        .bind(start)
-        .bind(mine)
-        .execute(&self.pool)
-        .await
-        .map_err(log_backend(BACKEND))?;
+        let appended = sqlx::query(APPEND_EVENTS)
+            .bind(self.id.as_uuid())
+            .bind(bodies)
+            .bind(i64::try_from(bodies.len()).unwrap_or(i64::MAX))
+            .bind(bytes)
+            .bind(start)
+            .bind(mine)
+            .execute(&self.pool)
+            .await
+            .map_err(log_backend(BACKEND))?;
         if appended.rows_affected() > 0 {
             return Ok(None);
         }
         // Nothing stored: the log is missing, holds another count, or a
         // newer writer claimed it.
-        let found: Option<(i64, i64)> =
-            sqlx::query_as("SELECT event_count, epoch FROM turn_logs WHERE id = $1")
-                .bind(self.id.as_uuid())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(log_backend(BACKEND))?;
+        let found: Option<(i64, i64)> = sqlx::query_as(crate::sql::COUNT_AND_EPOCH)
+            .bind(self.id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(log_backend(BACKEND))?;
         match found {
             None => Err(korvus_log::LogError::NotFound { id: self.id }),
             Some((found, newest)) => crate::log_rows::refused(self.id, epoch, found, newest),

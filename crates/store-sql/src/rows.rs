@@ -108,11 +108,16 @@ pub(crate) fn insert_report(share: &str) -> String {
 }
 
 /// `(id, incident, fence, active)` of the sessions a batch of artifact
-/// rows names ([`SESSION_FENCES`] selects it).
+/// rows names ([`session_fences`] selects it).
 pub(crate) type SessionFence = (Uuid, Uuid, i64, bool);
 
 /// The columns of a [`SessionFence`], for `SELECT … FROM sessions`.
-pub(crate) const SESSION_FENCES: &str = concat!("id, incident_id, fence, (", active!(), ")");
+macro_rules! session_fences {
+    () => {
+        concat!("id, incident_id, fence, (", $crate::rows::active!(), ")")
+    };
+}
+pub(crate) use session_fences;
 
 /// Checks a batch of artifact rows against the sessions they name, as
 /// read (and, on PostgreSQL, share-locked) in the insert's transaction. An

@@ -27,12 +27,34 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, placeholders,
-    to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence, SESSION_FENCES,
+    session_fences, to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence,
 };
 use crate::store::sql_store;
 
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "sqlite";
+
+crate::sql::statements! {
+    SQLITE;
+
+    /// A write transaction that takes the write lock at once, so a check
+    /// and the write after it cannot be interleaved.
+    BEGIN_IMMEDIATE = "BEGIN IMMEDIATE";
+
+    /// Whether the connection enforces foreign keys (`migrate` refuses a
+    /// pool that does not).
+    FOREIGN_KEYS = "PRAGMA foreign_keys";
+
+    /// One session's fence as a batch of artifact rows checks it. Binds
+    /// `$1` the session.
+    SESSION_FENCE = concat!("SELECT ", session_fences!(), " FROM sessions WHERE id = $1");
+
+    /// `LogIo::append`'s bump of the log row, after its checks in the
+    /// same transaction. Binds `$1` log, `$2` events, `$3` bytes, `$4`
+    /// the writer's epoch.
+    BUMP_LOG = "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3, \
+        epoch = $4 WHERE id = $1";
+}
 
 /// How long a connection waits for another writer before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -201,7 +223,7 @@ impl StoreDialect for SqliteStore {
         }
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_IMMEDIATE)
             .await
             .map_err(backend(BACKEND))?;
         let mut all = Vec::with_capacity(refs.len());
@@ -246,13 +268,12 @@ impl StoreDialect for SqliteStore {
         // commit, so no reopen moves a fence in between.
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_IMMEDIATE)
             .await
             .map_err(backend(BACKEND))?;
         let mut found: Vec<SessionFence> = Vec::new();
-        let select = format!("SELECT {SESSION_FENCES} FROM sessions WHERE id = $1");
         for id in artifact_sessions(new) {
-            let row: Option<SessionFence> = sqlx::query_as(&select)
+            let row: Option<SessionFence> = sqlx::query_as(SESSION_FENCE)
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -269,14 +290,7 @@ impl StoreDialect for SqliteStore {
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>> {
         let mut found = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_ROWS) {
-            let sql = format!(
-                concat!(
-                    "SELECT ",
-                    artifact_columns!(),
-                    " FROM artifacts WHERE id IN ({})"
-                ),
-                placeholders(1, chunk.len())
-            );
+            let sql = artifacts_by_id_sql(chunk.len());
             let mut q = sqlx::query_as::<_, ArtifactRow>(&sql);
             for id in chunk {
                 q = q.bind(id.as_uuid());
@@ -289,7 +303,7 @@ impl StoreDialect for SqliteStore {
 
 /// The insert of `n` context refs: `$1` is the session, then artifact id and
 /// role per ref; positions follow the session's stored refs in bind order.
-fn insert_context_refs_sql(n: usize) -> String {
+pub(crate) fn insert_context_refs_sql(n: usize) -> String {
     let values: Vec<String> = (0..n)
         .map(|i| format!("(${}, ${}, {i})", 2 + 2 * i, 3 + 2 * i))
         .collect();
@@ -309,8 +323,33 @@ fn insert_context_refs_sql(n: usize) -> String {
     )
 }
 
+/// `get_artifacts` of `n` ids, bound as `$1…$n`.
+pub(crate) fn artifacts_by_id_sql(n: usize) -> String {
+    format!(
+        concat!(
+            "SELECT ",
+            artifact_columns!(),
+            " FROM artifacts WHERE id IN ({})"
+        ),
+        placeholders(1, n)
+    )
+}
+
+/// `LogIo::append`'s insert of `n` events numbered from `start`:
+/// sequence numbers are our own integers, written into the SQL; `$1` is
+/// the log and the bodies are bound as `$2…`.
+pub(crate) fn append_events_sql(start: i64, n: usize) -> String {
+    let values: Vec<String> = (0..n)
+        .map(|i| format!("($1, {}, ${})", start + i as i64, i + 2))
+        .collect();
+    format!(
+        "INSERT INTO turn_events (log_id, seq, body) VALUES {}",
+        values.join(", ")
+    )
+}
+
 /// The insert of `n` artifacts, twelve binds per row in column order.
-fn insert_artifacts_sql(n: usize) -> String {
+pub(crate) fn insert_artifacts_sql(n: usize) -> String {
     let rows: Vec<String> = (0..n)
         .map(|i| format!("({})", placeholders(1 + 12 * i, 12)))
         .collect();
@@ -358,15 +397,14 @@ impl LogDialect for SqliteLogIo {
         // no other connection appends in between.
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(BEGIN_IMMEDIATE)
             .await
             .map_err(log_backend(BACKEND))?;
-        let found: Option<(i64, i64)> =
-            sqlx::query_as("SELECT event_count, epoch FROM turn_logs WHERE id = $1")
-                .bind(self.id.as_uuid())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(log_backend(BACKEND))?;
+        let found: Option<(i64, i64)> = sqlx::query_as(crate::sql::COUNT_AND_EPOCH)
+            .bind(self.id.as_uuid())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(log_backend(BACKEND))?;
         let Some((found, newest)) = found else {
             return Err(korvus_log::LogError::NotFound { id: self.id });
         };
@@ -374,28 +412,17 @@ impl LogDialect for SqliteLogIo {
         if found != start || u64::try_from(newest).unwrap_or_default() > epoch {
             return crate::log_rows::refused(self.id, epoch, found, newest);
         }
-        sqlx::query(
-            "UPDATE turn_logs SET event_count = event_count + $2, size_bytes = size_bytes + $3, \
-             epoch = $4 WHERE id = $1",
-        )
-        .bind(self.id.as_uuid())
-        .bind(count)
-        .bind(bytes)
-        .bind(crate::log_rows::to_epoch(self.id, epoch)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(log_backend(BACKEND))?;
+        sqlx::query(BUMP_LOG)
+            .bind(self.id.as_uuid())
+            .bind(count)
+            .bind(bytes)
+            .bind(crate::log_rows::to_epoch(self.id, epoch)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(log_backend(BACKEND))?;
         let mut seq = start;
         for chunk in bodies.chunks(MAX_ROWS) {
-            // Sequence numbers are our own integers, written into the SQL;
-            // the bodies are bound.
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| format!("($1, {}, ${})", seq + i as i64, i + 2))
-                .collect();
-            let sql = format!(
-                "INSERT INTO turn_events (log_id, seq, body) VALUES {}",
-                values.join(", ")
-            );
+            let sql = append_events_sql(seq, chunk.len());
             let mut q = sqlx::query(&sql).bind(self.id.as_uuid());
             for body in chunk {
                 q = q.bind(body.as_str());

@@ -7,9 +7,10 @@
 //! ([`rows`](crate::rows)). What they do differently — allocating a
 //! session's `seq`, numbering context refs, inserting a batch of artifacts,
 //! fetching many artifacts by id — is a [`StoreDialect`] method or constant,
-//! implemented in `postgres.rs` and `sqlite.rs`. Validation, the remaining
-//! statements, their binds, error mapping and row conversion are written here
-//! once.
+//! implemented in `postgres.rs` and `sqlite.rs`. Validation, binds, error
+//! mapping and row conversion are written here once; the statements
+//! themselves are named constants in [`sql`](crate::sql), rendered for
+//! reading to `sql/postgres.sql` and `sql/sqlite.sql`.
 //!
 //! [`sql_store!`] is a macro, not code generic over `sqlx::Database`,
 //! whose `Encode`/`Type`/`FromRow` bounds would be repeated on every impl:
@@ -61,20 +62,13 @@ macro_rules! sql_store {
 
             use $crate::dialect::StoreDialect;
             use $crate::error::{backend, unexpected};
-            use $crate::rows::{
-                self, artifact_columns, context_ref_columns, incident_columns, report_columns,
-                session_columns, ArtifactRow, ContextRefRow, IncidentRow,
-                ReportRow, SessionRow,
-            };
+            use $crate::rows::{self, ArtifactRow, ContextRefRow, IncidentRow, ReportRow, SessionRow};
+            use $crate::sql;
             use $crate::transition::Transition;
 
             impl $store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
-                    let row: Option<SessionRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        session_columns!(),
-                        " FROM sessions WHERE id = $1"
-                    ))
+                    let row: Option<SessionRow> = sqlx::query_as(sql::SELECT_SESSION)
                     .bind(id.as_uuid())
                     .fetch_optional(&self.pool)
                     .await
@@ -96,11 +90,7 @@ macro_rules! sql_store {
                         workspace: new.workspace,
                         created_at: rows::now(),
                     };
-                    sqlx::query(
-                        "INSERT INTO incidents \
-                             (id, title, status, workspace_repo, workspace_commit, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6)",
-                    )
+                    sqlx::query(sql::INSERT_INCIDENT)
                     .bind(incident.id.as_uuid())
                     .bind(&incident.title)
                     .bind(incident.status.as_str())
@@ -114,11 +104,7 @@ macro_rules! sql_store {
                 }
 
                 async fn get_incident(&self, id: IncidentId) -> Result<Incident> {
-                    let row: Option<IncidentRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        incident_columns!(),
-                        " FROM incidents WHERE id = $1"
-                    ))
+                    let row: Option<IncidentRow> = sqlx::query_as(sql::SELECT_INCIDENT)
                     .bind(id.as_uuid())
                     .fetch_optional(&self.pool)
                     .await
@@ -128,14 +114,7 @@ macro_rules! sql_store {
                 }
 
                 async fn list_incidents(&self) -> Result<Vec<Incident>> {
-                    // Ids are UUID v7, which both engines order bytewise
-                    // (PostgreSQL as uuid, SQLite as a BLOB): id order is
-                    // creation order.
-                    let rows: Vec<IncidentRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        incident_columns!(),
-                        " FROM incidents ORDER BY id"
-                    ))
+                    let rows: Vec<IncidentRow> = sqlx::query_as(sql::LIST_INCIDENTS)
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
@@ -143,10 +122,7 @@ macro_rules! sql_store {
                 }
 
                 async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
-                    let row: Option<IncidentRow> = sqlx::query_as(concat!(
-                        "UPDATE incidents SET status = $2 WHERE id = $1 RETURNING ",
-                        incident_columns!()
-                    ))
+                    let row: Option<IncidentRow> = sqlx::query_as(sql::CLOSE_INCIDENT)
                     .bind(id.as_uuid())
                     .bind(IncidentStatus::Closed.as_str())
                     .fetch_optional(&self.pool)
@@ -206,11 +182,7 @@ macro_rules! sql_store {
                 }
 
                 async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
-                    let rows: Vec<SessionRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        session_columns!(),
-                        " FROM sessions WHERE incident_id = $1 ORDER BY seq"
-                    ))
+                    let rows: Vec<SessionRow> = sqlx::query_as(sql::LIST_SESSIONS)
                     .bind(incident.as_uuid())
                     .fetch_all(&self.pool)
                     .await
@@ -245,11 +217,7 @@ macro_rules! sql_store {
                     &self,
                     session: SessionId,
                 ) -> Result<Vec<SessionContextRef>> {
-                    let rows: Vec<ContextRefRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        context_ref_columns!(),
-                        " FROM session_context_refs WHERE session_id = $1 ORDER BY position"
-                    ))
+                    let rows: Vec<ContextRefRow> = sqlx::query_as(sql::LIST_CONTEXT_REFS)
                     .bind(session.as_uuid())
                     .fetch_all(&self.pool)
                     .await
@@ -283,13 +251,9 @@ macro_rules! sql_store {
                 }
 
                 async fn create_report(&self, new: NewReport) -> Result<Report> {
-                    static INSERT_REPORT: std::sync::LazyLock<String> =
-                        std::sync::LazyLock::new(|| {
-                            rows::insert_report(<$store as StoreDialect>::SHARE_LOCK)
-                        });
                     validate::new_report(&new)?;
                     let report = new.stored_at(rows::now());
-                    let done = rows::bind_report!(sqlx::query(&INSERT_REPORT), &report)
+                    let done = rows::bind_report!(sqlx::query(Self::statements().insert_report()), &report)
                     .execute(&self.pool)
                     .await
                     .map_err(|e| {
@@ -311,11 +275,7 @@ macro_rules! sql_store {
                     let Ok(rev) = i32::try_from(revision) else {
                         return Err(not_found());
                     };
-                    let row: Option<ReportRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        report_columns!(),
-                        " FROM reports WHERE session_id = $1 AND revision = $2"
-                    ))
+                    let row: Option<ReportRow> = sqlx::query_as(sql::SELECT_REPORT)
                     .bind(session.as_uuid())
                     .bind(rev)
                     .fetch_optional(&self.pool)
@@ -325,11 +285,7 @@ macro_rules! sql_store {
                 }
 
                 async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
-                    let rows: Vec<ReportRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        report_columns!(),
-                        " FROM reports WHERE session_id = $1 ORDER BY revision"
-                    ))
+                    let rows: Vec<ReportRow> = sqlx::query_as(sql::LIST_REPORTS)
                     .bind(session.as_uuid())
                     .fetch_all(&self.pool)
                     .await
@@ -338,13 +294,7 @@ macro_rules! sql_store {
                 }
 
                 async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
-                    // Widened before the `+ 1`, so the largest 32-bit
-                    // revision cannot overflow the sum.
-                    let next: Option<i64> = sqlx::query_scalar(
-                        "SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports \
-                                      WHERE session_id = $1) AS BIGINT) + 1 \
-                         FROM sessions WHERE id = $1",
-                    )
+                    let next: Option<i64> = sqlx::query_scalar(sql::NEXT_REPORT_REVISION)
                     .bind(session.as_uuid())
                     .fetch_optional(&self.pool)
                     .await
@@ -380,11 +330,7 @@ macro_rules! sql_store {
                     &self,
                     session: SessionId,
                 ) -> Result<Vec<Artifact>> {
-                    let rows: Vec<ArtifactRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        artifact_columns!(),
-                        " FROM artifacts WHERE session_id = $1 ORDER BY id"
-                    ))
+                    let rows: Vec<ArtifactRow> = sqlx::query_as(sql::LIST_SESSION_ARTIFACTS)
                     .bind(session.as_uuid())
                     .fetch_all(&self.pool)
                     .await
@@ -396,11 +342,7 @@ macro_rules! sql_store {
                     &self,
                     incident: IncidentId,
                 ) -> Result<Vec<Artifact>> {
-                    let rows: Vec<ArtifactRow> = sqlx::query_as(concat!(
-                        "SELECT ",
-                        artifact_columns!(),
-                        " FROM artifacts WHERE incident_id = $1 ORDER BY id"
-                    ))
+                    let rows: Vec<ArtifactRow> = sqlx::query_as(sql::LIST_INCIDENT_ARTIFACTS)
                     .bind(incident.as_uuid())
                     .fetch_all(&self.pool)
                     .await

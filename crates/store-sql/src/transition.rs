@@ -12,7 +12,7 @@
 use korvus_store::{SessionId, SessionStatus, StoreError};
 
 use crate::error::unexpected;
-use crate::rows::{placeholders, session_columns};
+use crate::rows::{active, placeholders, session_columns};
 
 /// One conditional transition of a session row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,35 +40,52 @@ fn own(now: &str, owner: usize, ttl: usize) -> String {
     format!("owner = ${owner}, lease_expires_ms = {now} + ${ttl}")
 }
 
-/// The statements of one engine that read the database clock, built once
-/// per engine from its `NOW_MS`.
+/// The orphan predicate, once for both statements that use it
+/// (`expired_leases` lists what `take_over` may take): active (running,
+/// not idle) and without a live lease by the database clock.
+fn orphan(now: &str) -> String {
+    format!(
+        concat!(
+            active!(),
+            " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
+        ),
+        now = now
+    )
+}
+
+/// The statements of one engine built from its dialect (those that read
+/// the database clock, and the fenced report insert with its row lock),
+/// once per engine.
 #[derive(Debug)]
-pub(crate) struct Clocked {
+pub(crate) struct Statements {
+    /// `continue_session` from a terminal row. Binds `$1` id, `$2`
+    /// running, `$3` owner, `$4` ttl (ms), `$5…` the terminal statuses.
     reopen: String,
+    /// `continue_session` from an idle row. Binds `$1` id, `$2` running,
+    /// `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
     resume_idle: String,
     /// `heartbeat`: renews the lease of the listed runs the owner still
     /// holds and returns their `(id, fence)`. Binds `$1` owner, `$2` ttl
     /// (ms), `$3` running, `$4` the runs as a JSON array of run keys.
     pub(crate) heartbeat: String,
-    /// `expired_leases`: `(id, fence)` of the active running sessions
-    /// whose lease has expired or that have none. Binds `$1` running, `$2`
-    /// `awaiting_user`.
+    /// `expired_leases`: `(id, fence)` of the orphans. Binds nothing.
     pub(crate) expired: String,
     /// `take_over`: the orphan at `$2` (fence) gets the next fence and the
     /// lease of `$3` (owner) for `$4` (ttl, ms); a pending cancel request
-    /// moves with it. Binds `$1` id, `$5` running, `$6` `awaiting_user`.
+    /// moves with it. Binds `$1` id.
     pub(crate) take_over: String,
+    /// `create_report`: the row, only while the session (in that incident)
+    /// is active at the report's fence. Binds `$1…$14` in
+    /// `report_columns` order.
+    insert_report: String,
 }
 
-impl Clocked {
-    /// `now` is the engine's clock in ms, `run_key` a row's run key and
-    /// `texts_4` the subquery of the texts of the JSON array `$4`.
-    pub(crate) fn new(now: &str, run_key: &str, texts_4: &str) -> Self {
-        // An orphan: active (not idle) and without a live lease.
-        let orphan = format!(
-            "status = $5 AND (exit_reason IS NULL OR exit_reason <> $6) \
-             AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
-        );
+impl Statements {
+    /// `now` is the engine's clock in ms, `run_key` a row's run key,
+    /// `texts_4` the subquery of the texts of the JSON array `$4` and
+    /// `share` the row lock of a fenced insert.
+    pub(crate) fn new(now: &str, run_key: &str, texts_4: &str, share: &str) -> Self {
+        let orphan = orphan(now);
         Self {
             reopen: format!(
                 concat!(
@@ -94,11 +111,7 @@ impl Clocked {
                  WHERE owner = $1 AND status = $3 AND {run_key} IN ({texts_4}) \
                  RETURNING id, fence"
             ),
-            expired: format!(
-                "SELECT id, fence FROM sessions WHERE status = $1 \
-                 AND (exit_reason IS NULL OR exit_reason <> $2) \
-                 AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
-            ),
+            expired: format!("SELECT id, fence FROM sessions WHERE {orphan}"),
             take_over: format!(
                 concat!(
                     "UPDATE sessions SET fence = fence + 1, {}, \
@@ -110,27 +123,29 @@ impl Clocked {
                 own(now, 3, 4),
                 orphan
             ),
+            insert_report: crate::rows::insert_report(share),
         }
     }
+
+    /// The fenced report insert (see the field).
+    pub(crate) fn insert_report(&self) -> &str {
+        &self.insert_report
+    }
+
+    /// Every statement, by name, in a fixed order: what the SQL snapshot
+    /// renders.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn all(&self) -> [(&'static str, &str); 6] {
+        [
+            ("REOPEN", &self.reopen),
+            ("RESUME_IDLE", &self.resume_idle),
+            ("HEARTBEAT", &self.heartbeat),
+            ("EXPIRED_LEASES", &self.expired),
+            ("TAKE_OVER", &self.take_over),
+            ("INSERT_REPORT", &self.insert_report),
+        ]
+    }
 }
-
-const CANCEL_IDLE: &str = concat!(
-    "UPDATE sessions SET status = $2, exit_reason = $3, ended_at = $4 \
-     WHERE id = $1 AND status = $5 AND exit_reason = $6 RETURNING ",
-    session_columns!()
-);
-
-/// `request_cancel`: a running session's row records a cancel request
-/// naming its current fence. Binds `$1` id, `$2` running.
-pub(crate) const REQUEST_CANCEL: &str = concat!(
-    "UPDATE sessions SET cancel_fence = fence WHERE id = $1 AND status = $2 RETURNING ",
-    session_columns!()
-);
-
-/// `cancel_requests`: `(id, fence)` of the running sessions whose request
-/// names their current fence. Binds `$1` running.
-pub(crate) const CANCEL_REQUESTS: &str = "SELECT id, fence FROM sessions \
-     WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1";
 
 /// `runs` as the JSON array of run keys a heartbeat binds.
 pub(crate) fn run_keys(runs: &[(SessionId, u64)]) -> String {
@@ -141,7 +156,7 @@ pub(crate) fn run_keys(runs: &[(SessionId, u64)]) -> String {
     serde_json::to_string(&keys).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// `(id, fence)` rows (of [`CANCEL_REQUESTS`], a heartbeat, the expired
+/// `(id, fence)` rows (of [`CANCEL_REQUESTS`](crate::sql::CANCEL_REQUESTS), a heartbeat, the expired
 /// leases) as the seam's pairs.
 pub(crate) fn pairs(
     backend: &'static str,
@@ -159,11 +174,11 @@ pub(crate) fn pairs(
 impl Transition {
     /// The statement of the engine whose clocked statements are `clocked`;
     /// see each variant for its binds.
-    pub(crate) fn statement(self, clocked: &Clocked) -> &str {
+    pub(crate) fn statement(self, built: &Statements) -> &str {
         match self {
-            Transition::Reopen => &clocked.reopen,
-            Transition::CancelIdle => CANCEL_IDLE,
-            Transition::ResumeIdle => &clocked.resume_idle,
+            Transition::Reopen => &built.reopen,
+            Transition::CancelIdle => crate::sql::CANCEL_IDLE,
+            Transition::ResumeIdle => &built.resume_idle,
         }
     }
 

@@ -1,0 +1,229 @@
+-- Every statement korvus-store-sql runs on PostgreSQL, rendered by the
+-- snapshot test (src/snapshot.rs). Do not edit: change the code, then
+-- run `KORVUS_UPDATE_SQL=1 cargo test -p korvus-store-sql --lib snapshot`.
+
+-- INSERT_INCIDENT (shared)
+INSERT INTO incidents (id, title, status, workspace_repo, workspace_commit, created_at)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- SELECT_INCIDENT (shared)
+SELECT id, title, status, workspace_repo, workspace_commit, created_at
+FROM incidents
+WHERE id = $1;
+
+-- LIST_INCIDENTS (shared)
+SELECT id, title, status, workspace_repo, workspace_commit, created_at
+FROM incidents
+ORDER BY id;
+
+-- CLOSE_INCIDENT (shared)
+UPDATE incidents
+SET status = $2
+WHERE id = $1
+RETURNING id, title, status, workspace_repo, workspace_commit, created_at;
+
+-- SELECT_SESSION (shared)
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+FROM sessions
+WHERE id = $1;
+
+-- SESSION_EXISTS (shared)
+SELECT 1
+FROM sessions
+WHERE id = $1;
+
+-- LIST_SESSIONS (shared)
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+FROM sessions
+WHERE incident_id = $1
+ORDER BY seq;
+
+-- SETTLE (shared)
+UPDATE sessions
+SET status = $2, exit_reason = $3, turns = $4, tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, owner = NULL, lease_expires_ms = NULL
+WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- CANCEL_IDLE (shared)
+UPDATE sessions
+SET status = $2, exit_reason = $3, ended_at = $4
+WHERE id = $1 AND status = $5 AND exit_reason = $6
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- BUMP_FENCE (shared)
+UPDATE sessions
+SET fence = fence + 1
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- REQUEST_CANCEL (shared)
+UPDATE sessions
+SET cancel_fence = fence
+WHERE id = $1 AND status = $2
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- CANCEL_REQUESTS (shared)
+SELECT id, fence
+FROM sessions
+WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1;
+
+-- LIST_CONTEXT_REFS (shared)
+SELECT session_id, incident_id, artifact_id, role, position
+FROM session_context_refs
+WHERE session_id = $1
+ORDER BY position;
+
+-- SELECT_REPORT (shared)
+SELECT session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key
+FROM reports
+WHERE session_id = $1 AND revision = $2;
+
+-- LIST_REPORTS (shared)
+SELECT session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key
+FROM reports
+WHERE session_id = $1
+ORDER BY revision;
+
+-- NEXT_REPORT_REVISION (shared)
+SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports WHERE session_id = $1) AS BIGINT) + 1
+FROM sessions
+WHERE id = $1;
+
+-- INSERT_REPORT_IF_ABSENT (shared)
+INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)
+ON CONFLICT (session_id, revision) DO NOTHING;
+
+-- LIST_SESSION_ARTIFACTS (shared)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE session_id = $1
+ORDER BY id;
+
+-- LIST_INCIDENT_ARTIFACTS (shared)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE incident_id = $1
+ORDER BY id;
+
+-- INSERT_LOG (shared)
+INSERT INTO turn_logs (id, header, size_bytes)
+VALUES ($1, $2, $3);
+
+-- SELECT_LOG (shared)
+SELECT header, event_count, size_bytes
+FROM turn_logs
+WHERE id = $1;
+
+-- LIST_LOGS (shared)
+SELECT id
+FROM turn_logs
+ORDER BY id;
+
+-- READ_EVENTS (shared)
+SELECT seq, body
+FROM turn_events
+WHERE log_id = $1 AND seq >= $2
+ORDER BY seq
+LIMIT $3;
+
+-- READ_BODIES (shared)
+SELECT body
+FROM turn_events
+WHERE log_id = $1 AND seq >= $2
+ORDER BY seq
+LIMIT $3;
+
+-- EVENT_COUNT (shared)
+SELECT event_count
+FROM turn_logs
+WHERE id = $1;
+
+-- CLAIM_EPOCH (shared)
+UPDATE turn_logs
+SET epoch = $2
+WHERE id = $1 AND epoch <= $2;
+
+-- SELECT_EPOCH (shared)
+SELECT epoch
+FROM turn_logs
+WHERE id = $1;
+
+-- COUNT_AND_EPOCH (shared)
+SELECT event_count, epoch
+FROM turn_logs
+WHERE id = $1;
+
+-- INSERT_CONTEXT_REFS (postgres)
+WITH s AS ( UPDATE sessions SET context_ref_count = context_ref_count + $4 WHERE id = $1 RETURNING id, incident_id, context_ref_count - $4 AS start )
+INSERT INTO session_context_refs (session_id, incident_id, artifact_id, role, position)
+SELECT s.id, s.incident_id, r.artifact_id, r.role, (s.start + r.ord - 1)::integer
+FROM s, UNNEST($2::uuid[], $3::text[])
+WITH ORDINALITY AS r(artifact_id, role, ord)
+RETURNING session_id, incident_id, artifact_id, role, position;
+
+-- INSERT_ARTIFACTS (postgres)
+WITH s AS (SELECT id, incident_id, fence FROM sessions WHERE id = ANY($3) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') FOR SHARE), stale AS (SELECT 1 FROM UNNEST($2::uuid[], $3::uuid[], $12::int8[]) AS f(incident_id, session_id, fence) WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id AND s.incident_id = f.incident_id AND s.fence = f.fence))
+INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
+SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence
+FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, fence)
+WHERE NOT EXISTS (SELECT 1 FROM stale);
+
+-- SESSION_FENCES_OF (postgres)
+SELECT id, incident_id, fence, (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
+FROM sessions
+WHERE id = ANY($1);
+
+-- ARTIFACTS_BY_ID (postgres)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE id = ANY($1);
+
+-- APPEND_EVENTS (postgres)
+WITH l AS ( UPDATE turn_logs SET event_count = event_count + $3, size_bytes = size_bytes + $4, epoch = $6 WHERE id = $1 AND event_count = $5 AND epoch <= $6 RETURNING event_count - $3 AS start )
+INSERT INTO turn_events (log_id, seq, body)
+SELECT $1, l.start + e.ord - 1, e.body
+FROM l, UNNEST($2::text[])
+WITH ORDINALITY AS e(body, ord);
+
+-- INSERT_SESSION (postgres dialect)
+WITH next AS ( UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq )
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms)
+SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10
+FROM next
+RETURNING seq, lease_expires_ms;
+
+-- REOPEN (built from the dialect)
+UPDATE sessions
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+WHERE id = $1 AND status IN ($5, $6, $7)
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- RESUME_IDLE (built from the dialect)
+UPDATE sessions
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+WHERE id = $1 AND status = $2 AND exit_reason = $5
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- HEARTBEAT (built from the dialect)
+UPDATE sessions
+SET lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $2
+WHERE owner = $1 AND status = $3 AND replace(CAST(id AS text), '-', '') || ':' || CAST(fence AS text) IN (SELECT json_array_elements_text(CAST($4 AS json)))
+RETURNING id, fence;
+
+-- EXPIRED_LEASES (built from the dialect)
+SELECT id, fence
+FROM sessions
+WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT));
+
+-- TAKE_OVER (built from the dialect)
+UPDATE sessions
+SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- INSERT_REPORT (built from the dialect)
+INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') FOR SHARE);

@@ -1,0 +1,235 @@
+-- Every statement korvus-store-sql runs on SQLite, rendered by the
+-- snapshot test (src/snapshot.rs). Do not edit: change the code, then
+-- run `KORVUS_UPDATE_SQL=1 cargo test -p korvus-store-sql --lib snapshot`.
+
+-- INSERT_INCIDENT (shared)
+INSERT INTO incidents (id, title, status, workspace_repo, workspace_commit, created_at)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- SELECT_INCIDENT (shared)
+SELECT id, title, status, workspace_repo, workspace_commit, created_at
+FROM incidents
+WHERE id = $1;
+
+-- LIST_INCIDENTS (shared)
+SELECT id, title, status, workspace_repo, workspace_commit, created_at
+FROM incidents
+ORDER BY id;
+
+-- CLOSE_INCIDENT (shared)
+UPDATE incidents
+SET status = $2
+WHERE id = $1
+RETURNING id, title, status, workspace_repo, workspace_commit, created_at;
+
+-- SELECT_SESSION (shared)
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+FROM sessions
+WHERE id = $1;
+
+-- SESSION_EXISTS (shared)
+SELECT 1
+FROM sessions
+WHERE id = $1;
+
+-- LIST_SESSIONS (shared)
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+FROM sessions
+WHERE incident_id = $1
+ORDER BY seq;
+
+-- SETTLE (shared)
+UPDATE sessions
+SET status = $2, exit_reason = $3, turns = $4, tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, owner = NULL, lease_expires_ms = NULL
+WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- CANCEL_IDLE (shared)
+UPDATE sessions
+SET status = $2, exit_reason = $3, ended_at = $4
+WHERE id = $1 AND status = $5 AND exit_reason = $6
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- BUMP_FENCE (shared)
+UPDATE sessions
+SET fence = fence + 1
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- REQUEST_CANCEL (shared)
+UPDATE sessions
+SET cancel_fence = fence
+WHERE id = $1 AND status = $2
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- CANCEL_REQUESTS (shared)
+SELECT id, fence
+FROM sessions
+WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1;
+
+-- LIST_CONTEXT_REFS (shared)
+SELECT session_id, incident_id, artifact_id, role, position
+FROM session_context_refs
+WHERE session_id = $1
+ORDER BY position;
+
+-- SELECT_REPORT (shared)
+SELECT session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key
+FROM reports
+WHERE session_id = $1 AND revision = $2;
+
+-- LIST_REPORTS (shared)
+SELECT session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key
+FROM reports
+WHERE session_id = $1
+ORDER BY revision;
+
+-- NEXT_REPORT_REVISION (shared)
+SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports WHERE session_id = $1) AS BIGINT) + 1
+FROM sessions
+WHERE id = $1;
+
+-- INSERT_REPORT_IF_ABSENT (shared)
+INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12)
+ON CONFLICT (session_id, revision) DO NOTHING;
+
+-- LIST_SESSION_ARTIFACTS (shared)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE session_id = $1
+ORDER BY id;
+
+-- LIST_INCIDENT_ARTIFACTS (shared)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE incident_id = $1
+ORDER BY id;
+
+-- INSERT_LOG (shared)
+INSERT INTO turn_logs (id, header, size_bytes)
+VALUES ($1, $2, $3);
+
+-- SELECT_LOG (shared)
+SELECT header, event_count, size_bytes
+FROM turn_logs
+WHERE id = $1;
+
+-- LIST_LOGS (shared)
+SELECT id
+FROM turn_logs
+ORDER BY id;
+
+-- READ_EVENTS (shared)
+SELECT seq, body
+FROM turn_events
+WHERE log_id = $1 AND seq >= $2
+ORDER BY seq
+LIMIT $3;
+
+-- READ_BODIES (shared)
+SELECT body
+FROM turn_events
+WHERE log_id = $1 AND seq >= $2
+ORDER BY seq
+LIMIT $3;
+
+-- EVENT_COUNT (shared)
+SELECT event_count
+FROM turn_logs
+WHERE id = $1;
+
+-- CLAIM_EPOCH (shared)
+UPDATE turn_logs
+SET epoch = $2
+WHERE id = $1 AND epoch <= $2;
+
+-- SELECT_EPOCH (shared)
+SELECT epoch
+FROM turn_logs
+WHERE id = $1;
+
+-- COUNT_AND_EPOCH (shared)
+SELECT event_count, epoch
+FROM turn_logs
+WHERE id = $1;
+
+-- BEGIN_IMMEDIATE (sqlite)
+BEGIN IMMEDIATE;
+
+-- FOREIGN_KEYS (sqlite)
+PRAGMA foreign_keys;
+
+-- SESSION_FENCE (sqlite)
+SELECT id, incident_id, fence, (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
+FROM sessions
+WHERE id = $1;
+
+-- BUMP_LOG (sqlite)
+UPDATE turn_logs
+SET event_count = event_count + $2, size_bytes = size_bytes + $3, epoch = $4
+WHERE id = $1;
+
+-- INSERT_SESSION (sqlite dialect)
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms)
+SELECT $1, i.id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10
+FROM incidents AS i
+WHERE i.id = $2
+RETURNING seq, lease_expires_ms;
+
+-- REOPEN (built from the dialect)
+UPDATE sessions
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4
+WHERE id = $1 AND status IN ($5, $6, $7)
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- RESUME_IDLE (built from the dialect)
+UPDATE sessions
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4
+WHERE id = $1 AND status = $2 AND exit_reason = $5
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- HEARTBEAT (built from the dialect)
+UPDATE sessions
+SET lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $2
+WHERE owner = $1 AND status = $3 AND lower(hex(id)) || ':' || fence IN (SELECT value FROM json_each($4))
+RETURNING id, fence;
+
+-- EXPIRED_LEASES (built from the dialect)
+SELECT id, fence
+FROM sessions
+WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER));
+
+-- TAKE_OVER (built from the dialect)
+UPDATE sessions
+SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER))
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+
+-- INSERT_REPORT (built from the dialect)
+INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'));
+
+-- insert_context_refs_sql (built per batch; shown for 2 rows)
+WITH r(artifact_id, role, ord) AS (VALUES ($2, $3, 0), ($4, $5, 1))
+INSERT INTO session_context_refs (session_id, incident_id, artifact_id, role, position)
+SELECT s.id, s.incident_id, r.artifact_id, r.role, (SELECT COALESCE(MAX(position) + 1, 0) FROM session_context_refs WHERE session_id = s.id) + r.ord
+FROM sessions AS s, r
+WHERE s.id = $1
+ORDER BY r.ord
+RETURNING session_id, incident_id, artifact_id, role, position;
+
+-- insert_artifacts_sql (built per batch; shown for 2 rows)
+INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12), ($13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24);
+
+-- artifacts_by_id_sql (built per batch; shown for 2 rows)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM artifacts
+WHERE id IN ($1, $2);
+
+-- append_events_sql (built per batch; shown for 2 rows)
+INSERT INTO turn_events (log_id, seq, body)
+VALUES ($1, 0, $2), ($1, 1, $3);

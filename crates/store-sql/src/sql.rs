@@ -1,0 +1,214 @@
+//! The statements both engines run as they are, each a named constant in
+//! one place, grouped by table, with the binds it takes.
+//!
+//! What differs per engine — the session insert that allocates `seq`, the
+//! statements that read the database clock, the batch inserts — is built
+//! in `postgres.rs`, `sqlite.rs` and [`transition`](crate::transition)
+//! from the engine's [`StoreDialect`](crate::dialect::StoreDialect). A test
+//! renders every statement of each engine, these included, to
+//! `sql/postgres.sql` and `sql/sqlite.sql` and fails when the checked-in
+//! files differ (`KORVUS_UPDATE_SQL=1` rewrites them), so a change to a
+//! statement shows up in review as SQL.
+
+use crate::rows::{
+    active, artifact_columns, context_ref_columns, incident_columns, report_columns,
+    session_columns,
+};
+
+/// Defines each statement as a `pub(crate) const` and lists them all in
+/// the constant named first (`statements! { SHARED; … }`), so no statement
+/// defined this way can be left out of the snapshot. The engine modules
+/// use it for their own statements.
+macro_rules! statements {
+    ($list:ident; $( $(#[$doc:meta])* $name:ident = $sql:expr; )*) => {
+        $( $(#[$doc])* pub(crate) const $name: &str = $sql; )*
+
+        /// Every statement defined with it, by name, in definition order.
+        #[cfg_attr(not(test), allow(dead_code))]
+        pub(crate) const $list: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
+    };
+}
+pub(crate) use statements;
+
+statements! {
+    SHARED;
+
+    // Incidents.
+
+    /// `create_incident`. Binds `$1` id, `$2` title, `$3` status, `$4`
+    /// workspace repo, `$5` workspace commit, `$6` created at.
+    INSERT_INCIDENT = "INSERT INTO incidents \
+        (id, title, status, workspace_repo, workspace_commit, created_at) \
+        VALUES ($1, $2, $3, $4, $5, $6)";
+
+    /// `get_incident`. Binds `$1` id.
+    SELECT_INCIDENT = concat!("SELECT ", incident_columns!(), " FROM incidents WHERE id = $1");
+
+    /// `list_incidents`: ids are UUID v7, which both engines order
+    /// bytewise (PostgreSQL as uuid, SQLite as a BLOB), so id order is
+    /// creation order.
+    LIST_INCIDENTS = concat!("SELECT ", incident_columns!(), " FROM incidents ORDER BY id");
+
+    /// `close_incident`. Binds `$1` id, `$2` closed.
+    CLOSE_INCIDENT = concat!(
+        "UPDATE incidents SET status = $2 WHERE id = $1 RETURNING ",
+        incident_columns!()
+    );
+
+    // Sessions.
+
+    /// One session row. Binds `$1` id.
+    SELECT_SESSION = concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = $1");
+
+    /// Whether a session exists (a refused transition's second read).
+    /// Binds `$1` id.
+    SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = $1";
+
+    /// `list_sessions`. Binds `$1` incident.
+    LIST_SESSIONS = concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM sessions WHERE incident_id = $1 ORDER BY seq"
+    );
+
+    /// The settle: writes the outcome and ends the lease, only while the
+    /// row is active at the presented fence. Binds `$1` id, `$2` status,
+    /// `$3` exit reason, `$4…$7` counters, `$8` `ended_at`, `$9` fence.
+    SETTLE = concat!(
+        "UPDATE sessions SET status = $2, exit_reason = $3, turns = $4, \
+         tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, \
+         owner = NULL, lease_expires_ms = NULL \
+         WHERE id = $1 AND fence = $9 AND ",
+        active!(),
+        " RETURNING ",
+        session_columns!()
+    );
+
+    /// `cancel_idle_session`: an idle session (running, exit reason
+    /// `awaiting_user`) becomes cancelled. Binds `$1` id, `$2` cancelled,
+    /// `$3` the exit reason `cancelled`, `$4` `ended_at`, `$5` running,
+    /// `$6` `awaiting_user`.
+    CANCEL_IDLE = concat!(
+        "UPDATE sessions SET status = $2, exit_reason = $3, ended_at = $4 \
+         WHERE id = $1 AND status = $5 AND exit_reason = $6 RETURNING ",
+        session_columns!()
+    );
+
+    /// `force_cancel`'s first step: the active row at `$2` (fence) gets
+    /// the next fence, so every write of its run is refused from here on;
+    /// the settle then ends it at the new fence. Binds `$1` id, `$2` fence.
+    BUMP_FENCE = concat!(
+        "UPDATE sessions SET fence = fence + 1 WHERE id = $1 AND fence = $2 AND ",
+        active!(),
+        " RETURNING ",
+        session_columns!()
+    );
+
+    /// `request_cancel`: a running session's row records a cancel request
+    /// naming its current fence. Binds `$1` id, `$2` running.
+    REQUEST_CANCEL = concat!(
+        "UPDATE sessions SET cancel_fence = fence WHERE id = $1 AND status = $2 RETURNING ",
+        session_columns!()
+    );
+
+    /// `cancel_requests`: `(id, fence)` of the running sessions whose
+    /// request names their current fence. Binds `$1` running.
+    CANCEL_REQUESTS = "SELECT id, fence FROM sessions \
+        WHERE cancel_fence IS NOT NULL AND cancel_fence = fence AND status = $1";
+
+    // Context refs.
+
+    /// `list_context_refs`. Binds `$1` session.
+    LIST_CONTEXT_REFS = concat!(
+        "SELECT ",
+        context_ref_columns!(),
+        " FROM session_context_refs WHERE session_id = $1 ORDER BY position"
+    );
+
+    // Reports.
+
+    /// `get_report`, and the row that stands after an insert unless
+    /// present. Binds `$1` session, `$2` revision.
+    SELECT_REPORT = concat!(
+        "SELECT ",
+        report_columns!(),
+        " FROM reports WHERE session_id = $1 AND revision = $2"
+    );
+
+    /// `list_reports`. Binds `$1` session.
+    LIST_REPORTS = concat!(
+        "SELECT ",
+        report_columns!(),
+        " FROM reports WHERE session_id = $1 ORDER BY revision"
+    );
+
+    /// `next_report_revision`, widened before the `+ 1` so the largest
+    /// 32-bit revision cannot overflow; no row for an unknown session.
+    /// Binds `$1` session.
+    NEXT_REPORT_REVISION = "SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports \
+        WHERE session_id = $1) AS BIGINT) + 1 FROM sessions WHERE id = $1";
+
+    /// `settle_with_report` and `force_cancel`, after their settle in the
+    /// same transaction: the report row unless its revision has one — also
+    /// one a concurrent insert committed meanwhile (`ON CONFLICT DO
+    /// NOTHING`: the stored row wins, never a `Conflict`) — only while the
+    /// session (in that incident) is at the report's fence. Binds `$1…$14`
+    /// in `report_columns` order.
+    INSERT_REPORT_IF_ABSENT = concat!(
+        "INSERT INTO reports (",
+        report_columns!(),
+        ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+         WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12) \
+         ON CONFLICT (session_id, revision) DO NOTHING"
+    );
+
+    // Artifacts.
+
+    /// `list_session_artifacts`. Binds `$1` session.
+    LIST_SESSION_ARTIFACTS = concat!(
+        "SELECT ",
+        artifact_columns!(),
+        " FROM artifacts WHERE session_id = $1 ORDER BY id"
+    );
+
+    /// `list_incident_artifacts`. Binds `$1` incident.
+    LIST_INCIDENT_ARTIFACTS = concat!(
+        "SELECT ",
+        artifact_columns!(),
+        " FROM artifacts WHERE incident_id = $1 ORDER BY id"
+    );
+
+    // Turn logs.
+
+    /// `TurnLog::create`. Binds `$1` id, `$2` header, `$3` size in bytes.
+    INSERT_LOG = "INSERT INTO turn_logs (id, header, size_bytes) VALUES ($1, $2, $3)";
+
+    /// A log's row. Binds `$1` id.
+    SELECT_LOG = "SELECT header, event_count, size_bytes FROM turn_logs WHERE id = $1";
+
+    /// `TurnLog::list`.
+    LIST_LOGS = "SELECT id FROM turn_logs ORDER BY id";
+
+    /// `LogIo::read`. Binds `$1` log, `$2` first seq, `$3` limit.
+    READ_EVENTS = "SELECT seq, body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
+        ORDER BY seq LIMIT $3";
+
+    /// The stored texts of a window of events (an append's retry check).
+    /// Binds `$1` log, `$2` first seq, `$3` limit.
+    READ_BODIES = "SELECT body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
+        ORDER BY seq LIMIT $3";
+
+    /// `LogIo::event_count`. Binds `$1` log.
+    EVENT_COUNT = "SELECT event_count FROM turn_logs WHERE id = $1";
+
+    /// `LogIo::claim`: records `$2` as the log's newest writer epoch unless
+    /// a newer one claimed it. Binds `$1` log, `$2` epoch.
+    CLAIM_EPOCH = "UPDATE turn_logs SET epoch = $2 WHERE id = $1 AND epoch <= $2";
+
+    /// A log's newest epoch (a refused claim's second read). Binds `$1` log.
+    SELECT_EPOCH = "SELECT epoch FROM turn_logs WHERE id = $1";
+
+    /// A log's count and newest epoch (why an append was refused). Binds
+    /// `$1` log.
+    COUNT_AND_EPOCH = "SELECT event_count, epoch FROM turn_logs WHERE id = $1";
+}
