@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use korvus_session::{RunContext, RunError, RunOutcome, Runner};
+use korvus_runner::{RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
 use tokio::sync::Barrier;
 

@@ -9,7 +9,8 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::{BlobKey, BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_log::TurnLog;
-use korvus_session::{Manager, Runner};
+use korvus_runner::Runner;
+use korvus_session::Manager;
 use korvus_store::CoordinatedStore;
 use korvus_store_sql::{
     migrate, open_sqlite, PgLog, PgPool, PgStore, SqliteLog, SqlitePool, SqliteStore,

@@ -472,20 +472,20 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
 struct NoRuns;
 
 #[async_trait::async_trait]
-impl korvus_session::Runner for NoRuns {
+impl korvus_runner::Runner for NoRuns {
     async fn run(
         &self,
-        _ctx: korvus_session::RunContext,
-    ) -> Result<korvus_session::RunOutcome, korvus_session::RunError> {
-        Err(korvus_session::RunError::msg("this command starts no runs"))
+        _ctx: korvus_runner::RunContext,
+    ) -> Result<korvus_runner::RunOutcome, korvus_runner::RunError> {
+        Err(korvus_runner::RunError::msg("this command starts no runs"))
     }
 
     async fn resume(
         &self,
-        _ctx: korvus_session::RunContext,
+        _ctx: korvus_runner::RunContext,
         _message: String,
-    ) -> Result<korvus_session::RunOutcome, korvus_session::RunError> {
-        Err(korvus_session::RunError::msg("this command starts no runs"))
+    ) -> Result<korvus_runner::RunOutcome, korvus_runner::RunError> {
+        Err(korvus_runner::RunError::msg("this command starts no runs"))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Exit status → exit reason.
 
 use korvus_command::{CommandError, CommandRunner, AWAITING_USER_CODE};
-use korvus_session::exit;
+use korvus_runner::exit;
 use korvus_store::SessionStatus;
 
 use crate::support::{harness, sh};

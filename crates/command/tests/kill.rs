@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use korvus_session::exit;
+use korvus_runner::exit;
 use korvus_store::SessionStatus;
 
 use crate::support::{eventually, harness, harness_with, running, sh, unique_sleep};

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use korvus_blob::MemoryBlobStore;
 use korvus_command::{CommandRunner, Limits};
+use korvus_runner::exit;
 use korvus_runner::{RunContext, RunError, RunOutcome, Runner};
-use korvus_session::{exit, CreateSession, Manager};
+use korvus_session::{CreateSession, Manager};
 use korvus_store::{MemoryStore, NewIncident, Session, SessionStatus, Store};
 use korvus_workspace::ScratchRoot;
 

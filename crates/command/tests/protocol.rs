@@ -256,7 +256,7 @@ async fn a_run_without_a_scratch_dir_fails_clearly() {
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(
         row.exit_reason.as_deref(),
-        Some(korvus_session::exit::RUNNER_FAILED)
+        Some(korvus_runner::exit::RUNNER_FAILED)
     );
     manager.stop().await;
 }

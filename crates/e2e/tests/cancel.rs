@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::MemoryBlobStore;
-use korvus_session::{CreateSession, ExitReason, Manager, RunOutcome};
+use korvus_runner::{ExitReason, RunOutcome};
+use korvus_session::{CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::PgStore;

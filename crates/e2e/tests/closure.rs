@@ -8,9 +8,8 @@ use std::time::Duration;
 use korvus_blob::{BlobStore, FsBlobStore};
 use korvus_harvest::PersistConfig;
 use korvus_log::{Access, EventKind, LogId};
-use korvus_session::{
-    exit, ContextRequest, ExitReason, Manager, ManagerBuilder, RunError, RunOutcome, SessionError,
-};
+use korvus_runner::{exit, ExitReason, RunError, RunOutcome};
+use korvus_session::{ContextRequest, Manager, ManagerBuilder, SessionError};
 use korvus_store::{CoordinatedStore, Counters, Session, SessionStatus, WorkspaceRef};
 use korvus_store_sql::testing::SqliteDb;
 use korvus_store_sql::{SqliteLog, SqliteStore};

@@ -11,7 +11,8 @@ use std::time::Duration;
 use korvus_blob::MemoryBlobStore;
 use korvus_log::{Access, Event, EventKind, LogId, TurnLog};
 use korvus_runner::testing::ScriptRunner;
-use korvus_session::{CreateSession, Manager, RunOutcome};
+use korvus_runner::RunOutcome;
+use korvus_session::{CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus, Settlement};
 use korvus_store_sql::testing::SqliteDb;
 use korvus_store_sql::{SqliteLog, SqliteStore};
@@ -132,7 +133,7 @@ async fn a_run_whose_log_a_newer_writer_claimed_is_cancelled() {
         }
         ctx.cancel.cancelled().await;
         Ok(RunOutcome {
-            exit_reason: korvus_session::ExitReason::CANCELLED,
+            exit_reason: korvus_runner::ExitReason::CANCELLED,
             author_finished: false,
             counters: Counters::default(),
         })

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::BlobKey;
-use korvus_session::{CreateSession, Manager, RunOutcome};
+use korvus_runner::RunOutcome;
+use korvus_session::{CreateSession, Manager};
 use korvus_store::{ArtifactKind, Counters, IncidentId, NewIncident, SessionStatus, WorkspaceRef};
 use korvus_workspace::{default_trees, GitSeeder, ScratchRoot};
 

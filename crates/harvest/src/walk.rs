@@ -13,7 +13,7 @@ pub const DEFAULT_MAX_FILES: usize = 64;
 
 /// A file the walk found worth storing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// Workspace-relative path.
     pub path: WorkspacePath,
     /// Size when walked (the file is re-checked when read).
@@ -86,7 +86,7 @@ pub struct Skipped {
 
 /// What the walk found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Walk {
+pub(crate) struct Walk {
     /// Files to store, in walk (lexical) order.
     pub candidates: Vec<Candidate>,
     /// Everything left out, with the reason.
@@ -121,7 +121,7 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// re-checks the size of what it actually reads.
 ///
 /// Blocking: call it from `spawn_blocking` in async code.
-pub fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]) -> Walk {
+pub(crate) fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]) -> Walk {
     let mut walk = Walk::default();
     let mut entries = WalkDir::new(scratch)
         .min_depth(1)
@@ -208,7 +208,7 @@ pub fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]) -> Wa
 /// ([`PersistConfig::report_max_bytes`](crate::PersistConfig::report_max_bytes)),
 /// and an empty or over-size report is an outcome of its own
 /// ([`ReportFile`](crate::ReportFile)), decided by the persist phase.
-pub fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
+pub(crate) fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
     let (keep, drop): (Vec<Candidate>, Vec<Candidate>) = walk
         .candidates
         .drain(..)
@@ -231,7 +231,7 @@ pub fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
 /// keeps the root [`REPORT_FILE`](korvus_workspace::REPORT_FILE) — wherever it sorts — by dropping the last
 /// other candidate instead. Trimmed files are recorded as
 /// [`SkipReason::OverCap`].
-pub fn apply_cap(walk: &mut Walk, cap: usize) {
+pub(crate) fn apply_cap(walk: &mut Walk, cap: usize) {
     if walk.candidates.len() <= cap {
         return;
     }
@@ -329,5 +329,147 @@ mod tests {
         assert_eq!(walk.candidates.len(), 2);
         apply_cap(&mut walk, 1);
         assert_eq!(walk.candidates[0].path.as_str(), "a");
+    }
+}
+
+#[cfg(test)]
+mod hostile_workspaces {
+    //! The walk over hostile workspaces: every skip counted with its
+    //! reason, read-only prefixes pruned, unreadable subtrees passed over,
+    //! the cap.
+
+    use std::path::Path;
+
+    use korvus_testkit::fixtures::HostileWorkspace;
+
+    use super::*;
+
+    fn write(root: &Path, rel: &str, bytes: &[u8]) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+
+    #[test]
+    fn hostile_workspace_skips_are_counted_with_reasons() {
+        let scratch = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let layout = HostileWorkspace::new()
+            .with_many_files(10_000)
+            .build(scratch.path(), outside.path());
+        let mut walk = harvest_candidates(scratch.path(), &[]);
+        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
+        // Every regular file is a candidate (empty and over-size ones too:
+        // the persist phase skips those after reading).
+        for rel in &layout.regular {
+            assert!(found.contains(&rel.as_str()), "{rel} missing");
+        }
+        assert!(found.contains(&"empty.txt") && found.contains(&"big.bin"));
+        assert_eq!(found.len(), layout.regular.len() + 2);
+        let mut sorted = found.clone();
+        sorted.sort();
+        assert_eq!(found, sorted, "lexical order");
+        let reason_of = |p: &str| {
+            walk.skipped
+                .iter()
+                .find(|s| s.path == p)
+                .map(|s| s.reason.clone())
+                .unwrap_or_else(|| panic!("{p} not reported as skipped"))
+        };
+        for link in &layout.symlinks {
+            assert_eq!(
+                reason_of(link),
+                SkipReason::NotRegular {
+                    kind: "symlink".into()
+                }
+            );
+        }
+        assert_eq!(
+            reason_of(&layout.fifo),
+            SkipReason::NotRegular {
+                kind: "fifo".into()
+            }
+        );
+        for hidden in &layout.hidden {
+            assert_eq!(reason_of(hidden), SkipReason::Hidden);
+        }
+        assert_eq!(reason_of(".env"), SkipReason::Hidden);
+        assert!(
+            !walk.skipped.iter().any(|s| s.path.starts_with(".git/")),
+            "never descended"
+        );
+        assert_eq!(reason_of("new\nline.txt"), SkipReason::InvalidName);
+        assert_eq!(
+            walk.skipped
+                .iter()
+                .filter(|s| s.reason == SkipReason::InvalidName)
+                .count(),
+            2,
+            "the non-UTF-8 name too"
+        );
+        assert!(found.contains(&layout.deep.as_str()), "40-level deep path");
+
+        apply_cap(&mut walk, 64);
+        assert_eq!(walk.candidates.len(), 64);
+        assert!(walk
+            .candidates
+            .iter()
+            .any(|c| c.path.as_str() == "report.md"));
+        let over = walk
+            .skipped
+            .iter()
+            .filter(|s| s.reason == SkipReason::OverCap { cap: 64 })
+            .count();
+        assert_eq!(over, layout.regular.len() + 2 - 64);
+    }
+
+    #[test]
+    fn read_only_prefixes_are_pruned() {
+        let scratch = tempfile::tempdir().unwrap();
+        write(scratch.path(), "skills/a/SKILL.md", b"x");
+        write(scratch.path(), "context/1-in.md", b"x");
+        write(scratch.path(), "skillsets/kept.md", b"x");
+        let prefixes = korvus_workspace::read_only_prefixes(&korvus_workspace::default_trees());
+        let walk = harvest_candidates(scratch.path(), &prefixes);
+        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(found, ["skillsets/kept.md"]);
+        let ro: Vec<&str> = walk
+            .skipped
+            .iter()
+            .filter(|s| s.reason == SkipReason::ReadOnly)
+            .map(|s| s.path.as_str())
+            .collect();
+        assert_eq!(ro, ["context", "skills"]);
+    }
+
+    #[test]
+    fn unreadable_subtree_is_skipped_and_the_walk_goes_on() {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = tempfile::tempdir().unwrap();
+        write(scratch.path(), "locked/inner.txt", b"x");
+        write(scratch.path(), "open.txt", b"x");
+        let locked = scratch.path().join("locked");
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let walk = harvest_candidates(scratch.path(), &[]);
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
+        assert!(found.contains(&"open.txt"));
+        if is_root() {
+            // Root ignores mode bits: the subtree is readable, so it is harvested.
+            assert!(found.contains(&"locked/inner.txt"));
+        } else {
+            assert!(walk
+                .skipped
+                .iter()
+                .any(|s| matches!(s.reason, SkipReason::Unreadable { .. })));
+        }
+    }
+
+    fn is_root() -> bool {
+        std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+            .unwrap_or(false)
     }
 }

@@ -1,5 +1,5 @@
-//! Integration tests of korvus-harvest: the walk over hostile workspaces,
-//! containment, the persist phase's orderings and its fault matrix, on
+//! Integration tests of korvus-harvest: containment, the persist
+//! phase's orderings and its fault matrix, on
 //! memory and filesystem backends, one module per topic. The persist phase
 //! on PostgreSQL + S3 is tested in `korvus-e2e`.
 
@@ -10,4 +10,3 @@ mod persist_phase;
 mod report;
 mod streamed;
 mod sweep;
-mod walk;

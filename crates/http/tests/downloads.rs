@@ -96,7 +96,7 @@ async fn a_large_artifact_is_streamed_with_its_length() {
         let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.join("dump.bin"), bytes).unwrap();
         std::fs::write(dir.join("report.md"), "# big\n").unwrap();
-        Ok(korvus_session::RunOutcome::completed(Default::default()))
+        Ok(korvus_runner::RunOutcome::completed(Default::default()))
     });
     let env = Env::new(runner).await;
     let app = env.router();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::http::{Method, StatusCode};
 use futures::StreamExt;
 use korvus_runner::testing::ScriptRunner;
-use korvus_session::RunOutcome;
+use korvus_runner::RunOutcome;
 use korvus_store::Counters;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;

@@ -3,7 +3,7 @@
 
 use axum::http::{Method, StatusCode};
 use korvus_runner::testing::ScriptRunner;
-use korvus_session::{exit, ExitReason, RunOutcome};
+use korvus_runner::{exit, ExitReason, RunOutcome};
 use korvus_store::Counters;
 use serde_json::json;
 

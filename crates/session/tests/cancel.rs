@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use korvus_session::{RunOutcome, SessionError};
+use korvus_runner::RunOutcome;
+use korvus_session::SessionError;
 use korvus_store::{Lease, NewSession, OwnerId, SessionId, SessionKind, SessionStatus, Store};
 
 use crate::support::{writing, Env, ScriptRunner};
@@ -76,7 +77,7 @@ async fn a_cancel_on_another_replica_reaches_the_run_through_the_store() {
         .builder(ScriptRunner::new(|ctx, _| async move {
             ctx.cancel.cancelled().await;
             Ok(RunOutcome {
-                exit_reason: korvus_session::ExitReason::CANCELLED,
+                exit_reason: korvus_runner::ExitReason::CANCELLED,
                 author_finished: false,
                 counters: Default::default(),
             })

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_harvest::PersistConfig;
-use korvus_session::{exit, DocsLease, ExitReason, MockDocsSearch, RunError, RunOutcome};
+use korvus_runner::{exit, DocsLease, ExitReason, MockDocsSearch, RunError, RunOutcome};
 use korvus_store::{Counters, NewIncident, Session, SessionStatus, Store, WorkspaceRef};
 use korvus_testkit::faults::{BlobFault, StoreFault, StoreOp};
 use korvus_workspace::ScratchRoot;
@@ -160,7 +160,7 @@ async fn stop_returns_within_its_bound_with_a_hanging_archive_and_docs_release()
     docs.expect_pin().returning(move |_| {
         let started = Arc::clone(&started);
         Ok(DocsLease {
-            client: Arc::new(korvus_session::MockDocsClient::new()),
+            client: Arc::new(korvus_runner::MockDocsClient::new()),
             release: Box::pin(async move {
                 started.fetch_add(1, Ordering::SeqCst);
                 std::future::pending::<()>().await

@@ -3,7 +3,8 @@
 //! context is written read-only.
 
 use korvus_blob::{BlobKey, BlobStore};
-use korvus_session::{exit, ContextRequest, RunOutcome, SessionError};
+use korvus_runner::{exit, RunOutcome};
+use korvus_session::{ContextRequest, SessionError};
 use korvus_store::{ArtifactId, Counters, NewIncident, SessionKind, SessionStatus, Store};
 use korvus_testkit::faults::StoreOp;
 

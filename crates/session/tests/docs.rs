@@ -5,9 +5,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use korvus_session::{
-    exit, CreateSession, DocsLease, Manager, MockDocsClient, MockDocsSearch, RunOutcome,
-};
+use korvus_runner::{exit, DocsLease, MockDocsClient, MockDocsSearch, RunOutcome};
+use korvus_session::{CreateSession, Manager};
 use korvus_store::{Counters, IncidentId, NewIncident, SessionStatus, Store, WorkspaceRef};
 
 use crate::support::{settled, write_files, Env, ScriptRunner};

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use korvus_session::{exit, Manager, RunError, RunOutcome, SessionError};
+use korvus_runner::{exit, RunError, RunOutcome};
+use korvus_session::{Manager, SessionError};
 use korvus_store::{Counters, SessionStatus, Store};
 use korvus_testkit::faults::{BlobFault, StoreFault, StoreOp};
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use korvus_session::{exit, ExitReason, Manager, RunOutcome, SessionError};
+use korvus_runner::{exit, ExitReason, RunOutcome};
+use korvus_session::{Manager, SessionError};
 use korvus_store::{Counters, Session, SessionStatus, Store};
 
 use crate::support::{settled, write_files, Env, ScriptRunner};

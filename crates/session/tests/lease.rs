@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use korvus_blob::MemoryBlobStore;
 use korvus_log::MemoryLog;
-use korvus_session::{ExitReason, RunOutcome, SessionError};
+use korvus_runner::{ExitReason, RunOutcome};
+use korvus_session::SessionError;
 use korvus_store::{
     Coordination, Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionKind,
     SessionStatus, Store,

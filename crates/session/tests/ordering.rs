@@ -9,7 +9,8 @@ use bytes::Bytes;
 use korvus_blob::{Blob, BlobKey, BlobMeta, BlobStore, PutOptions};
 use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 
-use korvus_session::{exit, ContextRequest, RunOutcome};
+use korvus_runner::{exit, RunOutcome};
+use korvus_session::ContextRequest;
 use korvus_store::{Counters, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 

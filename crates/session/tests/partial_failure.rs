@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use korvus_blob::MemoryBlobStore;
 use korvus_log::{EventKind, LogId, MemoryLog, TurnLog};
-use korvus_session::{ExitReason, Manager, RunOutcome, SessionError};
+use korvus_runner::{ExitReason, RunOutcome};
+use korvus_session::{Manager, SessionError};
 use korvus_store::{Coordination, MemoryStore, Session, SessionId, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 use tokio::sync::Notify;

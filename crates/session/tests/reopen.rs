@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use korvus_blob::{BlobKey, BlobStore};
 use korvus_log::{Event, EventKind};
-use korvus_session::{exit, RunError, RunOutcome, SessionError};
+use korvus_runner::{exit, RunError, RunOutcome};
+use korvus_session::SessionError;
 use korvus_store::{Counters, SessionId, SessionStatus, Store};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 

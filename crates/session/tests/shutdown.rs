@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use korvus_session::{RunOutcome, SessionError};
+use korvus_runner::RunOutcome;
+use korvus_session::SessionError;
 use korvus_store::{Counters, SessionStatus, Store};
 
 use crate::support::{Env, ScriptRunner};

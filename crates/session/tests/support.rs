@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
 use korvus_log::{Event, EventKind, MemoryLog, TurnLog};
-use korvus_session::{CreateSession, Manager, ManagerBuilder, RunContext, RunOutcome, Runner};
+use korvus_runner::{RunContext, RunOutcome, Runner};
+use korvus_session::{CreateSession, Manager, ManagerBuilder};
 use korvus_store::{
     CoordinatedStore, Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store,
 };
@@ -129,7 +130,7 @@ impl Env {
             if s.status == SessionStatus::Running {
                 assert_eq!(
                     s.exit_reason.as_deref(),
-                    Some(korvus_session::exit::AWAITING_USER),
+                    Some(korvus_runner::exit::AWAITING_USER),
                     "session {} left running",
                     s.id
                 );

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use korvus_log::{Event, EventKind};
-use korvus_session::RunOutcome;
+use korvus_runner::RunOutcome;
 use korvus_store::{Counters, Store};
 
 use crate::support::{Env, ScriptRunner};

@@ -15,6 +15,8 @@
 //! - [`cycles`]: no import cycle between the files of a crate's `src/`
 //!   (but the known ones R2 removes).
 //! - [`audited`]: `unsafe` only in the one audited module.
+//! - [`paths`]: runner items are imported from `korvus_runner` in-tree,
+//!   never through korvus-session's re-export.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -34,6 +36,7 @@ mod cycles;
 mod examples;
 mod layers;
 mod outside;
+mod paths;
 mod protocol;
 mod size;
 
@@ -154,10 +157,9 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     let library = library_sources(root)?;
     found.extend(size::violations(&library));
     found.extend(cycles::violations(&library));
-    found.extend(audited::violations(
-        &all_rust_sources(root)?,
-        &read("Cargo.toml")?,
-    ));
+    let all = all_rust_sources(root)?;
+    found.extend(audited::violations(&all, &read("Cargo.toml")?));
+    found.extend(paths::violations(&all));
     let docs = ["docs/embedding.md", "docs/http.md", "README.md"]
         .iter()
         .map(|p| Ok(((*p).to_owned(), read(p)?)))
@@ -185,7 +187,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, protocol names, doc references, file sizes, doc examples and the one audited module hold"
+        "xtask: tidy: layering, code map, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module and one path per runner item hold"
     );
     Ok(())
 }
