@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+pub(crate) use korvus_runner::testing::unique_sleep;
+
 /// `korvus --data-dir <data>` with no `KORVUS_*` or AWS settings inherited
 /// from the calling environment, and the demo agent unpaced.
 pub(crate) fn korvus(data: &Path) -> Command {
@@ -62,15 +64,6 @@ pub(crate) fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, body).expect("write the agent script");
     path
-}
-
-/// A unique `sleep` argument, so `pgrep -f` finds only this test's process.
-pub(crate) fn unique_sleep() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    format!("2000.{}{:09}", std::process::id(), nanos)
 }
 
 /// Whether a process whose command line starts with `pattern` exists

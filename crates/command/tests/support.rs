@@ -10,6 +10,8 @@ use korvus_session::{CreateSession, Manager};
 use korvus_store::{IncidentId, MemoryStore, NewIncident, Session, SessionId, Store};
 use korvus_workspace::ScratchRoot;
 
+pub(crate) use korvus_runner::testing::unique_sleep;
+
 pub(crate) struct Harness {
     pub(crate) manager: Manager,
     pub(crate) store: Arc<MemoryStore>,
@@ -103,15 +105,6 @@ impl Harness {
     pub(crate) async fn stop(self) {
         self.manager.stop().await;
     }
-}
-
-/// A unique `sleep` argument, so `pgrep -f` finds only this test's process.
-pub(crate) fn unique_sleep() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    format!("1000.{}{:09}", std::process::id(), nanos)
 }
 
 /// Whether a process whose command line starts with `pattern` exists

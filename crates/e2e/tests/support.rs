@@ -3,14 +3,10 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use korvus_blob::BlobStore;
 use korvus_blob_s3::testing as s3;
-use korvus_log::{Event, EventKind};
-use korvus_runner::RunContext;
-use korvus_session::Manager;
-use korvus_store::{CoordinatedStore, Session};
+use korvus_store::CoordinatedStore;
 use korvus_store_sql::testing::PgDb;
 use korvus_store_sql::{PgLog, PgStore};
 
@@ -53,36 +49,12 @@ impl Backends {
     }
 }
 
-pub(crate) use korvus_runner::testing::ScriptRunner;
+pub(crate) use korvus_runner::testing::{log_turn, ScriptRunner};
+pub(crate) use korvus_session::testing::settled;
 
 /// Writes `body` to `dir/path`, creating the parent directories.
 pub(crate) fn write(dir: &Path, path: &str, body: impl AsRef<[u8]>) {
     let p = dir.join(path);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, body).unwrap();
-}
-
-/// Appends one complete turn to the run's log.
-pub(crate) async fn log_turn(ctx: &RunContext, turn: u64) {
-    ctx.log
-        .append(&[
-            Event::new(EventKind::TurnStart { turn }),
-            Event::new(EventKind::Note {
-                text: format!("working on turn {turn}"),
-            }),
-            Event::new(EventKind::TurnEnd {
-                turn,
-                interrupted: false,
-            }),
-        ])
-        .await
-        .unwrap();
-}
-
-/// The session's terminal row, once it has settled.
-pub(crate) async fn settled(manager: &Manager, session: &Session) -> Session {
-    manager
-        .await_settled(session.id, Duration::from_secs(30))
-        .await
-        .unwrap()
 }

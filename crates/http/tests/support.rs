@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use korvus_blob::FsBlobStore;
 use korvus_log::{Event, EventKind, Role};
-use korvus_runner::testing::ScriptRunner;
+pub(crate) use korvus_runner::testing::{write_files, ScriptRunner};
 use korvus_runner::{RunContext, RunOutcome};
 use korvus_session::Manager;
 use korvus_store::{CoordinatedStore, Counters, Incident, NewIncident};
@@ -72,15 +72,6 @@ pub(crate) fn writing(
         log_messages(&ctx, events).await;
         Ok(RunOutcome::completed(Counters::default()))
     })
-}
-
-pub(crate) fn write_files(ctx: &RunContext, files: &[(&str, &str)]) {
-    let dir = ctx.scratch.as_ref().expect("scratch dir");
-    for (path, body) in files {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
 }
 
 pub(crate) async fn log_messages(ctx: &RunContext, n: usize) {

@@ -85,6 +85,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient`, `MockStreamReopener` ([`mockall`](https://docs.rs/mockall)) |
+//! | `testing` | `testing::settled`, the wait for a run's settled row that tests of embedding code share |
 #![deny(missing_docs)]
 
 mod cancel_poll;
@@ -101,6 +102,8 @@ mod reopen;
 mod reopener;
 mod run;
 mod supervise;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod watch;
 mod write;
 

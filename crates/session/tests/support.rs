@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::{BlobKey, BlobStore, MemoryBlobStore};
-use korvus_log::{Event, EventKind, MemoryLog, TurnLog};
-use korvus_runner::{RunContext, RunOutcome, Runner};
+use korvus_log::{EventKind, MemoryLog, TurnLog};
+use korvus_runner::{RunOutcome, Runner};
 use korvus_session::{CreateSession, Manager, ManagerBuilder};
 use korvus_store::{
-    CoordinatedStore, Counters, Incident, MemoryStore, NewIncident, Session, SessionStatus, Store,
+    CoordinatedStore, Counters, Incident, MemoryStore, NewIncident, SessionStatus, Store,
 };
 use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 use korvus_workspace::ScratchRoot;
 
-pub(crate) use korvus_runner::testing::ScriptRunner;
+pub(crate) use korvus_runner::testing::{log_turn, write_files, ScriptRunner};
+pub(crate) use korvus_session::testing::settled;
 
 /// A runner that writes `report.md` plus `files`, logs one turn, completes.
 pub(crate) fn writing(files: &'static [(&'static str, &'static str)]) -> ScriptRunner {
@@ -35,33 +36,10 @@ pub(crate) fn counters() -> Counters {
     }
 }
 
-pub(crate) fn write_files(ctx: &RunContext, files: &[(&str, &str)]) {
-    let dir = ctx.scratch.as_ref().expect("scratch dir");
-    for (path, body) in files {
-        write(dir, path, body);
-    }
-}
-
 pub(crate) fn write(dir: &Path, path: &str, body: &str) {
     let p = dir.join(path);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, body).unwrap();
-}
-
-pub(crate) async fn log_turn(ctx: &RunContext, turn: u64) {
-    ctx.log
-        .append(&[
-            Event::new(EventKind::TurnStart { turn }),
-            Event::new(EventKind::Note {
-                text: format!("working on turn {turn}"),
-            }),
-            Event::new(EventKind::TurnEnd {
-                turn,
-                interrupted: false,
-            }),
-        ])
-        .await
-        .unwrap();
 }
 
 /// Real in-memory backends behind fault injectors, a scratch root, and a
@@ -158,13 +136,6 @@ impl Env {
             assert_eq!(blob.unwrap().bytes.len() as u64, a.size_bytes);
         }
     }
-}
-
-pub(crate) async fn settled(manager: &Manager, session: &Session) -> Session {
-    manager
-        .await_settled(session.id, Duration::from_secs(30))
-        .await
-        .unwrap()
 }
 
 /// The texts of every note in a session's turn log.

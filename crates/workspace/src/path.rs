@@ -17,7 +17,7 @@ pub const MAX_SEGMENT_BYTES: usize = 255;
 pub const CONTEXT_DIR: &str = "context";
 
 /// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured otherwise.
-pub const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
+pub(crate) const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
 
 /// The authored report: the file at the root of a scratch dir that a run
 /// lands as its report revision. The harvest stores it at the report key and
@@ -207,7 +207,8 @@ pub fn tree_prefix(text: &str) -> Result<WorkspacePath, WorkspaceError> {
     WorkspacePath::new(text.strip_suffix('/').unwrap_or(text))
 }
 
-/// [`DEFAULT_TREES`] as paths.
+/// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured
+/// otherwise: `skills`, `docs` and `runbooks`.
 pub fn default_trees() -> Vec<WorkspacePath> {
     DEFAULT_TREES
         .iter()
@@ -255,7 +256,7 @@ pub(crate) fn minimal_prefixes(mut all: Vec<WorkspacePath>) -> Vec<WorkspacePath
 
 /// `true` when `path` lies under (or is) one of `prefixes`, which should come
 /// from [`read_only_prefixes`].
-pub fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
+pub(crate) fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
     prefixes.iter().any(|p| path.is_under(p))
 }
 

@@ -106,7 +106,7 @@ pub struct LeftOut {
 /// A [`Seeder`] that runs the real `git` binary against a local repository
 /// or bare mirror.
 ///
-/// Only the configured trees ([`DEFAULT_TREES`](crate::DEFAULT_TREES)
+/// Only the configured trees ([`default_trees`](crate::default_trees)
 /// unless [`GitSeeder::with_trees`] says otherwise) are seeded, byte for byte
 /// as the blobs are stored at the pinned commit — not the working tree, not
 /// `HEAD`, and without `.gitattributes` conversions (`git ls-tree` +
