@@ -297,4 +297,63 @@ mod tests {
             [incidents_round_trip]
         );
     }
+
+    /// Every contract case — a public async function of a suite module
+    /// whose one parameter is `&dyn <Trait>` — is in its suite's case
+    /// list, and every listed case is one: the lists the macros expand
+    /// cannot forget a case, nor name one twice.
+    #[test]
+    fn every_case_is_listed_exactly_once() {
+        use std::collections::BTreeSet;
+        use std::path::Path;
+
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let macros = std::fs::read_to_string(src.join("macros.rs")).unwrap();
+        for suite in ["store", "coordination", "log", "blob"] {
+            let mut texts = vec![std::fs::read_to_string(src.join(format!("{suite}.rs"))).unwrap()];
+            if let Ok(dir) = std::fs::read_dir(src.join(suite)) {
+                for entry in dir {
+                    texts.push(std::fs::read_to_string(entry.unwrap().path()).unwrap());
+                }
+            }
+            let mut defined = BTreeSet::new();
+            for text in &texts {
+                for (at, _) in text.match_indices("pub async fn ") {
+                    let rest = &text[at + "pub async fn ".len()..];
+                    let name = rest.split('(').next().unwrap();
+                    let params = rest[name.len() + 1..].split(')').next().unwrap();
+                    let params: Vec<&str> = params
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .collect();
+                    if params.len() == 1 && params[0].contains(": &dyn ") {
+                        defined.insert(name.to_owned());
+                    }
+                }
+            }
+            let head = format!("    ({suite}, [$($cb:tt)+], ($($args:tt)*)) => {{");
+            let list = macros
+                .split(&head)
+                .nth(1)
+                .unwrap_or_else(|| panic!("no case list for {suite}"));
+            let list = &list[list.find('[').unwrap() + 1..list.find(']').unwrap()];
+            let listed: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let unique: BTreeSet<String> = listed.iter().cloned().collect();
+            assert_eq!(
+                unique.len(),
+                listed.len(),
+                "{suite}: a case is listed twice"
+            );
+            assert_eq!(
+                defined, unique,
+                "{suite}: the case list and the cases defined differ"
+            );
+        }
+    }
 }
