@@ -3,14 +3,24 @@
 //!
 //! # Ordering
 //!
-//! One iteration is prepare → execute → land (persist, archive, report row)
-//! → log closed (`iterate`); then the supervisor writes the terminal status
-//! (detached, bounded, panic-guarded), cleans up (docs release, scratch
-//! removal; bounded), deregisters the run, fires its settle signal and
-//! releases the run group — in that order, so a released watcher reads the
-//! terminal row, a reopen never finds the old scratch dir, and `wait` never
-//! returns mid-write. Every path, a panic outside the runner included, writes
-//! one report row for the revision before the terminal status.
+//! This is the one place the order of a run is written; the crate docs,
+//! `docs/architecture.md` and the other modules refer here.
+//!
+//! 1. One iteration, in the supervisor's own task (a panic in any phase is
+//!    caught there): prepare → execute (the runner alone on a task of its
+//!    own) → land (persist: bytes first, rows second; archive; report row)
+//!    → log closed (`iterate`).
+//! 2. The terminal write (`write.rs`: detached, bounded, retried on
+//!    transient errors, panic-guarded).
+//! 3. Clean-up (docs release, scratch removal; bounded, on its own task).
+//! 4. Deregistration from the live-run table.
+//! 5. The settle signal.
+//! 6. The run group's release.
+//!
+//! In that order, so a released watcher reads the terminal row, a reopen
+//! never finds the old scratch dir, and `wait` never returns mid-write.
+//! Every path, a panic outside the runner included, writes one report row
+//! for the revision before the terminal status.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;

@@ -15,6 +15,8 @@
 //! - [`cycles`]: no import cycle between the files of a crate's `src/`
 //!   (but the known ones R2 removes).
 //! - [`audited`]: `unsafe` only in the one audited module.
+//! - [`signatures`]: a call the docs quote has as many arguments as the
+//!   function takes.
 //! - [`paths`]: runner items are imported from `korvus_runner` in-tree,
 //!   never through korvus-session's re-export.
 //!
@@ -38,6 +40,7 @@ mod layers;
 mod outside;
 mod paths;
 mod protocol;
+mod signatures;
 mod size;
 
 /// Normal and build dependencies of each workspace member, by package name.
@@ -160,6 +163,8 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     let all = all_rust_sources(root)?;
     found.extend(audited::violations(&all, &read("Cargo.toml")?));
     found.extend(paths::violations(&all));
+    let arities = signatures::arities(&library);
+    found.extend(signatures::violations(&outside::read_docs(root)?, &arities));
     let docs = ["docs/embedding.md", "docs/http.md", "README.md"]
         .iter()
         .map(|p| Ok(((*p).to_owned(), read(p)?)))
@@ -187,7 +192,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module and one path per runner item hold"
+        "xtask: tidy: layering, code map, quoted calls, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module and one path per runner item hold"
     );
     Ok(())
 }
