@@ -25,6 +25,14 @@ pub const APPEND_BACKOFF: Duration = Duration::from_millis(25);
 /// run — so readers (`korvus show`) can find them.
 pub const DROPPED_PREFIX: &str = "dropped: ";
 
+/// Told the outcome of every append a write handle makes (its own, the
+/// note about lost events, [`LogHandle::append_at`]): `Ok` once the
+/// events are stored, or the error the append ended with. Set with
+/// [`LogHandle::with_append_hook`]; it runs on the appending task, so it
+/// must be quick (wake a watcher, fire a cancellation) and must not
+/// append itself.
+pub type AppendHook = Arc<dyn Fn(std::result::Result<(), &LogError>) + Send + Sync>;
+
 /// An open log: the one type for both accesses.
 ///
 /// All methods take `&self`; share a handle with `Arc` if several tasks use it.
@@ -40,6 +48,7 @@ pub struct LogHandle {
     closed: Arc<tokio::sync::watch::Sender<bool>>,
     claim: Mutex<Option<WriterClaim>>,
     writing: tokio::sync::Mutex<Writing>,
+    hook: Option<AppendHook>,
 }
 
 /// The writer's side of a handle: appends are serialised through it.
@@ -111,6 +120,23 @@ impl LogHandle {
             closed: Arc::new(tokio::sync::watch::Sender::new(false)),
             claim: Mutex::new(claim),
             writing: tokio::sync::Mutex::new(Writing::default()),
+            hook: None,
+        }
+    }
+
+    /// This handle, telling `hook` the outcome of every append it makes
+    /// from now on (see [`AppendHook`]): how an embedder wakes its
+    /// watchers or stops a writer that was fenced off, without wrapping
+    /// the handle in another.
+    #[must_use]
+    pub fn with_append_hook(mut self, hook: AppendHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    fn told(&self, outcome: std::result::Result<(), &LogError>) {
+        if let Some(hook) = &self.hook {
+            hook(outcome);
         }
     }
 
@@ -261,7 +287,9 @@ impl LogHandle {
         let mut writing = self.writing.lock().await;
         writing.next = None;
         let events = writing.stamped(events);
-        self.io.append(at, &events).await?;
+        let stored = self.io.append(at, &events).await;
+        self.told(stored.as_ref().map(|_| ()));
+        stored?;
         writing.next = Some(at + events.len() as u64);
         Ok(())
     }
@@ -326,6 +354,7 @@ impl LogHandle {
             match result {
                 Ok(next) => {
                     writing.next = Some(next);
+                    self.told(Ok(()));
                     return Ok(());
                 }
                 Err(e) if e.is_transient() && attempt < APPEND_ATTEMPTS => {
@@ -336,6 +365,7 @@ impl LogHandle {
                 Err(e) => {
                     // Whether it committed is unknown: ask before the next.
                     writing.next = None;
+                    self.told(Err(&e));
                     return Err(e);
                 }
             }

@@ -5,6 +5,7 @@
 
 mod buffered;
 mod file_limit;
+mod hook;
 mod mock;
 mod props;
 mod short_write;

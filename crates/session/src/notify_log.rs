@@ -1,89 +1,33 @@
-//! A log handle wrapper that wakes watchers on every append.
+//! The run's hook on its turn log: every append wakes watchers, and an
+//! append the log refuses because a newer run claimed it cancels this run.
+//! A hook on the run's one write handle ([`LogHandle::with_append_hook`]),
+//! not a second handle wrapping the first.
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use korvus_log::{Event, LogError, LogHandle, LogIo, Result, Writers};
+use korvus_log::{AppendHook, LogError, LogHandle};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// Delegates to the backend's write handle and wakes `notify` after every
-/// successful append, so [`Manager::watch`](crate::Manager::watch) streams
-/// live events without polling the backend in a tight loop. An append the
-/// log refuses because a newer run claimed it (`LogError::Fenced`) cancels
-/// the run: it was superseded and must stop.
-#[derive(Debug)]
-pub(crate) struct NotifyingIo {
-    inner: LogHandle,
-    notify: Arc<Notify>,
-    cancel: CancellationToken,
-}
-
-impl NotifyingIo {
-    pub(crate) fn new(inner: LogHandle, notify: Arc<Notify>, cancel: CancellationToken) -> Self {
-        Self {
-            inner,
-            notify,
-            cancel,
-        }
-    }
-}
-
-#[async_trait]
-impl LogIo for NotifyingIo {
-    async fn read(&self, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
-        self.inner.read(offset, len).await
-    }
-
-    async fn event_count(&self) -> Result<u64> {
-        self.inner.len().await
-    }
-
-    async fn claim(&self, epoch: u64) -> Result<()> {
-        self.inner.claim_epoch(epoch).await
-    }
-
-    async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
-        match self.inner.append_at(at, events).await {
-            Ok(()) => {
-                self.notify.notify_waiters();
-                Ok(())
-            }
-            Err(e @ LogError::Fenced { .. }) => {
-                if !self.cancel.is_cancelled() {
-                    warn!(error = %e, "the turn log has a newer writer: this run was superseded; cancelling it");
-                    self.cancel.cancel();
-                }
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn flush(&self) -> Result<()> {
-        self.inner.flush().await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-}
-
-/// Re-wraps a write handle so every append wakes `notify` (and a fenced
-/// append fires `cancel`); the wrapper takes this process's single-writer
-/// claim of the log.
+/// `log` with the run's hook: after every stored append `notify` wakes
+/// [`Manager::watch`](crate::Manager::watch) (no polling of the backend in
+/// a tight loop); a `LogError::Fenced` append fires `cancel` — the run was
+/// superseded and must stop.
 pub(crate) fn notifying(
-    writers: &Writers,
     log: LogHandle,
     notify: Arc<Notify>,
     cancel: CancellationToken,
-) -> Result<LogHandle> {
-    let header = log.header().clone();
-    let claim = writers.claim(header.id)?;
-    Ok(LogHandle::writer(
-        header,
-        Arc::new(NotifyingIo::new(log, notify, cancel)),
-        claim,
-    ))
+) -> LogHandle {
+    let hook: AppendHook = Arc::new(move |outcome| match outcome {
+        Ok(()) => notify.notify_waiters(),
+        Err(e @ LogError::Fenced { .. }) => {
+            if !cancel.is_cancelled() {
+                warn!(error = %e, "the turn log has a newer writer: this run was superseded; cancelling it");
+                cancel.cancel();
+            }
+        }
+        Err(_) => {}
+    });
+    log.with_append_hook(hook)
 }

@@ -139,20 +139,7 @@ async fn iterate(
 ) -> (Settlement, Leftovers) {
     let token = run.cancel.clone();
     let revision = plan.key();
-    let log = match notifying(
-        &inner.writers,
-        log,
-        Arc::clone(&run.appended),
-        token.clone(),
-    ) {
-        Ok(log) => Arc::new(log),
-        Err(e) => {
-            error!(error = %e, "turn log not usable");
-            let settlement =
-                Box::pin(inner.fail_early(revision, ExitReason::TURN_LOG_FAILED)).await;
-            return (settlement, Leftovers::default());
-        }
-    };
+    let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
     // Preparing and pinning docs obey the run's cancellation; a run
     // cancelled while preparing still lands and cleans up like any other.
     let prepared = match Box::pin(inner.prepare(&plan, &token)).await {

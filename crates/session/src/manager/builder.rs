@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use korvus_blob::BlobStore;
 use korvus_harvest::PersistConfig;
-use korvus_log::{MemoryLog, TurnLog, Writers};
+use korvus_log::{MemoryLog, TurnLog};
 use korvus_runner::{DocsSearch, Runner};
 use korvus_store::CoordinatedStore;
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
@@ -262,7 +262,6 @@ impl ManagerBuilder {
                 runner: self.runner,
                 blobs: self.blobs,
                 logs: self.logs.unwrap_or_else(|| Arc::new(MemoryLog::new())),
-                writers: Writers::new(),
                 scratch,
                 owned_root: Mutex::new(self.scratch_root.filter(|r| r.is_owned())),
                 seeder: self.seeder,

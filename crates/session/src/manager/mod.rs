@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use korvus_blob::BlobStore;
-use korvus_log::{LogHeader, LogId, TurnLog, Writers};
+use korvus_log::{LogHeader, LogId, TurnLog};
 use korvus_runner::{DocsSearch, Runner};
 use korvus_store::{CoordinatedStore, IncidentId, Lease, OwnerId, Session, SessionId, StoreError};
 use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
@@ -68,8 +68,6 @@ pub(crate) struct Inner {
     pub(crate) runner: Arc<dyn Runner>,
     pub(crate) blobs: Option<Arc<dyn BlobStore>>,
     pub(crate) logs: Arc<dyn TurnLog>,
-    /// The single-writer claims of this process's turn logs.
-    pub(crate) writers: Writers,
     /// The scratch root's path, when runs get a workspace.
     pub(crate) scratch: Option<PathBuf>,
     /// A root this manager made and removes on `stop`.
