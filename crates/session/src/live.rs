@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use korvus_store::{IncidentId, SessionId};
@@ -197,37 +197,51 @@ impl LiveRuns {
 }
 
 /// Creates in flight plus runs not yet released: `wait` and `stop` wait
-/// until the count is back to zero.
-#[derive(Debug)]
+/// until the count is back to zero. A counter with a wake-up: joining and
+/// leaving are one atomic step each, and only the last to leave wakes the
+/// waiters.
+#[derive(Debug, Default)]
 pub(crate) struct RunGroup {
-    runs: watch::Sender<usize>,
+    state: Arc<GroupState>,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    members: AtomicUsize,
+    emptied: Notify,
 }
 
 impl RunGroup {
     pub(crate) fn new() -> Self {
-        Self {
-            runs: watch::channel(0).0,
-        }
+        Self::default()
     }
 
     /// Joins the group; the returned guard leaves it on drop.
     pub(crate) fn join(&self) -> RunGuard {
-        self.runs.send_modify(|n| *n += 1);
+        self.state.members.fetch_add(1, Ordering::AcqRel);
         RunGuard {
-            runs: self.runs.clone(),
+            state: Arc::clone(&self.state),
         }
     }
 
     /// Members right now.
     pub(crate) fn len(&self) -> usize {
-        *self.runs.borrow()
+        self.state.members.load(Ordering::Acquire)
     }
 
     /// Resolves when the group is empty.
     pub(crate) async fn empty(&self) {
-        let mut rx = self.runs.subscribe();
-        // The sender lives in `self`, so the channel cannot close here.
-        let _ = rx.wait_for(|n| *n == 0).await;
+        loop {
+            // Registered before the check, so a leave between the check
+            // and the wait still wakes this waiter.
+            let emptied = self.state.emptied.notified();
+            tokio::pin!(emptied);
+            emptied.as_mut().enable();
+            if self.len() == 0 {
+                return;
+            }
+            emptied.await;
+        }
     }
 }
 
@@ -235,18 +249,41 @@ impl RunGroup {
 /// released last in a run.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
-    runs: watch::Sender<usize>,
+    state: Arc<GroupState>,
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        self.runs.send_modify(|n| *n -= 1);
+        if self.state.members.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.state.emptied.notify_waiters();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_group_is_empty_once_its_last_member_leaves() {
+        let group = RunGroup::new();
+        group.empty().await;
+        let (a, b) = (group.join(), group.join());
+        assert_eq!(group.len(), 2);
+        let waiting = tokio::spawn({
+            let state = Arc::clone(&group.state);
+            async move { RunGroup { state }.empty().await }
+        });
+        drop(a);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one member is left");
+        drop(b);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the last leave")
+            .unwrap();
+        assert_eq!(group.len(), 0);
+    }
 
     #[test]
     fn duplicate_register_keeps_the_existing_entry() {
