@@ -3,11 +3,12 @@
 //!
 //! # Overview
 //!
-//! [`harvest_candidates`] walks a scratch dir (lexical order, never following
+//! [`persist`] walks a scratch dir (lexical order, never following
 //! symlinks, pruning hidden names and the read-only trees that
 //! `korvus-workspace`'s [`read_only_prefixes`](korvus_workspace::read_only_prefixes)
-//! names) and [`apply_cap`] trims the result, always keeping the root
-//! `report.md`. [`persist`] then stores each file through a
+//! names), trims the result to the file cap (always keeping the root
+//! `report.md`; what it leaves out is a [`Skipped`] with its
+//! [`SkipReason`]), then stores each file through a
 //! [`BlobStore`](korvus_blob::BlobStore) — `report.md` at the deterministic
 //! report key, anything else at a unique artifact key — and writes all
 //! artifact rows through the [`Store`](korvus_store::Store) in one call.

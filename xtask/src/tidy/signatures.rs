@@ -31,7 +31,7 @@ pub(crate) fn arities(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<u
             let Some(params) = after.strip_prefix('(') else {
                 continue;
             };
-            let Some(end) = closing(&after[..]).map(|e| e - 1) else {
+            let Some(end) = closing(after).map(|e| e - 1) else {
                 continue;
             };
             let count = top_level(&params[..end])
