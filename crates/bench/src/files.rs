@@ -66,6 +66,7 @@ async fn target() -> Result<Target> {
         .id;
     let session = store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: None,
             id: SessionId::new(),
             incident_id: incident,

@@ -151,6 +151,7 @@ async fn orphans(
     for _ in 0..sessions {
         let s = store
             .create_session(NewSession {
+                admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),
                 incident_id: incident.id,

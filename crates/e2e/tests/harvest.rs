@@ -21,6 +21,7 @@ async fn running_session(store: &dyn Store) -> Session {
         .unwrap();
     store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: None,
             id: SessionId::new(),
             incident_id: incident.id,

@@ -41,6 +41,7 @@ async fn running(store: &dyn Store) -> Session {
     };
     store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: Some(lease),
             id: SessionId::new(),
             incident_id: incident.id,

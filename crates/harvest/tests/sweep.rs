@@ -38,6 +38,7 @@ async fn session(store: &dyn Store, lease: Option<Lease>) -> Session {
         .unwrap();
     store
         .create_session(NewSession {
+            admission: Default::default(),
             lease,
             id: SessionId::new(),
             incident_id: incident.id,

@@ -110,6 +110,7 @@ mod tests {
             .unwrap();
         let session = store
             .create_session(NewSession {
+                admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),
                 incident_id: incident.id,

@@ -13,6 +13,7 @@ use crate::support::{writing, Env, ScriptRunner};
 async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
     env.store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),
                 ttl,

@@ -21,6 +21,7 @@ use crate::support::{counters, writing, Env, ScriptRunner};
 async fn orphan(env: &Env) -> Session {
     env.store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),
                 ttl: Duration::ZERO,

@@ -23,7 +23,7 @@ WHERE id = $1
 RETURNING id, title, status, workspace_repo, workspace_commit, created_at;
 
 -- SELECT_SESSION (shared)
-SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key
 FROM sessions
 WHERE id = $1;
 
@@ -33,7 +33,7 @@ FROM sessions
 WHERE id = $1;
 
 -- LIST_SESSIONS (shared)
-SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key
 FROM sessions
 WHERE incident_id = $1
 ORDER BY seq;
@@ -42,25 +42,31 @@ ORDER BY seq;
 UPDATE sessions
 SET status = $2, exit_reason = $3, turns = $4, tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, owner = NULL, lease_expires_ms = NULL
 WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- CANCEL_IDLE (shared)
 UPDATE sessions
 SET status = $2, exit_reason = $3, ended_at = $4
 WHERE id = $1 AND status = $5 AND exit_reason = $6
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- BUMP_FENCE (shared)
 UPDATE sessions
 SET fence = fence + 1
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- MARK_STARTED (shared)
+UPDATE sessions
+SET started_at = COALESCE(started_at, $3)
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- REQUEST_CANCEL (shared)
 UPDATE sessions
 SET cancel_fence = fence
 WHERE id = $1 AND status = $2
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- CANCEL_REQUESTS (shared)
 SELECT id, fence
@@ -189,22 +195,22 @@ WITH ORDINALITY AS e(body, ord);
 
 -- INSERT_SESSION (postgres dialect)
 WITH next AS ( UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq )
-INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms)
-SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key)
+SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14
 FROM next
 RETURNING seq, lease_expires_ms;
 
 -- REOPEN (built from the dialect)
 UPDATE sessions
-SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
 WHERE id = $1 AND status IN ($5, $6, $7)
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
-SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
 WHERE id = $1 AND status = $2 AND exit_reason = $5
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- HEARTBEAT (built from the dialect)
 UPDATE sessions
@@ -215,13 +221,13 @@ RETURNING id, fence;
 -- EXPIRED_LEASES (built from the dialect)
 SELECT id, fence
 FROM sessions
-WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT));
+WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT));
 
 -- TAKE_OVER (built from the dialect)
 UPDATE sessions
 SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at;
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- INSERT_REPORT (built from the dialect)
 INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)

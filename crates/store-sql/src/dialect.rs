@@ -47,8 +47,9 @@ pub(crate) trait StoreDialect {
     /// take the same one. Binds `$1` id, `$2` incident id, `$3` kind, `$4`
     /// status, `$5` prompt, `$6` workspace repo, `$7` workspace commit,
     /// `$8` creation time, `$9` owner and `$10` lease ttl in ms (both NULL
-    /// for none); returns the `seq` and the lease expiry, or no row when the
-    /// incident does not exist.
+    /// for none: the row is queued), `$11` pool, `$12` priority, `$13`
+    /// queue key, `$14` idempotency key; returns the `seq` and the lease
+    /// expiry, or no row when the incident does not exist.
     const INSERT_SESSION: &'static str;
 
     /// Inserts `refs` (at least one), numbered after the session's stored

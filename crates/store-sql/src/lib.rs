@@ -80,6 +80,7 @@
 //! | `cancel_signal` | none per call; one `LISTEN` connection while a `Notify` lives | none (`None`: the caller polls) |
 //! | `heartbeat` | 1, whatever the number of runs (also for none) | same |
 //! | `take_over` | 1; 2 when refused (telling `Fenced` from `NotOrphaned`) | same |
+//! | `mark_started` | 1; 2 when refused (telling `Fenced` from `NotActive`) | same |
 //! | `settle_with_report` | 5: `BEGIN`, settle, insert unless present, read the standing report, `COMMIT` | same |
 //! | `force_cancel` | 6: `BEGIN`, move the fence, settle, insert unless present, read the standing report, `COMMIT` | same |
 //!
@@ -108,6 +109,7 @@
 //! let session = store
 //!     .create_session(NewSession {
 //!         lease: None,
+//!         admission: Default::default(),
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
 //!         kind: SessionKind::Initial,

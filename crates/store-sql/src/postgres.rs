@@ -140,9 +140,11 @@ impl StoreDialect for PgStore {
         ) \
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-             revision, created_at, owner, lease_expires_ms) \
+             revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
+             idempotency_key) \
         SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, \
-               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10 FROM next \
+               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14 \
+        FROM next \
         RETURNING seq, lease_expires_ms";
 
     async fn insert_context_ref_rows(

@@ -10,9 +10,9 @@ use std::str::FromStr;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use korvus_store::{
-    Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus, OwnerId,
-    Report, Session, SessionContextRef, SessionId, SessionKind, SessionStatus, StoreError,
-    WorkspaceRef,
+    Admission, Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus,
+    OwnerId, Priority, Report, Session, SessionContextRef, SessionId, SessionKind, SessionStatus,
+    StoreError, WorkspaceRef,
 };
 use uuid::Uuid;
 
@@ -31,7 +31,8 @@ macro_rules! session_columns {
     () => {
         "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
          exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, \
-         owner, lease_expires_ms, created_at, ended_at"
+         owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, \
+         idempotency_key"
     };
 }
 
@@ -85,27 +86,6 @@ macro_rules! active {
     };
 }
 pub(crate) use active;
-
-/// `create_report`: the row, only while the session (in that incident) is
-/// active at the report's fence; `share` is the engine's row lock for the
-/// session row read (PostgreSQL `FOR SHARE`: a takeover or forced cancel
-/// moving the fence waits for the insert, or the insert for it, and then
-/// sees the fence it left; SQLite runs writes one at a time and needs
-/// none). Binds `$1…$14` in [`report_columns`] order.
-pub(crate) fn insert_report(share: &str) -> String {
-    format!(
-        concat!(
-            "INSERT INTO reports (",
-            report_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
-             WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 \
-             AND fence = $12 AND ",
-            active!(),
-            "{})"
-        ),
-        share
-    )
-}
 
 /// `(id, incident, fence, active)` of the sessions a batch of artifact
 /// rows names ([`session_fences`] selects it).
@@ -314,6 +294,11 @@ pub(crate) struct SessionRow {
     lease_expires_ms: Option<i64>,
     created_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    pool: String,
+    priority: i16,
+    queue_key: Option<String>,
+    idempotency_key: Option<String>,
 }
 
 /// A lease expiry in milliseconds since the epoch as a time.
@@ -351,6 +336,18 @@ impl SessionRow {
                 .transpose()?,
             created_at: self.created_at,
             ended_at: self.ended_at,
+            started_at: self.started_at,
+            admission: Admission {
+                pool: self.pool,
+                priority: u8::try_from(self.priority)
+                    .ok()
+                    .and_then(Priority::new)
+                    .ok_or_else(|| {
+                        unexpected(backend, format!("session priority {}", self.priority))
+                    })?,
+                queue_key: self.queue_key,
+                idempotency_key: self.idempotency_key,
+            },
         })
     }
 }

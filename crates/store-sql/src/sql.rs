@@ -104,6 +104,16 @@ statements! {
         session_columns!()
     );
 
+    /// `mark_started`: the active row at `$2` (fence) records when its run
+    /// started, unless it did. Binds `$1` id, `$2` fence, `$3` now.
+    MARK_STARTED = concat!(
+        "UPDATE sessions SET started_at = COALESCE(started_at, $3) \
+         WHERE id = $1 AND fence = $2 AND ",
+        active!(),
+        " RETURNING ",
+        session_columns!()
+    );
+
     /// `request_cancel`: a running session's row records a cancel request
     /// naming its current fence. Binds `$1` id, `$2` running.
     REQUEST_CANCEL = concat!(

@@ -182,10 +182,12 @@ impl StoreDialect for SqliteStore {
     const INSERT_SESSION: &'static str = "\
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-             revision, created_at, owner, lease_expires_ms) \
+             revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
+             idempotency_key) \
         SELECT $1, i.id, \
                (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), \
-               $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10 \
+               $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10, \
+               $11, $12, $13, $14 \
         FROM incidents AS i WHERE i.id = $2 \
         RETURNING seq, lease_expires_ms";
 

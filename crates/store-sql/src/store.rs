@@ -146,6 +146,10 @@ macro_rules! sql_store {
                         .bind(created_at)
                         .bind(new.lease.map(|l| l.owner.as_uuid()))
                         .bind(new.lease.map(|l| l.ttl_millis()))
+                        .bind(&new.admission.pool)
+                        .bind(i16::from(new.admission.priority.get()))
+                        .bind(new.admission.queue_key.as_deref())
+                        .bind(new.admission.idempotency_key.as_deref())
                         .fetch_optional(&self.pool)
                         .await
                         .map_err(|e| {
@@ -174,6 +178,8 @@ macro_rules! sql_store {
                         revision: 1,
                         created_at,
                         ended_at: None,
+                        started_at: None,
+                        admission: new.admission,
                     })
                 }
 

@@ -12,7 +12,7 @@
 use korvus_store::{SessionId, SessionStatus, StoreError};
 
 use crate::error::unexpected;
-use crate::rows::{active, placeholders, session_columns};
+use crate::rows::{active, placeholders, report_columns, session_columns};
 
 /// One conditional transition of a session row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +42,37 @@ fn own(now: &str, owner: usize, ttl: usize) -> String {
 
 /// The orphan predicate, once for both statements that use it
 /// (`expired_leases` lists what `take_over` may take): active (running,
-/// not idle) and without a live lease by the database clock.
+/// not idle), not queued (owned, or started), and without a live lease by
+/// the database clock.
 fn orphan(now: &str) -> String {
     format!(
         concat!(
             active!(),
+            " AND (owner IS NOT NULL OR started_at IS NOT NULL)",
             " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
         ),
         now = now
+    )
+}
+
+/// `create_report`: the row, only while the session (in that incident) is
+/// active at the report's fence; `share` is the engine's row lock for the
+/// session row read (PostgreSQL `FOR SHARE`: a takeover or forced cancel
+/// moving the fence waits for the insert, or the insert for it, and then
+/// sees the fence it left; SQLite runs writes one at a time and needs
+/// none). Binds `$1…$14` in `report_columns` order.
+fn insert_report(share: &str) -> String {
+    format!(
+        concat!(
+            "INSERT INTO reports (",
+            report_columns!(),
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+             WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 \
+             AND fence = $12 AND ",
+            active!(),
+            "{})"
+        ),
+        share
     )
 }
 
@@ -90,7 +113,7 @@ impl Statements {
             reopen: format!(
                 concat!(
                     "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-                     revision = revision + 1, fence = fence + 1, {} \
+                     revision = revision + 1, fence = fence + 1, started_at = NULL, {} \
                      WHERE id = $1 AND status IN ({}) RETURNING ",
                     session_columns!()
                 ),
@@ -100,7 +123,8 @@ impl Statements {
             resume_idle: format!(
                 concat!(
                     "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, \
-                     fence = fence + 1, {} WHERE id = $1 AND status = $2 AND exit_reason = $5 \
+                     fence = fence + 1, started_at = NULL, {} \
+                     WHERE id = $1 AND status = $2 AND exit_reason = $5 \
                      RETURNING ",
                     session_columns!()
                 ),
@@ -123,7 +147,7 @@ impl Statements {
                 own(now, 3, 4),
                 orphan
             ),
-            insert_report: crate::rows::insert_report(share),
+            insert_report: insert_report(share),
         }
     }
 

@@ -11,6 +11,7 @@ async fn hundred_creates(store: &dyn Store) {
     let inc = incident(store).await;
     let creates = (0..100).map(|i| {
         store.create_session(NewSession {
+            admission: Default::default(),
             lease: None,
             id: SessionId::new(),
             incident_id: inc.id,
@@ -80,6 +81,7 @@ async fn postgres_a_stale_report_racing_a_takeover_writes_nothing() {
     let inc = incident(&store).await;
     let s = store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: None,
             id: SessionId::new(),
             incident_id: inc.id,

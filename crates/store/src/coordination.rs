@@ -71,8 +71,10 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     ) -> Result<Vec<(SessionId, u64)>>;
 
     /// The orphans: active running sessions (not idle) whose lease has
-    /// expired by the store's clock, or that have no owner at all, as
-    /// `(session, fence)` pairs for [`take_over`](Coordination::take_over).
+    /// expired by the store's clock, or that have no owner but were
+    /// started (rows older than leases), as `(session, fence)` pairs for
+    /// [`take_over`](Coordination::take_over). A queued row (no owner,
+    /// not started) is never one.
     ///
     /// # Errors
     /// `Backend` on I/O failure.
@@ -80,7 +82,8 @@ pub trait Coordination: Send + Sync + Debug + 'static {
 
     /// Takes an orphan over in one conditional step: only while the
     /// session is active (running, not idle), still at `fence` (the one the
-    /// caller saw) and its lease has expired (or it has no owner). Then its
+    /// caller saw) and an orphan (see
+    /// [`expired_leases`](Coordination::expired_leases)). Then its
     /// fence is incremented — every write of the dead run is refused from
     /// here on — and it is owned under `lease`. A cancel request for the
     /// dead run carries over to the new fence. Of concurrent takeovers of
@@ -88,7 +91,8 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// `Fenced` when the session's fence moved on; `NotOrphaned` when it is
-    /// terminal, idle or its lease is live (nothing is written either way);
+    /// terminal, idle, queued or its lease is live (nothing is written
+    /// either way);
     /// `NotFound` for an unknown session.
     async fn take_over(&self, id: SessionId, fence: u64, lease: Lease) -> Result<Session>;
 
@@ -136,6 +140,17 @@ pub trait Coordination: Send + Sync + Debug + 'static {
         fence: u64,
         detail: String,
     ) -> Result<(Session, Report)>;
+
+    /// Records that the run at `fence` starts: its manager is about to call
+    /// the runner. Sets [`Session::started_at`](crate::Session::started_at)
+    /// to now unless it is set — a retry is `Ok` with the row. From here a run whose owner's lease lapses is an orphan
+    /// (`owner_lost`); before it, it was only claimed, and nothing ran.
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotActive` when it
+    /// is terminal or idle; `NotFound` for an unknown session. Nothing is
+    /// written on any error.
+    async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session>;
 }
 
 /// A [`Store`] that also does [`Coordination`]: what

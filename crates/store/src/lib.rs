@@ -42,6 +42,7 @@
 //! let session = store
 //!     .create_session(NewSession {
 //!         lease: None,
+//!         admission: Default::default(),
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
 //!         kind: SessionKind::Initial,
@@ -51,6 +52,8 @@
 //!     .await?;
 //! assert_eq!(session.seq, 1);
 //! assert!(!session.status.is_terminal());
+//! // Created without a lease: queued for a manager of its pool to claim.
+//! assert!(session.is_queued());
 //! # Ok(()) }
 //! ```
 //!
@@ -61,6 +64,7 @@
 //! | `mock` | `MockStore`, a [`mockall`](https://docs.rs/mockall) mock of [`Store`] |
 #![deny(missing_docs)]
 
+mod admission;
 pub mod constraint;
 mod coordination;
 mod counters;
@@ -73,6 +77,7 @@ mod report;
 mod store;
 pub mod validate;
 
+pub use crate::admission::{Admission, Priority, DEFAULT_POOL};
 pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};

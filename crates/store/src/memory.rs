@@ -152,6 +152,18 @@ impl Store for MemoryStore {
                 detail: format!("session id {} already exists", new.id),
             });
         }
+        if let Some(key) = &new.admission.idempotency_key {
+            let taken = inner.sessions.values().any(|s| {
+                s.incident_id == new.incident_id
+                    && s.admission.idempotency_key.as_ref() == Some(key)
+            });
+            if taken {
+                return Err(StoreError::Conflict {
+                    entity: Entity::Session,
+                    detail: format!("idempotency key {key:?} is taken in this incident"),
+                });
+            }
+        }
         let seq = {
             let last = inner.last_seq.entry(new.incident_id).or_insert(0);
             *last += 1;
@@ -174,6 +186,8 @@ impl Store for MemoryStore {
             lease_expires_at: None,
             created_at: Utc::now(),
             ended_at: None,
+            started_at: None,
+            admission: new.admission,
         };
         let mut session = session;
         self.own(&mut session, new.lease);
@@ -306,6 +320,7 @@ impl Store for MemoryStore {
         session.revision += 1;
         session.fence += 1;
         session.cancel_requested = false;
+        session.started_at = None;
         self.own(session, lease);
         Ok(session.clone())
     }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{Counters, Lease, OwnerId};
+use crate::{Admission, Counters, Lease, OwnerId};
 
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident) => {
@@ -272,9 +272,10 @@ pub struct Session {
     /// names the fence it targets: it never reaches a later run of the
     /// session.
     pub cancel_requested: bool,
-    /// The manager incarnation that runs the session's current run, while
-    /// it is active (`None` once it is terminal or idle, and for a running
-    /// row created without a [`Lease`], which is an orphan at once).
+    /// The manager incarnation that runs (or claimed) the session's
+    /// current run, while it is active (`None` once it is terminal or
+    /// idle, and while it is queued: created or continued without a
+    /// [`Lease`]).
     pub owner: Option<OwnerId>,
     /// When the owner's lease expires unless it is renewed, by the store's
     /// clock (`None` exactly when `owner` is).
@@ -283,9 +284,28 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     /// When the session reached its current terminal status; `None` while running.
     pub ended_at: Option<DateTime<Utc>>,
+    /// When the current revision's run started — its manager recorded
+    /// that it calls the runner
+    /// ([`Coordination::mark_started`](crate::Coordination::mark_started)),
+    /// after claiming it. `None` while the revision is queued or claimed
+    /// and not yet started; every continue (reopen, answer) clears it for
+    /// the new revision. Rows older than admission carry their creation
+    /// time.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// Pool, priority, queue key and idempotency key, fixed at create.
+    #[serde(default)]
+    pub admission: Admission,
 }
 
 impl Session {
+    /// `true` for a queued session: active (running, not idle), owned by
+    /// no manager and not started — waiting for a manager of its pool to
+    /// claim it. A queued row is never an orphan.
+    pub fn is_queued(&self) -> bool {
+        self.is_active() && self.owner.is_none() && self.started_at.is_none()
+    }
+
     /// `true` for an idle session: `running` with exit reason
     /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER) — the runner
     /// returned to wait for the user and no run is active. Such a row is
@@ -356,11 +376,12 @@ pub struct NewSession {
     pub prompt: String,
     /// The pinned repository, if any.
     pub workspace_ref: Option<WorkspaceRef>,
-    /// The owner of the first run and its lease. `None` leaves the row
-    /// unowned: a running session without a lease is an orphan that any
-    /// manager's reaper settles, so only tools and tests that settle the
-    /// row themselves create one without.
+    /// The owner of the first run and its lease: the creator claims the
+    /// run. `None` queues it (see [`Session::is_queued`]): a manager of
+    /// its pool claims it later.
     pub lease: Option<Lease>,
+    /// Pool, priority, queue key, idempotency key.
+    pub admission: Admission,
 }
 
 /// A stored file: bytes live in blob storage at `blob_key`, this row describes them.

@@ -25,6 +25,10 @@ pub const MAX_CONTENT_TYPE_BYTES: usize = 255;
 /// Maximum length in bytes of a report's `detail` (4 KiB): enough for the
 /// cause-first text of a degraded persist, small enough for every listing.
 pub const MAX_REPORT_DETAIL_BYTES: usize = 4096;
+/// Longest runner pool name, in bytes.
+pub const MAX_POOL_BYTES: usize = 64;
+/// Longest queue key or idempotency key, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
 
 type Result = std::result::Result<(), StoreError>;
 
@@ -102,7 +106,22 @@ pub fn new_incident(n: &NewIncident) -> Result {
 /// which owns that rule; here only storability is checked.
 pub fn new_session(n: &NewSession) -> Result {
     text("prompt", &n.prompt, MAX_PROMPT_BYTES)?;
-    n.workspace_ref.as_ref().map_or(Ok(()), workspace_ref)
+    n.workspace_ref.as_ref().map_or(Ok(()), workspace_ref)?;
+    admission(&n.admission)
+}
+
+/// Rules for [`Admission`](crate::Admission): a pool of 1 to
+/// [`MAX_POOL_BYTES`]; a queue key and an idempotency key, when given, of 1
+/// to [`MAX_KEY_BYTES`]; no NUL in any.
+pub fn admission(a: &crate::Admission) -> Result {
+    required_text("admission.pool", &a.pool, MAX_POOL_BYTES)?;
+    if let Some(key) = &a.queue_key {
+        required_text("admission.queue_key", key, MAX_KEY_BYTES)?;
+    }
+    if let Some(key) = &a.idempotency_key {
+        required_text("admission.idempotency_key", key, MAX_KEY_BYTES)?;
+    }
+    Ok(())
 }
 
 /// Rules for [`Settlement`].

@@ -25,6 +25,7 @@ pub use self::forced::{
 };
 pub use self::leases::{
     a_lease_is_written_with_each_run_and_renewed_by_its_owner,
+    a_queued_row_is_no_orphan_and_a_start_is_recorded_once,
     a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
     settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
 };

@@ -44,10 +44,10 @@ pub use self::reports::{
     reports_are_unique_per_revision,
 };
 pub use self::sessions::{
-    a_stale_fence_settles_nothing, concurrent_creates_get_seqs_one_to_hundred,
-    each_new_run_increments_the_fence, reopen_has_exactly_one_winner,
-    reopen_of_a_running_session_is_not_finished, session_insert_rules,
-    settle_sets_and_clears_ended_at,
+    a_stale_fence_settles_nothing, admission_round_trips_and_idempotency_keys_are_unique,
+    concurrent_creates_get_seqs_one_to_hundred, each_new_run_increments_the_fence,
+    reopen_has_exactly_one_winner, reopen_of_a_running_session_is_not_finished,
+    session_insert_rules, settle_sets_and_clears_ended_at,
 };
 pub use self::terminal::{
     a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
@@ -80,6 +80,7 @@ pub async fn session<S: Store + ?Sized>(store: &S, incident: &Incident) -> Sessi
 
 pub(crate) fn new_session(incident: &Incident, prompt: &str) -> NewSession {
     NewSession {
+        admission: Default::default(),
         lease: None,
         id: SessionId::new(),
         incident_id: incident.id,

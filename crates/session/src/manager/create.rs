@@ -102,6 +102,7 @@ impl Manager {
             let session = inner
                 .store
                 .create_session(NewSession {
+                    admission: Default::default(),
                     lease: Some(inner.lease()),
                     id,
                     incident_id: incident.id,

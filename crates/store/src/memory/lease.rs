@@ -41,9 +41,24 @@ impl MemoryStore {
 
     /// Whether `session` is an orphan by the store's clock.
     pub(super) fn orphaned(&self, session: &Session) -> bool {
-        session.status == SessionStatus::Running
-            && !session.is_idle()
+        session.is_active()
+            && !session.is_queued()
             && session.lease_expires_at.is_none_or(|at| at <= self.now())
+    }
+
+    /// `mark_started`.
+    pub(super) fn mark_started_now(&self, id: SessionId, fence: u64) -> Result<Session> {
+        let now = self.now();
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if let Some(refused) = session.refusal(fence) {
+            return Err(refused);
+        }
+        session.started_at.get_or_insert(now);
+        Ok(session.clone())
     }
 
     /// `heartbeat`.
@@ -168,6 +183,10 @@ impl super::Inner {
 
 #[async_trait]
 impl Coordination for MemoryStore {
+    async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
+        self.mark_started_now(id, fence)
+    }
+
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         let mut inner = self.lock();
         let session = inner

@@ -34,6 +34,7 @@ async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Session {
     let inc = incident(store).await;
     store
         .create_session(NewSession {
+            admission: Default::default(),
             lease: Some(lease),
             id: korvus_store::SessionId::new(),
             incident_id: inc.id,
@@ -157,7 +158,8 @@ async fn settling_ends_the_lease_and_each_new_run_takes_one(
         .unwrap();
     assert_eq!(reopened.owner, Some(a));
     assert!(holds(&beat(store, a, &reopened).await, &reopened));
-    // Without a lease, a reopened run has no owner (an orphan at once).
+    // Without a lease, a reopened run has no owner: it is queued, never
+    // an orphan.
     store
         .settle_session(
             s.id,
@@ -170,11 +172,12 @@ async fn settling_ends_the_lease_and_each_new_run_takes_one(
         .await
         .unwrap();
     assert_eq!((unowned.owner, unowned.lease_expires_at), (None, None));
-    assert!(listed(&store.expired_leases().await.unwrap(), &unowned));
+    assert!(unowned.is_queued(), "{unowned:?}");
+    assert!(!listed(&store.expired_leases().await.unwrap(), &unowned));
 }
 
-/// Expired leases (and running rows without one) are listed; live, idle
-/// and terminal rows are not. Of concurrent takeovers exactly one wins: it
+/// Expired leases are listed; live, idle, queued and terminal rows are
+/// not. Of concurrent takeovers exactly one wins: it
 /// moves the fence on and owns the session, the others write nothing. The
 /// dead owner's heartbeat no longer names the session.
 pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn CoordinatedStore) {
@@ -190,10 +193,12 @@ pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn Coordinated
         )
         .await
         .unwrap();
+    let queued = session(store, &inc).await;
     let expired_now = store.expired_leases().await.unwrap();
     assert!(holds(&expired_now, &orphan), "{expired_now:?}");
     assert!(!listed(&expired_now, &alive));
     assert!(!listed(&expired_now, &idle));
+    assert!(!listed(&expired_now, &queued), "a queued row is no orphan");
 
     // A live lease, an idle row and a stale fence are refused.
     assert!(matches!(
@@ -202,6 +207,10 @@ pub async fn an_expired_lease_is_taken_over_exactly_once(store: &dyn Coordinated
     ));
     assert!(matches!(
         store.take_over(idle.id, 1, live(reapers)).await,
+        Err(StoreError::NotOrphaned { .. })
+    ));
+    assert!(matches!(
+        store.take_over(queued.id, 1, live(reapers)).await,
         Err(StoreError::NotOrphaned { .. })
     ));
     assert!(matches!(
@@ -344,4 +353,58 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
         store.get_session(d.id).await.unwrap().status,
         SessionStatus::Running
     );
+}
+
+/// A session created without a lease is queued: running, unowned, not
+/// started — never an orphan, so no reaper settles it. `mark_started`
+/// records its run's start once, fenced like a settlement; a continue
+/// clears it for the next revision. A started row without an owner (one
+/// older than leases) is an orphan again.
+pub async fn a_queued_row_is_no_orphan_and_a_start_is_recorded_once(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let queued = session(store, &inc).await;
+    assert!(queued.is_queued(), "{queued:?}");
+    assert_eq!(queued.started_at, None);
+    assert_eq!(store.get_session(queued.id).await.unwrap(), queued);
+    assert!(!listed(&store.expired_leases().await.unwrap(), &queued));
+
+    // A claimed run (owned, lease written) is not queued; its start is
+    // recorded once, and a retry finds it.
+    let claimed = leased(store, live(OwnerId::new())).await;
+    assert!(!claimed.is_queued() && claimed.started_at.is_none());
+    let started = store.mark_started(claimed.id, claimed.fence).await.unwrap();
+    let at = started.started_at.expect("recorded");
+    let again = store.mark_started(claimed.id, claimed.fence).await.unwrap();
+    assert_eq!(again.started_at, Some(at), "a retry keeps the first time");
+    assert!(matches!(
+        store.mark_started(claimed.id, claimed.fence + 1).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        store.mark_started(korvus_store::SessionId::new(), 1).await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // Terminal: refused. A continue starts a new revision, not started.
+    let done = store
+        .settle_session(
+            claimed.id,
+            settlement_at(SessionStatus::Completed, "completed", claimed.fence),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.mark_started(done.id, done.fence).await,
+        Err(StoreError::NotActive { .. })
+    ));
+    let next = store
+        .continue_session(done.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
+    assert!(next.is_queued() && next.started_at.is_none(), "{next:?}");
+
+    // Started without an owner: an orphan, as rows older than leases are.
+    let unowned = store.mark_started(queued.id, queued.fence).await.unwrap();
+    assert!(!unowned.is_queued());
+    assert!(listed(&store.expired_leases().await.unwrap(), &unowned));
 }

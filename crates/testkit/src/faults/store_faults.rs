@@ -30,6 +30,7 @@ pub enum StoreOp {
     CancelIdleSession,
     RequestCancel,
     CancelRequests,
+    MarkStarted,
     Heartbeat,
     ExpiredLeases,
     TakeOver,
@@ -264,6 +265,10 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 
 #[async_trait]
 impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
+    async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
+        self.enter(StoreOp::MarkStarted).await?;
+        self.inner.mark_started(id, fence).await
+    }
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::RequestCancel).await?;
         self.inner.request_cancel(id).await

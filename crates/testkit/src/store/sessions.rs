@@ -3,8 +3,8 @@
 
 use futures::future::join_all;
 use korvus_store::{
-    ContinueFrom, Counters, Entity, Session, SessionId, SessionKind, SessionStatus, Store,
-    StoreError,
+    Admission, ContinueFrom, Counters, Entity, Priority, Session, SessionId, SessionKind,
+    SessionStatus, Store, StoreError,
 };
 
 use super::{incident, new_session, session, settlement, settlement_at};
@@ -239,4 +239,53 @@ pub async fn a_stale_fence_settles_nothing(store: &dyn Store) {
             .await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+/// A session's admission (pool, priority, queue key, idempotency key)
+/// round-trips; a second session of the incident with the same
+/// idempotency key is a `Conflict` and writes nothing, in another incident
+/// it is fine; a blank pool or key is `InvalidInput`.
+pub async fn admission_round_trips_and_idempotency_keys_are_unique(store: &dyn Store) {
+    let (inc, other) = (incident(store).await, incident(store).await);
+    let admission = Admission {
+        pool: "gpu".into(),
+        priority: Priority::HIGHEST,
+        queue_key: Some("tenant-a".into()),
+        idempotency_key: Some("retry-7".into()),
+    };
+    let mut new = new_session(&inc, "keyed");
+    new.admission = admission.clone();
+    let s = store.create_session(new).await.unwrap();
+    assert_eq!(s.admission, admission);
+    assert_eq!(s.started_at, None);
+    assert_eq!(store.get_session(s.id).await.unwrap(), s);
+    assert_eq!(store.list_sessions(inc.id).await.unwrap(), vec![s.clone()]);
+    assert_eq!(session(store, &inc).await.admission, Admission::default());
+
+    let mut again = new_session(&inc, "keyed, again");
+    again.admission.idempotency_key = admission.idempotency_key.clone();
+    match store.create_session(again.clone()).await {
+        Err(StoreError::Conflict { entity, .. }) => assert_eq!(entity, Entity::Session),
+        other => panic!("a reused idempotency key: expected Conflict, got {other:?}"),
+    }
+    assert!(matches!(
+        store.get_session(again.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let mut elsewhere = new_session(&other, "keyed elsewhere");
+    elsewhere.admission.idempotency_key = admission.idempotency_key.clone();
+    store.create_session(elsewhere).await.unwrap();
+
+    for (pool, key) in [(" ", None), ("gpu", Some("")), ("nul\0", None)] {
+        let mut bad = new_session(&inc, "bad admission");
+        bad.admission.pool = pool.into();
+        bad.admission.queue_key = key.map(Into::into);
+        assert!(
+            matches!(
+                store.create_session(bad).await,
+                Err(StoreError::InvalidInput { .. })
+            ),
+            "pool {pool:?}, key {key:?}"
+        );
+    }
 }
