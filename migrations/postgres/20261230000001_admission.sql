@@ -4,7 +4,9 @@
 -- runner); every continue clears it. `pool` names the runner pool whose
 -- managers may claim the row, `priority` 1..9 (5 the default) orders the
 -- queue, `queue_key` (NULL: the incident) is the key it is queued and
--- capped under, and `idempotency_key` is unique per incident. Rows older
+-- capped under, `idempotency_key` is unique per incident, and
+-- `queued_ms` (the database clock, ms) orders the queue: when the row was
+-- last queued. Rows older
 -- than this migration count as started (at their creation), so an unowned
 -- one stays an orphan, as before. Lengths and NUL bytes are checked by
 -- korvus_store::validate.
@@ -15,6 +17,7 @@ ALTER TABLE sessions ADD COLUMN priority smallint NOT NULL DEFAULT 5
     CONSTRAINT sessions_priority_check CHECK (priority BETWEEN 1 AND 9);
 ALTER TABLE sessions ADD COLUMN queue_key text;
 ALTER TABLE sessions ADD COLUMN idempotency_key text;
+ALTER TABLE sessions ADD COLUMN queued_ms bigint;
 UPDATE sessions SET started_at = created_at;
 CREATE UNIQUE INDEX sessions_idempotency_key ON sessions (incident_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

@@ -195,20 +195,20 @@ WITH ORDINALITY AS e(body, ord);
 
 -- INSERT_SESSION (postgres dialect)
 WITH next AS ( UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq )
-INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key)
-SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key, queued_ms)
+SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14, CASE WHEN $9 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 FROM next
 RETURNING seq, lease_expires_ms;
 
 -- REOPEN (built from the dialect)
 UPDATE sessions
-SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 WHERE id = $1 AND status IN ($5, $6, $7)
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
-SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 WHERE id = $1 AND status = $2 AND exit_reason = $5
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
@@ -225,7 +225,7 @@ WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_us
 
 -- TAKE_OVER (built from the dialect)
 UPDATE sessions
-SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
+SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
@@ -233,3 +233,9 @@ RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_
 INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') FOR SHARE);
+
+-- CLAIM_NEXT (built from the dialect)
+UPDATE sessions
+SET owner = $2, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $3, fence = fence + 1
+WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL ORDER BY s.priority DESC, (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, CAST(o.incident_id AS text)) = COALESCE(s.queue_key, CAST(s.incident_id AS text)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), s.queued_ms, s.id LIMIT 1 FOR UPDATE SKIP LOCKED) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;

@@ -178,21 +178,21 @@ SET event_count = event_count + $2, size_bytes = size_bytes + $3, epoch = $4
 WHERE id = $1;
 
 -- INSERT_SESSION (sqlite dialect)
-INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key)
-SELECT $1, i.id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10, $11, $12, $13, $14
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key, queued_ms)
+SELECT $1, i.id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10, $11, $12, $13, $14, CASE WHEN $9 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
 FROM incidents AS i
 WHERE i.id = $2
 RETURNING seq, lease_expires_ms;
 
 -- REOPEN (built from the dialect)
 UPDATE sessions
-SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
 WHERE id = $1 AND status IN ($5, $6, $7)
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
-SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
 WHERE id = $1 AND status = $2 AND exit_reason = $5
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
@@ -209,7 +209,7 @@ WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_us
 
 -- TAKE_OVER (built from the dialect)
 UPDATE sessions
-SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
+SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
@@ -217,6 +217,12 @@ RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_
 INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'));
+
+-- CLAIM_NEXT (built from the dialect)
+UPDATE sessions
+SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
+WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL ORDER BY s.priority DESC, (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- insert_context_refs_sql (built per batch; shown for 2 rows)
 WITH r(artifact_id, role, ord) AS (VALUES ($2, $3, 0), ($4, $5, 1))

@@ -39,6 +39,16 @@ pub(crate) trait StoreDialect {
     /// a time.
     const SHARE_LOCK: &'static str;
 
+    /// A session's incident id as text, for the queue key of a row without
+    /// one; `{t}` stands for the table's alias.
+    const INCIDENT_TEXT: &'static str;
+
+    /// The row lock a queue claim takes on the row it picks (appended to
+    /// that `SELECT`): `" FOR UPDATE SKIP LOCKED"` on PostgreSQL, so
+    /// concurrent claims take different rows instead of queueing on one;
+    /// empty on SQLite, whose writes run one at a time.
+    const SKIP_LOCKED: &'static str;
+
     /// A subquery of the texts in the JSON array bound as `$4`.
     const JSON_TEXTS_4: &'static str;
 

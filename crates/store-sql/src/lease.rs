@@ -34,12 +34,14 @@ macro_rules! sql_lease {
             use $crate::transition::{self, Statements, Transition};
 
             static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| {
-                Statements::new(
-                    <$store as StoreDialect>::NOW_MS,
-                    <$store as StoreDialect>::RUN_KEY,
-                    <$store as StoreDialect>::JSON_TEXTS_4,
-                    <$store as StoreDialect>::SHARE_LOCK,
-                )
+                Statements::new(&transition::Dialect {
+                    now: <$store as StoreDialect>::NOW_MS,
+                    run_key: <$store as StoreDialect>::RUN_KEY,
+                    texts_4: <$store as StoreDialect>::JSON_TEXTS_4,
+                    share: <$store as StoreDialect>::SHARE_LOCK,
+                    incident_text: <$store as StoreDialect>::INCIDENT_TEXT,
+                    skip_locked: <$store as StoreDialect>::SKIP_LOCKED,
+                })
             });
 
             impl $store {
@@ -311,6 +313,17 @@ macro_rules! sql_lease {
 
             #[async_trait::async_trait]
             impl Coordination for $store {
+                async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
+                    let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.claim_next)
+                        .bind(pool)
+                        .bind(lease.owner.as_uuid())
+                        .bind(lease.ttl_millis())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    row.map(|r| r.into_model(Self::BACKEND)).transpose()
+                }
+
                 async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
                     let row: Option<SessionRow> = sqlx::query_as(MARK_STARTED)
                         .bind(id.as_uuid())

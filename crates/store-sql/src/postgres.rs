@@ -134,6 +134,10 @@ impl StoreDialect for PgStore {
 
     const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)";
 
+    const INCIDENT_TEXT: &'static str = "CAST({t}.incident_id AS text)";
+
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+
     const INSERT_SESSION: &'static str = "\
         WITH next AS ( \
             UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq \
@@ -141,9 +145,10 @@ impl StoreDialect for PgStore {
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
              revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
-             idempotency_key) \
+             idempotency_key, queued_ms) \
         SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8, $9, \
-               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14 \
+               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $10, $11, $12, $13, $14, \
+               CASE WHEN $9 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END \
         FROM next \
         RETURNING seq, lease_expires_ms";
 

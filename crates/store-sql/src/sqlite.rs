@@ -179,15 +179,21 @@ impl StoreDialect for SqliteStore {
 
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
+    const INCIDENT_TEXT: &'static str = "hex({t}.incident_id)";
+
+    // One writer at a time: the claim's read and write cannot interleave.
+    const SKIP_LOCKED: &'static str = "";
+
     const INSERT_SESSION: &'static str = "\
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
              revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
-             idempotency_key) \
+             idempotency_key, queued_ms) \
         SELECT $1, i.id, \
                (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), \
                $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10, \
-               $11, $12, $13, $14 \
+               $11, $12, $13, $14, \
+               CASE WHEN $9 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END \
         FROM incidents AS i WHERE i.id = $2 \
         RETURNING seq, lease_expires_ms";
 

@@ -35,9 +35,12 @@ pub(crate) enum Transition {
 /// The lease a transition that starts a run writes: the owner and the
 /// expiry by the database clock (`now` is the engine's
 /// [`NOW_MS`](crate::dialect::StoreDialect::NOW_MS)). Both NULL when
-/// `$owner` and `$ttl` are.
+/// `$owner` and `$ttl` are: the row is queued, from now.
 fn own(now: &str, owner: usize, ttl: usize) -> String {
-    format!("owner = ${owner}, lease_expires_ms = {now} + ${ttl}")
+    format!(
+        "owner = ${owner}, lease_expires_ms = {now} + ${ttl}, \
+         queued_ms = CASE WHEN ${owner} IS NULL THEN {now} END"
+    )
 }
 
 /// The orphan predicate, once for both statements that use it
@@ -76,6 +79,44 @@ fn insert_report(share: &str) -> String {
     )
 }
 
+/// `alias`'s row is queued: active, unowned, not started.
+fn queued(alias: &str) -> String {
+    format!(
+        "{alias}.status = 'running' \
+         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user') \
+         AND {alias}.owner IS NULL AND {alias}.started_at IS NULL"
+    )
+}
+
+/// `claim_next`: the next queued row of pool `$1` — highest priority,
+/// then the key with the fewest runs in progress (claimed or started, not
+/// settled), then the oldest queued — owned under `$2` (owner) for `$3`
+/// (ttl, ms), at the next fence. `key` is the engine's queue key of an
+/// alias (`{t}`), `lock` the row lock the pick takes.
+fn claim_next(now: &str, key: &str, lock: &str) -> String {
+    let key_of = |t: &str| key.replace("{t}", t);
+    format!(
+        concat!(
+            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, fence = fence + 1 \
+             WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND {queued} \
+             ORDER BY s.priority DESC, \
+             (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND {o_key} = {s_key} \
+              AND o.owner IS NOT NULL AND o.status = 'running' \
+              AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), \
+             s.queued_ms, s.id LIMIT 1{lock}) \
+             AND owner IS NULL AND started_at IS NULL AND ",
+            active!(),
+            " RETURNING ",
+            session_columns!()
+        ),
+        now = now,
+        queued = queued("s"),
+        o_key = key_of("o"),
+        s_key = key_of("s"),
+        lock = lock,
+    )
+}
+
 /// The statements of one engine built from its dialect (those that read
 /// the database clock, and the fenced report insert with its row lock),
 /// once per engine.
@@ -101,13 +142,24 @@ pub(crate) struct Statements {
     /// is active at the report's fence. Binds `$1…$14` in
     /// `report_columns` order.
     insert_report: String,
+    /// `claim_next` (see [`claim_next`]). Binds `$1` pool, `$2` owner,
+    /// `$3` ttl (ms).
+    pub(crate) claim_next: String,
 }
 
 impl Statements {
     /// `now` is the engine's clock in ms, `run_key` a row's run key,
     /// `texts_4` the subquery of the texts of the JSON array `$4` and
     /// `share` the row lock of a fenced insert.
-    pub(crate) fn new(now: &str, run_key: &str, texts_4: &str, share: &str) -> Self {
+    pub(crate) fn new(dialect: &Dialect) -> Self {
+        let Dialect {
+            now,
+            run_key,
+            texts_4,
+            share,
+            incident_text,
+            skip_locked,
+        } = *dialect;
         let orphan = orphan(now);
         Self {
             reopen: format!(
@@ -148,6 +200,11 @@ impl Statements {
                 orphan
             ),
             insert_report: insert_report(share),
+            claim_next: claim_next(
+                now,
+                &format!("COALESCE({{t}}.queue_key, {incident_text})"),
+                skip_locked,
+            ),
         }
     }
 
@@ -159,7 +216,7 @@ impl Statements {
     /// Every statement, by name, in a fixed order: what the SQL snapshot
     /// renders.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn all(&self) -> [(&'static str, &str); 6] {
+    pub(crate) fn all(&self) -> [(&'static str, &str); 7] {
         [
             ("REOPEN", &self.reopen),
             ("RESUME_IDLE", &self.resume_idle),
@@ -167,8 +224,20 @@ impl Statements {
             ("EXPIRED_LEASES", &self.expired),
             ("TAKE_OVER", &self.take_over),
             ("INSERT_REPORT", &self.insert_report),
+            ("CLAIM_NEXT", &self.claim_next),
         ]
     }
+}
+
+/// What [`Statements::new`] builds from: an engine's dialect constants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dialect {
+    pub(crate) now: &'static str,
+    pub(crate) run_key: &'static str,
+    pub(crate) texts_4: &'static str,
+    pub(crate) share: &'static str,
+    pub(crate) incident_text: &'static str,
+    pub(crate) skip_locked: &'static str,
 }
 
 /// `runs` as the JSON array of run keys a heartbeat binds.

@@ -141,6 +141,21 @@ pub trait Coordination: Send + Sync + Debug + 'static {
         detail: String,
     ) -> Result<(Session, Report)>;
 
+    /// Claims the next queued session of `pool` for the manager holding
+    /// `lease`, in one conditional step: the highest
+    /// [priority](crate::Priority) first; among those, the key (the
+    /// session's queue key, or its incident) with the fewest runs in
+    /// progress — so keys take turns; within a key, the one queued
+    /// longest. The claimed row is owned under `lease` at the next fence
+    /// (the caller then claims its turn log at that fence), and stays
+    /// unstarted until [`mark_started`](Coordination::mark_started). Of
+    /// concurrent claims each row goes to exactly one; `None` when the
+    /// pool has nothing queued.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>>;
+
     /// Records that the run at `fence` starts: its manager is about to call
     /// the runner. Sets [`Session::started_at`](crate::Session::started_at)
     /// to now unless it is set — a retry is `Ok` with the row. From here a run whose owner's lease lapses is an orphan

@@ -41,6 +41,20 @@ struct Inner {
     reports: BTreeMap<(SessionId, u32), Report>,
     artifacts: BTreeMap<ArtifactId, Artifact>,
     context_refs: HashMap<SessionId, Vec<SessionContextRef>>,
+    /// When each queued row was queued, as a running number: the queue's
+    /// order within a key.
+    queued: HashMap<SessionId, u64>,
+    next_queued: u64,
+}
+
+impl Inner {
+    /// Records that `id` was queued now when it has no owner.
+    fn queue_if_unowned(&mut self, id: SessionId, owner: Option<crate::OwnerId>) {
+        if owner.is_none() {
+            self.next_queued += 1;
+            self.queued.insert(id, self.next_queued);
+        }
+    }
 }
 
 impl MemoryStore {
@@ -191,6 +205,7 @@ impl Store for MemoryStore {
         };
         let mut session = session;
         self.own(&mut session, new.lease);
+        inner.queue_if_unowned(session.id, session.owner);
         inner.sessions.insert(session.id, session.clone());
         Ok(session)
     }
@@ -322,7 +337,9 @@ impl Store for MemoryStore {
         session.cancel_requested = false;
         session.started_at = None;
         self.own(session, lease);
-        Ok(session.clone())
+        let (id, owner, row) = (session.id, session.owner, session.clone());
+        inner.queue_if_unowned(id, owner);
+        Ok(row)
     }
 
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {

@@ -8,12 +8,13 @@
 //! macro makes one test per case.
 //!
 //! The cases live in one file per topic (cancel requests, leases and
-//! takeover, forced cancel and retried settlements) and are re-exported
+//! takeover, forced cancel and retried settlements, the queue) and are re-exported
 //! here; they share the fixtures of the [`store`](crate::store) suite.
 
 mod cancel;
 mod forced;
 mod leases;
+mod queue;
 
 use korvus_store::CoordinatedStore;
 
@@ -28,6 +29,9 @@ pub use self::leases::{
     a_queued_row_is_no_orphan_and_a_start_is_recorded_once,
     a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
     settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
+};
+pub use self::queue::{
+    a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,
 };
 
 crate::__with_cases!(

@@ -15,8 +15,7 @@ use crate::fsutil::{
     READ_ONLY_FILE_MODE, WRITABLE_FILE_MODE,
 };
 use crate::{
-    context_path, path::is_read_only, Result, ScratchDir, WorkspaceError, WorkspacePath,
-    CONTEXT_DIR,
+    context_path, is_read_only, Result, ScratchDir, WorkspaceError, WorkspacePath, CONTEXT_DIR,
 };
 
 /// One file that could not be put into the workspace, and why.

@@ -256,7 +256,7 @@ pub(crate) fn minimal_prefixes(mut all: Vec<WorkspacePath>) -> Vec<WorkspacePath
 
 /// `true` when `path` lies under (or is) one of `prefixes`, which should come
 /// from [`read_only_prefixes`].
-pub(crate) fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
+pub fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
     prefixes.iter().any(|p| path.is_under(p))
 }
 

@@ -2,6 +2,7 @@
 //! [`Coordination`] seam (cancel requests, heartbeat, expiry, takeover,
 //! forced cancel).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -181,8 +182,51 @@ impl super::Inner {
     }
 }
 
+impl MemoryStore {
+    /// `claim_next`, under the lock: see [`Coordination::claim_next`].
+    fn claim_next_now(&self, pool: &str, lease: Lease) -> Option<Session> {
+        let expires = self.expiry(lease);
+        let mut inner = self.lock();
+        let key = |s: &Session| {
+            s.admission
+                .queue_key
+                .clone()
+                .unwrap_or_else(|| s.incident_id.to_string())
+        };
+        let mut busy: HashMap<String, usize> = HashMap::new();
+        for s in inner.sessions.values() {
+            if s.admission.pool == pool && s.is_active() && s.owner.is_some() {
+                *busy.entry(key(s)).or_default() += 1;
+            }
+        }
+        let next = inner
+            .sessions
+            .values()
+            .filter(|s| s.admission.pool == pool && s.is_queued())
+            .min_by_key(|s| {
+                (
+                    std::cmp::Reverse(s.admission.priority),
+                    busy.get(&key(s)).copied().unwrap_or(0),
+                    inner.queued.get(&s.id).copied().unwrap_or(0),
+                    s.id,
+                )
+            })?
+            .id;
+        inner.queued.remove(&next);
+        let s = inner.sessions.get_mut(&next)?;
+        s.owner = Some(lease.owner);
+        s.lease_expires_at = Some(expires);
+        s.fence += 1;
+        Some(s.clone())
+    }
+}
+
 #[async_trait]
 impl Coordination for MemoryStore {
+    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
+        Ok(self.claim_next_now(pool, lease))
+    }
+
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.mark_started_now(id, fence)
     }

@@ -31,6 +31,7 @@ pub enum StoreOp {
     RequestCancel,
     CancelRequests,
     MarkStarted,
+    ClaimNext,
     Heartbeat,
     ExpiredLeases,
     TakeOver,
@@ -265,6 +266,10 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 
 #[async_trait]
 impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
+    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
+        self.enter(StoreOp::ClaimNext).await?;
+        self.inner.claim_next(pool, lease).await
+    }
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.enter(StoreOp::MarkStarted).await?;
         self.inner.mark_started(id, fence).await

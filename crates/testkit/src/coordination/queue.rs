@@ -1,0 +1,129 @@
+//! The queue: sessions created without a lease wait, unowned, for a
+//! manager of their pool; `claim_next` hands out the highest priority
+//! first, keys in turn (the key with the fewest runs in progress), and
+//! within a key the one queued longest — each row to exactly one claimer.
+//! Every case uses a pool of its own, so a shared store is fine.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use korvus_store::{
+    Admission, ContinueFrom, CoordinatedStore, Incident, Lease, OwnerId, Priority, Session,
+    SessionStatus,
+};
+
+use crate::store::{incident, new_session, settlement_at};
+
+fn lease() -> Lease {
+    Lease {
+        owner: OwnerId::new(),
+        ttl: Duration::from_secs(600),
+    }
+}
+
+fn fresh_pool() -> String {
+    format!("pool-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Queues a session of `incident` in `pool` under `key` at `priority`.
+async fn queue(
+    store: &dyn CoordinatedStore,
+    incident: &Incident,
+    pool: &str,
+    key: &str,
+    priority: Priority,
+) -> Session {
+    let mut new = new_session(incident, key);
+    new.admission = Admission {
+        pool: pool.to_owned(),
+        priority,
+        queue_key: Some(key.to_owned()),
+        idempotency_key: None,
+    };
+    let s = store.create_session(new).await.unwrap();
+    assert!(s.is_queued(), "{s:?}");
+    s
+}
+
+async fn claim(store: &dyn CoordinatedStore, pool: &str, lease: Lease) -> Option<Session> {
+    store.claim_next(pool, lease).await.unwrap()
+}
+
+/// Priority first; then the key with the fewest runs in progress; then
+/// the oldest. A claimed row is owned at the next fence and not started;
+/// another pool's claim never sees it.
+pub async fn claims_go_by_priority_then_the_least_busy_key_then_age(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let (pool, other_pool) = (fresh_pool(), fresh_pool());
+    let a1 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let a2 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let a3 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let b1 = queue(store, &inc, &pool, "b", Priority::NORMAL).await;
+    let high = queue(store, &inc, &pool, "a", Priority::HIGHEST).await;
+    assert_eq!(
+        claim(store, &other_pool, lease()).await,
+        None,
+        "another pool"
+    );
+
+    let first = lease();
+    let got = claim(store, &pool, first).await.expect("a claim");
+    assert_eq!(got.id, high.id, "the highest priority first");
+    assert_eq!((got.owner, got.fence), (Some(first.owner), high.fence + 1));
+    assert!(got.lease_expires_at.is_some() && got.started_at.is_none());
+    assert!(!got.is_queued());
+    assert_eq!(store.get_session(high.id).await.unwrap(), got);
+
+    // Key a has a run in progress, b none: b goes next, then a in age order.
+    let order: Vec<_> = [
+        claim(store, &pool, lease()).await,
+        claim(store, &pool, lease()).await,
+        claim(store, &pool, lease()).await,
+        claim(store, &pool, lease()).await,
+    ]
+    .into_iter()
+    .map(|s| s.expect("queued rows left").id)
+    .collect();
+    assert_eq!(order, [b1.id, a1.id, a2.id, a3.id]);
+    assert_eq!(
+        claim(store, &pool, lease()).await,
+        None,
+        "the queue is empty"
+    );
+}
+
+/// Of concurrent claims of one queued row exactly one gets it; a row
+/// continued without a lease is queued again and claimed at its next
+/// fence.
+pub async fn a_queued_row_is_claimed_exactly_once(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let s = queue(store, &inc, &pool, "only", Priority::NORMAL).await;
+    let results = join_all((0..16).map(|_| store.claim_next(&pool, lease()))).await;
+    let won: Vec<Session> = results
+        .into_iter()
+        .filter_map(|r| r.expect("no error"))
+        .collect();
+    assert_eq!(won.len(), 1, "{won:?}");
+    assert_eq!(won[0].id, s.id);
+
+    let done = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Completed, "completed", won[0].fence),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        claim(store, &pool, lease()).await,
+        None,
+        "terminal rows wait for nobody"
+    );
+    let again = store
+        .continue_session(done.id, ContinueFrom::Terminal, None)
+        .await
+        .unwrap();
+    assert!(again.is_queued());
+    let claimed = claim(store, &pool, lease()).await.expect("queued again");
+    assert_eq!((claimed.id, claimed.fence), (s.id, again.fence + 1));
+}
