@@ -82,6 +82,7 @@ async fn measure(
     let (tx, mut fired) = mpsc::unbounded_channel();
     let replica = |runner: ScriptRunner| {
         Manager::builder(Arc::clone(&store), Arc::new(runner))
+            .max_running(usize::MAX)
             .blob_store(Arc::new(MemoryBlobStore::new()))
             .build()
     };

@@ -88,7 +88,9 @@ async fn serve(kind: &str, events: usize) -> Result<()> {
         gate: Arc::clone(&gate),
         events,
     };
-    let manager = Manager::builder(store.clone(), Arc::new(runner)).build();
+    let manager = Manager::builder(store.clone(), Arc::new(runner))
+        .max_running(usize::MAX)
+        .build();
     let (router, stats) = korvus_http::Api::default()
         .view(false)
         .router_with_stats(manager.clone());

@@ -45,6 +45,7 @@ fn parks() -> ScriptRunner {
 
 fn replica(store: Arc<dyn CoordinatedStore>, ttl: Duration, period: Duration) -> Manager {
     Manager::builder(store, Arc::new(parks()))
+        .max_running(usize::MAX)
         .blob_store(Arc::new(MemoryBlobStore::new()))
         .cancel_poll(Duration::from_secs(3600))
         .lease(ttl, period)
@@ -168,6 +169,7 @@ async fn heartbeats(b: &mut Bench, db: &Db, live: usize, periods: u32) -> Result
     let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(pool.clone()));
     let period = Duration::from_millis(250);
     let manager = Manager::builder(Arc::clone(&store), Arc::new(parks()))
+        .max_running(usize::MAX)
         .blob_store(Arc::new(MemoryBlobStore::new()))
         .turn_log(Arc::new(PgLog::new(pool.clone())))
         .cancel_poll(Duration::from_secs(3600))

@@ -62,6 +62,7 @@ async fn ours(b: &Bench, logs: Arc<dyn TurnLog>, lines: u64) -> Result<f64> {
             ..OutputCaps::default()
         });
     let manager = Manager::builder(store.clone(), Arc::new(runner))
+        .max_running(usize::MAX)
         .blob_store(Arc::new(MemoryBlobStore::new()))
         .turn_log(Arc::clone(&logs))
         .scratch_root(ScratchRoot::supplied(&scratch))

@@ -88,6 +88,7 @@ async fn ours(n: usize) -> Result<Sample> {
             barrier: Some(barrier.clone()),
         }),
     )
+    .max_running(usize::MAX)
     .build();
     let before = rss_kib()?;
     for i in 0..n {

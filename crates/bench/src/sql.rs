@@ -46,6 +46,7 @@ async fn round_trips_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
                 size: 1024,
             }),
         )
+        .max_running(usize::MAX)
         .turn_log(Arc::new(PgLog::new(pool.clone())))
         // One replica: no cancel requests to poll for, and the poll would
         // add a statement to a lifecycle that spans one of its periods.
@@ -165,6 +166,7 @@ async fn create_latency_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
     let (rounds, per_round, warm) = if b.quick { (2, 20, 10) } else { (10, 100, 50) };
     let store = Arc::new(PgStore::new(pool.clone()));
     let manager = Manager::builder(store.clone(), Arc::new(ParkedRunner { barrier: None }))
+        .max_running(usize::MAX)
         .turn_log(Arc::new(PgLog::new(pool.clone())))
         .build();
     let needed = 2 * (rounds * per_round + warm);

@@ -88,6 +88,7 @@
 //! | `testing` | `testing::settled`, the wait for a run's settled row that tests of embedding code share |
 #![deny(missing_docs)]
 
+mod admission;
 mod cancel_poll;
 mod cleanup;
 mod error;
@@ -111,7 +112,7 @@ pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_CANCEL_POLL,
-    DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_RUN_TIMEOUT,
+    DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]

@@ -260,9 +260,120 @@ impl Drop for RunGuard {
     }
 }
 
+/// The run slots of one manager: at most `max` runs execute at once; a
+/// create that finds none free queues its session instead, and the
+/// admission loop claims queued ones as slots free up.
+#[derive(Debug, Clone)]
+pub(crate) struct Slots {
+    state: Arc<SlotState>,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    used: AtomicUsize,
+    max: usize,
+    freed: Notify,
+}
+
+impl Slots {
+    /// `max` slots (at least one).
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            state: Arc::new(SlotState {
+                used: AtomicUsize::new(0),
+                max: max.max(1),
+                freed: Notify::new(),
+            }),
+        }
+    }
+
+    /// A free slot, if there is one.
+    pub(crate) fn try_take(&self) -> Option<Slot> {
+        self.state
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.state.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot {
+                state: Arc::clone(&self.state),
+                wake: true,
+            })
+    }
+
+    /// A slot even when none is free: for a run that is not held back
+    /// (a continued session), counted all the same.
+    pub(crate) fn take(&self) -> Slot {
+        self.state.used.fetch_add(1, Ordering::AcqRel);
+        Slot {
+            state: Arc::clone(&self.state),
+            wake: true,
+        }
+    }
+
+    /// Slots in use now.
+    pub(crate) fn in_use(&self) -> usize {
+        self.state.used.load(Ordering::Acquire)
+    }
+
+    /// Resolves once a slot is freed after this call.
+    pub(crate) async fn freed(&self) {
+        self.state.freed.notified().await;
+    }
+
+    /// Wakes the admission loop (work may have been queued).
+    pub(crate) fn nudge(&self) {
+        self.state.freed.notify_one();
+    }
+}
+
+/// One run's slot: freed on drop, which wakes the admission loop.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    state: Arc<SlotState>,
+    /// Whether freeing it wakes the admission loop.
+    wake: bool,
+}
+
+impl Slot {
+    /// Frees the slot without waking the admission loop: for the loop
+    /// itself, when it found nothing to claim (a wake-up would only make
+    /// it look again at once).
+    pub(crate) fn give_back(mut self) {
+        self.wake = false;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.state.used.fetch_sub(1, Ordering::AcqRel);
+        if self.wake {
+            self.state.freed.notify_one();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_taken_up_to_the_cap_and_freed_on_drop() {
+        let slots = Slots::new(2);
+        let (a, b) = (slots.try_take().unwrap(), slots.try_take().unwrap());
+        assert!(slots.try_take().is_none());
+        let forced = slots.take();
+        assert_eq!(slots.in_use(), 3);
+        drop((a, forced));
+        assert_eq!(slots.in_use(), 1);
+        assert!(slots.try_take().is_some());
+        drop(b);
+        assert_eq!(
+            Slots::new(0).try_take().map(|_| ()),
+            Some(()),
+            "at least one"
+        );
+    }
 
     #[tokio::test]
     async fn the_group_is_empty_once_its_last_member_leaves() {

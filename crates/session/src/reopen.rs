@@ -257,7 +257,9 @@ impl Manager {
             info!(revision, closers = closers.len(), "session continued");
             let resume = Some(Resume { message, own });
             let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
-            this.launch(plan, log, guard);
+            // Not held back by the cap yet: counted, even past it.
+            let slot = inner.slots.take();
+            this.launch(plan, log, guard, slot);
             Ok(session)
         }
         .instrument(span);

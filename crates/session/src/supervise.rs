@@ -15,7 +15,8 @@
 //! 3. Clean-up (docs release, scratch removal; bounded, on its own task).
 //! 4. Deregistration from the live-run table.
 //! 5. The settle signal.
-//! 6. The run group's release.
+//! 6. The run slot's release (the admission loop may claim the next
+//!    queued session), then the run group's.
 //!
 //! In that order, so a released watcher reads the terminal row, a reopen
 //! never finds the old scratch dir, and `wait` never returns mid-write.
@@ -38,7 +39,7 @@ use tracing::{error, info_span, warn, Instrument};
 use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::{execute, RunResult};
 use crate::land::land;
-use crate::live::{LiveRun, RunGuard};
+use crate::live::{LiveRun, RunGuard, Slot};
 use crate::manager::{Inner, Manager};
 use crate::notify_log::notifying;
 use crate::prepare::{pin_docs, Prepared};
@@ -49,7 +50,7 @@ impl Manager {
     /// The one place background work starts. Registers the run in the
     /// live-run table (its cancellation is that entry, never the caller's
     /// request), then spawns the supervisor.
-    pub(crate) fn launch(&self, plan: Plan, log: LogHandle, guard: RunGuard) {
+    pub(crate) fn launch(&self, plan: Plan, log: LogHandle, guard: RunGuard, slot: Slot) {
         let inner = Arc::clone(&self.inner);
         let id = plan.key().session;
         let run = match inner
@@ -76,7 +77,7 @@ impl Manager {
         }
         let span = info_span!("run", session_id = %id, incident_id = %plan.key().incident, revision = plan.key().revision);
         // Owned by the run group: `wait`/`stop` join it through `guard`.
-        tokio::spawn(supervise(inner, plan, log, run, guard).instrument(span));
+        tokio::spawn(supervise(inner, plan, log, run, (guard, slot)).instrument(span));
     }
 }
 
@@ -87,7 +88,13 @@ impl Manager {
 /// state machine is as large as its largest phase, and ten thousand
 /// parked runs would otherwise each reserve room for landing and clean-up
 /// they are not doing yet.
-async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, guard: RunGuard) {
+async fn supervise(
+    inner: Arc<Inner>,
+    plan: Plan,
+    log: LogHandle,
+    run: LiveRun,
+    (guard, slot): (RunGuard, Slot),
+) {
     let id = plan.key().session;
     let revision = plan.key();
     // In this task, not one of its own: a panic in any phase is caught
@@ -124,7 +131,9 @@ async fn supervise(inner: Arc<Inner>, plan: Plan, log: LogHandle, run: LiveRun, 
     inner.live.unregister(id, &run);
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
-    // 5. Release the run group.
+    // 5. Release the run slot (the admission loop may claim the next
+    // queued session) and the run group.
+    drop(slot);
     drop(guard);
 }
 

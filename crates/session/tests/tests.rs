@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admission;
 mod cancel;
 mod closure;
 mod create;

@@ -14,7 +14,7 @@ use korvus_store::CoordinatedStore;
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
 use crate::lease::state::LeaseState;
-use crate::live::{LiveRuns, RunGroup};
+use crate::live::{LiveRuns, RunGroup, Slots};
 use crate::manager::{Inner, Manager};
 use crate::StreamReopener;
 
@@ -28,6 +28,10 @@ pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Default of [`ManagerBuilder::cancel_poll`]: a cancel from another
 /// replica reaches the run within about this long.
 pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
+
+/// How many runs a manager executes at once unless told
+/// ([`ManagerBuilder::max_running`]).
+pub const DEFAULT_MAX_RUNNING: usize = 64;
 
 /// Default of [`ManagerBuilder::lease`]'s ttl: a manager that stops
 /// renewing (killed, cut off from the database) loses its sessions to
@@ -64,6 +68,10 @@ pub(crate) struct Config {
     pub(crate) lease_ttl: Duration,
     /// How often the lease is renewed (and orphans looked for).
     pub(crate) heartbeat: Duration,
+    /// How many runs this manager executes at once.
+    pub(crate) max_running: usize,
+    /// The runner pool this manager claims queued sessions of.
+    pub(crate) pool: String,
 }
 
 impl Default for Config {
@@ -80,6 +88,8 @@ impl Default for Config {
             cancel_poll: DEFAULT_CANCEL_POLL,
             lease_ttl: DEFAULT_LEASE_TTL,
             heartbeat: DEFAULT_HEARTBEAT,
+            max_running: DEFAULT_MAX_RUNNING,
+            pool: korvus_store::DEFAULT_POOL.to_owned(),
         }
     }
 }
@@ -194,6 +204,31 @@ impl ManagerBuilder {
         self
     }
 
+    /// How many runs this manager executes at once (default
+    /// [`DEFAULT_MAX_RUNNING`], at least 1). A session created while every
+    /// slot is taken is **queued** in the store (running, unowned, not
+    /// started: [`Session::is_queued`](korvus_store::Session::is_queued))
+    /// and `create` returns at once; the manager — or any other manager
+    /// of the same [pool](ManagerBuilder::pool) on the store — claims it
+    /// when a slot frees up, checking every
+    /// [`cancel_poll`](ManagerBuilder::cancel_poll) period and at once
+    /// when one of its own runs ends. A continued session (`reopen`,
+    /// `send_message`) is not held back yet: it takes a slot even past
+    /// the cap.
+    pub fn max_running(mut self, n: usize) -> Self {
+        self.config.max_running = n.max(1);
+        self
+    }
+
+    /// The runner pool of this manager (default
+    /// [`DEFAULT_POOL`](korvus_store::DEFAULT_POOL)): its sessions are
+    /// queued under it, and it claims only sessions queued under it, so
+    /// managers running different agents on one store keep to their own.
+    pub fn pool(mut self, name: impl Into<String>) -> Self {
+        self.config.pool = name.into();
+        self
+    }
+
     /// How often this manager asks the store for cancel requests made on
     /// other replicas for the runs it drives (default
     /// [`DEFAULT_CANCEL_POLL`]); one statement per period, and none while
@@ -256,6 +291,7 @@ impl ManagerBuilder {
     pub fn build(self) -> Manager {
         let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
         let ownership = LeaseState::new(self.config.lease_ttl);
+        let slots = Slots::new(self.config.max_running);
         let manager = Manager {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -274,10 +310,12 @@ impl ManagerBuilder {
                 shutting_down: AtomicBool::new(false),
                 stop_started: AtomicBool::new(false),
                 ownership,
+                slots,
             }),
         };
         crate::cancel_poll::start(&manager.inner);
         crate::lease::start(&manager.inner);
+        crate::admission::start(&manager.inner);
         manager
     }
 }

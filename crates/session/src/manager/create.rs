@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 use korvus_runner::ExitReason;
 use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
-    Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId, IncidentStatus,
-    NewSession, Session, SessionId, SessionKind, Store,
+    Admission, Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId,
+    IncidentStatus, NewSession, Session, SessionId, SessionKind, Store,
 };
 use tracing::{error, info, info_span, Instrument};
 
@@ -57,7 +57,11 @@ pub fn default_role(kind: ArtifactKind) -> &'static str {
 
 impl Manager {
     /// Creates a session and starts its run in the background; returns the
-    /// `running` row at once.
+    /// `running` row at once. With every run slot of this manager taken
+    /// ([`ManagerBuilder::max_running`](crate::ManagerBuilder::max_running))
+    /// the row is **queued** instead ([`Session::is_queued`]) and the run
+    /// starts when a manager of the pool claims it; its turn log exists
+    /// from now either way.
     ///
     /// Context refs are resolved before the row exists, so a bad ref leaves
     /// nothing behind. If the refs cannot be inserted after the row was,
@@ -99,11 +103,18 @@ impl Manager {
         let this = self.clone();
         let work = async move {
             let inner = &this.inner;
+            // A free slot: this manager claims the run now. None: the
+            // session is queued for the next slot of any manager of the
+            // pool.
+            let slot = inner.slots.try_take();
             let session = inner
                 .store
                 .create_session(NewSession {
-                    admission: Default::default(),
-                    lease: Some(inner.lease()),
+                    admission: Admission {
+                        pool: inner.config.pool.clone(),
+                        ..Admission::default()
+                    },
+                    lease: slot.as_ref().map(|_| inner.lease()),
                     id,
                     incident_id: incident.id,
                     kind,
@@ -121,15 +132,7 @@ impl Manager {
                     return Err(e.into());
                 }
             }
-            let header = crate::manager::log_header(incident.id, id);
-            // The log records which run wrote each event, and refuses a
-            // run superseded by a later one: its epoch is the run's fence.
-            let created = async {
-                let log = inner.logs.create(header).await?;
-                log.claim_epoch(session.fence).await?;
-                Ok::<_, korvus_log::LogError>(log)
-            };
-            let log = match created.await {
+            let log = match create_log(inner, &session, slot.is_none()).await {
                 Ok(log) => log,
                 Err(e) => {
                     error!(error = %e, "turn log not created; settling the session failed");
@@ -140,14 +143,39 @@ impl Manager {
                     return Err(e.into());
                 }
             };
+            let Some(slot) = slot else {
+                info!(seq = session.seq, kind = %kind, "session created and queued: no free slot");
+                inner.slots.nudge();
+                return Ok(session);
+            };
             info!(seq = session.seq, kind = %kind, "session created");
             let plan = Plan::new(session.clone(), session.revision, incident, inherited, None);
-            this.launch(plan, log, guard);
+            this.launch(plan, log, guard, slot);
             Ok(session)
         }
         .instrument(span);
         join_detached(work).await
     }
+}
+
+/// Creates the session's turn log. The log records which run wrote each
+/// event and refuses a run superseded by a later one: the creator that
+/// runs the session claims its fence as the epoch. A queued session's log
+/// exists from create too (watchers open it at once) and is closed here:
+/// the manager that claims the run writes it.
+async fn create_log(
+    inner: &crate::manager::Inner,
+    session: &Session,
+    queued: bool,
+) -> korvus_log::Result<korvus_log::LogHandle> {
+    let header = crate::manager::log_header(session.incident_id, session.id);
+    let log = inner.logs.create(header).await?;
+    if queued {
+        log.close().await?;
+    } else {
+        log.claim_epoch(session.fence).await?;
+    }
+    Ok(log)
 }
 
 /// Checks requested context refs against the store before any row exists.

@@ -21,7 +21,7 @@ use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
 use tracing::{info, warn};
 
 use crate::lease::state::LeaseState;
-use crate::live::{LiveRuns, RunGroup};
+use crate::live::{LiveRuns, RunGroup, Slots};
 use crate::{Result, SessionError, StreamReopener};
 
 mod builder;
@@ -29,7 +29,8 @@ mod create;
 
 pub(crate) use self::builder::Config;
 pub use self::builder::{
-    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_RUN_TIMEOUT,
+    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
+    DEFAULT_RUN_TIMEOUT,
 };
 pub use self::create::{default_role, ContextRequest, CreateSession};
 
@@ -53,6 +54,7 @@ impl fmt::Debug for Manager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Manager")
             .field("runs", &self.inner.runs.len())
+            .field("slots_in_use", &self.inner.slots.in_use())
             .field(
                 "shutting_down",
                 &self.inner.shutting_down.load(Ordering::SeqCst),
@@ -87,6 +89,8 @@ pub(crate) struct Inner {
     /// This incarnation's lease: the owner of every run it starts, its
     /// ttl and its last renewal.
     pub(crate) ownership: LeaseState,
+    /// This manager's run slots (`max_running`).
+    pub(crate) slots: Slots,
 }
 
 impl Inner {
@@ -144,6 +148,9 @@ impl Manager {
     /// for the user (`running`, exit reason `awaiting_user`, no run active)
     /// is settled `cancelled` by one conditional store transition — on any
     /// replica; its report row already exists, so no second one is written.
+    /// A queued session (no manager claimed it yet) is settled `cancelled`
+    /// with its report row by one fenced transition, its runner never
+    /// called.
     /// An active row whose run is in this process, at the row's fence, is
     /// cancelled (the run settles `cancelled` shortly); a local run at an
     /// older fence is stale (the session was taken over or continued
@@ -170,6 +177,9 @@ impl Manager {
         }
         if row.is_idle() {
             return self.cancel_idle(row).await;
+        }
+        if row.is_queued() {
+            return self.cancel_queued(row).await;
         }
         if let Some(run) = self.inner.live.get(id) {
             run.cancel.cancel();
@@ -201,6 +211,25 @@ impl Manager {
         let row = self.inner.store.request_cancel(id).await?;
         info!(session_id = %id, fence = row.fence, "cancel: requested from the replica that runs the session");
         Ok(row)
+    }
+
+    /// Cancels a queued session: one fenced store transition settles it
+    /// `cancelled` with its report row (no document, detail "cancelled
+    /// while queued"); its runner is never called and no scratch dir is
+    /// made. A manager that claimed it meanwhile moved its fence: the
+    /// cancel then goes to that run like any other.
+    async fn cancel_queued(&self, row: Session) -> Result<Session> {
+        let id = row.id;
+        let detail = "cancelled while queued: no run had started".to_owned();
+        match self.inner.store.force_cancel(id, row.fence, detail).await {
+            Ok((settled, _)) => {
+                info!(session_id = %id, "cancel: the queued session is cancelled");
+                Ok(settled)
+            }
+            // Claimed (or ended) meanwhile: the row as it is now decides.
+            Err(e) if e.is_fenced_off() => Box::pin(self.cancel(id)).await,
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Cancels a session waiting for the user. A local run that returned

@@ -1,0 +1,161 @@
+//! Admission: the loop that claims queued sessions for this manager's free
+//! run slots.
+//!
+//! A create that finds every slot taken queues its session in the store
+//! (running, unowned, not started). One task per manager wakes when one of
+//! its runs frees a slot, when a create queued something here, and every
+//! `cancel_poll` period (so sessions queued by other replicas are found);
+//! while a slot is free it asks the store for the next queued session of
+//! its pool (`Coordination::claim_next`: priority, then the key with the
+//! fewest runs in progress, then age — one winner across replicas), opens
+//! its turn log at the claimed fence and launches it like a created one.
+//! It stops claiming once the manager stops: unclaimed sessions stay
+//! queued for the next manager.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use korvus_log::{Access, LogId};
+use korvus_runner::ExitReason;
+use korvus_store::{Artifact, Session};
+use tracing::{debug, error, info, info_span, warn, Instrument};
+
+use crate::live::Slot;
+use crate::manager::{Inner, Manager};
+use crate::run::{Plan, RunKey};
+
+/// Starts the admission loop of `inner`'s manager, if a tokio runtime is
+/// running. The task ends when the manager is dropped or stops.
+pub(crate) fn start(inner: &Arc<Inner>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        debug!("no runtime: queued sessions are not claimed");
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let period = inner.config.cancel_poll;
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // The slots alone, not the manager: a dropped manager ends
+            // the loop at its next wake-up. A slot freed while claims run
+            // leaves a wake-up behind (`notify_one`), so none is missed.
+            let Some(slots) = weak.upgrade().map(|inner| inner.slots.clone()) else {
+                return;
+            };
+            let freed = async move { slots.freed().await };
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = freed => {}
+            }
+            if !admit(&weak).await {
+                return;
+            }
+        }
+    });
+}
+
+/// Claims queued sessions while a slot is free; `false` once the manager
+/// is gone or stopping.
+async fn admit(weak: &Weak<Inner>) -> bool {
+    let Some(inner) = weak.upgrade() else {
+        return false;
+    };
+    loop {
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(slot) = inner.slots.try_take() else {
+            return true;
+        };
+        match inner
+            .store
+            .claim_next(&inner.config.pool, inner.lease())
+            .await
+        {
+            Ok(Some(row)) => {
+                let manager = Manager {
+                    inner: Arc::clone(&inner),
+                };
+                let span =
+                    info_span!("session", session_id = %row.id, incident_id = %row.incident_id);
+                manager.start_claimed(row, slot).instrument(span).await;
+            }
+            Ok(None) => {
+                slot.give_back();
+                return true;
+            }
+            Err(e) => {
+                slot.give_back();
+                warn!(error = %e, "queued sessions not claimed; trying again");
+                return true;
+            }
+        }
+    }
+}
+
+impl Manager {
+    /// Starts the run of a session this manager just claimed from the
+    /// queue: its incident, inherited context and turn log (claimed at the
+    /// claimed fence), then `launch`. A claimed row never stays running
+    /// without its run: what fails here settles it `failed`.
+    async fn start_claimed(&self, row: Session, slot: Slot) {
+        let inner = &self.inner;
+        let guard = inner.runs.join();
+        let id = row.id;
+        let (incident, inherited) = match self.read_claimed(&row).await {
+            Ok(read) => read,
+            Err(e) => {
+                error!(error = %e, "a claimed session could not be read; settling it failed");
+                let ended = inner
+                    .fail_early(RunKey::of(&row), ExitReason::CONTEXT_REFS_FAILED)
+                    .await;
+                inner.settle(id, ended).await;
+                return;
+            }
+        };
+        let opened = async {
+            let log = inner
+                .logs
+                .open(LogId::from_uuid(id.as_uuid()), Access::Write)
+                .await?;
+            log.claim_epoch(row.fence).await?;
+            Ok::<_, korvus_log::LogError>(log)
+        };
+        let log = match opened.await {
+            Ok(log) => log,
+            Err(e) => {
+                error!(error = %e, "turn log of a claimed session not opened; settling it failed");
+                let ended = inner
+                    .fail_early(RunKey::of(&row), ExitReason::TURN_LOG_FAILED)
+                    .await;
+                inner.settle(id, ended).await;
+                return;
+            }
+        };
+        info!(fence = row.fence, "queued session claimed");
+        // A continued session queued without this manager has no resume
+        // message here; continues are not queued by the manager yet.
+        let plan = Plan::new(row.clone(), row.revision, incident, inherited, None);
+        self.launch(plan, log, guard, slot);
+    }
+
+    /// The incident and the inherited context (artifact and role, in
+    /// stored order) of a claimed session.
+    async fn read_claimed(
+        &self,
+        row: &Session,
+    ) -> crate::Result<(korvus_store::Incident, Vec<(Artifact, String)>)> {
+        let store = &self.inner.store;
+        let incident = store.get_incident(row.incident_id).await?;
+        let refs = store.list_context_refs(row.id).await?;
+        let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
+        let artifacts = store.get_artifacts(&ids).await?;
+        let inherited = refs
+            .into_iter()
+            .zip(artifacts)
+            .map(|(r, a)| (a, r.role))
+            .collect();
+        Ok((incident, inherited))
+    }
+}

@@ -1,0 +1,180 @@
+//! Admission: at most `max_running` runs of one manager execute at once;
+//! the rest of its creates are queued in the store and claimed as slots
+//! free up — by this manager or another of its pool; `stop` leaves them
+//! queued; a queued session is cancelled without its runner.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_runner::RunOutcome;
+use korvus_store::{exit_reason, SessionStatus, Store};
+use tokio::sync::Notify;
+
+use crate::support::{counters, settled, write_files, Env, ScriptRunner};
+
+/// A runner that counts how many calls run at once (`now`, `peak`) and
+/// how many it got (`calls`), holds each for `hold`, and completes with a
+/// report.
+#[derive(Clone, Default)]
+struct Gauge {
+    now: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Gauge {
+    fn runner(&self, hold: Duration) -> ScriptRunner {
+        let g = self.clone();
+        ScriptRunner::new(move |ctx, _| {
+            let g = g.clone();
+            async move {
+                g.calls.fetch_add(1, Ordering::SeqCst);
+                let now = g.now.fetch_add(1, Ordering::SeqCst) + 1;
+                g.peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(hold).await;
+                write_files(&ctx, &[("report.md", "# done\n")]);
+                g.now.fetch_sub(1, Ordering::SeqCst);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_past_max_running_are_queued_and_all_complete_within_the_cap() {
+    let env = Env::new().await;
+    let gauge = Gauge::default();
+    let manager = env
+        .builder(gauge.runner(Duration::from_millis(40)))
+        .max_running(4)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let mut sessions = Vec::new();
+    for i in 0..40 {
+        sessions.push(
+            manager
+                .create(env.request(&format!("job {i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    // Every create answered at once: most of them are queued, not waiting.
+    let queued = sessions.iter().filter(|s| s.is_queued()).count();
+    assert!(queued >= 30, "{queued} of 40 queued at create");
+    for s in &sessions {
+        let row = settled(&manager, s).await;
+        assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+        assert_eq!(env.store.list_reports(s.id).await.unwrap().len(), 1);
+    }
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 40);
+    let peak = gauge.peak.load(Ordering::SeqCst);
+    assert!((1..=4).contains(&peak), "{peak} runners at once, cap 4");
+    manager.stop().await;
+    env.assert_safe().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_leaves_queued_sessions_for_the_next_manager_of_the_pool() {
+    let env = Env::new().await;
+    let release = Arc::new(Notify::new());
+    let held = {
+        let release = Arc::clone(&release);
+        ScriptRunner::new(move |ctx, _| {
+            let release = Arc::clone(&release);
+            async move {
+                tokio::select! {
+                    () = release.notified() => {}
+                    () = ctx.cancel.cancelled() => {}
+                }
+                write_files(&ctx, &[("report.md", "# held\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let first = env
+        .builder(held)
+        .max_running(1)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let running = first.create(env.request("runs")).await.unwrap();
+    assert!(!running.is_queued());
+    let mut queued = Vec::new();
+    for i in 0..5 {
+        let s = first
+            .create(env.request(&format!("waits {i}")))
+            .await
+            .unwrap();
+        assert!(s.is_queued(), "{s:?}");
+        queued.push(s);
+    }
+    first.stop().await;
+    assert_eq!(
+        env.store.get_session(running.id).await.unwrap().status,
+        SessionStatus::Cancelled
+    );
+    for s in &queued {
+        let row = env.store.get_session(s.id).await.unwrap();
+        assert!(row.is_queued(), "stop left it queued: {row:?}");
+    }
+
+    // Another pool's manager never claims them; the pool's next one runs
+    // them all.
+    let other_gauge = Gauge::default();
+    let other = env
+        .builder(other_gauge.runner(Duration::ZERO))
+        .pool("elsewhere")
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let gauge = Gauge::default();
+    let next = env
+        .builder(gauge.runner(Duration::ZERO))
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    for s in &queued {
+        assert_eq!(settled(&next, s).await.status, SessionStatus::Completed);
+    }
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 5);
+    assert_eq!(other_gauge.calls.load(Ordering::SeqCst), 0, "another pool");
+    other.stop().await;
+    next.stop().await;
+    env.assert_safe().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_session_is_cancelled_with_its_report_and_never_runs() {
+    let env = Env::new().await;
+    let gauge = Gauge::default();
+    let manager = env
+        .builder(gauge.runner(Duration::from_secs(2)))
+        .max_running(1)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let busy = manager.create(env.request("busy")).await.unwrap();
+    let waiting = manager.create(env.request("waiting")).await.unwrap();
+    assert!(waiting.is_queued());
+    let cancelled = manager.cancel(waiting.id).await.unwrap();
+    assert_eq!(cancelled.status, SessionStatus::Cancelled);
+    assert_eq!(
+        cancelled.exit_reason.as_deref(),
+        Some(exit_reason::CANCELLED)
+    );
+    let reports = env.store.list_reports(waiting.id).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("while queued")),
+        "{reports:?}"
+    );
+    assert_eq!(
+        settled(&manager, &busy).await.status,
+        SessionStatus::Completed
+    );
+    // The slot freed: nothing of the cancelled one runs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 1);
+    manager.stop().await;
+    env.assert_safe().await;
+}
