@@ -232,6 +232,9 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
         "created    {}",
         s.created_at.format("%Y-%m-%d %H:%M:%S%.3f UTC")
     );
+    if let Some(started) = s.started_at {
+        println!("started    {}", started.format("%Y-%m-%d %H:%M:%S%.3f UTC"));
+    }
     if let Some(ended) = s.ended_at {
         println!("ended      {ended}");
     }
@@ -429,6 +432,7 @@ pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> 
             // One status column: the exit reason only where it says more.
             let status = match s.exit_reason.as_deref() {
                 Some(reason) if reason != s.status.as_str() => format!("{} ({reason})", s.status),
+                _ if s.is_queued() => format!("{} (queued)", s.status),
                 _ => s.status.to_string(),
             };
             println!(

@@ -491,6 +491,12 @@ impl korvus_runner::Runner for NoRuns {
 
 /// The owner and lease of a running row, for humans.
 pub(crate) fn lease_text(row: &Session, expired: bool) -> String {
+    if row.is_queued() {
+        return format!(
+            "queued in pool {}, priority {}: no manager has claimed it yet",
+            row.admission.pool, row.admission.priority
+        );
+    }
     match (row.owner, row.lease_expires_at) {
         (Some(owner), Some(at)) if !expired => {
             format!("{owner}, lease until {} UTC", at.format("%H:%M:%S%.3f"))

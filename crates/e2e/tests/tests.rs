@@ -7,6 +7,7 @@
 
 mod support;
 
+mod admission;
 mod cancel;
 mod chaos;
 mod closure;

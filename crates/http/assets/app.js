@@ -58,6 +58,8 @@ async function api(method, path, body) {
 
 function statusOf(session) {
   if (session.status === 'running' && session.exit_reason === 'awaiting_user') return 'awaiting_user';
+  // Queued: running by the status model, but no manager has claimed it.
+  if (session.status === 'running' && !session.owner && !session.started_at) return 'queued';
   return session.status;
 }
 
@@ -251,7 +253,7 @@ async function sessionPage(id) {
   };
   const controlsFor = (session) => {
     const s = statusOf(session);
-    if (s === 'running') return [el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel')];
+    if (s === 'running' || s === 'queued') return [el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel')];
     const message = el('input', { type: 'text', id: 'message', placeholder: s === 'awaiting_user' ? 'Reply…' : 'Follow-up…' });
     const path = s === 'awaiting_user' ? 'messages' : 'reopen';
     const label = s === 'awaiting_user' ? 'Reply' : 'Reopen';

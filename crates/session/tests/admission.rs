@@ -178,3 +178,32 @@ async fn a_queued_session_is_cancelled_with_its_report_and_never_runs() {
     manager.stop().await;
     env.assert_safe().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_creates_with_the_defaults_run_at_most_64_at_once() {
+    let env = Env::new().await;
+    let gauge = Gauge::default();
+    let manager = env
+        .builder(gauge.runner(Duration::from_millis(30)))
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let mut sessions = Vec::new();
+    for i in 0..300 {
+        sessions.push(
+            manager
+                .create(env.request(&format!("job {i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    for s in &sessions {
+        assert_eq!(settled(&manager, s).await.status, SessionStatus::Completed);
+    }
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 300);
+    let peak = gauge.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= korvus_session::DEFAULT_MAX_RUNNING,
+        "{peak} at once"
+    );
+    manager.stop().await;
+}

@@ -1,0 +1,125 @@
+//! Admission across replicas on PostgreSQL and SQLite: a session queued by
+//! one replica is claimed and run by another of its pool, never by a
+//! replica of another pool, and a queued session cancelled from another
+//! replica ends `cancelled` with its report row, its runner never called.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use korvus_blob::MemoryBlobStore;
+use korvus_log::TurnLog;
+use korvus_runner::RunOutcome;
+use korvus_session::{CreateSession, Manager};
+use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
+use korvus_store_sql::testing::{PgDb, SqliteDb};
+use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
+
+use crate::support::{settled, ScriptRunner};
+
+/// A runner that records the prompts it was called for; `hold` makes it
+/// wait for its cancellation.
+fn recording(calls: &Arc<Mutex<Vec<String>>>, hold: bool) -> ScriptRunner {
+    let calls = Arc::clone(calls);
+    ScriptRunner::new(move |ctx, _| {
+        let calls = Arc::clone(&calls);
+        async move {
+            calls.lock().unwrap().push(ctx.session.prompt.clone());
+            if hold {
+                ctx.cancel.cancelled().await;
+            }
+            Ok(RunOutcome::completed(Counters::default()))
+        }
+    })
+}
+
+async fn queue_across_replicas(
+    store: Arc<dyn CoordinatedStore>,
+    logs: impl Fn() -> Arc<dyn TurnLog>,
+) {
+    let replica = |runner: ScriptRunner, pool: &str, max: usize| {
+        Manager::builder(Arc::clone(&store), Arc::new(runner))
+            .blob_store(Arc::new(MemoryBlobStore::new()))
+            .turn_log(logs())
+            .pool(pool)
+            .max_running(max)
+            .cancel_poll(Duration::from_millis(50))
+            .build()
+    };
+    let (a_calls, b_calls, c_calls) = (Arc::default(), Arc::default(), Arc::default());
+    let a = replica(recording(&a_calls, true), "default", 1);
+    let b = replica(recording(&b_calls, false), "other", 4);
+    let incident = store
+        .create_incident(NewIncident {
+            title: "admission".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let request = |prompt: &str| CreateSession {
+        incident_id: incident.id,
+        prompt: prompt.into(),
+        context: vec![],
+    };
+    let held = a.create(request("held")).await.unwrap();
+    let mut queued = Vec::new();
+    for i in 0..3 {
+        let s = a.create(request(&format!("queued {i}"))).await.unwrap();
+        assert!(s.is_queued(), "{s:?}");
+        queued.push(s);
+    }
+
+    // Cancelled from a replica that does not run it: at once, with its
+    // report row, its runner never called.
+    let cancelled = b.cancel(queued[0].id).await.unwrap();
+    assert_eq!(cancelled.status, SessionStatus::Cancelled);
+    let reports = store.list_reports(queued[0].id).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0]
+        .detail
+        .as_deref()
+        .unwrap_or("")
+        .contains("while queued"));
+
+    // A replica of the pool with free slots claims and runs the rest.
+    let c = replica(recording(&c_calls, false), "default", 2);
+    for s in &queued[1..] {
+        assert_eq!(settled(&c, s).await.status, SessionStatus::Completed);
+    }
+    assert_eq!(*c_calls.lock().unwrap(), ["queued 1", "queued 2"]);
+    assert_eq!(*a_calls.lock().unwrap(), ["held"]);
+    assert!(
+        b_calls.lock().unwrap().is_empty(),
+        "another pool never claims"
+    );
+    a.stop().await;
+    assert_eq!(
+        store.get_session(held.id).await.unwrap().status,
+        SessionStatus::Cancelled
+    );
+    b.stop().await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_queued_on_one_replica_runs_on_another_postgres() {
+    let Some(db) = PgDb::create().await else {
+        return;
+    };
+    let pool = db.pool().clone();
+    queue_across_replicas(Arc::new(PgStore::new(pool.clone())), || {
+        Arc::new(PgLog::new(pool.clone()))
+    })
+    .await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_queued_on_one_replica_runs_on_another_sqlite() {
+    let db = SqliteDb::create().await;
+    let pool = db.pool().clone();
+    queue_across_replicas(Arc::new(SqliteStore::new(pool.clone())), || {
+        Arc::new(SqliteLog::new(pool.clone()))
+    })
+    .await;
+    db.close().await;
+}
