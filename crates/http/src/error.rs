@@ -23,7 +23,7 @@ use serde::Serialize;
 /// | 403 | `host_not_allowed`, `origin_not_allowed`, `csrf_failed` (the guard) |
 /// | 404 | `not_found`, `no_document`, `no_route` |
 /// | 405 | `method_not_allowed` |
-/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live` |
+/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict` |
 /// | 413 | `body_too_large` |
 /// | 415 | `unsupported_media_type` |
 /// | 500 | `store_failed`, `log_failed`, `blob_failed`, `internal` |
@@ -101,6 +101,7 @@ impl From<SessionError> for ApiError {
             SessionError::NotFinished { .. } => conflict("not_finished"),
             SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
             SessionError::AlreadyLive { .. } => conflict("already_live"),
+            SessionError::IdempotencyConflict { .. } => conflict("idempotency_conflict"),
             SessionError::NotFound { .. } => Self::new(S::NOT_FOUND, "not_found", e.to_string()),
             SessionError::ShuttingDown => {
                 Self::new(S::SERVICE_UNAVAILABLE, "shutting_down", e.to_string())

@@ -5,10 +5,10 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use korvus_session::{ContextRequest, CreateSession};
+use korvus_session::{ContextRequest, CreateOptions, CreateSession};
 use korvus_store::{
-    Artifact, ArtifactId, Incident, IncidentId, NewIncident, Report, Session, SessionId, StoreExt,
-    WorkspaceRef,
+    Artifact, ArtifactId, Incident, IncidentId, NewIncident, Priority, Report, Session, SessionId,
+    StoreExt, WorkspaceRef,
 };
 use serde::Deserialize;
 
@@ -41,6 +41,13 @@ pub(crate) struct NewSessionBody {
     prompt: String,
     #[serde(default)]
     context: Vec<ContextBody>,
+    /// 1..=9 (5 when left out): how urgent it is when it is queued.
+    #[serde(default)]
+    priority: Priority,
+    /// The key it is queued under (a tenant, say); the incident when left
+    /// out.
+    #[serde(default)]
+    queue_key: Option<String>,
 }
 
 /// One inherited artifact of a new session.
@@ -100,11 +107,26 @@ pub(crate) async fn close_incident(
     Ok(Json(app.manager.store().close_incident(id).await?))
 }
 
+/// The `Idempotency-Key` header of a create: at most one session per key
+/// in an incident.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
 pub(crate) async fn create_session(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     ApiJson(body): ApiJson<NewSessionBody>,
 ) -> Result<(StatusCode, Json<Session>)> {
+    let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("invalid_input", "Idempotency-Key is not visible ASCII")
+                })?
+                .to_owned(),
+        ),
+    };
     let incident_id: IncidentId = parse_id("incident", &id)?;
     let context = body
         .context
@@ -118,11 +140,18 @@ pub(crate) async fn create_session(
         .collect::<Result<Vec<_>>>()?;
     let session = app
         .manager
-        .create(CreateSession {
-            incident_id,
-            prompt: body.prompt,
-            context,
-        })
+        .create_with(
+            CreateSession {
+                incident_id,
+                prompt: body.prompt,
+                context,
+            },
+            CreateOptions {
+                priority: body.priority,
+                queue_key: body.queue_key,
+                idempotency_key,
+            },
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
 }

@@ -255,3 +255,40 @@ async fn bad_requests_get_a_typed_error_and_write_nothing() {
 fn uuid_like() -> String {
     korvus_store::SessionId::new().to_string()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_with_one_idempotency_key_answer_one_session() {
+    let env = Env::new(writing(REPORT, 1)).await;
+    let app = env.router();
+    let uri = format!("/api/incidents/{}/sessions", env.incident.id);
+    let keyed = |prompt: &str| {
+        let mut r = request(
+            Method::POST,
+            &uri,
+            Some(json!({ "prompt": prompt, "priority": 7 })),
+        );
+        r.headers_mut()
+            .insert("idempotency-key", "deploy-42".parse().unwrap());
+        r
+    };
+    let answers =
+        futures::future::join_all((0..50).map(|_| call(&app, keyed("investigate")))).await;
+    let ids: Vec<String> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a.status, StatusCode::CREATED, "{}", a.text());
+            a.json()["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    let row = answers[0].json();
+    assert_eq!(row["admission"]["priority"], 7);
+    assert_eq!(row["admission"]["idempotency_key"], "deploy-42");
+    let listed = get(&app, &uri).await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+
+    call(&app, keyed("something else"))
+        .await
+        .assert_error(StatusCode::CONFLICT, "idempotency_conflict");
+    settled(&env, &ids[0]).await;
+}

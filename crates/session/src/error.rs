@@ -63,6 +63,15 @@ pub enum SessionError {
         /// The session.
         session: SessionId,
     },
+    /// The idempotency key of a create is taken in the incident by a
+    /// session with another prompt; nothing was written.
+    #[error("idempotency key {key:?} is taken in this incident by session {session}, with another prompt")]
+    IdempotencyConflict {
+        /// The session that holds the key.
+        session: SessionId,
+        /// The key.
+        key: String,
+    },
     /// A requested context ref cannot be used; nothing was written.
     #[error("invalid context ref: {reason}")]
     InvalidContextRef {

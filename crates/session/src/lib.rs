@@ -111,8 +111,9 @@ mod write;
 pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
-    default_role, ContextRequest, CreateSession, Manager, ManagerBuilder, DEFAULT_CANCEL_POLL,
-    DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
+    default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,
+    DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
+    DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]

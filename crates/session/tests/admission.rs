@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_runner::RunOutcome;
-use korvus_store::{exit_reason, SessionStatus, Store};
+use korvus_store::{exit_reason, Session, SessionStatus, Store};
 use tokio::sync::Notify;
 
 use crate::support::{counters, settled, write_files, Env, ScriptRunner};
@@ -205,5 +205,91 @@ async fn three_hundred_creates_with_the_defaults_run_at_most_64_at_once() {
         peak <= korvus_session::DEFAULT_MAX_RUNNING,
         "{peak} at once"
     );
+    manager.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_with_one_idempotency_key_get_one_session() {
+    let env = Env::new().await;
+    let gauge = Gauge::default();
+    let manager = env.builder(gauge.runner(Duration::from_millis(10))).build();
+    let keyed = || korvus_session::CreateOptions {
+        idempotency_key: Some("deploy-42".into()),
+        ..Default::default()
+    };
+    let creates = (0..50).map(|_| manager.create_with(env.request("once"), keyed()));
+    let rows = futures::future::join_all(creates).await;
+    let first = rows[0].as_ref().unwrap().id;
+    for r in &rows {
+        assert_eq!(r.as_ref().unwrap().id, first, "{r:?}");
+    }
+    let all = env.store.list_sessions(env.incident.id).await.unwrap();
+    assert_eq!(all.len(), 1, "one row");
+    match manager
+        .create_with(env.request("another prompt"), keyed())
+        .await
+    {
+        Err(korvus_session::SessionError::IdempotencyConflict { session, .. }) => {
+            assert_eq!(session, first);
+        }
+        other => panic!("expected IdempotencyConflict, got {other:?}"),
+    }
+    settled(&manager, &all[0]).await;
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 1, "one run");
+    manager.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_priority_session_starts_before_those_queued_ahead_of_it() {
+    let env = Env::new().await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // The first run holds the only slot until everything is queued.
+    let gate = Arc::new(Notify::new());
+    let runner = {
+        let (order, gate) = (Arc::clone(&order), Arc::clone(&gate));
+        ScriptRunner::new(move |ctx, _| {
+            let (order, gate) = (Arc::clone(&order), Arc::clone(&gate));
+            async move {
+                order.lock().unwrap().push(ctx.session.prompt.clone());
+                if ctx.session.prompt == "first" {
+                    gate.notified().await;
+                }
+                write_files(&ctx, &[("report.md", "# done\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let manager = env
+        .builder(runner)
+        .max_running(1)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let mut sessions = vec![manager.create(env.request("first")).await.unwrap()];
+    for i in 0..5 {
+        sessions.push(
+            manager
+                .create(env.request(&format!("normal {i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let urgent = korvus_session::CreateOptions {
+        priority: korvus_store::Priority::HIGHEST,
+        ..Default::default()
+    };
+    sessions.push(
+        manager
+            .create_with(env.request("urgent"), urgent)
+            .await
+            .unwrap(),
+    );
+    assert!(sessions[1..].iter().all(Session::is_queued));
+    gate.notify_one();
+    for s in &sessions {
+        settled(&manager, s).await;
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[0], "first");
+    assert_eq!(order[1], "urgent", "{order:?}");
     manager.stop().await;
 }

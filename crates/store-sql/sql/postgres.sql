@@ -27,6 +27,11 @@ SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_com
 FROM sessions
 WHERE id = $1;
 
+-- SESSION_BY_IDEMPOTENCY_KEY (shared)
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key
+FROM sessions
+WHERE incident_id = $1 AND idempotency_key = $2;
+
 -- SESSION_EXISTS (shared)
 SELECT 1
 FROM sessions

@@ -65,7 +65,7 @@
 //! |---|---|---|
 //! | `create_incident`, `get_incident`, `list_incidents`, `close_incident` | 1 | 1 |
 //! | `create_session` (seq allocated inside the `INSERT`) | 1 | 1 |
-//! | `get_session`, `list_sessions` | 1 | 1 |
+//! | `get_session`, `session_by_idempotency_key`, `list_sessions` | 1 | 1 |
 //! | `settle_session` | 1; 2 when refused (telling a committed retry from `Fenced`/`NotActive`) | same |
 //! | `continue_session` | 1; 2 when it fails (telling `NotFound` from `NotFinished`/`NotIdle`) | same |
 //! | `cancel_idle_session` | 1; 2 when it fails (telling `NotFound` from `NotIdle`) | same |

@@ -60,6 +60,14 @@ statements! {
     /// One session row. Binds `$1` id.
     SELECT_SESSION = concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = $1");
 
+    /// The session of an incident with an idempotency key. Binds `$1`
+    /// incident, `$2` key.
+    SESSION_BY_IDEMPOTENCY_KEY = concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM sessions WHERE incident_id = $1 AND idempotency_key = $2"
+    );
+
     /// Whether a session exists (a refused transition's second read).
     /// Binds `$1` id.
     SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = $1";

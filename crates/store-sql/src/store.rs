@@ -187,6 +187,21 @@ macro_rules! sql_store {
                     self.session_row(id).await
                 }
 
+                async fn session_by_idempotency_key(
+                    &self,
+                    incident: IncidentId,
+                    key: &str,
+                ) -> Result<Option<Session>> {
+                    let row: Option<SessionRow> =
+                        sqlx::query_as(sql::SESSION_BY_IDEMPOTENCY_KEY)
+                            .bind(incident.as_uuid())
+                            .bind(key)
+                            .fetch_optional(&self.pool)
+                            .await
+                            .map_err(backend(Self::BACKEND))?;
+                    row.map(|r| r.into_model(Self::BACKEND)).transpose()
+                }
+
                 async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
                     let rows: Vec<SessionRow> = sqlx::query_as(sql::LIST_SESSIONS)
                     .bind(incident.as_uuid())

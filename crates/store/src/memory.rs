@@ -214,6 +214,21 @@ impl Store for MemoryStore {
         self.lock().session(id).cloned()
     }
 
+    async fn session_by_idempotency_key(
+        &self,
+        incident: IncidentId,
+        key: &str,
+    ) -> Result<Option<Session>> {
+        Ok(self
+            .lock()
+            .sessions
+            .values()
+            .find(|s| {
+                s.incident_id == incident && s.admission.idempotency_key.as_deref() == Some(key)
+            })
+            .cloned())
+    }
+
     async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
         let inner = self.lock();
         let mut sessions: Vec<Session> = inner

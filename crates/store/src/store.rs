@@ -69,6 +69,18 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `NotFound` when no such session exists.
     async fn get_session(&self, id: SessionId) -> Result<Session>;
 
+    /// The session of `incident` created with idempotency key `key`
+    /// ([`Admission::idempotency_key`](crate::Admission::idempotency_key)),
+    /// if there is one: at most one per incident.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn session_by_idempotency_key(
+        &self,
+        incident: IncidentId,
+        key: &str,
+    ) -> Result<Option<Session>>;
+
     /// Lists the sessions of an incident in `seq` order (empty for an unknown incident).
     ///
     /// # Errors

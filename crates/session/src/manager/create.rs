@@ -6,7 +6,7 @@ use korvus_runner::ExitReason;
 use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
     Admission, Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId,
-    IncidentStatus, NewSession, Session, SessionId, SessionKind, Store,
+    IncidentStatus, NewSession, Priority, Session, SessionId, SessionKind, Store, StoreError,
 };
 use tracing::{error, info, info_span, Instrument};
 
@@ -23,6 +23,24 @@ pub struct CreateSession {
     pub prompt: String,
     /// Inherited artifacts, in the order the run should see them.
     pub context: Vec<ContextRequest>,
+}
+
+/// How a new session is admitted, beyond what [`CreateSession`] says:
+/// for [`Manager::create_with`]. The default is what
+/// [`Manager::create`] uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// How urgent it is when it has to be queued (the default in the
+    /// middle of `1..=9`).
+    pub priority: Priority,
+    /// The key it is queued under (a tenant, say); `None`: its incident.
+    /// Keys take turns in the queue.
+    pub queue_key: Option<String>,
+    /// Makes the create idempotent: a second create in the incident with
+    /// this key and the same prompt answers the first session (one row,
+    /// one run, whatever the number of concurrent callers); with another
+    /// prompt it is [`SessionError::IdempotencyConflict`].
+    pub idempotency_key: Option<String>,
 }
 
 /// One inherited artifact requested for a new session.
@@ -76,6 +94,63 @@ impl Manager {
     /// own task, so dropping the future cannot leave a running row without
     /// its run; the session is created (or settled `failed`) all the same.
     pub async fn create(&self, request: CreateSession) -> Result<Session> {
+        self.create_with(request, CreateOptions::default()).await
+    }
+
+    /// [`create`](Manager::create) with a priority, a queue key and an
+    /// idempotency key ([`CreateOptions`]).
+    ///
+    /// # Errors
+    /// As `create`; `IdempotencyConflict` when the key is taken in the
+    /// incident by a session with another prompt.
+    ///
+    /// # Cancel safety
+    /// As `create`.
+    pub async fn create_with(
+        &self,
+        request: CreateSession,
+        options: CreateOptions,
+    ) -> Result<Session> {
+        let inner = &self.inner;
+        if let Some(key) = &options.idempotency_key {
+            if let Some(row) = inner
+                .store
+                .session_by_idempotency_key(request.incident_id, key)
+                .await?
+            {
+                return same_request(row, &request, key);
+            }
+        }
+        match self
+            .insert_and_launch(request.clone(), options.clone())
+            .await
+        {
+            // A concurrent create with the key won the insert.
+            Err(SessionError::Store(StoreError::Conflict { .. }))
+                if options.idempotency_key.is_some() =>
+            {
+                let key = options.idempotency_key.as_deref().unwrap_or_default();
+                match inner
+                    .store
+                    .session_by_idempotency_key(request.incident_id, key)
+                    .await?
+                {
+                    Some(row) => same_request(row, &request, key),
+                    None => Err(SessionError::Store(StoreError::Conflict {
+                        entity: korvus_store::Entity::Session,
+                        detail: format!("idempotency key {key:?} raced and is gone; try again"),
+                    })),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn insert_and_launch(
+        &self,
+        request: CreateSession,
+        options: CreateOptions,
+    ) -> Result<Session> {
         let inner = &self.inner;
         // Join the run group before looking at the flag: either `stop` sees
         // this create in flight and waits for it, or this create sees `stop`.
@@ -112,7 +187,9 @@ impl Manager {
                 .create_session(NewSession {
                     admission: Admission {
                         pool: inner.config.pool.clone(),
-                        ..Admission::default()
+                        priority: options.priority,
+                        queue_key: options.queue_key,
+                        idempotency_key: options.idempotency_key,
                     },
                     lease: slot.as_ref().map(|_| inner.lease()),
                     id,
@@ -155,6 +232,19 @@ impl Manager {
         }
         .instrument(span);
         join_detached(work).await
+    }
+}
+
+/// The answer to a create whose idempotency key `key` is held by `row`:
+/// the row itself when it was created with the same prompt.
+fn same_request(row: Session, request: &CreateSession, key: &str) -> Result<Session> {
+    if row.prompt == request.prompt {
+        Ok(row)
+    } else {
+        Err(SessionError::IdempotencyConflict {
+            session: row.id,
+            key: key.to_owned(),
+        })
     }
 }
 

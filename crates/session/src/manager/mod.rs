@@ -32,7 +32,7 @@ pub use self::builder::{
     ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
     DEFAULT_RUN_TIMEOUT,
 };
-pub use self::create::{default_role, ContextRequest, CreateSession};
+pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
 
 /// Runs agent sessions and never loses what they produce.
 ///

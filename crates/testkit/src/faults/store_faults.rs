@@ -22,6 +22,7 @@ pub enum StoreOp {
     CloseIncident,
     CreateSession,
     GetSession,
+    SessionByIdempotencyKey,
     ListSessions,
     InsertContextRefs,
     ListContextRefs,
@@ -196,6 +197,14 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
     async fn get_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::GetSession).await?;
         self.inner.get_session(id).await
+    }
+    async fn session_by_idempotency_key(
+        &self,
+        incident: IncidentId,
+        key: &str,
+    ) -> Result<Option<Session>> {
+        self.enter(StoreOp::SessionByIdempotencyKey).await?;
+        self.inner.session_by_idempotency_key(incident, key).await
     }
     async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
         self.enter(StoreOp::ListSessions).await?;

@@ -272,6 +272,20 @@ pub async fn admission_round_trips_and_idempotency_keys_are_unique(store: &dyn S
         store.get_session(again.id).await,
         Err(StoreError::NotFound { .. })
     ));
+    assert_eq!(
+        store
+            .session_by_idempotency_key(inc.id, "retry-7")
+            .await
+            .unwrap(),
+        Some(s.clone())
+    );
+    assert_eq!(
+        store
+            .session_by_idempotency_key(other.id, "retry-7")
+            .await
+            .unwrap(),
+        None
+    );
     let mut elsewhere = new_session(&other, "keyed elsewhere");
     elsewhere.admission.idempotency_key = admission.idempotency_key.clone();
     store.create_session(elsewhere).await.unwrap();
