@@ -74,6 +74,7 @@ async fn admit(weak: &Weak<Inner>) -> bool {
             .await
         {
             Ok(Some(row)) => {
+                inner.slots.set_waiting(true);
                 let manager = Manager {
                     inner: Arc::clone(&inner),
                 };
@@ -82,6 +83,9 @@ async fn admit(weak: &Weak<Inner>) -> bool {
                 manager.start_claimed(row, slot).instrument(span).await;
             }
             Ok(None) => {
+                // Nothing queued in the pool: new creates may take free
+                // slots directly again.
+                inner.slots.set_waiting(false);
                 slot.give_back();
                 return true;
             }

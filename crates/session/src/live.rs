@@ -273,6 +273,10 @@ struct SlotState {
     used: AtomicUsize,
     max: usize,
     freed: Notify,
+    /// Whether the pool's queue may hold sessions (this manager queued
+    /// one, or its last claim found one): then a create queues too
+    /// instead of taking a free slot past them.
+    waiting: AtomicBool,
 }
 
 impl Slots {
@@ -283,8 +287,24 @@ impl Slots {
                 used: AtomicUsize::new(0),
                 max: max.max(1),
                 freed: Notify::new(),
+                waiting: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// A free slot for a new session, unless sessions may be queued
+    /// ahead of it (then it queues behind them).
+    pub(crate) fn try_take_for_new(&self) -> Option<Slot> {
+        if self.state.waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        self.try_take()
+    }
+
+    /// Records whether the queue may hold sessions (see
+    /// [`try_take_for_new`](Slots::try_take_for_new)).
+    pub(crate) fn set_waiting(&self, waiting: bool) {
+        self.state.waiting.store(waiting, Ordering::Release);
     }
 
     /// A free slot, if there is one.

@@ -293,3 +293,75 @@ async fn a_high_priority_session_starts_before_those_queued_ahead_of_it() {
     assert_eq!(order[1], "urgent", "{order:?}");
     manager.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_queued_behind_another_s_burst_starts_among_the_next_two() {
+    let env = Env::new().await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runner = {
+        let (order, gate) = (Arc::clone(&order), Arc::clone(&gate));
+        ScriptRunner::new(move |ctx, _| {
+            let (order, gate) = (Arc::clone(&order), Arc::clone(&gate));
+            async move {
+                // The claim wrote the lease: its expiry orders the claims
+                // (runners of one batch start in any order).
+                let claimed = ctx.session.lease_expires_at;
+                order
+                    .lock()
+                    .unwrap()
+                    .push((claimed, ctx.session.prompt.clone()));
+                if ctx.session.prompt.starts_with("held") {
+                    gate.acquire().await.unwrap().forget();
+                }
+                write_files(&ctx, &[("report.md", "# done\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let manager = env
+        .builder(runner)
+        .max_running(4)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let other = env
+        .store
+        .create_incident(korvus_store::NewIncident {
+            title: "incident B".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let mut sessions = Vec::new();
+    for i in 0..4 {
+        sessions.push(
+            manager
+                .create(env.request(&format!("held {i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    for i in 0..200 {
+        sessions.push(
+            manager
+                .create(env.request(&format!("A {i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut b = env.request("B");
+    b.incident_id = other.id;
+    sessions.push(manager.create(b).await.unwrap());
+    assert!(sessions[4..].iter().all(Session::is_queued));
+    gate.add_permits(4);
+    for s in &sessions {
+        settled(&manager, s).await;
+    }
+    let mut order = order.lock().unwrap().clone();
+    order.retain(|(_, p)| !p.starts_with("held"));
+    order.sort();
+    let names: Vec<&str> = order.iter().map(|(_, p)| p.as_str()).collect();
+    let b_at = names.iter().position(|p| *p == "B").expect("B ran");
+    assert!(b_at < 2, "B was claimed {}th: {:?}", b_at + 1, &names[..6]);
+    manager.stop().await;
+}

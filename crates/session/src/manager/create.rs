@@ -178,10 +178,11 @@ impl Manager {
         let this = self.clone();
         let work = async move {
             let inner = &this.inner;
-            // A free slot: this manager claims the run now. None: the
-            // session is queued for the next slot of any manager of the
-            // pool.
-            let slot = inner.slots.try_take();
+            // A free slot, and nothing known to be queued ahead: this
+            // manager claims the run now. Otherwise the session is queued
+            // for the next slot of any manager of the pool, behind those
+            // already waiting.
+            let slot = inner.slots.try_take_for_new();
             let session = inner
                 .store
                 .create_session(NewSession {
@@ -221,7 +222,8 @@ impl Manager {
                 }
             };
             let Some(slot) = slot else {
-                info!(seq = session.seq, kind = %kind, "session created and queued: no free slot");
+                info!(seq = session.seq, kind = %kind, "session created and queued");
+                inner.slots.set_waiting(true);
                 inner.slots.nudge();
                 return Ok(session);
             };
