@@ -13,6 +13,21 @@ use tokio::sync::Notify;
 
 use crate::support::{counters, settled, write_files, Env, ScriptRunner};
 
+/// Waits (at most 10 s) until `cond` holds. A create may find its
+/// manager's own admission loop probing the queue with the one free slot
+/// and be queued; the loop then claims it at once. Tests that need a run
+/// to have started wait for it instead of assuming it.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A runner that counts how many calls run at once (`now`, `peak`) and
 /// how many it got (`calls`), holds each for `hold`, and completes with a
 /// report.
@@ -92,13 +107,14 @@ async fn stop_leaves_queued_sessions_for_the_next_manager_of_the_pool() {
             }
         })
     };
+    let seen = Arc::clone(&held.seen);
     let first = env
         .builder(held)
         .max_running(1)
         .cancel_poll(Duration::from_millis(50))
         .build();
     let running = first.create(env.request("runs")).await.unwrap();
-    assert!(!running.is_queued());
+    until("the first run", || seen.lock().unwrap().len() == 1).await;
     let mut queued = Vec::new();
     for i in 0..100 {
         let s = first
@@ -265,6 +281,7 @@ async fn a_high_priority_session_starts_before_those_queued_ahead_of_it() {
         .cancel_poll(Duration::from_millis(50))
         .build();
     let mut sessions = vec![manager.create(env.request("first")).await.unwrap()];
+    until("the first run", || order.lock().unwrap().len() == 1).await;
     for i in 0..5 {
         sessions.push(
             manager
@@ -341,6 +358,7 @@ async fn an_incident_queued_behind_another_s_burst_starts_among_the_next_two() {
                 .unwrap(),
         );
     }
+    until("the four held runs", || order.lock().unwrap().len() == 4).await;
     for i in 0..200 {
         sessions.push(
             manager

@@ -367,6 +367,8 @@ pub async fn reap_sessions(root: &Path, sessions: Vec<SessionId>) -> Result<Reap
                 .extend(crate::agents::stop_recorded_agents(&path));
             match remove_tree(&path) {
                 Ok(()) => out.removed.push(session),
+                // Removed meanwhile (a run's own clean-up): nothing left.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => out.failed.push((path, e)),
             }
         }
@@ -430,6 +432,8 @@ pub async fn reap_session_through(root: &Path, session: SessionId, through: u32)
                 .extend(crate::agents::stop_recorded_agents(&path));
             match remove_tree(&path) {
                 Ok(()) => out.removed.push(session),
+                // Its run's own clean-up removed it meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => out.failed.push((path, e)),
             }
             return Ok(out);
