@@ -111,15 +111,10 @@ impl Manager {
         request: CreateSession,
         options: CreateOptions,
     ) -> Result<Session> {
-        let inner = &self.inner;
-        if let Some(key) = &options.idempotency_key {
-            if let Some(row) = inner
-                .store
-                .session_by_idempotency_key(request.incident_id, key)
-                .await?
-            {
-                return same_request(row, &request, key);
-            }
+        // A retry finds its session before resolving refs and listing the
+        // incident again; the insert's unique key decides the races.
+        if let Some(row) = self.keyed(&request, &options).await? {
+            return Ok(row);
         }
         match self
             .insert_and_launch(request.clone(), options.clone())
@@ -129,21 +124,35 @@ impl Manager {
             Err(SessionError::Store(StoreError::Conflict { .. }))
                 if options.idempotency_key.is_some() =>
             {
-                let key = options.idempotency_key.as_deref().unwrap_or_default();
-                match inner
-                    .store
-                    .session_by_idempotency_key(request.incident_id, key)
-                    .await?
-                {
-                    Some(row) => same_request(row, &request, key),
-                    None => Err(SessionError::Store(StoreError::Conflict {
+                self.keyed(&request, &options).await?.ok_or_else(|| {
+                    SessionError::Store(StoreError::Conflict {
                         entity: korvus_store::Entity::Session,
-                        detail: format!("idempotency key {key:?} raced and is gone; try again"),
-                    })),
-                }
+                        detail: "the idempotency key raced and is gone; try again".into(),
+                    })
+                })
             }
             other => other,
         }
+    }
+
+    /// The session that holds `options`' idempotency key in the
+    /// request's incident, when it was created with the same prompt;
+    /// `IdempotencyConflict` when with another; `None` without a key or
+    /// holder.
+    async fn keyed(
+        &self,
+        request: &CreateSession,
+        options: &CreateOptions,
+    ) -> Result<Option<Session>> {
+        let Some(key) = &options.idempotency_key else {
+            return Ok(None);
+        };
+        let held = self
+            .inner
+            .store
+            .session_by_idempotency_key(request.incident_id, key)
+            .await?;
+        held.map(|row| same_request(row, request, key)).transpose()
     }
 
     async fn insert_and_launch(
