@@ -657,7 +657,11 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let manager = backends.manager(Arc::new(NoRuns), None);
-    let settled = manager.reap_orphans().await?;
+    let (queued, settled): (Vec<_>, Vec<_>) = manager
+        .reap_orphans()
+        .await?
+        .into_iter()
+        .partition(korvus_store::Session::is_queued);
     println!("settled {} orphan(s)", settled.len());
     for row in &settled {
         println!(
@@ -666,6 +670,12 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
             row.status,
             row.exit_reason.as_deref().unwrap_or("-")
         );
+    }
+    if !queued.is_empty() {
+        println!("queued again {} orphan(s) that never started", queued.len());
+        for row in &queued {
+            println!("  session {}  queued (fence {})", row.id, row.fence);
+        }
     }
     // The orphans settled just now have dirs too.
     for row in &settled {

@@ -6,7 +6,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::support::{korvus, ok, output, running, script, session_id, stderr, unique_sleep};
+use crate::support::{
+    korvus, ok, output, running, script, session_id, stderr, unique_sleep, NO_CGROUP,
+};
 
 #[test]
 fn cancel_from_another_process_ends_the_run_cancelled() {
@@ -91,6 +93,7 @@ fn killable_run(data: &std::path::Path, lease: &[&str]) -> (std::process::Child,
         .args(lease)
         .args(["run", "--agent", "sh", "--agent-arg"])
         .arg(&agent)
+        .args(NO_CGROUP)
         .arg("go")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{korvus, ok, running, script, session_id, unique_sleep};
+use crate::support::{korvus, ok, running, script, session_id, unique_sleep, NO_CGROUP};
 
 /// The lease of every replica: a ttl of 2 s, renewed every 0.5 s.
 const LEASE: [&str; 4] = ["--lease-ttl", "2", "--heartbeat", "0.5"];
@@ -34,6 +34,7 @@ fn start(data: &Path, env: &[(&str, &str)], name: &str) -> Replica {
         .args(LEASE)
         .args(["run", "--agent", "sh", "--agent-arg"])
         .arg(&agent)
+        .args(NO_CGROUP)
         .arg(name)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -21,6 +21,13 @@ pub(crate) fn korvus(data: &Path) -> Command {
     cmd
 }
 
+/// `run` flags that keep an agent out of any cgroup. Tests whose agent must
+/// outlive a killed `korvus` (what a reaper, a takeover or a reopen then
+/// stops) pass them: every `korvus` process that starts a run in a cgroup
+/// sweeps the cgroups of gone `korvus` processes and kills what is in
+/// them, so a parallel test's run would stop the agent first.
+pub(crate) const NO_CGROUP: [&str; 4] = ["--memory-limit", "none", "--task-limit", "none"];
+
 /// Runs it to the end.
 pub(crate) fn output(cmd: &mut Command) -> Output {
     cmd.output().expect("korvus starts")

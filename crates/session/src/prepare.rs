@@ -91,9 +91,26 @@ impl Inner {
         };
         // One directory per iteration: a leftover of an earlier one never
         // blocks this one.
-        let dir = korvus_workspace::create_iteration(root, plan.key().session, plan.key().revision)
-            .await
-            .map_err(|e| format!("scratch dir not created: {e}"))?;
+        let (session, revision) = (plan.key().session, plan.key().revision);
+        let dir = match korvus_workspace::create_iteration(root, session, revision).await {
+            // A superseded run of this revision left it on this host: one
+            // whose claim went back to the queue, or one taken over. This
+            // run holds the session's current fence, so that run can write
+            // nothing more; its recorded agents are stopped and its dir
+            // removed before this run makes its own.
+            Err(korvus_workspace::WorkspaceError::AlreadyExists { path }) => {
+                warn!(dir = %path.display(), "a superseded run of this revision left its scratch dir; removing it");
+                let reaped = korvus_workspace::reap_session_through(root, session, revision)
+                    .await
+                    .map_err(|e| format!("scratch dir not created: {e}"))?;
+                if let Some((path, e)) = reaped.failed.first() {
+                    return Err(format!("scratch dir not created: {} not removed: {e}", path.display()));
+                }
+                korvus_workspace::create_iteration(root, session, revision).await
+            }
+            made => made,
+        }
+        .map_err(|e| format!("scratch dir not created: {e}"))?;
         tokio::select! {
             () = self.fill(&dir, plan, &mut prepared) => {}
             () = token.cancelled() => {

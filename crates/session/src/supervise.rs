@@ -7,9 +7,11 @@
 //! `docs/architecture.md` and the other modules refer here.
 //!
 //! 1. One iteration, in the supervisor's own task (a panic in any phase is
-//!    caught there): prepare → execute (the runner alone on a task of its
-//!    own) → land (persist: bytes first, rows second; archive; report row)
-//!    → log closed (`iterate`).
+//!    caught there): prepare → the start recorded (`mark_started`; a run
+//!    whose start cannot be recorded calls no runner, gives its claim back
+//!    to the queue and skips step 2) → execute (the runner alone on a task
+//!    of its own) → land (persist: bytes first, rows second; archive;
+//!    report row) → log closed (`iterate`).
 //! 2. The terminal write (`write.rs`: detached, bounded, retried on
 //!    transient errors, panic-guarded).
 //! 3. Clean-up (docs release, scratch removal; bounded, on its own task).
@@ -44,7 +46,7 @@ use crate::manager::{Inner, Manager};
 use crate::notify_log::notifying;
 use crate::prepare::{pin_docs, Prepared};
 use crate::run::Plan;
-use crate::write::Settled;
+use crate::write::{Settled, Write};
 
 impl Manager {
     /// The one place background work starts. Registers the run in the
@@ -109,13 +111,19 @@ async fn supervise(
             // The revision still gets its report row (unless landing wrote it
             // before the panic); the scratch dir is left for `reap`.
             (
-                Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await,
+                Some(Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await),
                 Leftovers::default(),
             )
         }
     };
-    // 1. The terminal write (detached, bounded, panic-guarded).
-    let settled = Box::pin(inner.settle(id, settlement)).await;
+    // 1. The terminal write (detached, bounded, panic-guarded) — none for
+    // a run that never started: its session is queued again (or left
+    // claimed for a reaper to give back), and the run that starts it
+    // settles it.
+    let settled = match settlement {
+        Some(settlement) => Box::pin(inner.settle(id, settlement)).await,
+        None => Settled::FencedOff,
+    };
     // 2. Clean-up (docs release, scratch removal), bounded. A run whose
     // outcome is not written keeps its scratch dir: nothing says its files
     // are stored, and `reap` removes the dir once the session is settled.
@@ -137,15 +145,16 @@ async fn supervise(
     drop(guard);
 }
 
-/// One iteration: prepare, execute, land, close the log. Returns the
-/// settlement for the supervisor to write and what is left to clean up
-/// after it.
+/// One iteration: prepare, record the start, execute, land, close the
+/// log. Returns the settlement for the supervisor to write — `None` when
+/// the run never started and its claim went back to the queue — and what
+/// is left to clean up after it.
 async fn iterate(
     inner: Arc<Inner>,
     plan: Plan,
     log: LogHandle,
     run: LiveRun,
-) -> (Settlement, Leftovers) {
+) -> (Option<Settlement>, Leftovers) {
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
@@ -158,7 +167,7 @@ async fn iterate(
             Box::pin(close_log(&inner, &log)).await;
             let settlement =
                 Box::pin(inner.fail_early(revision, ExitReason::WORKSPACE_FAILED)).await;
-            return (settlement, Leftovers::default());
+            return (Some(settlement), Leftovers::default());
         }
     };
     let lease = Box::pin(pin_docs(&inner, &plan, &token)).await;
@@ -170,12 +179,33 @@ async fn iterate(
         lease.as_ref().map(|l| &l.client),
     );
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
-    let result = match execute(&inner, ctx, resume, &token).await {
-        // Stopped by this manager for a lapsed lease, not by a caller.
-        RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
-            RunResult::LeaseLost(o)
+    // The run starts: recorded before the runner is called, so a manager
+    // that dies before this point leaves a claim (given back to the
+    // queue), never an orphan whose agent may have run.
+    let result = match Box::pin(inner.mark_started(revision)).await {
+        Write::Done => match execute(&inner, ctx, resume, &token).await {
+            // Stopped by this manager for a lapsed lease, not by a caller.
+            RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
+                RunResult::LeaseLost(o)
+            }
+            result => result,
+        },
+        Write::Refused(e) => {
+            // Taken over, force-cancelled or ended meanwhile: the runner
+            // is not called, and the writes that follow are refused.
+            warn!(error = %e, "the run's start was refused: the session moved on; the runner is not called");
+            RunResult::LeaseLost(None)
         }
-        result => result,
+        Write::GaveUp => {
+            error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
+            Box::pin(close_log(&inner, &log)).await;
+            Box::pin(inner.give_back(revision)).await;
+            let leftovers = Leftovers {
+                lease,
+                dir: prepared.dir,
+            };
+            return (None, leftovers);
+        }
     };
     let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;
     // A watcher or a reopen must see the whole log once the row is terminal.
@@ -184,7 +214,7 @@ async fn iterate(
         lease,
         dir: prepared.dir,
     };
-    (settlement, leftovers)
+    (Some(settlement), leftovers)
 }
 
 /// Closes the run's turn log (flushing it), bounded by the clean-up bound:

@@ -137,6 +137,46 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Records that the run starts (`Coordination::mark_started`), right
+    /// before its runner is called: from here a run whose owner dies is an
+    /// orphan (`owner_lost`), before it only a claim the reaper gives back
+    /// to the queue. Bounded by the report bound, retried on transient
+    /// errors; a repeat of a committed attempt is `Ok`.
+    pub(crate) async fn mark_started(&self, run: RunKey) -> Write {
+        let store = Arc::clone(&self.store);
+        let attempt = move || {
+            let store = Arc::clone(&store);
+            async move { store.mark_started(run.session, run.fence).await.map(|_| ()) }
+        };
+        retry(self.config.report_timeout, attempt).await
+    }
+
+    /// Gives the claim of a run that never started back to the queue
+    /// (`Coordination::release`), bounded by the clean-up bound. When it
+    /// cannot be written the row stays claimed and unstarted: no
+    /// heartbeat renews it, its lease lapses, and a reaper gives it back.
+    pub(crate) async fn give_back(&self, run: RunKey) {
+        let store = Arc::clone(&self.store);
+        let attempt = move || {
+            let store = Arc::clone(&store);
+            async move { store.release(run.session, run.fence).await.map(|_| ()) }
+        };
+        match retry(self.config.cleanup_timeout, attempt).await {
+            Write::Done => {
+                info!("the session went back to the queue without starting");
+                self.slots.nudge();
+            }
+            Write::Refused(e) => {
+                warn!(error = %e, "the claim was not given back: the session moved on");
+            }
+            Write::GaveUp => {
+                warn!("the claim was not given back; a reaper returns it to the queue once its lease lapses");
+            }
+        }
+    }
+}
+
 /// How a bounded, retried store write ended ([`retry`]).
 #[derive(Debug)]
 pub(crate) enum Write {

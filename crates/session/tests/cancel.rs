@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use korvus_runner::RunOutcome;
 use korvus_session::SessionError;
-use korvus_store::{Lease, NewSession, OwnerId, SessionId, SessionKind, SessionStatus, Store};
+use korvus_store::{
+    Coordination, Lease, NewSession, OwnerId, SessionId, SessionKind, SessionStatus, Store,
+};
 
 use crate::support::{writing, Env, ScriptRunner};
 
-/// A session of another owner, under a lease of `ttl`.
+/// A session of another owner, under a lease of `ttl`, whose run started.
 async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
-    env.store
+    let row = env
+        .store
         .create_session(NewSession {
             admission: Default::default(),
             lease: Some(Lease {
@@ -25,7 +28,8 @@ async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
             workspace_ref: None,
         })
         .await
-        .unwrap()
+        .unwrap();
+    env.store.mark_started(row.id, row.fence).await.unwrap()
 }
 
 #[tokio::test]

@@ -392,3 +392,41 @@ async fn a_replaced_exit_reason_is_the_last_word_of_the_log() {
     );
     manager.stop().await;
 }
+
+/// A run whose start cannot be recorded (the store fails `mark_started`
+/// past the report bound) calls no runner and gives its claim back: the
+/// session is queued again, writes no report or settlement, and runs once
+/// when the store heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_cannot_be_recorded_calls_no_runner_and_queues_the_session_again() {
+    let env = Env::new().await;
+    env.store.fault(StoreOp::MarkStarted, StoreFault::Fail);
+    let runner = writing(&[("report.md", "# ran\n")]);
+    let seen = Arc::clone(&runner.seen);
+    let manager = env
+        .builder(runner)
+        .report_timeout(Duration::from_millis(200))
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let s = manager.create(env.request("go")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while env.store.count(StoreOp::Release) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen.lock().unwrap().is_empty(), "no runner was called");
+    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    assert_eq!(env.store.count(StoreOp::SettleSession), 0);
+    let row = env.store.get_session(s.id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Running, "{row:?}");
+    assert!(row.started_at.is_none(), "{row:?}");
+
+    env.store.heal();
+    let row = settled(&manager, &s).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert!(row.started_at.is_some());
+    assert_eq!(seen.lock().unwrap().len(), 1, "one runner call");
+    assert_eq!(env.store.list_reports(s.id).await.unwrap().len(), 1);
+    manager.stop().await;
+    env.assert_safe().await;
+}

@@ -17,9 +17,12 @@ use korvus_testkit::faults::{StoreFault, StoreOp};
 
 use crate::support::{counters, writing, Env, ScriptRunner};
 
-/// A running session of another owner whose lease expired at once.
+/// A running session of another owner whose lease expired at once; its
+/// run started (a run that never started is only a claim, given back to
+/// the queue).
 async fn orphan(env: &Env) -> Session {
-    env.store
+    let row = env
+        .store
         .create_session(NewSession {
             admission: Default::default(),
             lease: Some(Lease {
@@ -33,7 +36,8 @@ async fn orphan(env: &Env) -> Session {
             workspace_ref: None,
         })
         .await
-        .unwrap()
+        .unwrap();
+    env.store.mark_started(row.id, row.fence).await.unwrap()
 }
 
 /// Polls the row until `done` holds (or ten seconds passed).
@@ -186,4 +190,79 @@ async fn a_run_whose_lease_may_have_lapsed_is_stopped_and_still_lands_lease_lost
     );
     env.assert_safe().await;
     manager.stop().await;
+}
+
+/// A session whose claim outlived its manager before the runner was
+/// called goes back to the queue in its place (take over, release) and
+/// runs once, on a manager of its pool: no `owner_lost`, one report row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_manager_died_before_its_runner_goes_back_to_the_queue_and_runs_once() {
+    let env = Env::new().await;
+    // A manager of pool `p` whose one slot is held, so its next create is
+    // queued with its turn log.
+    let held = ScriptRunner::new(|ctx, _| async move {
+        ctx.cancel.cancelled().await;
+        Ok(RunOutcome::completed(counters()))
+    });
+    let queuer = env
+        .builder(held)
+        .pool("p")
+        .max_running(1)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    queuer.create(env.request("holds the slot")).await.unwrap();
+    let mut queued = queuer.create(env.request("waits")).await.unwrap();
+    for _ in 0..200 {
+        if queued.is_queued() {
+            break;
+        }
+        // The create met the manager's own claim probe; try once more.
+        queued = queuer.create(env.request("waits")).await.unwrap();
+    }
+    assert!(queued.is_queued(), "{queued:?}");
+    // A manager claims it and dies before calling its runner: its lease
+    // lapses at once and nobody renews it.
+    let dead = Lease {
+        owner: OwnerId::new(),
+        ttl: Duration::ZERO,
+    };
+    let claimed = env
+        .store
+        .claim_next("p", dead)
+        .await
+        .unwrap()
+        .expect("the queued session");
+    assert_eq!(claimed.id, queued.id);
+    assert!(claimed.started_at.is_none());
+    queuer.stop().await;
+
+    let survivor_runner = writing(&[("report.md", "# ran once\n")]);
+    let seen = Arc::clone(&survivor_runner.seen);
+    let survivor = env
+        .builder(survivor_runner)
+        .pool("p")
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let row = until(&env, queued.id, |s| s.status.is_terminal()).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    // Taken over, given back, claimed: three fences past the dead claim.
+    assert_eq!(row.fence, claimed.fence + 3, "{row:?}");
+    assert!(row.started_at.is_some());
+    let calls = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(ctx, _)| ctx.session.id == queued.id)
+        .count();
+    assert_eq!(calls, 1, "the runner was called once");
+    let reports = env.store.list_reports(queued.id).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].exit_reason, "completed");
+    assert_eq!(
+        env.store.count(StoreOp::SettleWithReport),
+        0,
+        "never settled as an orphan"
+    );
+    survivor.stop().await;
 }

@@ -28,8 +28,8 @@ macro_rules! sql_lease {
             use $crate::error::backend;
             use $crate::rows::{self, to_i32, to_i64, ReportRow, SessionRow};
             use $crate::sql::{
-                BUMP_FENCE, CANCEL_REQUESTS, INSERT_REPORT_IF_ABSENT, MARK_STARTED, REQUEST_CANCEL,
-                SELECT_REPORT, SESSION_EXISTS, SETTLE,
+                BUMP_FENCE, CANCEL_REQUESTS, INSERT_REPORT_IF_ABSENT, MARK_STARTED, RELEASE,
+                REQUEST_CANCEL, SELECT_REPORT, SESSION_EXISTS, SETTLE,
             };
             use $crate::transition::{self, Statements, Transition};
 
@@ -341,6 +341,23 @@ macro_rules! sql_lease {
                         entity: Entity::Session,
                         detail: format!("session {id} changed while its start was recorded"),
                     }))
+                }
+
+                async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
+                    let row: Option<SessionRow> = sqlx::query_as(RELEASE)
+                        .bind(id.as_uuid())
+                        .bind(to_i64(fence))
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    if let Some(row) = row {
+                        return row.into_model(Self::BACKEND);
+                    }
+                    // Failure path only: why the condition refused.
+                    let now = self.get_session(id).await?;
+                    Err(now
+                        .refusal(fence)
+                        .unwrap_or(StoreError::AlreadyStarted { session: id }))
                 }
 
                 async fn request_cancel(&self, id: SessionId) -> Result<Session> {

@@ -81,6 +81,7 @@
 //! | `heartbeat` | 1, whatever the number of runs (also for none) | same |
 //! | `take_over` | 1; 2 when refused (telling `Fenced` from `NotOrphaned`) | same |
 //! | `mark_started` | 1; 2 when refused (telling `Fenced` from `NotActive`) | same |
+//! | `release` | 1; 2 when refused (telling `Fenced`, `NotActive` and `AlreadyStarted` apart) | same |
 //! | `claim_next` | 1 (`FOR UPDATE SKIP LOCKED` on the pick) | 1 |
 //! | `settle_with_report` | 5: `BEGIN`, settle, insert unless present, read the standing report, `COMMIT` | same |
 //! | `force_cancel` | 6: `BEGIN`, move the fence, settle, insert unless present, read the standing report, `COMMIT` | same |

@@ -166,6 +166,27 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// is terminal or idle; `NotFound` for an unknown session. Nothing is
     /// written on any error.
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session>;
+
+    /// Gives a claim back to the queue: the active row at `fence`, owned
+    /// and not [started](Coordination::mark_started), loses its owner and
+    /// lease and moves to the next fence (so whatever the claimer still
+    /// writes is refused), in one conditional step. It keeps its place in
+    /// line — pool, priority, key and the time it was first queued — and
+    /// the next [`claim_next`](Coordination::claim_next) of its pool may
+    /// take it. A cancel request made for the claimed run does not move
+    /// with it (cancel a queued row with
+    /// [`force_cancel`](Coordination::force_cancel)). A reaper calls it
+    /// for an orphan whose run never started (after
+    /// [`take_over`](Coordination::take_over)); a manager for a claim it
+    /// will not run.
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotActive` when it
+    /// is terminal or idle; `AlreadyStarted` when its run started;
+    /// `NotFound` for an unknown session. Nothing is written on any
+    /// error: of concurrent releases (or a release racing a start) one
+    /// wins.
+    async fn release(&self, id: SessionId, fence: u64) -> Result<Session>;
 }
 
 /// A [`Store`] that also does [`Coordination`]: what

@@ -127,6 +127,16 @@ pub enum StoreError {
         /// The fence the write presented (the row's).
         fence: u64,
     },
+    /// A claim could not be given back
+    /// ([`Coordination::release`](crate::Coordination::release)): its run
+    /// already started (the runner was called), so the session is that
+    /// run's to end — or a reaper's, as an orphan. Nothing was written.
+    /// Permanent.
+    #[error("session {session}: its run already started and cannot go back to the queue")]
+    AlreadyStarted {
+        /// The session.
+        session: SessionId,
+    },
     /// The backend failed (connection, pool, I/O, unexpected data).
     ///
     /// Transient exactly when `transient` is `true`: the backend classified

@@ -29,7 +29,9 @@
 //!   recorded agent processes on this host and, in one transaction,
 //!   writes the revision's report row (unless the dead run wrote one) and
 //!   the settlement: `cancelled` when a cancel was pending, else `failed`
-//!   / `owner_lost`.
+//!   / `owner_lost`. An orphan whose first run never started (claimed,
+//!   then its manager died before calling the runner) is not settled: it
+//!   goes back to the queue in its place (`release`) and starts elsewhere.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -243,7 +245,7 @@ impl Inner {
         }
         let owed: Vec<Session> = unsettled.values().cloned().collect();
         for row in owed {
-            match self.settle_taken_over(&row, false).await {
+            match self.end_orphan(&row).await {
                 Err(e) if transient(&e) => {
                     warn!(session_id = %row.id, error = %e, "orphan not settled; trying again");
                 }
@@ -256,6 +258,29 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Ends an orphan this manager took over. A first run that never
+    /// started — its manager claimed it and died (or lost the database)
+    /// before calling the runner — goes back to the queue in its place:
+    /// nothing ran, so nothing is lost, and a manager of its pool starts
+    /// it. Any other orphan is settled ([`Inner::settle_taken_over`]):
+    /// `cancelled` when a cancel was pending, else `failed` /
+    /// `owner_lost`. A continued revision (a reopen or an answer) is
+    /// settled even when it never started, because its message lives only
+    /// in the run that was lost.
+    ///
+    /// # Errors
+    /// As [`Inner::settle_taken_over`]; the store's error when the claim
+    /// could not be given back.
+    pub(crate) async fn end_orphan(&self, row: &Session) -> Result<Session, SessionError> {
+        if row.started_at.is_none() && !row.cancel_requested && row.revision == 1 {
+            let queued = self.store.release(row.id, row.fence).await?;
+            warn!(session_id = %row.id, fence = queued.fence, "an orphan that never started went back to the queue");
+            self.slots.nudge();
+            return Ok(queued);
+        }
+        self.settle_taken_over(row, false).await
     }
 
     /// Stops the agent process groups that dead runs of `session` recorded

@@ -318,8 +318,10 @@ impl Manager {
     /// --apply`). Each session whose owner's lease has expired is taken
     /// over (exactly one caller wins each), its recorded agent processes on
     /// this host are stopped, and it is settled `owner_lost` (`cancelled`
-    /// when a cancel was pending) with a report row for its revision.
-    /// Returns the rows it settled.
+    /// when a cancel was pending) with a report row for its revision — or,
+    /// when its first run never started (claimed, then its manager died
+    /// before calling the runner), it goes back to the queue
+    /// ([`Session::is_queued`]). Returns the rows it ended or queued again.
     ///
     /// # Errors
     /// `Store` when the orphans cannot be listed; a takeover or settlement
@@ -329,7 +331,7 @@ impl Manager {
         self.inner.take_over_orphans(&mut taken).await?;
         let mut settled = Vec::new();
         for row in taken.values() {
-            match self.inner.settle_taken_over(row, false).await {
+            match self.inner.end_orphan(row).await {
                 Ok(done) => settled.push(done),
                 Err(e) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
             }

@@ -62,6 +62,25 @@ impl MemoryStore {
         Ok(session.clone())
     }
 
+    /// `release`.
+    pub(super) fn release_now(&self, id: SessionId, fence: u64) -> Result<Session> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if let Some(refused) = session.refusal(fence) {
+            return Err(refused);
+        }
+        if session.started_at.is_some() {
+            return Err(StoreError::AlreadyStarted { session: id });
+        }
+        self.own(session, None);
+        session.fence += 1;
+        session.cancel_requested = false;
+        Ok(session.clone())
+    }
+
     /// `heartbeat`.
     pub(super) fn renew(&self, lease: Lease, runs: &[(SessionId, u64)]) -> Vec<(SessionId, u64)> {
         let expires = self.expiry(lease);
@@ -212,7 +231,7 @@ impl MemoryStore {
                 )
             })?
             .id;
-        inner.queued.remove(&next);
+        // The entry stays: a claim given back (`release`) keeps its place.
         let s = inner.sessions.get_mut(&next)?;
         s.owner = Some(lease.owner);
         s.lease_expires_at = Some(expires);
@@ -229,6 +248,10 @@ impl Coordination for MemoryStore {
 
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.mark_started_now(id, fence)
+    }
+
+    async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
+        self.release_now(id, fence)
     }
 
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {

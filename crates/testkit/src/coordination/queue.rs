@@ -127,3 +127,76 @@ pub async fn a_queued_row_is_claimed_exactly_once(store: &dyn CoordinatedStore) 
     let claimed = claim(store, &pool, lease()).await.expect("queued again");
     assert_eq!((claimed.id, claimed.fence), (s.id, again.fence + 1));
 }
+
+/// A claim given back (`release`) is queued again at the next fence and
+/// keeps its place in line; the claimer's writes are refused from then
+/// on. A started run cannot be given back, nor a terminal row, nor a
+/// stale fence; of concurrent releases exactly one wins.
+pub async fn a_claim_given_back_is_queued_again_in_its_place(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let first = queue(store, &inc, &pool, "k", Priority::NORMAL).await;
+    let second = queue(store, &inc, &pool, "k", Priority::NORMAL).await;
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    assert_eq!(claimed.id, first.id);
+
+    let results = join_all((0..8).map(|_| store.release(first.id, claimed.fence))).await;
+    let won: Vec<Session> = results.into_iter().filter_map(Result::ok).collect();
+    assert_eq!(won.len(), 1, "one release wins: {won:?}");
+    let released = &won[0];
+    assert!(released.is_queued(), "{released:?}");
+    assert_eq!(released.fence, claimed.fence + 1);
+    assert_eq!((released.owner, released.lease_expires_at), (None, None));
+    assert_eq!(store.get_session(first.id).await.unwrap(), *released);
+    // The claimer's run is fenced off.
+    let stale = store
+        .settle_session(
+            first.id,
+            settlement_at(SessionStatus::Completed, "completed", claimed.fence),
+        )
+        .await;
+    assert!(
+        matches!(stale, Err(korvus_store::StoreError::Fenced { .. })),
+        "{stale:?}"
+    );
+    // It was queued before `second`, and is claimed before it again.
+    let again = claim(store, &pool, lease()).await.expect("queued again");
+    assert_eq!((again.id, again.fence), (first.id, released.fence + 1));
+
+    // Started: the run is the claimer's to end.
+    store.mark_started(first.id, again.fence).await.unwrap();
+    let started = store.release(first.id, again.fence).await;
+    assert!(
+        matches!(started, Err(korvus_store::StoreError::AlreadyStarted { session }) if session == first.id),
+        "{started:?}"
+    );
+    let row = store.get_session(first.id).await.unwrap();
+    assert_eq!((row.owner.is_some(), row.fence), (true, again.fence));
+
+    // A stale fence, a terminal row, an unknown id: refused, nothing written.
+    let other = claim(store, &pool, lease()).await.expect("second");
+    assert_eq!(other.id, second.id);
+    let stale = store.release(second.id, other.fence - 1).await;
+    assert!(
+        matches!(stale, Err(korvus_store::StoreError::Fenced { .. })),
+        "{stale:?}"
+    );
+    store
+        .settle_session(
+            second.id,
+            settlement_at(SessionStatus::Cancelled, "cancelled", other.fence),
+        )
+        .await
+        .unwrap();
+    let ended = store.release(second.id, other.fence).await;
+    assert!(
+        matches!(ended, Err(korvus_store::StoreError::NotActive { .. })),
+        "{ended:?}"
+    );
+    let unknown = store.release(korvus_store::SessionId::new(), 1).await;
+    assert!(
+        matches!(unknown, Err(korvus_store::StoreError::NotFound { .. })),
+        "{unknown:?}"
+    );
+    assert_eq!(claim(store, &pool, lease()).await, None);
+}

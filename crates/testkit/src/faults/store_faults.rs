@@ -32,6 +32,7 @@ pub enum StoreOp {
     RequestCancel,
     CancelRequests,
     MarkStarted,
+    Release,
     ClaimNext,
     Heartbeat,
     ExpiredLeases,
@@ -282,6 +283,10 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.enter(StoreOp::MarkStarted).await?;
         self.inner.mark_started(id, fence).await
+    }
+    async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
+        self.enter(StoreOp::Release).await?;
+        self.inner.release(id, fence).await
     }
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::RequestCancel).await?;
