@@ -14,5 +14,6 @@ mod closure;
 mod fence;
 mod harvest;
 mod output;
+mod queue_kill;
 mod session;
 mod sweep;

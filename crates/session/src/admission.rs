@@ -119,10 +119,21 @@ impl Manager {
             }
         };
         let opened = async {
-            let log = inner
+            let log = match inner
                 .logs
                 .open(LogId::from_uuid(id.as_uuid()), Access::Write)
-                .await?;
+                .await
+            {
+                Ok(log) => log,
+                // Its creator died between the row and the log (the row
+                // went back to the queue as a claim that never started).
+                Err(korvus_log::LogError::NotFound { .. }) => {
+                    warn!("the claimed session has no turn log; starting one");
+                    let header = crate::manager::log_header(row.incident_id, id);
+                    inner.logs.create(header).await?
+                }
+                Err(e) => return Err(e),
+            };
             log.claim_epoch(row.fence).await?;
             Ok::<_, korvus_log::LogError>(log)
         };

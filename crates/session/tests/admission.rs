@@ -383,3 +383,35 @@ async fn an_incident_queued_behind_another_s_burst_starts_among_the_next_two() {
     assert!(b_at < 2, "B was claimed {}th: {:?}", b_at + 1, &names[..6]);
     manager.stop().await;
 }
+
+/// A queued row whose creator died before its turn log existed is still
+/// run by the manager that claims it: the log is started then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_session_without_a_turn_log_gets_one_and_runs() {
+    let env = Env::new().await;
+    let row = env
+        .store
+        .create_session(korvus_store::NewSession {
+            admission: Default::default(),
+            lease: None,
+            id: korvus_store::SessionId::new(),
+            incident_id: env.incident.id,
+            kind: korvus_store::SessionKind::Initial,
+            prompt: "no log yet".into(),
+            workspace_ref: None,
+        })
+        .await
+        .unwrap();
+    assert!(row.is_queued());
+    let gauge = Gauge::default();
+    let manager = env
+        .builder(gauge.runner(Duration::ZERO))
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let done = settled(&manager, &row).await;
+    assert_eq!(done.status, SessionStatus::Completed, "{done:?}");
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(env.store.list_reports(row.id).await.unwrap().len(), 1);
+    manager.stop().await;
+    env.assert_safe().await;
+}
