@@ -9,7 +9,7 @@ use std::time::Duration;
 use korvus_blob::MemoryBlobStore;
 use korvus_log::TurnLog;
 use korvus_runner::RunOutcome;
-use korvus_session::{CreateSession, Manager};
+use korvus_session::{CreateOptions, CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
 use korvus_store_sql::testing::{PgDb, SqliteDb};
 use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
@@ -131,6 +131,122 @@ async fn a_session_queued_on_one_replica_runs_on_another_sqlite() {
     let db = SqliteDb::create().await;
     let pool = db.pool().clone();
     queue_across_replicas(Arc::new(SqliteStore::new(pool.clone())), || {
+        Arc::new(SqliteLog::new(pool.clone()))
+    })
+    .await;
+    db.close().await;
+}
+
+/// Two replicas of four slots each, a per-key cap of 2: 24 sessions of two
+/// tenants (queue keys), created on both replicas alternately. Sampled
+/// from the rows every 10 ms, no tenant ever has more than 2 runs in
+/// progress, and every session completes once.
+async fn per_key_cap_across_replicas(
+    store: Arc<dyn CoordinatedStore>,
+    logs: impl Fn() -> Arc<dyn TurnLog>,
+) {
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let replica = || {
+        let calls = Arc::clone(&calls);
+        let runner = ScriptRunner::new(move |ctx, _| {
+            let calls = Arc::clone(&calls);
+            async move {
+                calls.lock().unwrap().push(ctx.session.prompt.clone());
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                Ok(RunOutcome::completed(Counters::default()))
+            }
+        });
+        Manager::builder(Arc::clone(&store), Arc::new(runner))
+            .blob_store(Arc::new(MemoryBlobStore::new()))
+            .turn_log(logs())
+            .max_running(4)
+            .max_running_per_key(2)
+            .cancel_poll(Duration::from_millis(30))
+            .build()
+    };
+    let (a, b) = (replica(), replica());
+    let incident = store
+        .create_incident(NewIncident {
+            title: "tenants".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let mut created = Vec::new();
+    for i in 0..24 {
+        let tenant = if i % 2 == 0 { "t1" } else { "t2" };
+        let on = if i % 4 < 2 { &a } else { &b };
+        let s = on
+            .create_with(
+                CreateSession {
+                    incident_id: incident.id,
+                    prompt: format!("{tenant} job {i}"),
+                    context: vec![],
+                },
+                CreateOptions {
+                    queue_key: Some(tenant.into()),
+                    ..CreateOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        created.push(s);
+    }
+    let mut peak = std::collections::HashMap::<String, usize>::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = store.list_sessions(incident.id).await.unwrap();
+        let mut now = std::collections::HashMap::<String, usize>::new();
+        for s in rows.iter().filter(|s| s.is_active() && s.owner.is_some()) {
+            *now.entry(s.admission.queue_key.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        for (k, n) in now {
+            let p = peak.entry(k).or_default();
+            *p = (*p).max(n);
+        }
+        if rows.iter().all(|s| s.status.is_terminal()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not all ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        peak.values().all(|&n| n <= 2),
+        "a tenant over its cap: {peak:?}"
+    );
+    assert_eq!(peak.get("t1"), Some(&2), "the cap was reached: {peak:?}");
+    for s in &created {
+        let row = store.get_session(s.id).await.unwrap();
+        assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    }
+    let mut ran = calls.lock().unwrap().clone();
+    ran.sort();
+    ran.dedup();
+    assert_eq!(ran.len(), 24, "each ran once");
+    assert_eq!(calls.lock().unwrap().len(), 24);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_key_cap_holds_across_two_replicas_postgres() {
+    let Some(db) = PgDb::create().await else {
+        return;
+    };
+    let pool = db.pool().clone();
+    per_key_cap_across_replicas(Arc::new(PgStore::new(pool.clone())), || {
+        Arc::new(PgLog::new(pool.clone()))
+    })
+    .await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_key_cap_holds_across_two_replicas_sqlite() {
+    let db = SqliteDb::create().await;
+    let pool = db.pool().clone();
+    per_key_cap_across_replicas(Arc::new(SqliteStore::new(pool.clone())), || {
         Arc::new(SqliteLog::new(pool.clone()))
     })
     .await;

@@ -70,7 +70,7 @@ async fn admit(weak: &Weak<Inner>) -> bool {
         };
         match inner
             .store
-            .claim_next(&inner.config.pool, inner.lease())
+            .claim_next(&inner.config.pool, inner.config.per_key, inner.lease())
             .await
         {
             Ok(Some(row)) => {

@@ -199,12 +199,15 @@ async fn iterate(
         Write::GaveUp => {
             error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
             Box::pin(close_log(&inner, &log)).await;
-            Box::pin(inner.give_back(revision)).await;
+            // Cleaned up before the claim goes back: the run that claims
+            // it next (here, at once) must not find this run's dir.
             let leftovers = Leftovers {
                 lease,
                 dir: prepared.dir,
             };
-            return (None, leftovers);
+            Box::pin(cleanup(&inner, leftovers)).await;
+            Box::pin(inner.give_back(revision)).await;
+            return (None, Leftovers::default());
         }
     };
     let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_runner::ExitReason;
-use korvus_store::{Counters, NewReport, SessionId, SessionStatus, Settlement, StoreError};
+use korvus_store::{
+    Counters, NewReport, Session, SessionId, SessionStatus, Settlement, StoreError,
+};
 use tracing::{error, info, warn};
 
 use crate::manager::Inner;
@@ -150,6 +152,39 @@ impl Inner {
             async move { store.mark_started(run.session, run.fence).await.map(|_| ()) }
         };
         retry(self.config.report_timeout, attempt).await
+    }
+
+    /// Queues a session this manager created owned (so that no claimer
+    /// could take it before its context refs and turn log existed) and
+    /// will not run now: gives the creator's claim back
+    /// (`Coordination::release`), bounded by the report bound. Returns
+    /// the queued row; when the release cannot be written, the row as
+    /// created — still this manager's claim, never started and never
+    /// renewed, which a reaper gives back to the queue once its lease
+    /// lapses.
+    pub(crate) async fn enqueue(&self, session: Session) -> Session {
+        let run = RunKey::of(&session);
+        let store = Arc::clone(&self.store);
+        let attempt = move || {
+            let store = Arc::clone(&store);
+            async move { store.release(run.session, run.fence).await.map(|_| ()) }
+        };
+        match retry(self.config.report_timeout, attempt).await {
+            Write::Done => Session {
+                owner: None,
+                lease_expires_at: None,
+                fence: session.fence + 1,
+                ..session
+            },
+            Write::Refused(e) => {
+                warn!(error = %e, "the new session was not queued: it moved on");
+                session
+            }
+            Write::GaveUp => {
+                warn!("the new session was not queued; a reaper queues it once its lease lapses");
+                session
+            }
+        }
     }
 
     /// Gives the claim of a run that never started back to the queue

@@ -415,7 +415,8 @@ async fn a_start_that_cannot_be_recorded_calls_no_runner_and_queues_the_session_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(seen.lock().unwrap().is_empty(), "no runner was called");
-    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    let reports = env.store.list_reports(s.id).await.unwrap();
+    assert!(reports.is_empty(), "{reports:?}");
     assert_eq!(env.store.count(StoreOp::SettleSession), 0);
     let row = env.store.get_session(s.id).await.unwrap();
     assert_eq!(row.status, SessionStatus::Running, "{row:?}");

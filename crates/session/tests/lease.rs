@@ -228,7 +228,7 @@ async fn a_claim_whose_manager_died_before_its_runner_goes_back_to_the_queue_and
     };
     let claimed = env
         .store
-        .claim_next("p", dead)
+        .claim_next("p", None, dead)
         .await
         .unwrap()
         .expect("the queued session");

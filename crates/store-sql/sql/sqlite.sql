@@ -67,12 +67,6 @@ SET started_at = COALESCE(started_at, $3)
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
--- RELEASE (shared)
-UPDATE sessions
-SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1
-WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
-
 -- REQUEST_CANCEL (shared)
 UPDATE sessions
 SET cancel_fence = fence
@@ -233,6 +227,36 @@ WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fenc
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
 WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL ORDER BY s.priority DESC, (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- CLAIM_CAPPED (built from the dialect)
+UPDATE sessions
+SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
+WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL AND (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')) < $4 ORDER BY s.priority DESC, (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- PICK_CAPPED (built from the dialect)
+SELECT s.id, COALESCE(s.queue_key, hex(s.incident_id))
+FROM sessions AS s
+WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL AND (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')) < $2
+ORDER BY s.priority DESC, (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND COALESCE(o.queue_key, hex(o.incident_id)) = COALESCE(s.queue_key, hex(s.incident_id)) AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), s.queued_ms, s.id
+LIMIT 1;
+
+-- KEY_BUSY (built from the dialect)
+SELECT count(*)
+FROM sessions AS o
+WHERE o.pool = $1 AND COALESCE(o.queue_key, hex(o.incident_id)) = $2 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user');
+
+-- CLAIM_ROW (built from the dialect)
+UPDATE sessions
+SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
+WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- RELEASE (built from the dialect)
+UPDATE sessions
+SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1, queued_ms = COALESCE(queued_ms, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- insert_context_refs_sql (built per batch; shown for 2 rows)

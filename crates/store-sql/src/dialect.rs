@@ -81,6 +81,17 @@ pub(crate) trait StoreDialect {
     /// The rows of those of `ids` (at least one) that exist, in any order.
     async fn artifact_rows(&self, ids: &[ArtifactId]) -> Result<Vec<ArtifactRow>>;
 
+    /// [`Coordination::claim_next`](korvus_store::Coordination::claim_next)
+    /// with a per-key cap of `cap` runs in progress, exact across
+    /// concurrent claimers: the claimed row, or none when nothing queued
+    /// in `pool` may start.
+    async fn claim_capped(
+        &self,
+        pool: &str,
+        cap: u32,
+        lease: korvus_store::Lease,
+    ) -> Result<Option<crate::rows::SessionRow>>;
+
     /// [`Coordination::cancel_signal`](korvus_store::Coordination::cancel_signal): a
     /// `Notify` fed by the engine's notifications of new cancel requests,
     /// or `None` for an engine without them.

@@ -28,8 +28,8 @@ macro_rules! sql_lease {
             use $crate::error::backend;
             use $crate::rows::{self, to_i32, to_i64, ReportRow, SessionRow};
             use $crate::sql::{
-                BUMP_FENCE, CANCEL_REQUESTS, INSERT_REPORT_IF_ABSENT, MARK_STARTED, RELEASE,
-                REQUEST_CANCEL, SELECT_REPORT, SESSION_EXISTS, SETTLE,
+                BUMP_FENCE, CANCEL_REQUESTS, INSERT_REPORT_IF_ABSENT, MARK_STARTED, REQUEST_CANCEL,
+                SELECT_REPORT, SESSION_EXISTS, SETTLE,
             };
             use $crate::transition::{self, Statements, Transition};
 
@@ -313,14 +313,22 @@ macro_rules! sql_lease {
 
             #[async_trait::async_trait]
             impl Coordination for $store {
-                async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
-                    let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.claim_next)
-                        .bind(pool)
-                        .bind(lease.owner.as_uuid())
-                        .bind(lease.ttl_millis())
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
+                async fn claim_next(
+                    &self,
+                    pool: &str,
+                    per_key: Option<u32>,
+                    lease: Lease,
+                ) -> Result<Option<Session>> {
+                    let row: Option<SessionRow> = match per_key {
+                        None => sqlx::query_as(&STATEMENTS.claim_next)
+                            .bind(pool)
+                            .bind(lease.owner.as_uuid())
+                            .bind(lease.ttl_millis())
+                            .fetch_optional(&self.pool)
+                            .await
+                            .map_err(backend(Self::BACKEND))?,
+                        Some(cap) => self.claim_capped(pool, cap, lease).await?,
+                    };
                     row.map(|r| r.into_model(Self::BACKEND)).transpose()
                 }
 
@@ -344,7 +352,7 @@ macro_rules! sql_lease {
                 }
 
                 async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
-                    let row: Option<SessionRow> = sqlx::query_as(RELEASE)
+                    let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.release)
                         .bind(id.as_uuid())
                         .bind(to_i64(fence))
                         .fetch_optional(&self.pool)

@@ -27,8 +27,17 @@ use crate::store::sql_store;
 /// The `backend` name in this module's `Backend` errors.
 pub(crate) const BACKEND: &str = "postgres";
 
+/// How many picks a capped claim makes before it answers `None`.
+const CAPPED_CLAIM_ATTEMPTS: usize = 8;
+
 crate::sql::statements! {
     POSTGRES;
+
+    /// A capped claim's lock on its key: the key's row in `queue_keys`,
+    /// made on first use and row-locked until the claim commits, so the
+    /// claims of one key run one at a time. Binds `$1` pool, `$2` key.
+    LOCK_QUEUE_KEY = "INSERT INTO queue_keys (pool, queue_key) VALUES ($1, $2) \
+         ON CONFLICT (pool, queue_key) DO UPDATE SET pool = EXCLUDED.pool";
 
     /// `insert_context_refs`, one statement: bump the session's ref
     /// counter (row lock: concurrent inserts for one session queue here)
@@ -106,6 +115,62 @@ sql_store! {
 crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
 
 impl StoreDialect for PgStore {
+    // In steps, in one transaction: pick a row whose key is below the cap
+    // (row locked, others' picks skipped), take the key's lock row — the
+    // claims of one key queue here — and count the key's runs again: the
+    // count now sees every claim committed before the lock was granted.
+    // A key found full was filled by a concurrent claim; the next pick
+    // (a new snapshot) passes it over.
+    async fn claim_capped(
+        &self,
+        pool: &str,
+        cap: u32,
+        lease: korvus_store::Lease,
+    ) -> Result<Option<crate::rows::SessionRow>> {
+        let statements = Self::statements();
+        let err = backend(BACKEND);
+        for _ in 0..CAPPED_CLAIM_ATTEMPTS {
+            let mut tx = self.pool.begin().await.map_err(&err)?;
+            let picked: Option<(Uuid, String)> = sqlx::query_as(&statements.pick_capped)
+                .bind(pool)
+                .bind(i64::from(cap))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(&err)?;
+            let Some((id, key)) = picked else {
+                return Ok(None);
+            };
+            sqlx::query(LOCK_QUEUE_KEY)
+                .bind(pool)
+                .bind(&key)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+            let busy: i64 = sqlx::query_scalar(&statements.key_busy)
+                .bind(pool)
+                .bind(&key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(&err)?;
+            if busy >= i64::from(cap) {
+                drop(tx);
+                continue;
+            }
+            let row = sqlx::query_as(&statements.claim_row)
+                .bind(id)
+                .bind(lease.owner.as_uuid())
+                .bind(lease.ttl_millis())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(&err)?;
+            tx.commit().await.map_err(&err)?;
+            return Ok(row);
+        }
+        // Every attempt met a key a concurrent claim had just filled: the
+        // caller asks again at its next wake-up.
+        Ok(None)
+    }
+
     fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let notify = std::sync::Arc::new(tokio::sync::Notify::new());

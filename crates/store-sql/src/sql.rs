@@ -122,19 +122,6 @@ statements! {
         session_columns!()
     );
 
-    /// `release`: the active row at `$2` (fence), not started, loses its
-    /// owner and lease and moves to the next fence; `queued_ms` stays, so
-    /// it keeps its place in line, and a cancel request for the claimed
-    /// run (`cancel_fence`, the old fence) no longer matches. Binds `$1`
-    /// id, `$2` fence.
-    RELEASE = concat!(
-        "UPDATE sessions SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1 \
-         WHERE id = $1 AND fence = $2 AND started_at IS NULL AND ",
-        active!(),
-        " RETURNING ",
-        session_columns!()
-    );
-
     /// `request_cancel`: a running session's row records a cancel request
     /// naming its current fence. Binds `$1` id, `$2` running.
     REQUEST_CANCEL = concat!(

@@ -162,6 +162,24 @@ sql_store! {
 crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
 
 impl StoreDialect for SqliteStore {
+    // One statement: writes run one at a time, so the busy count the pick
+    // reads cannot change before the claim is written.
+    async fn claim_capped(
+        &self,
+        pool: &str,
+        cap: u32,
+        lease: korvus_store::Lease,
+    ) -> Result<Option<crate::rows::SessionRow>> {
+        sqlx::query_as(&Self::statements().claim_capped)
+            .bind(pool)
+            .bind(lease.owner.as_uuid())
+            .bind(lease.ttl_millis())
+            .bind(i64::from(cap))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend(BACKEND))
+    }
+
     fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
         // SQLite cannot notify other connections: managers poll.
         None

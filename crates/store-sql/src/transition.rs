@@ -88,32 +88,54 @@ fn queued(alias: &str) -> String {
     )
 }
 
-/// `claim_next`: the next queued row of pool `$1` — highest priority,
-/// then the key with the fewest runs in progress (claimed or started, not
-/// settled), then the oldest queued — owned under `$2` (owner) for `$3`
-/// (ttl, ms), at the next fence. `key` is the engine's queue key of an
-/// alias (`{t}`), `lock` the row lock the pick takes.
-fn claim_next(now: &str, key: &str, lock: &str) -> String {
+/// How many runs of `s`'s key are in progress in its pool (owned and
+/// active: claimed, started or continued). `key` is the engine's queue
+/// key of an alias (`{t}`).
+fn busy(key: &str) -> String {
     let key_of = |t: &str| key.replace("{t}", t);
+    format!(
+        "(SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND {o_key} = {s_key} \
+          AND o.owner IS NOT NULL AND o.status = 'running' \
+          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user'))",
+        o_key = key_of("o"),
+        s_key = key_of("s"),
+    )
+}
+
+/// The pick of `claim_next`: the next queued row of pool `$1` — highest
+/// priority, then the key with the fewest runs in progress, then the
+/// oldest queued — selecting `columns` of it (alias `s`). `cap` is an
+/// extra condition on the key's busy count (empty: none), `lock` the row
+/// lock the pick takes.
+fn pick(key: &str, columns: &str, cap: &str, lock: &str) -> String {
+    let busy = busy(key);
+    format!(
+        "SELECT {columns} FROM sessions AS s WHERE s.pool = $1 AND {queued}{cap_clause} \
+         ORDER BY s.priority DESC, {busy}, s.queued_ms, s.id LIMIT 1{lock}",
+        queued = queued("s"),
+        cap_clause = if cap.is_empty() {
+            String::new()
+        } else {
+            format!(" AND {busy} < {cap}")
+        },
+    )
+}
+
+/// `claim_next`: the row [`pick`] names (with `cap` on its key's busy
+/// count, or none), owned under `$2` (owner) for `$3` (ttl, ms), at the
+/// next fence.
+fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
     format!(
         concat!(
             "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, fence = fence + 1 \
-             WHERE id = (SELECT s.id FROM sessions AS s WHERE s.pool = $1 AND {queued} \
-             ORDER BY s.priority DESC, \
-             (SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND {o_key} = {s_key} \
-              AND o.owner IS NOT NULL AND o.status = 'running' \
-              AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')), \
-             s.queued_ms, s.id LIMIT 1{lock}) \
+             WHERE id = ({pick}) \
              AND owner IS NULL AND started_at IS NULL AND ",
             active!(),
             " RETURNING ",
             session_columns!()
         ),
         now = now,
-        queued = queued("s"),
-        o_key = key_of("o"),
-        s_key = key_of("s"),
-        lock = lock,
+        pick = pick(key, "s.id", cap, lock),
     )
 }
 
@@ -145,6 +167,29 @@ pub(crate) struct Statements {
     /// `claim_next` (see [`claim_next`]). Binds `$1` pool, `$2` owner,
     /// `$3` ttl (ms).
     pub(crate) claim_next: String,
+    /// `claim_next` with a per-key cap, in one statement: for an engine
+    /// whose writes run one at a time (SQLite), where the busy count it
+    /// reads cannot change before it writes. Binds `$1` pool, `$2` owner,
+    /// `$3` ttl (ms), `$4` the cap.
+    pub(crate) claim_capped: String,
+    /// The pick of a capped claim made in steps (PostgreSQL): the id and
+    /// the key of the next queued row whose key is below the cap, row
+    /// locked. Binds `$1` pool, `$2` the cap.
+    pub(crate) pick_capped: String,
+    /// How many runs of a key are in progress in a pool. Binds `$1` pool,
+    /// `$2` the key.
+    pub(crate) key_busy: String,
+    /// `release`: the active row at `$2` (fence), not started, loses its
+    /// owner and lease and moves to the next fence. It keeps `queued_ms`
+    /// when it was queued before (its place in line); a row created owned
+    /// and queued only now gets now. A cancel request for the claimed run
+    /// (`cancel_fence`, the old fence) no longer matches. Binds `$1` id,
+    /// `$2` fence.
+    pub(crate) release: String,
+    /// The claim of the picked row: owned under `$2` (owner) for `$3`
+    /// (ttl, ms) at the next fence, while it is still queued. Binds `$1`
+    /// id.
+    pub(crate) claim_row: String,
 }
 
 impl Statements {
@@ -161,6 +206,7 @@ impl Statements {
             skip_locked,
         } = *dialect;
         let orphan = orphan(now);
+        let key = format!("COALESCE({{t}}.queue_key, {incident_text})");
         Self {
             reopen: format!(
                 concat!(
@@ -200,10 +246,40 @@ impl Statements {
                 orphan
             ),
             insert_report: insert_report(share),
-            claim_next: claim_next(
-                now,
-                &format!("COALESCE({{t}}.queue_key, {incident_text})"),
+            claim_next: claim_next(now, &key, "", skip_locked),
+            claim_capped: claim_next(now, &key, "$4", skip_locked),
+            pick_capped: pick(
+                &key,
+                &format!("s.id, {}", key.replace("{t}", "s")),
+                "$2",
                 skip_locked,
+            ),
+            key_busy: format!(
+                "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
+                 AND o.owner IS NOT NULL AND o.status = 'running' \
+                 AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
+                key.replace("{t}", "o")
+            ),
+            release: format!(
+                concat!(
+                    "UPDATE sessions SET owner = NULL, lease_expires_ms = NULL, \
+                     fence = fence + 1, queued_ms = COALESCE(queued_ms, {now}) \
+                     WHERE id = $1 AND fence = $2 AND started_at IS NULL AND ",
+                    active!(),
+                    " RETURNING ",
+                    session_columns!()
+                ),
+                now = now
+            ),
+            claim_row: format!(
+                concat!(
+                    "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, \
+                     fence = fence + 1 WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND ",
+                    active!(),
+                    " RETURNING ",
+                    session_columns!()
+                ),
+                now = now
             ),
         }
     }
@@ -216,7 +292,7 @@ impl Statements {
     /// Every statement, by name, in a fixed order: what the SQL snapshot
     /// renders.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn all(&self) -> [(&'static str, &str); 7] {
+    pub(crate) fn all(&self) -> [(&'static str, &str); 12] {
         [
             ("REOPEN", &self.reopen),
             ("RESUME_IDLE", &self.resume_idle),
@@ -225,6 +301,11 @@ impl Statements {
             ("TAKE_OVER", &self.take_over),
             ("INSERT_REPORT", &self.insert_report),
             ("CLAIM_NEXT", &self.claim_next),
+            ("CLAIM_CAPPED", &self.claim_capped),
+            ("PICK_CAPPED", &self.pick_capped),
+            ("KEY_BUSY", &self.key_busy),
+            ("CLAIM_ROW", &self.claim_row),
+            ("RELEASE", &self.release),
         ]
     }
 }

@@ -146,15 +146,27 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// [priority](crate::Priority) first; among those, the key (the
     /// session's queue key, or its incident) with the fewest runs in
     /// progress — so keys take turns; within a key, the one queued
-    /// longest. The claimed row is owned under `lease` at the next fence
-    /// (the caller then claims its turn log at that fence), and stays
-    /// unstarted until [`mark_started`](Coordination::mark_started). Of
-    /// concurrent claims each row goes to exactly one; `None` when the
-    /// pool has nothing queued.
+    /// longest. With `per_key`, a key that already has that many runs in
+    /// progress (owned and active: claimed, started, or continued) is
+    /// passed over, and the cap holds across concurrent claimers — a
+    /// backend serialises the claims of one key (PostgreSQL: a lock row
+    /// per pool and key) instead of trusting a count it read before
+    /// another claimer committed. The claimed row is owned under `lease`
+    /// at the next fence (the caller then claims its turn log at that
+    /// fence), and stays unstarted until
+    /// [`mark_started`](Coordination::mark_started). Of concurrent claims
+    /// each row goes to exactly one; `None` when the pool has nothing
+    /// queued that may start.
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>>;
+    /// `Backend` on I/O failure (a transient one, such as a serialisation
+    /// failure between claimers, may be retried).
+    async fn claim_next(
+        &self,
+        pool: &str,
+        per_key: Option<u32>,
+        lease: Lease,
+    ) -> Result<Option<Session>>;
 
     /// Records that the run at `fence` starts: its manager is about to call
     /// the runner. Sets [`Session::started_at`](crate::Session::started_at)

@@ -31,8 +31,8 @@ pub use self::leases::{
     settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
 };
 pub use self::queue::{
-    a_claim_given_back_is_queued_again_in_its_place, a_queued_row_is_claimed_exactly_once,
-    claims_go_by_priority_then_the_least_busy_key_then_age,
+    a_claim_given_back_is_queued_again_in_its_place, a_per_key_cap_holds_across_concurrent_claims,
+    a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,
 };
 
 crate::__with_cases!(

@@ -52,6 +52,7 @@ macro_rules! __with_cases {
             claims_go_by_priority_then_the_least_busy_key_then_age,
             a_queued_row_is_claimed_exactly_once,
             a_claim_given_back_is_queued_again_in_its_place,
+            a_per_key_cap_holds_across_concurrent_claims,
             a_retried_identical_settlement_is_ok,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,

@@ -72,6 +72,9 @@ pub(crate) struct Config {
     pub(crate) max_running: usize,
     /// The runner pool this manager claims queued sessions of.
     pub(crate) pool: String,
+    /// At most this many runs in progress per queue key, across the
+    /// pool's managers (`None`: no cap).
+    pub(crate) per_key: Option<u32>,
 }
 
 impl Default for Config {
@@ -90,6 +93,7 @@ impl Default for Config {
             heartbeat: DEFAULT_HEARTBEAT,
             max_running: DEFAULT_MAX_RUNNING,
             pool: korvus_store::DEFAULT_POOL.to_owned(),
+            per_key: None,
         }
     }
 }
@@ -217,6 +221,40 @@ impl ManagerBuilder {
     /// the cap.
     pub fn max_running(mut self, n: usize) -> Self {
         self.config.max_running = n.max(1);
+        self
+    }
+
+    /// At most `n` runs in progress (claimed, started or continued, not
+    /// settled) per queue key — the session's
+    /// [`queue_key`](crate::CreateOptions::queue_key), else its incident —
+    /// across every manager of the pool on the store (default: no cap; at
+    /// least 1). With a cap every create is queued and then claimed
+    /// through the store, which counts a key's runs under a lock of that
+    /// key, so replicas racing for one key never overshoot it; a session
+    /// of a key at its cap waits while other keys' sessions start. Give
+    /// every manager of a pool the same cap: a claim applies its own
+    /// manager's. Continued sessions (reopen, answer) are not held back
+    /// by it, but count towards it.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use korvus_session::Manager;
+    /// # use korvus_store::MemoryStore;
+    /// # use korvus_runner::testing::ScriptRunner;
+    /// # use korvus_runner::RunOutcome;
+    /// # let runner = ScriptRunner::new(|_, _| async {
+    /// #     Ok(RunOutcome::completed(Default::default()))
+    /// # });
+    /// // 64 runs at once on this replica, at most 2 of any one tenant
+    /// // (queue key) across all replicas of the pool.
+    /// let manager = Manager::builder(Arc::new(MemoryStore::new()), Arc::new(runner))
+    ///     .max_running(64)
+    ///     .max_running_per_key(2)
+    ///     .build();
+    /// # drop(manager);
+    /// ```
+    pub fn max_running_per_key(mut self, n: u32) -> Self {
+        self.config.per_key = Some(n.max(1));
         self
     }
 

@@ -191,7 +191,12 @@ impl Manager {
             // manager claims the run now. Otherwise the session is queued
             // for the next slot of any manager of the pool, behind those
             // already waiting.
-            let slot = inner.slots.try_take_for_new();
+            // With a per-key cap every create is queued: only a claim
+            // counts the key's runs under the key's lock.
+            let slot = match inner.config.per_key {
+                Some(_) => None,
+                None => inner.slots.try_take_for_new(),
+            };
             let session = inner
                 .store
                 .create_session(NewSession {
@@ -201,7 +206,10 @@ impl Manager {
                         queue_key: options.queue_key,
                         idempotency_key: options.idempotency_key,
                     },
-                    lease: slot.as_ref().map(|_| inner.lease()),
+                    // Owned by this manager even when it will be queued:
+                    // no claimer can take it before its refs and its log
+                    // exist. It is queued below, once they do.
+                    lease: Some(inner.lease()),
                     id,
                     incident_id: incident.id,
                     kind,
@@ -231,7 +239,8 @@ impl Manager {
                 }
             };
             let Some(slot) = slot else {
-                info!(seq = session.seq, kind = %kind, "session created and queued");
+                let session = inner.enqueue(session).await;
+                info!(seq = session.seq, kind = %kind, queued = session.is_queued(), "session created and queued");
                 inner.slots.set_waiting(true);
                 inner.slots.nudge();
                 return Ok(session);

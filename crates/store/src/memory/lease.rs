@@ -78,7 +78,15 @@ impl MemoryStore {
         self.own(session, None);
         session.fence += 1;
         session.cancel_requested = false;
-        Ok(session.clone())
+        let session = session.clone();
+        // Its place in line: kept from when it was queued, or now for a
+        // row created owned and queued only now.
+        if !inner.queued.contains_key(&id) {
+            inner.next_queued += 1;
+            let n = inner.next_queued;
+            inner.queued.insert(id, n);
+        }
+        Ok(session)
     }
 
     /// `heartbeat`.
@@ -203,7 +211,7 @@ impl super::Inner {
 
 impl MemoryStore {
     /// `claim_next`, under the lock: see [`Coordination::claim_next`].
-    fn claim_next_now(&self, pool: &str, lease: Lease) -> Option<Session> {
+    fn claim_next_now(&self, pool: &str, per_key: Option<u32>, lease: Lease) -> Option<Session> {
         let expires = self.expiry(lease);
         let mut inner = self.lock();
         let key = |s: &Session| {
@@ -222,6 +230,9 @@ impl MemoryStore {
             .sessions
             .values()
             .filter(|s| s.admission.pool == pool && s.is_queued())
+            .filter(|s| {
+                per_key.is_none_or(|cap| busy.get(&key(s)).copied().unwrap_or(0) < cap as usize)
+            })
             .min_by_key(|s| {
                 (
                     std::cmp::Reverse(s.admission.priority),
@@ -242,8 +253,13 @@ impl MemoryStore {
 
 #[async_trait]
 impl Coordination for MemoryStore {
-    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
-        Ok(self.claim_next_now(pool, lease))
+    async fn claim_next(
+        &self,
+        pool: &str,
+        per_key: Option<u32>,
+        lease: Lease,
+    ) -> Result<Option<Session>> {
+        Ok(self.claim_next_now(pool, per_key, lease))
     }
 
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {

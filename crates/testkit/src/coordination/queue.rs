@@ -46,7 +46,7 @@ async fn queue(
 }
 
 async fn claim(store: &dyn CoordinatedStore, pool: &str, lease: Lease) -> Option<Session> {
-    store.claim_next(pool, lease).await.unwrap()
+    store.claim_next(pool, None, lease).await.unwrap()
 }
 
 /// Priority first; then the key with the fewest runs in progress; then
@@ -99,7 +99,7 @@ pub async fn a_queued_row_is_claimed_exactly_once(store: &dyn CoordinatedStore) 
     let inc = incident(store).await;
     let pool = fresh_pool();
     let s = queue(store, &inc, &pool, "only", Priority::NORMAL).await;
-    let results = join_all((0..16).map(|_| store.claim_next(&pool, lease()))).await;
+    let results = join_all((0..16).map(|_| store.claim_next(&pool, None, lease()))).await;
     let won: Vec<Session> = results
         .into_iter()
         .filter_map(|r| r.expect("no error"))
@@ -199,4 +199,81 @@ pub async fn a_claim_given_back_is_queued_again_in_its_place(store: &dyn Coordin
         "{unknown:?}"
     );
     assert_eq!(claim(store, &pool, lease()).await, None);
+
+    // A row created owned and given back is queued from then on: behind a
+    // row queued before the release, whenever it was created.
+    let mut new = new_session(&inc, "k");
+    new.admission = Admission {
+        pool: pool.clone(),
+        priority: Priority::NORMAL,
+        queue_key: Some("k".to_owned()),
+        idempotency_key: None,
+    };
+    new.lease = Some(lease());
+    let owned = store.create_session(new).await.unwrap();
+    assert!(!owned.is_queued());
+    let earlier = queue(store, &inc, &pool, "k", Priority::NORMAL).await;
+    // Queue times are milliseconds of the store's clock: let one pass.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let queued = store.release(owned.id, owned.fence).await.unwrap();
+    assert!(queued.is_queued(), "{queued:?}");
+    let order = [
+        claim(store, &pool, lease()).await.expect("one").id,
+        claim(store, &pool, lease()).await.expect("two").id,
+    ];
+    assert_eq!(order, [earlier.id, owned.id]);
+}
+
+/// A per-key cap holds across concurrent claimers: of many claims racing
+/// with a cap of 2, exactly two runs of each key are claimed; a key at
+/// its cap is passed over for another key, even one of lower priority;
+/// a run that ends makes room for one more.
+pub async fn a_per_key_cap_holds_across_concurrent_claims(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    for _ in 0..6 {
+        queue(store, &inc, &pool, "k", Priority::NORMAL).await;
+        queue(store, &inc, &pool, "j", Priority::NORMAL).await;
+    }
+    let results = join_all((0..16).map(|_| store.claim_next(&pool, Some(2), lease()))).await;
+    let won: Vec<Session> = results
+        .into_iter()
+        .filter_map(|r| r.expect("no error"))
+        .collect();
+    let of = |key: &str| {
+        won.iter()
+            .filter(|s| s.admission.queue_key.as_deref() == Some(key))
+            .count()
+    };
+    assert_eq!((of("k"), of("j")), (2, 2), "{won:?}");
+    assert_eq!(claim_capped(store, &pool, 2).await, None, "both keys full");
+
+    // A full key is passed over, whatever its priority.
+    let low = queue(store, &inc, &pool, "low", Priority::LOWEST).await;
+    queue(store, &inc, &pool, "k", Priority::HIGHEST).await;
+    let next = claim_capped(store, &pool, 2).await.expect("another key");
+    assert_eq!(next.id, low.id);
+
+    // A run of k ends: room for exactly one more of k (the high one).
+    let k_run = won
+        .iter()
+        .find(|s| s.admission.queue_key.as_deref() == Some("k"))
+        .unwrap();
+    store
+        .settle_session(
+            k_run.id,
+            settlement_at(SessionStatus::Completed, "completed", k_run.fence),
+        )
+        .await
+        .unwrap();
+    let more = claim_capped(store, &pool, 2).await.expect("room in k");
+    assert_eq!(more.admission.queue_key.as_deref(), Some("k"));
+    assert_eq!(more.admission.priority, Priority::HIGHEST);
+    assert_eq!(claim_capped(store, &pool, 2).await, None);
+    // Without a cap the rest may go.
+    assert!(claim(store, &pool, lease()).await.is_some());
+}
+
+async fn claim_capped(store: &dyn CoordinatedStore, pool: &str, cap: u32) -> Option<Session> {
+    store.claim_next(pool, Some(cap), lease()).await.unwrap()
 }

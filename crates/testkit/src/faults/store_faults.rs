@@ -276,9 +276,14 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 
 #[async_trait]
 impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
-    async fn claim_next(&self, pool: &str, lease: Lease) -> Result<Option<Session>> {
+    async fn claim_next(
+        &self,
+        pool: &str,
+        per_key: Option<u32>,
+        lease: Lease,
+    ) -> Result<Option<Session>> {
         self.enter(StoreOp::ClaimNext).await?;
-        self.inner.claim_next(pool, lease).await
+        self.inner.claim_next(pool, per_key, lease).await
     }
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.enter(StoreOp::MarkStarted).await?;
