@@ -10,7 +10,7 @@ use korvus_blob::{BlobKey, BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_log::TurnLog;
 use korvus_runner::Runner;
-use korvus_session::Manager;
+use korvus_session::{Manager, ManagerBuilder};
 use korvus_store::CoordinatedStore;
 use korvus_store_sql::{
     migrate, open_sqlite, PgLog, PgPool, PgStore, SqliteLog, SqlitePool, SqliteStore,
@@ -35,6 +35,8 @@ pub(crate) struct Backends {
     pub(crate) places: Vec<(&'static str, String)>,
     /// The lease ttl and heartbeat period of this process's manager.
     lease: (Duration, Duration),
+    /// Its admission: run slots, the per-key cap, the pool.
+    admission: (usize, Option<u32>, String),
     pools: Pools,
 }
 
@@ -145,6 +147,11 @@ impl Backends {
                 Duration::from_secs_f64(global.lease_ttl),
                 Duration::from_secs_f64(global.heartbeat),
             ),
+            admission: (
+                global.max_running as usize,
+                global.max_running_per_key,
+                global.pool.clone(),
+            ),
             pools,
         })
     }
@@ -163,6 +170,18 @@ impl Backends {
         runner: Arc<dyn Runner>,
         run_timeout: Option<Duration>,
     ) -> Manager {
+        self.builder(runner, run_timeout).build()
+    }
+
+    /// A manager that runs nothing: for commands that cancel, reap or
+    /// inspect. It never claims queued sessions (it would fail them).
+    pub(crate) fn tool_manager(&self) -> Manager {
+        self.builder(Arc::new(crate::session::NoRuns), None)
+            .claim_queued(false)
+            .build()
+    }
+
+    fn builder(&self, runner: Arc<dyn Runner>, run_timeout: Option<Duration>) -> ManagerBuilder {
         let seeder = GitSeeder::default();
         let trees = seeder.trees().to_vec();
         let mut builder = Manager::builder(Arc::clone(&self.store), runner)
@@ -170,11 +189,16 @@ impl Backends {
             .blob_store(Arc::clone(&self.blobs))
             .scratch_root(ScratchRoot::supplied(&self.scratch))
             .seeder(Arc::new(seeder), trees)
-            .lease(self.lease.0, self.lease.1);
+            .lease(self.lease.0, self.lease.1)
+            .max_running(self.admission.0)
+            .pool(self.admission.2.clone());
+        if let Some(cap) = self.admission.1 {
+            builder = builder.max_running_per_key(cap);
+        }
         if let Some(timeout) = run_timeout {
             builder = builder.run_timeout(timeout);
         }
-        builder.build()
+        builder
     }
 
     /// Closes the database pools (SQLite checkpoints its log).

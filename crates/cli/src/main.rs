@@ -149,6 +149,35 @@ struct Global {
     #[arg(long, env = "KORVUS_HEARTBEAT", value_name = "SECS", global = true,
           default_value_t = 10.0, value_parser = seconds)]
     heartbeat: f64,
+    /// Runs this process executes at once; sessions created past it are
+    /// queued in the database until a run slot of a korvus process of the
+    /// same pool frees up.
+    #[arg(long, env = "KORVUS_MAX_RUNNING", value_name = "N", global = true,
+          default_value_t = korvus_session::DEFAULT_MAX_RUNNING as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_running: u32,
+    /// At most this many runs in progress per queue key (the incident)
+    /// across every korvus process of the pool; give them all the same.
+    #[arg(long, env = "KORVUS_MAX_RUNNING_PER_KEY", value_name = "N", global = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_running_per_key: Option<u32>,
+    /// The runner pool of this process: it queues its sessions under it
+    /// and runs only sessions queued under it. Give processes that run
+    /// different agents different pools.
+    #[arg(long, env = "KORVUS_POOL", value_name = "NAME", global = true,
+          default_value = korvus_store::DEFAULT_POOL, value_parser = pool_name)]
+    pool: String,
+}
+
+/// A runner pool name the store accepts (1 to 64 bytes, no NUL).
+fn pool_name(text: &str) -> std::result::Result<String, String> {
+    let admission = korvus_store::Admission {
+        pool: text.to_owned(),
+        ..korvus_store::Admission::default()
+    };
+    korvus_store::validate::admission(&admission)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// A positive number of seconds, at most a day.

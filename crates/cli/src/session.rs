@@ -263,9 +263,38 @@ pub(crate) async fn drive(
         "session {} started (incident {}, revision {}); Ctrl-C cancels it",
         session.id, session.incident_id, revision
     );
+    if session.is_queued() {
+        println!(
+            "queued in pool {} (priority {}) until a run slot of the pool frees up",
+            session.admission.pool, session.admission.priority
+        );
+    }
     let (row, elapsed) = follow(manager, session.id, skip, &mut signals).await?;
     summary(backends, &row, elapsed).await?;
+    finish_picked_up(manager, &mut signals).await;
     Ok(exit_code(&row))
+}
+
+/// While it waited, this process was a manager of its pool and may have
+/// claimed other queued sessions: it claims no more, and lets those runs
+/// finish (Ctrl-C cancels them: the caller's `stop` follows) instead of
+/// cancelling what others are waiting for.
+async fn finish_picked_up(manager: &Manager, signals: &mut Signals) {
+    manager.stop_claiming();
+    if tokio::time::timeout(Duration::from_millis(200), manager.wait())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    eprintln!(
+        "korvus: finishing the runs this process picked up from the pool's queue \
+         (Ctrl-C cancels them)"
+    );
+    tokio::select! {
+        () = manager.wait() => {}
+        () = signals.recv() => {}
+    }
 }
 
 /// How many events the session's log has now.
@@ -469,7 +498,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
 /// A runner for the managers of commands that start no run (`cancel`,
 /// `reap`): they only end sessions.
 #[derive(Debug)]
-struct NoRuns;
+pub(crate) struct NoRuns;
 
 #[async_trait::async_trait]
 impl korvus_runner::Runner for NoRuns {
@@ -521,7 +550,7 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
         // One fenced transition: the run is fenced off (its later writes
         // are refused), the row settled `cancelled` with the revision's
         // report row; its owner stops the agent within a heartbeat period.
-        let manager = backends.manager(Arc::new(NoRuns), None);
+        let manager = backends.tool_manager();
         let row = manager
             .force_cancel(id)
             .await
@@ -538,7 +567,7 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
     }
     // The manager's cancel: an idle row or an orphan ends here and now; a
     // run with a live owner gets a request, which its owner answers.
-    let manager = backends.manager(Arc::new(NoRuns), None);
+    let manager = backends.tool_manager();
     let first = manager
         .cancel(id)
         .await
@@ -656,7 +685,7 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         backends.close().await;
         return Ok(ExitCode::SUCCESS);
     }
-    let manager = backends.manager(Arc::new(NoRuns), None);
+    let manager = backends.tool_manager();
     let (queued, settled): (Vec<_>, Vec<_>) = manager
         .reap_orphans()
         .await?

@@ -14,6 +14,7 @@ mod examples;
 mod host;
 mod ops;
 mod papercuts;
+mod queue;
 mod replicas;
 mod report;
 mod sandbox;

@@ -9,8 +9,10 @@
 //! its pool (`Coordination::claim_next`: priority, then the key with the
 //! fewest runs in progress, then age — one winner across replicas), opens
 //! its turn log at the claimed fence and launches it like a created one.
-//! It stops claiming once the manager stops: unclaimed sessions stay
-//! queued for the next manager.
+//! It stops claiming once the manager stops (or
+//! [`Manager::stop_claiming`] was called): unclaimed sessions stay queued
+//! for the next manager, and a claim made while it began to stop is given
+//! back.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -65,6 +67,9 @@ async fn admit(weak: &Weak<Inner>) -> bool {
         if inner.shutting_down.load(Ordering::Acquire) {
             return false;
         }
+        if inner.claiming_stopped.load(Ordering::Acquire) {
+            return true;
+        }
         let Some(slot) = inner.slots.try_take() else {
             return true;
         };
@@ -73,6 +78,13 @@ async fn admit(weak: &Weak<Inner>) -> bool {
             .claim_next(&inner.config.pool, inner.config.per_key, inner.lease())
             .await
         {
+            // Claimed while the manager began to stop (or stopped
+            // claiming): given back, to start elsewhere.
+            Ok(Some(row)) if inner.claiming_stopped.load(Ordering::Acquire) => {
+                slot.give_back();
+                inner.give_back(RunKey::of(&row)).await;
+                return !inner.shutting_down.load(Ordering::Acquire);
+            }
             Ok(Some(row)) => {
                 inner.slots.set_waiting(true);
                 let manager = Manager {

@@ -7,9 +7,10 @@
 //! `docs/architecture.md` and the other modules refer here.
 //!
 //! 1. One iteration, in the supervisor's own task (a panic in any phase is
-//!    caught there): prepare → the start recorded (`mark_started`; a run
-//!    whose start cannot be recorded calls no runner, gives its claim back
-//!    to the queue and skips step 2) → execute (the runner alone on a task
+//!    caught there): prepare → the start recorded (`mark_started`; a
+//!    first run whose start cannot be recorded, or that the manager's
+//!    `stop` cancelled before it started, calls no runner, gives its
+//!    claim back to the queue and skips step 2) → execute (the runner alone on a task
 //!    of its own) → land (persist: bytes first, rows second; archive;
 //!    report row) → log closed (`iterate`).
 //! 2. The terminal write (`write.rs`: detached, bounded, retried on
@@ -36,7 +37,7 @@ use korvus_log::LogHandle;
 use korvus_runner::{ExitReason, RunContext, Tools};
 use korvus_store::Settlement;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info_span, warn, Instrument};
+use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::{execute, RunResult};
@@ -45,7 +46,7 @@ use crate::live::{LiveRun, RunGuard, Slot};
 use crate::manager::{Inner, Manager};
 use crate::notify_log::notifying;
 use crate::prepare::{pin_docs, Prepared};
-use crate::run::Plan;
+use crate::run::{Plan, RunKey};
 use crate::write::{Settled, Write};
 
 impl Manager {
@@ -179,35 +180,52 @@ async fn iterate(
         lease.as_ref().map(|l| &l.client),
     );
     let resume = plan.resume.as_ref().map(|r| r.message.clone());
+    // Only a first run goes back to the queue: a continued revision's
+    // message lives in this run alone (a claim of it would run it afresh).
+    let first_run = revision.revision == 1;
+    if first_run && token.is_cancelled() && inner.shutting_down.load(Ordering::Acquire) {
+        info!("the manager stops before the run started: the session goes back to the queue");
+        let leftovers = Leftovers {
+            lease,
+            dir: prepared.dir,
+        };
+        Box::pin(go_back(&inner, revision, &log, leftovers)).await;
+        return (None, Leftovers::default());
+    }
     // The run starts: recorded before the runner is called, so a manager
     // that dies before this point leaves a claim (given back to the
     // queue), never an orphan whose agent may have run.
-    let result = match Box::pin(inner.mark_started(revision)).await {
-        Write::Done => match execute(&inner, ctx, resume, &token).await {
+    let execute = |ctx| async {
+        match execute(&inner, ctx, resume, &token).await {
             // Stopped by this manager for a lapsed lease, not by a caller.
             RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
                 RunResult::LeaseLost(o)
             }
             result => result,
-        },
+        }
+    };
+    let result = match Box::pin(inner.mark_started(revision)).await {
+        Write::Done => execute(ctx).await,
         Write::Refused(e) => {
             // Taken over, force-cancelled or ended meanwhile: the runner
             // is not called, and the writes that follow are refused.
             warn!(error = %e, "the run's start was refused: the session moved on; the runner is not called");
             RunResult::LeaseLost(None)
         }
-        Write::GaveUp => {
+        Write::GaveUp if first_run => {
             error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
-            Box::pin(close_log(&inner, &log)).await;
-            // Cleaned up before the claim goes back: the run that claims
-            // it next (here, at once) must not find this run's dir.
             let leftovers = Leftovers {
                 lease,
                 dir: prepared.dir,
             };
-            Box::pin(cleanup(&inner, leftovers)).await;
-            Box::pin(inner.give_back(revision)).await;
+            Box::pin(go_back(&inner, revision, &log, leftovers)).await;
             return (None, Leftovers::default());
+        }
+        Write::GaveUp => {
+            // Safe to run: a reaper never gives a continued revision
+            // back, it settles it `owner_lost` should this manager die.
+            warn!("the run's start could not be recorded; a continued revision runs all the same");
+            execute(ctx).await
         }
     };
     let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;
@@ -218,6 +236,15 @@ async fn iterate(
         dir: prepared.dir,
     };
     (Some(settlement), leftovers)
+}
+
+/// Ends a first run that never started by giving its session back to the
+/// queue: its log closed and its scratch dir removed first, so the run
+/// that claims it next (perhaps here, at once) finds neither held.
+async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Leftovers) {
+    Box::pin(close_log(inner, log)).await;
+    Box::pin(cleanup(inner, leftovers)).await;
+    Box::pin(inner.give_back(run)).await;
 }
 
 /// Closes the run's turn log (flushing it), bounded by the clean-up bound:

@@ -415,3 +415,61 @@ async fn a_claimed_session_without_a_turn_log_gets_one_and_runs() {
     manager.stop().await;
     env.assert_safe().await;
 }
+
+/// A manager built not to claim (a tool that only cancels or inspects)
+/// never runs a queued session, nor does one that stopped claiming; a
+/// manager of the pool that claims runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managers_that_do_not_claim_leave_queued_sessions_to_those_that_do() {
+    let env = Env::new().await;
+    let tool_gauge = Gauge::default();
+    let tool = env
+        .builder(tool_gauge.runner(Duration::ZERO))
+        .claim_queued(false)
+        .cancel_poll(Duration::from_millis(20))
+        .build();
+    let stopped_gauge = Gauge::default();
+    let stopped = env
+        .builder(stopped_gauge.runner(Duration::ZERO))
+        .cancel_poll(Duration::from_millis(20))
+        .build();
+    stopped.stop_claiming();
+    // A create on the tool with every slot free still runs at once.
+    let direct = tool.create(env.request("direct")).await.unwrap();
+    assert_eq!(
+        settled(&tool, &direct).await.status,
+        SessionStatus::Completed
+    );
+    // A session queued for the pool (as a capped create queues it).
+    let capped = env
+        .builder(Gauge::default().runner(Duration::ZERO))
+        .max_running_per_key(1)
+        .claim_queued(false)
+        .build();
+    let queued = capped.create(env.request("queued")).await.unwrap();
+    assert!(queued.is_queued(), "{queued:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let row = env.store.get_session(queued.id).await.unwrap();
+    assert!(row.is_queued(), "nobody claimed it: {row:?}");
+    assert_eq!(
+        tool_gauge.calls.load(Ordering::SeqCst),
+        1,
+        "only its own create"
+    );
+    assert_eq!(stopped_gauge.calls.load(Ordering::SeqCst), 0);
+
+    let worker_gauge = Gauge::default();
+    let worker = env
+        .builder(worker_gauge.runner(Duration::ZERO))
+        .cancel_poll(Duration::from_millis(20))
+        .build();
+    assert_eq!(
+        settled(&worker, &queued).await.status,
+        SessionStatus::Completed
+    );
+    assert_eq!(worker_gauge.calls.load(Ordering::SeqCst), 1);
+    for m in [tool, stopped, capped, worker] {
+        m.stop().await;
+    }
+    env.assert_safe().await;
+}

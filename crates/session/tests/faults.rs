@@ -170,8 +170,17 @@ async fn a_hanging_seeder_obeys_cancel_and_stop() {
     tokio::time::timeout(Duration::from_secs(20), manager.stop())
         .await
         .expect("stop returns although the seeder hangs");
+    // Stopped before its run started: back in the queue, nothing written
+    // for the revision, for the next manager to run.
     let row = env.store.get_session(s.id).await.unwrap();
-    assert_eq!(row.status, SessionStatus::Cancelled);
+    assert!(row.is_queued(), "{row:?}");
+    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    let next = env.builder(writing(&[("report.md", "# R\n")])).build();
+    assert_eq!(
+        crate::support::settled(&next, &s).await.status,
+        SessionStatus::Completed
+    );
+    next.stop().await;
     env.assert_safe().await;
 }
 
@@ -298,6 +307,13 @@ async fn settle_panics_and_hangs_are_bounded() {
         .settle_timeout(Duration::from_millis(300))
         .build();
     let s = manager.create(env.request("hang settle")).await.unwrap();
+    // Landed (its report row written) before the stop: a run stopped
+    // before it started would go back to the queue instead.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while env.store.get_report(s.id, 1).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "no report row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tokio::time::timeout(Duration::from_secs(20), manager.stop())
         .await
         .expect("stop returns although settle cannot");

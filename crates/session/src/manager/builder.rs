@@ -75,6 +75,8 @@ pub(crate) struct Config {
     /// At most this many runs in progress per queue key, across the
     /// pool's managers (`None`: no cap).
     pub(crate) per_key: Option<u32>,
+    /// Whether this manager claims queued sessions of its pool.
+    pub(crate) claims: bool,
 }
 
 impl Default for Config {
@@ -94,6 +96,7 @@ impl Default for Config {
             max_running: DEFAULT_MAX_RUNNING,
             pool: korvus_store::DEFAULT_POOL.to_owned(),
             per_key: None,
+            claims: true,
         }
     }
 }
@@ -258,6 +261,16 @@ impl ManagerBuilder {
         self
     }
 
+    /// Whether this manager claims queued sessions of its pool (default
+    /// `true`). A manager built only to cancel, reap or inspect — whose
+    /// runner runs nothing — says `false`, or it would take queued
+    /// sessions from the pool's real managers and fail them. Its own
+    /// creates that find no slot are queued for the others.
+    pub fn claim_queued(mut self, claims: bool) -> Self {
+        self.config.claims = claims;
+        self
+    }
+
     /// The runner pool of this manager (default
     /// [`DEFAULT_POOL`](korvus_store::DEFAULT_POOL)): its sessions are
     /// queued under it, and it claims only sessions queued under it, so
@@ -330,6 +343,7 @@ impl ManagerBuilder {
         let scratch = self.scratch_root.as_ref().map(|r| r.path().to_path_buf());
         let ownership = LeaseState::new(self.config.lease_ttl);
         let slots = Slots::new(self.config.max_running);
+        let claims = self.config.claims;
         let manager = Manager {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -346,6 +360,7 @@ impl ManagerBuilder {
                 live: LiveRuns::default(),
                 runs: RunGroup::new(),
                 shutting_down: AtomicBool::new(false),
+                claiming_stopped: AtomicBool::new(!claims),
                 stop_started: AtomicBool::new(false),
                 ownership,
                 slots,
@@ -353,7 +368,9 @@ impl ManagerBuilder {
         };
         crate::cancel_poll::start(&manager.inner);
         crate::lease::start(&manager.inner);
-        crate::admission::start(&manager.inner);
+        if manager.inner.config.claims {
+            crate::admission::start(&manager.inner);
+        }
         manager
     }
 }

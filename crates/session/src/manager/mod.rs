@@ -85,6 +85,9 @@ pub(crate) struct Inner {
     /// Creates and reopens in flight plus runs not yet released.
     pub(crate) runs: RunGroup,
     pub(crate) shutting_down: AtomicBool,
+    /// Set by [`Manager::stop_claiming`] (and by `stop`): the admission
+    /// loop claims nothing more.
+    pub(crate) claiming_stopped: AtomicBool,
     stop_started: AtomicBool,
     /// This incarnation's lease: the owner of every run it starts, its
     /// ttl and its last renewal.
@@ -339,6 +342,18 @@ impl Manager {
         Ok(settled)
     }
 
+    /// Stops claiming queued sessions: this manager no longer takes work
+    /// from its pool's queue, while everything else goes on — its runs
+    /// continue, a create still runs at once while a slot is free (and is
+    /// queued for the pool's other managers otherwise). For a process
+    /// that waited for one session and now lets the runs it picked up
+    /// from the queue finish ([`wait`](Manager::wait)) before it
+    /// [`stop`](Manager::stop)s. A claim that was on its way is given back
+    /// to the queue. Idempotent; `stop` implies it.
+    pub fn stop_claiming(&self) {
+        self.inner.claiming_stopped.store(true, Ordering::SeqCst);
+    }
+
     /// Waits until every run of this process has settled and released.
     /// Cancels nothing.
     ///
@@ -359,6 +374,7 @@ impl Manager {
     /// then left for `reap`.
     pub async fn stop(&self) {
         let inner = &self.inner;
+        inner.claiming_stopped.store(true, Ordering::SeqCst);
         inner.shutting_down.store(true, Ordering::SeqCst);
         let first = !inner.stop_started.swap(true, Ordering::SeqCst);
         if first {
