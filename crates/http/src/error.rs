@@ -25,6 +25,7 @@ use serde::Serialize;
 /// | 405 | `method_not_allowed` |
 /// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict` |
 /// | 413 | `body_too_large` |
+/// | 429 | `queue_full` (with `Retry-After`) |
 /// | 415 | `unsupported_media_type` |
 /// | 500 | `store_failed`, `log_failed`, `blob_failed`, `internal` |
 /// | 503 | `shutting_down`, `store_unavailable` |
@@ -33,6 +34,8 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 /// The JSON body of an error response.
@@ -49,7 +52,15 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client to try again in `seconds`
+    /// (`Retry-After`).
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// The HTTP status.
@@ -82,9 +93,19 @@ impl IntoResponse for ApiError {
             error: &self.message,
             code: self.code,
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
+
+/// The `Retry-After` of a `queue_full` answer, in seconds.
+const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 5;
 
 impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> Self {
@@ -102,6 +123,11 @@ impl From<SessionError> for ApiError {
             SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
             SessionError::AlreadyLive { .. } => conflict("already_live"),
             SessionError::IdempotencyConflict { .. } => conflict("idempotency_conflict"),
+            // The queue drains as runs end: a few seconds is a fair wait.
+            SessionError::QueueFull { .. } => {
+                Self::new(S::TOO_MANY_REQUESTS, "queue_full", e.to_string())
+                    .retry_after(QUEUE_FULL_RETRY_AFTER_SECS)
+            }
             SessionError::NotFound { .. } => Self::new(S::NOT_FOUND, "not_found", e.to_string()),
             SessionError::ShuttingDown => {
                 Self::new(S::SERVICE_UNAVAILABLE, "shutting_down", e.to_string())

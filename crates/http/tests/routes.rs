@@ -1,6 +1,8 @@
 //! The JSON routes: a whole lifecycle, and every refusal with its status,
 //! code, and nothing written.
 
+use std::time::Duration;
+
 use axum::http::{Method, StatusCode};
 use korvus_runner::testing::ScriptRunner;
 use korvus_runner::{exit, ExitReason, RunOutcome};
@@ -291,4 +293,57 @@ async fn creates_with_one_idempotency_key_answer_one_session() {
         .await
         .assert_error(StatusCode::CONFLICT, "idempotency_conflict");
     settled(&env, &ids[0]).await;
+}
+
+/// Past the manager's bound on the queue a create answers 429
+/// `queue_full` with `Retry-After`, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_past_the_queue_bound_is_429_with_retry_after_and_writes_nothing() {
+    let held = ScriptRunner::new(|ctx, _| async move {
+        ctx.cancel.cancelled().await;
+        Ok(RunOutcome::completed(Counters::default()))
+    });
+    let env = Env::with(held, |b| b.max_running(1).max_queued(1)).await;
+    let app = env.router();
+    let uri = format!("/api/incidents/{}/sessions", env.incident.id);
+    let create = |prompt: &str| request(Method::POST, &uri, Some(json!({ "prompt": prompt })));
+    let running = call(&app, create("runs")).await;
+    assert_eq!(running.status, StatusCode::CREATED, "{}", running.text());
+    // Started (the create may have met the manager's own claim probe and
+    // been queued for a moment): its slot is the only one.
+    let id: korvus_store::SessionId = running.json()["id"].as_str().unwrap().parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env
+        .store
+        .get_session(id)
+        .await
+        .unwrap()
+        .started_at
+        .is_none()
+    {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let queued = call(&app, create("waits")).await;
+    assert_eq!(queued.status, StatusCode::CREATED, "{}", queued.text());
+    assert!(queued.json()["id"].is_string());
+    let before = env
+        .store
+        .list_sessions(env.incident.id)
+        .await
+        .unwrap()
+        .len();
+    let full = call(&app, create("one too many")).await;
+    full.assert_error(StatusCode::TOO_MANY_REQUESTS, "queue_full");
+    assert_eq!(full.headers[axum::http::header::RETRY_AFTER], "5");
+    assert_eq!(
+        env.store
+            .list_sessions(env.incident.id)
+            .await
+            .unwrap()
+            .len(),
+        before,
+        "nothing written"
+    );
+    env.manager.stop().await;
 }

@@ -28,6 +28,14 @@ pub(crate) struct Env {
 
 impl Env {
     pub(crate) async fn new(runner: ScriptRunner) -> Self {
+        Self::with(runner, |b| b).await
+    }
+
+    /// As `new`, with the manager's builder adjusted by `configure`.
+    pub(crate) async fn with(
+        runner: ScriptRunner,
+        configure: impl FnOnce(korvus_session::ManagerBuilder) -> korvus_session::ManagerBuilder,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pool = open_sqlite(&dir.path().join("korvus.db")).await.unwrap();
         migrate(&pool).await.unwrap();
@@ -35,12 +43,14 @@ impl Env {
         let blobs = FsBlobStore::open(dir.path().join("blobs")).unwrap();
         let scratch = dir.path().join("scratch");
         std::fs::create_dir_all(&scratch).unwrap();
-        let manager = Manager::builder(Arc::clone(&store), Arc::new(runner))
-            .turn_log(Arc::new(SqliteLog::new(pool)))
-            .blob_store(Arc::new(blobs))
-            .scratch_root(ScratchRoot::supplied(&scratch))
-            .cancel_grace(Duration::from_millis(200))
-            .build();
+        let manager = configure(
+            Manager::builder(Arc::clone(&store), Arc::new(runner))
+                .turn_log(Arc::new(SqliteLog::new(pool)))
+                .blob_store(Arc::new(blobs))
+                .scratch_root(ScratchRoot::supplied(&scratch))
+                .cancel_grace(Duration::from_millis(200)),
+        )
+        .build();
         let incident = store
             .create_incident(NewIncident {
                 title: "db-1 disk".into(),

@@ -72,6 +72,23 @@ pub enum SessionError {
         /// The key.
         key: String,
     },
+    /// The create would be queued past a bound on the queue
+    /// ([`ManagerBuilder::max_queued`](crate::ManagerBuilder::max_queued),
+    /// [`max_queued_per_key`](crate::ManagerBuilder::max_queued_per_key));
+    /// nothing was written. Try again later (HTTP answers `429` with
+    /// `Retry-After`).
+    #[error("{} is full ({limit} queued); try again later", match key {
+        Some(key) => format!("the queue of key {key:?} in pool {pool:?}"),
+        None => format!("the queue of pool {pool:?}"),
+    })]
+    QueueFull {
+        /// The pool.
+        pool: String,
+        /// The key whose queue is full; `None`: the pool's.
+        key: Option<String>,
+        /// The bound that was reached.
+        limit: u64,
+    },
     /// A requested context ref cannot be used; nothing was written.
     #[error("invalid context ref: {reason}")]
     InvalidContextRef {

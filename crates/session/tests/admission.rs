@@ -473,3 +473,61 @@ async fn managers_that_do_not_claim_leave_queued_sessions_to_those_that_do() {
     }
     env.assert_safe().await;
 }
+
+/// Past a bound on a key's queue a create is `QueueFull` for that key and
+/// writes nothing; other keys still queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_past_a_keys_queue_bound_is_queue_full_and_writes_nothing() {
+    let env = Env::new().await;
+    let gauge = Gauge::default();
+    let manager = env
+        .builder(gauge.runner(Duration::from_secs(30)))
+        .max_running(1)
+        .max_queued_per_key(2)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let keyed = |key: &str, prompt: &str| {
+        let (request, key) = (env.request(prompt), key.to_owned());
+        let manager = manager.clone();
+        async move {
+            manager
+                .create_with(
+                    request,
+                    korvus_session::CreateOptions {
+                        queue_key: Some(key),
+                        ..Default::default()
+                    },
+                )
+                .await
+        }
+    };
+    keyed("t1", "runs").await.unwrap();
+    until("the first run", || gauge.calls.load(Ordering::SeqCst) == 1).await;
+    for i in 0..2 {
+        let s = keyed("t1", &format!("waits {i}")).await.unwrap();
+        assert!(s.is_queued(), "{s:?}");
+    }
+    let before = env
+        .store
+        .list_sessions(env.incident.id)
+        .await
+        .unwrap()
+        .len();
+    match keyed("t1", "one too many").await {
+        Err(korvus_session::SessionError::QueueFull { key, limit, .. }) => {
+            assert_eq!((key.as_deref(), limit), (Some("t1"), 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        env.store
+            .list_sessions(env.incident.id)
+            .await
+            .unwrap()
+            .len(),
+        before,
+        "nothing written"
+    );
+    assert!(keyed("t2", "another tenant").await.unwrap().is_queued());
+    manager.stop().await;
+}

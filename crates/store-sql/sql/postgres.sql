@@ -282,3 +282,8 @@ UPDATE sessions
 SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1, queued_ms = COALESCE(queued_ms, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
 WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- QUEUE_DEPTH (built from the dialect)
+SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(s.queue_key, CAST(s.incident_id AS text)) = $2 THEN 1 ELSE 0 END), 0)
+FROM sessions AS s
+WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL;

@@ -43,6 +43,11 @@ pub(crate) trait StoreDialect {
     /// one; `{t}` stands for the table's alias.
     const INCIDENT_TEXT: &'static str;
 
+    /// The queue key of a session without a queue key of its own, its
+    /// incident `id`, as [`INCIDENT_TEXT`](StoreDialect::INCIDENT_TEXT)
+    /// writes it.
+    fn incident_key(id: korvus_store::IncidentId) -> String;
+
     /// The row lock a queue claim takes on the row it picks (appended to
     /// that `SELECT`): `" FOR UPDATE SKIP LOCKED"` on PostgreSQL, so
     /// concurrent claims take different rows instead of queueing on one;

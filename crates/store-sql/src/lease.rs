@@ -368,6 +368,28 @@ macro_rules! sql_lease {
                         .unwrap_or(StoreError::AlreadyStarted { session: id }))
                 }
 
+                async fn queue_depth(
+                    &self,
+                    pool: &str,
+                    queue_key: Option<&str>,
+                    incident: korvus_store::IncidentId,
+                ) -> Result<korvus_store::QueueDepth> {
+                    let key = queue_key.map_or_else(
+                        || <$store as StoreDialect>::incident_key(incident),
+                        str::to_owned,
+                    );
+                    let (pool_n, key_n): (i64, i64) = sqlx::query_as(&STATEMENTS.queue_depth)
+                        .bind(pool)
+                        .bind(key)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    let mut depth = korvus_store::QueueDepth::default();
+                    depth.pool = u64::try_from(pool_n).unwrap_or(0);
+                    depth.key = u64::try_from(key_n).unwrap_or(0);
+                    Ok(depth)
+                }
+
                 async fn request_cancel(&self, id: SessionId) -> Result<Session> {
                     let row: Option<SessionRow> = sqlx::query_as(REQUEST_CANCEL)
                         .bind(id.as_uuid())

@@ -201,6 +201,10 @@ impl StoreDialect for PgStore {
 
     const INCIDENT_TEXT: &'static str = "CAST({t}.incident_id AS text)";
 
+    fn incident_key(id: korvus_store::IncidentId) -> String {
+        id.as_uuid().hyphenated().to_string()
+    }
+
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
 
     const INSERT_SESSION: &'static str = "\

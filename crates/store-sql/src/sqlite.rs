@@ -199,6 +199,10 @@ impl StoreDialect for SqliteStore {
 
     const INCIDENT_TEXT: &'static str = "hex({t}.incident_id)";
 
+    fn incident_key(id: korvus_store::IncidentId) -> String {
+        id.as_uuid().simple().to_string().to_ascii_uppercase()
+    }
+
     // One writer at a time: the claim's read and write cannot interleave.
     const SKIP_LOCKED: &'static str = "";
 

@@ -186,6 +186,10 @@ pub(crate) struct Statements {
     /// (`cancel_fence`, the old fence) no longer matches. Binds `$1` id,
     /// `$2` fence.
     pub(crate) release: String,
+    /// `queue_depth`: the queued rows of pool `$1`, and of them those
+    /// whose key (queue key, else the incident as the engine writes it
+    /// as text) is `$2`.
+    pub(crate) queue_depth: String,
     /// The claim of the picked row: owned under `$2` (owner) for `$3`
     /// (ttl, ms) at the next fence, while it is still queued. Binds `$1`
     /// id.
@@ -260,6 +264,12 @@ impl Statements {
                  AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
                 key.replace("{t}", "o")
             ),
+            queue_depth: format!(
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN {} = $2 THEN 1 ELSE 0 END), 0) \
+                 FROM sessions AS s WHERE s.pool = $1 AND {}",
+                key.replace("{t}", "s"),
+                queued("s")
+            ),
             release: format!(
                 concat!(
                     "UPDATE sessions SET owner = NULL, lease_expires_ms = NULL, \
@@ -292,7 +302,7 @@ impl Statements {
     /// Every statement, by name, in a fixed order: what the SQL snapshot
     /// renders.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn all(&self) -> [(&'static str, &str); 12] {
+    pub(crate) fn all(&self) -> [(&'static str, &str); 13] {
         [
             ("REOPEN", &self.reopen),
             ("RESUME_IDLE", &self.resume_idle),
@@ -306,6 +316,7 @@ impl Statements {
             ("KEY_BUSY", &self.key_busy),
             ("CLAIM_ROW", &self.claim_row),
             ("RELEASE", &self.release),
+            ("QUEUE_DEPTH", &self.queue_depth),
         ]
     }
 }

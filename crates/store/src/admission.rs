@@ -17,6 +17,18 @@ use serde::{Deserialize, Serialize};
 /// The pool a session runs in unless its creator names another.
 pub const DEFAULT_POOL: &str = "default";
 
+/// How many sessions wait in a queue
+/// ([`Coordination::queue_depth`](crate::Coordination::queue_depth)): in
+/// the whole pool, and under one key of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueDepth {
+    /// Queued sessions of the pool.
+    pub pool: u64,
+    /// Queued sessions of the pool under the key asked about.
+    pub key: u64,
+}
+
 /// How urgent a queued session is: `1` ([`Priority::LOWEST`]) to `9`
 /// ([`Priority::HIGHEST`]), [`Priority::NORMAL`] (`5`, the middle) by
 /// default. A higher one starts first.

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Lease, NewReport, Report, Result, Session, SessionId, Settlement, Store};
+use crate::{
+    IncidentId, Lease, NewReport, QueueDepth, Report, Result, Session, SessionId, Settlement, Store,
+};
 
 /// Replica coordination over the rows a [`Store`] keeps: cancel requests,
 /// heartbeats, orphans, takeover, and the fenced transitions that end a run
@@ -199,6 +201,21 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// error: of concurrent releases (or a release racing a start) one
     /// wins.
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session>;
+
+    /// How many sessions are queued (active, unowned, not started) in
+    /// `pool`, and of them how many under the key of a session with
+    /// `queue_key` in `incident` (its queue key, else its incident: the
+    /// key [`claim_next`](Coordination::claim_next) counts by). A read:
+    /// what a create checks against a bound on the queue before it writes.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn queue_depth(
+        &self,
+        pool: &str,
+        queue_key: Option<&str>,
+        incident: IncidentId,
+    ) -> Result<QueueDepth>;
 }
 
 /// A [`Store`] that also does [`Coordination`]: what

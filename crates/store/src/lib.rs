@@ -77,7 +77,7 @@ mod report;
 mod store;
 pub mod validate;
 
-pub use crate::admission::{Admission, Priority, DEFAULT_POOL};
+pub use crate::admission::{Admission, Priority, QueueDepth, DEFAULT_POOL};
 pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};

@@ -53,6 +53,7 @@ macro_rules! __with_cases {
             a_queued_row_is_claimed_exactly_once,
             a_claim_given_back_is_queued_again_in_its_place,
             a_per_key_cap_holds_across_concurrent_claims,
+            the_queue_depth_counts_queued_rows_by_pool_and_key,
             a_retried_identical_settlement_is_ok,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,

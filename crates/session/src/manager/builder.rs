@@ -77,6 +77,11 @@ pub(crate) struct Config {
     pub(crate) per_key: Option<u32>,
     /// Whether this manager claims queued sessions of its pool.
     pub(crate) claims: bool,
+    /// At most this many queued sessions in the pool when a create would
+    /// queue one more.
+    pub(crate) max_queued: Option<u64>,
+    /// At most this many queued sessions under one key, likewise.
+    pub(crate) max_queued_per_key: Option<u64>,
 }
 
 impl Default for Config {
@@ -97,6 +102,8 @@ impl Default for Config {
             pool: korvus_store::DEFAULT_POOL.to_owned(),
             per_key: None,
             claims: true,
+            max_queued: None,
+            max_queued_per_key: None,
         }
     }
 }
@@ -258,6 +265,23 @@ impl ManagerBuilder {
     /// ```
     pub fn max_running_per_key(mut self, n: u32) -> Self {
         self.config.per_key = Some(n.max(1));
+        self
+    }
+
+    /// A bound on the pool's queue (default: none): a create that would be
+    /// queued while `n` sessions of the pool are queued already answers
+    /// [`SessionError::QueueFull`](crate::SessionError::QueueFull) and
+    /// writes nothing. Checked by each create before it writes, so
+    /// concurrent creates may pass it by as many as race.
+    pub fn max_queued(mut self, n: u64) -> Self {
+        self.config.max_queued = Some(n);
+        self
+    }
+
+    /// A bound on one key's queue (its queue key, else its incident), as
+    /// [`max_queued`](ManagerBuilder::max_queued) is on the pool's.
+    pub fn max_queued_per_key(mut self, n: u64) -> Self {
+        self.config.max_queued_per_key = Some(n);
         self
     }
 

@@ -197,6 +197,9 @@ impl Manager {
                 Some(_) => None,
                 None => inner.slots.try_take_for_new(),
             };
+            if slot.is_none() {
+                check_queue_room(inner, &options, incident.id).await?;
+            }
             let session = inner
                 .store
                 .create_session(NewSession {
@@ -266,6 +269,46 @@ fn same_request(row: Session, request: &CreateSession, key: &str) -> Result<Sess
             key: key.to_owned(),
         })
     }
+}
+
+/// Refuses a create that would be queued past the manager's bounds on the
+/// queue (`max_queued`, `max_queued_per_key`), before anything is written.
+/// Concurrent creates each check before they write, so the bound may be
+/// passed by as many as race.
+async fn check_queue_room(
+    inner: &crate::manager::Inner,
+    options: &CreateOptions,
+    incident: korvus_store::IncidentId,
+) -> Result<()> {
+    let (pool_bound, key_bound) = (inner.config.max_queued, inner.config.max_queued_per_key);
+    if pool_bound.is_none() && key_bound.is_none() {
+        return Ok(());
+    }
+    let depth = inner
+        .store
+        .queue_depth(&inner.config.pool, options.queue_key.as_deref(), incident)
+        .await?;
+    let full = |queued: u64, bound: Option<u64>| bound.filter(|&b| queued >= b);
+    if let Some(limit) = full(depth.pool, pool_bound) {
+        return Err(SessionError::QueueFull {
+            pool: inner.config.pool.clone(),
+            key: None,
+            limit,
+        });
+    }
+    if let Some(limit) = full(depth.key, key_bound) {
+        return Err(SessionError::QueueFull {
+            pool: inner.config.pool.clone(),
+            key: Some(
+                options
+                    .queue_key
+                    .clone()
+                    .unwrap_or_else(|| incident.to_string()),
+            ),
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// Creates the session's turn log. The log records which run wrote each

@@ -270,6 +270,29 @@ impl Coordination for MemoryStore {
         self.release_now(id, fence)
     }
 
+    async fn queue_depth(
+        &self,
+        pool: &str,
+        queue_key: Option<&str>,
+        incident: crate::IncidentId,
+    ) -> Result<crate::QueueDepth> {
+        let key = queue_key.map_or_else(|| incident.to_string(), str::to_owned);
+        let inner = self.lock();
+        let mut depth = crate::QueueDepth::default();
+        for s in inner.sessions.values() {
+            if s.admission.pool == pool && s.is_queued() {
+                depth.pool += 1;
+                let own = s
+                    .admission
+                    .queue_key
+                    .clone()
+                    .unwrap_or_else(|| s.incident_id.to_string());
+                depth.key += u64::from(own == key);
+            }
+        }
+        Ok(depth)
+    }
+
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         let mut inner = self.lock();
         let session = inner

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use korvus_store::{
-    Admission, ContinueFrom, CoordinatedStore, Incident, Lease, OwnerId, Priority, Session,
-    SessionStatus,
+    Admission, ContinueFrom, CoordinatedStore, Incident, Lease, OwnerId, Priority, QueueDepth,
+    Session, SessionStatus,
 };
 
 use crate::store::{incident, new_session, settlement_at};
@@ -276,4 +276,48 @@ pub async fn a_per_key_cap_holds_across_concurrent_claims(store: &dyn Coordinate
 
 async fn claim_capped(store: &dyn CoordinatedStore, pool: &str, cap: u32) -> Option<Session> {
     store.claim_next(pool, Some(cap), lease()).await.unwrap()
+}
+
+/// `queue_depth` counts the queued rows of a pool, and of them those
+/// under one key — a row without a queue key under its incident; claimed
+/// and ended rows and other pools do not count.
+pub async fn the_queue_depth_counts_queued_rows_by_pool_and_key(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let depth = |key: Option<&'static str>| {
+        let pool = pool.clone();
+        async move { store.queue_depth(&pool, key, inc.id).await.unwrap() }
+    };
+    assert_eq!(depth(None).await, QueueDepth::default());
+    queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    queue(store, &inc, &pool, "b", Priority::NORMAL).await;
+    queue(store, &inc, &fresh_pool(), "a", Priority::NORMAL).await;
+    // Two rows keyed by the incident (no queue key of their own).
+    for _ in 0..2 {
+        let mut new = new_session(&inc, "by incident");
+        new.admission = Admission {
+            pool: pool.clone(),
+            ..Admission::default()
+        };
+        store.create_session(new).await.unwrap();
+    }
+    let a = depth(Some("a")).await;
+    assert_eq!((a.pool, a.key), (5, 2));
+    let by_incident = depth(None).await;
+    assert_eq!((by_incident.pool, by_incident.key), (5, 2));
+    assert_eq!(depth(Some("none")).await.key, 0);
+
+    // Claimed rows are no longer queued.
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    let after = depth(Some("a")).await;
+    assert_eq!(after.pool, 4);
+    assert_eq!(
+        after.key,
+        if claimed.admission.queue_key.as_deref() == Some("a") {
+            1
+        } else {
+            2
+        }
+    );
 }

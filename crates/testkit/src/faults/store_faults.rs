@@ -33,6 +33,7 @@ pub enum StoreOp {
     CancelRequests,
     MarkStarted,
     Release,
+    QueueDepth,
     ClaimNext,
     Heartbeat,
     ExpiredLeases,
@@ -292,6 +293,15 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.enter(StoreOp::Release).await?;
         self.inner.release(id, fence).await
+    }
+    async fn queue_depth(
+        &self,
+        pool: &str,
+        queue_key: Option<&str>,
+        incident: IncidentId,
+    ) -> Result<korvus_store::QueueDepth> {
+        self.enter(StoreOp::QueueDepth).await?;
+        self.inner.queue_depth(pool, queue_key, incident).await
     }
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::RequestCancel).await?;
