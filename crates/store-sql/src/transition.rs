@@ -139,6 +139,56 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
     )
 }
 
+/// `key_busy`: the runs in progress of key `$2` in pool `$1`.
+fn key_busy(key: &str) -> String {
+    format!(
+        "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
+         AND o.owner IS NOT NULL AND o.status = 'running' \
+         AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
+        key.replace("{t}", "o")
+    )
+}
+
+/// `queue_depth`: the queued rows of pool `$1`, and of them those of key
+/// `$2`.
+fn queue_depth(key: &str) -> String {
+    format!(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN {} = $2 THEN 1 ELSE 0 END), 0) \
+         FROM sessions AS s WHERE s.pool = $1 AND {}",
+        key.replace("{t}", "s"),
+        queued("s")
+    )
+}
+
+/// `release`: see [`Statements::release`].
+fn release(now: &str) -> String {
+    format!(
+        concat!(
+            "UPDATE sessions SET owner = NULL, lease_expires_ms = NULL, \
+             fence = fence + 1, queued_ms = COALESCE(queued_ms, {now}) \
+             WHERE id = $1 AND fence = $2 AND started_at IS NULL AND ",
+            active!(),
+            " RETURNING ",
+            session_columns!()
+        ),
+        now = now
+    )
+}
+
+/// `claim_row`: see [`Statements::claim_row`].
+fn claim_row(now: &str) -> String {
+    format!(
+        concat!(
+            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, \
+             fence = fence + 1 WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND ",
+            active!(),
+            " RETURNING ",
+            session_columns!()
+        ),
+        now = now
+    )
+}
+
 /// The statements of one engine built from its dialect (those that read
 /// the database clock, and the fenced report insert with its row lock),
 /// once per engine.
@@ -258,39 +308,10 @@ impl Statements {
                 "$2",
                 skip_locked,
             ),
-            key_busy: format!(
-                "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
-                 AND o.owner IS NOT NULL AND o.status = 'running' \
-                 AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
-                key.replace("{t}", "o")
-            ),
-            queue_depth: format!(
-                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN {} = $2 THEN 1 ELSE 0 END), 0) \
-                 FROM sessions AS s WHERE s.pool = $1 AND {}",
-                key.replace("{t}", "s"),
-                queued("s")
-            ),
-            release: format!(
-                concat!(
-                    "UPDATE sessions SET owner = NULL, lease_expires_ms = NULL, \
-                     fence = fence + 1, queued_ms = COALESCE(queued_ms, {now}) \
-                     WHERE id = $1 AND fence = $2 AND started_at IS NULL AND ",
-                    active!(),
-                    " RETURNING ",
-                    session_columns!()
-                ),
-                now = now
-            ),
-            claim_row: format!(
-                concat!(
-                    "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, \
-                     fence = fence + 1 WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND ",
-                    active!(),
-                    " RETURNING ",
-                    session_columns!()
-                ),
-                now = now
-            ),
+            key_busy: key_busy(&key),
+            queue_depth: queue_depth(&key),
+            release: release(now),
+            claim_row: claim_row(now),
         }
     }
 

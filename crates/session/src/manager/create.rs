@@ -223,10 +223,7 @@ impl Manager {
             if !refs.is_empty() {
                 if let Err(e) = inner.store.insert_context_refs(id, &refs).await {
                     error!(error = %e, "context refs not inserted; settling the session failed");
-                    let ended = inner
-                        .fail_early(RunKey::of(&session), ExitReason::CONTEXT_REFS_FAILED)
-                        .await;
-                    inner.settle(id, ended).await;
+                    fail_created(inner, &session, ExitReason::CONTEXT_REFS_FAILED).await;
                     return Err(e.into());
                 }
             }
@@ -234,10 +231,7 @@ impl Manager {
                 Ok(log) => log,
                 Err(e) => {
                     error!(error = %e, "turn log not created; settling the session failed");
-                    let ended = inner
-                        .fail_early(RunKey::of(&session), ExitReason::TURN_LOG_FAILED)
-                        .await;
-                    inner.settle(id, ended).await;
+                    fail_created(inner, &session, ExitReason::TURN_LOG_FAILED).await;
                     return Err(e.into());
                 }
             };
@@ -269,6 +263,13 @@ fn same_request(row: Session, request: &CreateSession, key: &str) -> Result<Sess
             key: key.to_owned(),
         })
     }
+}
+
+/// Ends a session whose create failed after its row was written: its
+/// report row and a `failed` settlement with `reason` — never left running.
+async fn fail_created(inner: &crate::manager::Inner, session: &Session, reason: ExitReason) {
+    let ended = inner.fail_early(RunKey::of(session), reason).await;
+    inner.settle(session.id, ended).await;
 }
 
 /// Refuses a create that would be queued past the manager's bounds on the
