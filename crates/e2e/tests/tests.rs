@@ -11,6 +11,7 @@ mod admission;
 mod cancel;
 mod chaos;
 mod closure;
+mod descriptors;
 mod fence;
 mod harvest;
 mod output;
