@@ -15,7 +15,7 @@ use korvus_blob::FsBlobStore;
 use korvus_command::CommandRunner;
 use korvus_log::JsonlLog;
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{CoordinatedStore, NewIncident, SessionStatus, Store};
+use korvus_store::{CoordinatedStore, NewIncident, SessionStatus};
 use korvus_store_sql::{migrate, open_sqlite, SqliteStore};
 use korvus_workspace::ScratchRoot;
 
