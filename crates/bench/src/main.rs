@@ -19,7 +19,8 @@
 //! 11. heartbeat statements per period;
 //! 12. persisting two 1 GiB files: extra resident memory and time;
 //! 13. the orphan-blob sweeper's throughput;
-//! 14. Server-Sent Events fan-out: a thousand subscribers of one session.
+//! 14. Server-Sent Events fan-out: a thousand subscribers of one session;
+//! 15. admission: a burst of creates worked off by 1, 2 and 4 replicas.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -32,6 +33,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use tracing_subscriber::layer::SubscriberExt;
 
+mod admission;
 mod cancel;
 mod closers;
 mod fanout;
@@ -82,6 +84,12 @@ fn run() -> Result<()> {
         let kind = args.get(1).context(USAGE)?;
         let events = args.get(2).context(USAGE)?.parse()?;
         return fanout::child(kind, events);
+    }
+    if args.first().map(String::as_str) == Some("admission-child") {
+        let name = args.get(1).context(USAGE)?;
+        let max = args.get(2).context(USAGE)?.parse()?;
+        let work_ms = args.get(3).context(USAGE)?.parse()?;
+        return admission::child(name, max, work_ms);
     }
     if args.first().map(String::as_str) == Some("scale-child") {
         let kind = args.get(1).context(USAGE)?;
@@ -159,7 +167,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=14u32 {
+    for n in 1..=15u32 {
         if !wanted(n) {
             continue;
         }
@@ -179,7 +187,8 @@ async fn all(
             11 => lease::heartbeat_cost(&mut b).await,
             12 => large::persist_large(&mut b).await,
             13 => large::sweep_throughput(&mut b).await,
-            _ => fanout::fanout(&mut b).await,
+            14 => fanout::fanout(&mut b).await,
+            _ => admission::admission(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -63,6 +63,16 @@ impl Db {
         Ok(db)
     }
 
+    /// Database `name`, made by [`Db::create`] in another process of
+    /// this benchmark (a child replica); dropped by its creator.
+    pub(crate) fn existing(name: &str) -> Result<Self> {
+        let admin = PgConnectOptions::from_str(&url()?).context("parsing the database URL")?;
+        Ok(Self {
+            admin,
+            name: name.to_owned(),
+        })
+    }
+
     fn options(&self) -> PgConnectOptions {
         self.admin.clone().database(&self.name)
     }
