@@ -49,7 +49,8 @@ pub(crate) trait StoreDialect {
     fn incident_key(id: korvus_store::IncidentId) -> String;
 
     /// The row lock a queue claim takes on the row it picks (appended to
-    /// that `SELECT`): `" FOR UPDATE SKIP LOCKED"` on PostgreSQL, so
+    /// that `SELECT`, whose queued row is aliased `s`): `" FOR UPDATE OF s
+    /// SKIP LOCKED"` on PostgreSQL, so
     /// concurrent claims take different rows instead of queueing on one;
     /// empty on SQLite, whose writes run one at a time.
     const SKIP_LOCKED: &'static str;

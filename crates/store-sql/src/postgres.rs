@@ -205,7 +205,7 @@ impl StoreDialect for PgStore {
         id.as_uuid().hyphenated().to_string()
     }
 
-    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const SKIP_LOCKED: &'static str = " FOR UPDATE OF s SKIP LOCKED";
 
     const INSERT_SESSION: &'static str = "\
         WITH next AS ( \

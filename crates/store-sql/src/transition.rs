@@ -88,17 +88,16 @@ fn queued(alias: &str) -> String {
     )
 }
 
-/// How many runs of `s`'s key are in progress in its pool (owned and
-/// active: claimed, started or continued). `key` is the engine's queue
-/// key of an alias (`{t}`).
+/// The runs in progress per key of pool `$1` (owned and active: claimed,
+/// started or continued), as a derived table `(k, n)`, counted once per
+/// statement. `key` is the engine's queue key of an alias (`{t}`).
 fn busy(key: &str) -> String {
-    let key_of = |t: &str| key.replace("{t}", t);
     format!(
-        "(SELECT count(*) FROM sessions AS o WHERE o.pool = s.pool AND {o_key} = {s_key} \
+        "(SELECT {o_key} AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 \
           AND o.owner IS NOT NULL AND o.status = 'running' \
-          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user'))",
-        o_key = key_of("o"),
-        s_key = key_of("s"),
+          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') \
+          GROUP BY {o_key})",
+        o_key = key.replace("{t}", "o"),
     )
 }
 
@@ -106,17 +105,20 @@ fn busy(key: &str) -> String {
 /// priority, then the key with the fewest runs in progress, then the
 /// oldest queued — selecting `columns` of it (alias `s`). `cap` is an
 /// extra condition on the key's busy count (empty: none), `lock` the row
-/// lock the pick takes.
+/// lock the pick takes (of `s` only). The busy counts are one grouped
+/// scan of the pool's runs in progress, not one count per queued row.
 fn pick(key: &str, columns: &str, cap: &str, lock: &str) -> String {
-    let busy = busy(key);
     format!(
-        "SELECT {columns} FROM sessions AS s WHERE s.pool = $1 AND {queued}{cap_clause} \
-         ORDER BY s.priority DESC, {busy}, s.queued_ms, s.id LIMIT 1{lock}",
+        "SELECT {columns} FROM sessions AS s LEFT JOIN {busy} AS b ON b.k = {s_key} \
+         WHERE s.pool = $1 AND {queued}{cap_clause} \
+         ORDER BY s.priority DESC, COALESCE(b.n, 0), s.queued_ms, s.id LIMIT 1{lock}",
+        busy = busy(key),
+        s_key = key.replace("{t}", "s"),
         queued = queued("s"),
         cap_clause = if cap.is_empty() {
             String::new()
         } else {
-            format!(" AND {busy} < {cap}")
+            format!(" AND COALESCE(b.n, 0) < {cap}")
         },
     )
 }
