@@ -69,7 +69,12 @@ pub(crate) fn child(name: &str, max: usize, work_ms: u64) -> Result<()> {
             }
         });
         let _ = go_rx.await;
-        let manager = replica(store, PgLog::new(pool.clone()), max, Duration::from_millis(work_ms));
+        let manager = replica(
+            store,
+            PgLog::new(pool.clone()),
+            max,
+            Duration::from_millis(work_ms),
+        );
         stdin.await?;
         manager.stop().await;
         pool.close().await;
@@ -227,7 +232,9 @@ pub(crate) async fn admission(b: &mut Bench) -> Result<Vec<Row>> {
                 &[(p50, p99)],
                 Goal::None,
             )
-            .note("Manager::create of a burst that is queued (no slot free): it never waits for one"),
+            .note(
+                "Manager::create of a burst that is queued (no slot free): it never waits for one",
+            ),
         );
     }
     b.details

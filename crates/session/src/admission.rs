@@ -17,14 +17,15 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use korvus_log::{Access, LogId};
+use korvus_log::{Access, EventKind, LogId, Role};
 use korvus_runner::ExitReason;
 use korvus_store::{Artifact, Session};
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use crate::live::Slot;
 use crate::manager::{Inner, Manager};
-use crate::run::{Plan, RunKey};
+use crate::run::{Plan, Resume, RunKey};
+use crate::SessionError;
 
 /// Starts the admission loop of `inner`'s manager, if a tokio runtime is
 /// running. The task ends when the manager is dropped or stops.
@@ -161,10 +162,54 @@ impl Manager {
             }
         };
         info!(fence = row.fence, "queued session claimed");
-        // A continued session queued without this manager has no resume
-        // message here; continues are not queued by the manager yet.
-        let plan = Plan::new(row.clone(), row.revision, incident, inherited, None);
+        // A continued session (reopen, answer) was queued with its
+        // message as the last user message of its log.
+        let (revision, resume) = if row.revision > 1 {
+            match self.read_continue(&row, &log).await {
+                Ok(read) => read,
+                Err(e) => {
+                    error!(error = %e, "a claimed continue could not be read; settling it failed");
+                    let _ = log.close().await;
+                    let ended = inner
+                        .fail_early(RunKey::of(&row), ExitReason::TURN_LOG_FAILED)
+                        .await;
+                    inner.settle(id, ended).await;
+                    return;
+                }
+            }
+        } else {
+            (row.revision, None)
+        };
+        let plan = Plan::new(row.clone(), revision, incident, inherited, resume);
         self.launch(plan, log, guard, slot);
+    }
+
+    /// The revision and the resume of a claimed continue: its message is
+    /// the last user message of its log (appended before it was queued),
+    /// its own output every artifact it stored so far, its revision the
+    /// next report revision (never one a failed report row left behind).
+    async fn read_continue(
+        &self,
+        row: &Session,
+        log: &korvus_log::LogHandle,
+    ) -> crate::Result<(u32, Option<Resume>)> {
+        let store = &self.inner.store;
+        let message = log
+            .read(0, None)
+            .await?
+            .into_iter()
+            .rev()
+            .find_map(|e| match e.kind {
+                EventKind::Message {
+                    role: Role::User,
+                    text,
+                } => Some(text),
+                _ => None,
+            })
+            .ok_or(SessionError::MessageRequired)?;
+        let own = store.list_session_artifacts(row.id).await?;
+        let revision = store.next_report_revision(row.id).await?.max(row.revision);
+        Ok((revision, Some(Resume { message, own })))
     }
 
     /// The incident and the inherited context (artifact and role, in

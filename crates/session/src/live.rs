@@ -321,16 +321,6 @@ impl Slots {
             })
     }
 
-    /// A slot even when none is free: for a run that is not held back
-    /// (a continued session), counted all the same.
-    pub(crate) fn take(&self) -> Slot {
-        self.state.used.fetch_add(1, Ordering::AcqRel);
-        Slot {
-            state: Arc::clone(&self.state),
-            wake: true,
-        }
-    }
-
     /// Slots in use now.
     pub(crate) fn in_use(&self) -> usize {
         self.state.used.load(Ordering::Acquire)
@@ -382,9 +372,8 @@ mod tests {
         let slots = Slots::new(2);
         let (a, b) = (slots.try_take().unwrap(), slots.try_take().unwrap());
         assert!(slots.try_take().is_none());
-        let forced = slots.take();
-        assert_eq!(slots.in_use(), 3);
-        drop((a, forced));
+        assert_eq!(slots.in_use(), 2);
+        drop(a);
         assert_eq!(slots.in_use(), 1);
         assert!(slots.try_take().is_some());
         drop(b);

@@ -255,10 +255,25 @@ impl Manager {
                 return Err(e.into());
             }
             info!(revision, closers = closers.len(), "session continued");
+            // No free slot (or a per-key cap, which only a claim counts):
+            // queued with its message already in the log, where the
+            // manager that claims it reads it.
+            let slot = match inner.config.per_key {
+                Some(_) => None,
+                None => inner.slots.try_take_for_new(),
+            };
+            let Some(slot) = slot else {
+                if let Err(e) = log.close().await {
+                    warn!(error = %e, "turn log of the queued continue not closed cleanly");
+                }
+                let session = inner.enqueue(session).await;
+                info!(queued = session.is_queued(), "continued session queued");
+                inner.slots.set_waiting(true);
+                inner.slots.nudge();
+                return Ok(session);
+            };
             let resume = Some(Resume { message, own });
             let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
-            // Not held back by the cap yet: counted, even past it.
-            let slot = inner.slots.take();
             this.launch(plan, log, guard, slot);
             Ok(session)
         }

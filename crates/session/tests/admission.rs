@@ -531,3 +531,60 @@ async fn a_create_past_a_keys_queue_bound_is_queue_full_and_writes_nothing() {
     assert!(keyed("t2", "another tenant").await.unwrap().is_queued());
     manager.stop().await;
 }
+
+/// A reopen while every slot is taken is queued with its message in the
+/// log; the manager that claims it resumes it with that message and lands
+/// the next revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_with_no_free_slot_is_queued_and_resumed_with_its_message() {
+    let env = Env::new().await;
+    let release = Arc::new(Notify::new());
+    let runner = {
+        let release = Arc::clone(&release);
+        ScriptRunner::new(move |ctx, _| {
+            let release = Arc::clone(&release);
+            async move {
+                if ctx.session.prompt == "hold" {
+                    release.notified().await;
+                }
+                write_files(&ctx, &[("report.md", "# done\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let seen = Arc::clone(&runner.seen);
+    let manager = env
+        .builder(runner)
+        .max_running(1)
+        .cancel_poll(Duration::from_millis(50))
+        .build();
+    let first = manager.create(env.request("first")).await.unwrap();
+    assert_eq!(
+        settled(&manager, &first).await.status,
+        SessionStatus::Completed
+    );
+    let hold = manager.create(env.request("hold")).await.unwrap();
+    until("the holder runs", || seen.lock().unwrap().len() == 2).await;
+
+    let reopened = manager.reopen(first.id, "second message").await.unwrap();
+    assert!(reopened.is_queued(), "{reopened:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "it waits for the slot");
+
+    release.notify_one();
+    let row = settled(&manager, &reopened).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert_eq!(row.revision, 2);
+    let resumed: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(ctx, _)| ctx.session.id == first.id)
+        .map(|(ctx, m)| (ctx.revision, m.clone()))
+        .collect();
+    assert_eq!(resumed, [(1, None), (2, Some("second message".to_owned()))]);
+    assert_eq!(env.store.list_reports(first.id).await.unwrap().len(), 2);
+    settled(&manager, &hold).await;
+    manager.stop().await;
+    env.assert_safe().await;
+}

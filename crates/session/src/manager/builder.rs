@@ -227,8 +227,9 @@ impl ManagerBuilder {
     /// when a slot frees up, checking every
     /// [`cancel_poll`](ManagerBuilder::cancel_poll) period and at once
     /// when one of its own runs ends. A continued session (`reopen`,
-    /// `send_message`) is not held back yet: it takes a slot even past
-    /// the cap.
+    /// `send_message`) is held back the same way: its message is appended
+    /// to its log and it is queued, and the manager that claims it resumes
+    /// it with that message.
     pub fn max_running(mut self, n: usize) -> Self {
         self.config.max_running = n.max(1);
         self
@@ -243,8 +244,8 @@ impl ManagerBuilder {
     /// key, so replicas racing for one key never overshoot it; a session
     /// of a key at its cap waits while other keys' sessions start. Give
     /// every manager of a pool the same cap: a claim applies its own
-    /// manager's. Continued sessions (reopen, answer) are not held back
-    /// by it, but count towards it.
+    /// manager's. Continued sessions (reopen, answer) are queued and
+    /// claimed like creates when a cap is set.
     ///
     /// ```
     /// # use std::sync::Arc;
