@@ -252,3 +252,60 @@ async fn a_per_key_cap_holds_across_two_replicas_sqlite() {
     .await;
     db.close().await;
 }
+
+/// On PostgreSQL a queued session wakes the pool's managers through
+/// NOTIFY: a manager whose poll period is a minute claims it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_session_wakes_a_replica_through_notify_postgres() {
+    let Some(db) = PgDb::create().await else {
+        return;
+    };
+    let pool = db.pool().clone();
+    let store: Arc<dyn CoordinatedStore> = Arc::new(PgStore::new(pool.clone()));
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let worker = Manager::builder(Arc::clone(&store), Arc::new(recording(&calls, false)))
+        .blob_store(Arc::new(MemoryBlobStore::new()))
+        .turn_log(Arc::new(PgLog::new(pool.clone())))
+        .cancel_poll(Duration::from_secs(60))
+        .build();
+    // Queues every create (a per-key cap) and claims nothing itself.
+    let creator = Manager::builder(Arc::clone(&store), Arc::new(recording(&calls, false)))
+        .blob_store(Arc::new(MemoryBlobStore::new()))
+        .turn_log(Arc::new(PgLog::new(pool.clone())))
+        .max_running_per_key(1)
+        .claim_queued(false)
+        .build();
+    let incident = store
+        .create_incident(NewIncident {
+            title: "notify".into(),
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    // Past the worker's first poll, and its listener connected.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = std::time::Instant::now();
+    let s = creator
+        .create(CreateSession {
+            incident_id: incident.id,
+            prompt: "pushed".into(),
+            context: vec![],
+        })
+        .await
+        .unwrap();
+    assert!(s.is_queued(), "{s:?}");
+    while !store.get_session(s.id).await.unwrap().status.is_terminal() {
+        assert!(asked.elapsed() < Duration::from_secs(30), "never claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = asked.elapsed();
+    assert_eq!(settled(&worker, &s).await.status, SessionStatus::Completed);
+    assert!(
+        took < Duration::from_secs(5),
+        "ended {took:?} after the create: the poll period is 60 s"
+    );
+    assert_eq!(*calls.lock().unwrap(), ["pushed"]);
+    creator.stop().await;
+    worker.stop().await;
+    db.drop_db().await;
+}

@@ -3,8 +3,10 @@
 //!
 //! A create that finds every slot taken queues its session in the store
 //! (running, unowned, not started). One task per manager wakes when one of
-//! its runs frees a slot, when a create queued something here, and every
-//! `cancel_poll` period (so sessions queued by other replicas are found);
+//! its runs frees a slot, when a create queued something here, when the
+//! store pushes that work appeared (`Coordination::queue_signal`:
+//! PostgreSQL's NOTIFY for rows queued and runs ended elsewhere) and
+//! every `cancel_poll` period (the fallback, and the only way on SQLite);
 //! while a slot is free it asks the store for the next queued session of
 //! its pool (`Coordination::claim_next`: priority, then the key with the
 //! fewest runs in progress, then age — one winner across replicas), opens
@@ -36,6 +38,8 @@ pub(crate) fn start(inner: &Arc<Inner>) {
     };
     let weak = Arc::downgrade(inner);
     let period = inner.config.cancel_poll;
+    // The store's push (PostgreSQL's NOTIFY), where it has one.
+    let signal = inner.store.queue_signal();
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -47,9 +51,16 @@ pub(crate) fn start(inner: &Arc<Inner>) {
                 return;
             };
             let freed = async move { slots.freed().await };
+            let pushed = async {
+                match &signal {
+                    Some(signal) => signal.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
                 () = freed => {}
+                () = pushed => {}
             }
             if !admit(&weak).await {
                 return;

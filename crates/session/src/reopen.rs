@@ -258,19 +258,8 @@ impl Manager {
             // No free slot (or a per-key cap, which only a claim counts):
             // queued with its message already in the log, where the
             // manager that claims it reads it.
-            let slot = match inner.config.per_key {
-                Some(_) => None,
-                None => inner.slots.try_take_for_new(),
-            };
-            let Some(slot) = slot else {
-                if let Err(e) = log.close().await {
-                    warn!(error = %e, "turn log of the queued continue not closed cleanly");
-                }
-                let session = inner.enqueue(session).await;
-                info!(queued = session.is_queued(), "continued session queued");
-                inner.slots.set_waiting(true);
-                inner.slots.nudge();
-                return Ok(session);
+            let Some(slot) = inner.slot_for_new() else {
+                return Ok(queue_continued(inner, log, session).await);
             };
             let resume = Some(Resume { message, own });
             let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
@@ -280,6 +269,19 @@ impl Manager {
         .instrument(span);
         join_detached(work).await
     }
+}
+
+/// Queues a continued session whose message is in its log: the log
+/// closed (the claimer opens it), the session given back to the queue.
+async fn queue_continued(inner: &Inner, log: LogHandle, session: Session) -> Session {
+    if let Err(e) = log.close().await {
+        warn!(error = %e, "turn log of the queued continue not closed cleanly");
+    }
+    let session = inner.enqueue(session).await;
+    info!(queued = session.is_queued(), "continued session queued");
+    inner.slots.set_waiting(true);
+    inner.slots.nudge();
+    session
 }
 
 /// Closes interrupted turns, then appends the user's message.

@@ -103,6 +103,11 @@ pub(crate) trait StoreDialect {
     /// or `None` for an engine without them.
     fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;
 
+    /// [`Coordination::queue_signal`](korvus_store::Coordination::queue_signal):
+    /// a `Notify` fed by the engine's notifications that work for the
+    /// queue appeared, or `None` for an engine without them.
+    fn queue_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>>;
+
     /// How a failing write about `entity` is reported (see [`Op`]).
     fn op(entity: Entity, foreign_key: Option<&'static str>) -> Op {
         Op {

@@ -417,6 +417,10 @@ macro_rules! sql_lease {
                     self.cancel_listener()
                 }
 
+                fn queue_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+                    self.queue_listener()
+                }
+
                 async fn heartbeat(
                     &self,
                     lease: Lease,

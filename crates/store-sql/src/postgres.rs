@@ -172,17 +172,11 @@ impl StoreDialect for PgStore {
     }
 
     fn cancel_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
-        let weak = std::sync::Arc::downgrade(&notify);
-        // A connection of its own, outside the store's pool: a listener
-        // holds its connection for as long as it listens.
-        let options = self.pool().connect_options().as_ref().clone();
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_lazy_with(options);
-        runtime.spawn(listen_for_cancels(pool, weak));
-        Some(notify)
+        self.listener(CANCEL_CHANNEL)
+    }
+
+    fn queue_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        self.listener(QUEUE_CHANNEL)
     }
 
     const BACKEND: &'static str = BACKEND;
@@ -381,11 +375,32 @@ impl LogDialect for PgLogIo {
 /// The channel the `sessions_cancel_notify` trigger notifies.
 const CANCEL_CHANNEL: &str = "korvus_cancel";
 
-/// Feeds `notify` with the notifications of new cancel requests until
-/// nobody holds it any more. A lost connection is re-established (sqlx's
+/// The channel the queue triggers notify (rows queued, runs ended).
+const QUEUE_CHANNEL: &str = "korvus_queue";
+
+impl PgStore {
+    /// A `Notify` fed by the notifications of `channel`, if a tokio
+    /// runtime runs: a connection of its own, outside the store's pool (a
+    /// listener holds its connection for as long as it listens), closed
+    /// once nobody holds the `Notify`.
+    fn listener(&self, channel: &'static str) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let weak = std::sync::Arc::downgrade(&notify);
+        let options = self.pool().connect_options().as_ref().clone();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options);
+        runtime.spawn(listen(pool, channel, weak));
+        Some(notify)
+    }
+}
+
+/// Feeds `notify` with the notifications of `channel` until nobody holds
+/// it any more. A lost connection is re-established (sqlx's
 /// listener reconnects; what was sent meanwhile is lost, and the caller's
 /// polling covers it); a listener that cannot start retries after a pause.
-async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::Notify>) {
+async fn listen(pool: PgPool, channel: &'static str, notify: std::sync::Weak<tokio::sync::Notify>) {
     use std::time::Duration;
     loop {
         if notify.strong_count() == 0 {
@@ -395,12 +410,12 @@ async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::N
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
             Ok(l) => l,
             Err(e) => {
-                tracing::debug!(error = %e, "cancel listener not connected; retrying");
+                tracing::debug!(channel, error = %e, "listener not connected; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
-        if let Err(e) = listener.listen(CANCEL_CHANNEL).await {
+        if let Err(e) = listener.listen(channel).await {
             tracing::debug!(error = %e, "LISTEN failed; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
@@ -413,7 +428,7 @@ async fn listen_for_cancels(pool: PgPool, notify: std::sync::Weak<tokio::sync::N
                     None => break,
                 },
                 Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "cancel listener failed; reconnecting");
+                    tracing::debug!(channel, error = %e, "listener failed; reconnecting");
                     break;
                 }
                 Err(_) if notify.strong_count() == 0 => break,

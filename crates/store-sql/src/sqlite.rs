@@ -185,6 +185,10 @@ impl StoreDialect for SqliteStore {
         None
     }
 
+    fn queue_listener(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+
     const BACKEND: &'static str = BACKEND;
 
     // One statement, holding the write lock from its first read: the next

@@ -202,6 +202,17 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// wins.
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session>;
 
+    /// A wake-up for the queue, when the backend can push one: notified
+    /// soon after the commit when a row of any pool becomes queued and
+    /// when a run ends, so a manager tries a claim at once instead of at
+    /// its next poll period. Best effort (what is sent while a listener
+    /// reconnects is lost): managers keep polling as the fallback. `None`
+    /// when the backend has no such notifications. A `Notify` may also
+    /// fire for nothing (another pool, a claim another manager won).
+    /// Called once per manager; the backend keeps what feeds it alive
+    /// while the returned `Arc` lives.
+    fn queue_signal(&self) -> Option<Arc<tokio::sync::Notify>>;
+
     /// How many sessions are queued (active, unowned, not started) in
     /// `pool`, and of them how many under the key of a session with
     /// `queue_key` in `incident` (its queue key, else its incident: the

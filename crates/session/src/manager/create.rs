@@ -191,12 +191,7 @@ impl Manager {
             // manager claims the run now. Otherwise the session is queued
             // for the next slot of any manager of the pool, behind those
             // already waiting.
-            // With a per-key cap every create is queued: only a claim
-            // counts the key's runs under the key's lock.
-            let slot = match inner.config.per_key {
-                Some(_) => None,
-                None => inner.slots.try_take_for_new(),
-            };
+            let slot = inner.slot_for_new();
             if slot.is_none() {
                 check_queue_room(inner, &options, incident.id).await?;
             }

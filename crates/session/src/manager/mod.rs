@@ -97,6 +97,18 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// A run slot for a new run (a create or a continue), when it may
+    /// start here at once: a slot is free and nothing known to be queued
+    /// waits for it. With a per-key cap never: every new run is queued and
+    /// claimed, because only a claim counts the key's runs under the key's
+    /// lock.
+    pub(crate) fn slot_for_new(&self) -> Option<crate::live::Slot> {
+        match self.config.per_key {
+            Some(_) => None,
+            None => self.slots.try_take_for_new(),
+        }
+    }
+
     /// The lease every run of this manager is owned under.
     pub(crate) fn lease(&self) -> Lease {
         self.ownership.lease()
@@ -447,7 +459,10 @@ impl Manager {
             if now >= until {
                 return Err(over());
             }
-            tokio::time::sleep_until(until.min(now + self.inner.config.cancel_poll)).await;
+            // A queued or foreign run settles elsewhere (or starts here):
+            // looked at again within a second, whatever the poll period.
+            let poll = self.inner.config.cancel_poll.min(Duration::from_secs(1));
+            tokio::time::sleep_until(until.min(now + poll)).await;
         }
     }
 }

@@ -320,6 +320,10 @@ impl Coordination for MemoryStore {
         None
     }
 
+    fn queue_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+
     async fn heartbeat(
         &self,
         lease: Lease,

@@ -314,6 +314,9 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
         self.inner.cancel_signal()
     }
+    fn queue_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.inner.queue_signal()
+    }
     async fn heartbeat(
         &self,
         lease: Lease,

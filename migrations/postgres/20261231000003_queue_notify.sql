@@ -1,0 +1,27 @@
+-- F19: work for the queue wakes the managers of a pool at once. PostgreSQL
+-- sends NOTIFY korvus_queue (payload: the pool) when a row becomes queued
+-- (created without an owner, or given back) and when a run ends (a slot,
+-- or room under a per-key cap, may be free on another replica). Managers
+-- LISTEN and try a claim at once instead of at their next poll period
+-- (which stays as the fallback). SQLite has no NOTIFY: it keeps polling.
+
+CREATE FUNCTION korvus_notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('korvus_queue', NEW.pool);
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER sessions_queue_notify_insert
+    AFTER INSERT ON sessions
+    FOR EACH ROW
+    WHEN (NEW.owner IS NULL AND NEW.started_at IS NULL AND NEW.status = 'running')
+    EXECUTE FUNCTION korvus_notify_queue();
+
+CREATE TRIGGER sessions_queue_notify_update
+    AFTER UPDATE OF owner, status ON sessions
+    FOR EACH ROW
+    WHEN ((NEW.owner IS NULL AND OLD.owner IS NOT NULL AND NEW.started_at IS NULL
+           AND NEW.status = 'running')
+          OR (OLD.status = 'running' AND NEW.status <> 'running'))
+    EXECUTE FUNCTION korvus_notify_queue();
