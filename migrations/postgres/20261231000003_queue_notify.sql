@@ -1,12 +1,23 @@
 -- F19: work for the queue wakes the managers of a pool at once. PostgreSQL
 -- sends NOTIFY korvus_queue (payload: the pool) when a row becomes queued
--- (created without an owner, or given back) and when a run ends (a slot,
--- or room under a per-key cap, may be free on another replica). Managers
+-- (created without an owner, or given back) and when a run ends while
+-- sessions of its pool wait (a slot, or room under a per-key cap, may be
+-- free on another replica). Managers
 -- LISTEN and try a claim at once instead of at their next poll period
 -- (which stays as the fallback). SQLite has no NOTIFY: it keeps polling.
 
 CREATE FUNCTION korvus_notify_queue() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- A run that ended is worth a wake-up only when something waits in
+    -- its pool (the partial index sessions_queued answers that).
+    IF TG_OP = 'UPDATE' AND NEW.status <> 'running' AND NOT EXISTS (
+        SELECT 1 FROM sessions
+        WHERE pool = NEW.pool AND status = 'running' AND owner IS NULL
+          AND started_at IS NULL
+          AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+    ) THEN
+        RETURN NEW;
+    END IF;
     PERFORM pg_notify('korvus_queue', NEW.pool);
     RETURN NEW;
 END;

@@ -6,7 +6,10 @@
 //! its runs frees a slot, when a create queued something here, when the
 //! store pushes that work appeared (`Coordination::queue_signal`:
 //! PostgreSQL's NOTIFY for rows queued and runs ended elsewhere) and
-//! every `cancel_poll` period (the fallback, and the only way on SQLite);
+//! every `cancel_poll` period (the only way on SQLite; with a push, ten
+//! times slower, as the fallback for a notification lost in a reconnect,
+//! and a freed slot claims only when work is known or was announced —
+//! so a run that ends costs no claim statement when nothing waits);
 //! while a slot is free it asks the store for the next queued session of
 //! its pool (`Coordination::claim_next`: priority, then the key with the
 //! fewest runs in progress, then age — one winner across replicas), opens
@@ -37,12 +40,19 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let period = inner.config.cancel_poll;
-    // The store's push (PostgreSQL's NOTIFY), where it has one.
+    // The store's push (PostgreSQL's NOTIFY), where it has one: then a
+    // freed slot claims only when work is known or announced, and the
+    // poll is only the fallback for a notification lost in a reconnect.
     let signal = inner.store.queue_signal();
+    let period = match signal {
+        Some(_) => inner.config.cancel_poll * PUSHED_POLL_FACTOR,
+        None => inner.config.cancel_poll,
+    };
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Whether work may wait that no claim has looked for yet.
+        let mut pending = true;
         loop {
             // The slots alone, not the manager: a dropped manager ends
             // the loop at its next wake-up. A slot freed while claims run
@@ -50,7 +60,10 @@ pub(crate) fn start(inner: &Arc<Inner>) {
             let Some(slots) = weak.upgrade().map(|inner| inner.slots.clone()) else {
                 return;
             };
-            let freed = async move { slots.freed().await };
+            let freed = {
+                let slots = slots.clone();
+                async move { slots.freed().await }
+            };
             let pushed = async {
                 match &signal {
                     Some(signal) => signal.notified().await,
@@ -58,32 +71,49 @@ pub(crate) fn start(inner: &Arc<Inner>) {
                 }
             };
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = tick.tick() => pending = true,
                 () = freed => {}
-                () = pushed => {}
+                () = pushed => pending = true,
             }
-            if !admit(&weak).await {
-                return;
+            if signal.is_some() && !pending && !slots.waiting() {
+                continue;
+            }
+            match admit(&weak).await {
+                Admitted::Gone => return,
+                Admitted::Drained => pending = false,
+                Admitted::Full => {}
             }
         }
     });
 }
 
-/// Claims queued sessions while a slot is free; `false` once the manager
-/// is gone or stopping.
-async fn admit(weak: &Weak<Inner>) -> bool {
+/// How much slower the fallback poll is when the store pushes.
+const PUSHED_POLL_FACTOR: u32 = 10;
+
+/// What a round of claims ended with.
+enum Admitted {
+    /// The manager is gone or stopping: the loop ends.
+    Gone,
+    /// The queue had nothing more for this manager.
+    Drained,
+    /// Every slot is taken, or the store failed: work may still wait.
+    Full,
+}
+
+/// Claims queued sessions while a slot is free.
+async fn admit(weak: &Weak<Inner>) -> Admitted {
     let Some(inner) = weak.upgrade() else {
-        return false;
+        return Admitted::Gone;
     };
     loop {
         if inner.shutting_down.load(Ordering::Acquire) {
-            return false;
+            return Admitted::Gone;
         }
         if inner.claiming_stopped.load(Ordering::Acquire) {
-            return true;
+            return Admitted::Drained;
         }
         let Some(slot) = inner.slots.try_take() else {
-            return true;
+            return Admitted::Full;
         };
         match inner
             .store
@@ -95,7 +125,11 @@ async fn admit(weak: &Weak<Inner>) -> bool {
             Ok(Some(row)) if inner.claiming_stopped.load(Ordering::Acquire) => {
                 slot.give_back();
                 inner.give_back(RunKey::of(&row)).await;
-                return !inner.shutting_down.load(Ordering::Acquire);
+                return if inner.shutting_down.load(Ordering::Acquire) {
+                    Admitted::Gone
+                } else {
+                    Admitted::Drained
+                };
             }
             Ok(Some(row)) => {
                 inner.slots.set_waiting(true);
@@ -111,12 +145,13 @@ async fn admit(weak: &Weak<Inner>) -> bool {
                 // slots directly again.
                 inner.slots.set_waiting(false);
                 slot.give_back();
-                return true;
+                return Admitted::Drained;
             }
             Err(e) => {
                 slot.give_back();
                 warn!(error = %e, "queued sessions not claimed; trying again");
-                return true;
+                // Work may still wait: looked for again at the next wake-up.
+                return Admitted::Full;
             }
         }
     }

@@ -307,6 +307,12 @@ impl Slots {
         self.state.waiting.store(waiting, Ordering::Release);
     }
 
+    /// Whether the queue may hold sessions (see
+    /// [`set_waiting`](Slots::set_waiting)).
+    pub(crate) fn waiting(&self) -> bool {
+        self.state.waiting.load(Ordering::Acquire)
+    }
+
     /// A free slot, if there is one.
     pub(crate) fn try_take(&self) -> Option<Slot> {
         self.state
