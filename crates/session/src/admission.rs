@@ -12,7 +12,8 @@
 //! so a run that ends costs no claim statement when nothing waits);
 //! while a slot is free it asks the store for the next queued session of
 //! its pool (`Coordination::claim_next`: priority, then the key with the
-//! fewest runs in progress, then age — one winner across replicas), opens
+//! fewest runs in progress and the oldest last turn, then age — one
+//! winner across replicas), opens
 //! its turn log at the claimed fence and launches it like a created one.
 //! It stops claiming once the manager stops (or
 //! [`Manager::stop_claiming`] was called): unclaimed sessions stay queued

@@ -226,20 +226,20 @@ WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fenc
 -- CLAIM_NEXT (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
-WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL ORDER BY s.priority DESC, COALESCE(b.n, 0), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- CLAIM_CAPPED (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, fence = fence + 1
-WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL AND COALESCE(b.n, 0) < $4 ORDER BY s.priority DESC, COALESCE(b.n, 0), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL AND COALESCE(b.n, 0) < $4 ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND owner IS NULL AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
 -- PICK_CAPPED (built from the dialect)
 SELECT s.id, COALESCE(s.queue_key, hex(s.incident_id))
-FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id))
+FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id))
 WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL AND COALESCE(b.n, 0) < $2
-ORDER BY s.priority DESC, COALESCE(b.n, 0), s.queued_ms, s.id
+ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id
 LIMIT 1;
 
 -- KEY_BUSY (built from the dialect)
@@ -263,6 +263,13 @@ RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_
 SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(s.queue_key, hex(s.incident_id)) = $2 THEN 1 ELSE 0 END), 0)
 FROM sessions AS s
 WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL;
+
+-- STAMP_KEY (built from the dialect)
+INSERT INTO queue_keys (pool, queue_key, last_claimed_ms)
+VALUES ($1, $2, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+ON CONFLICT (pool, queue_key) DO
+UPDATE
+SET last_claimed_ms = EXCLUDED.last_claimed_ms;
 
 -- insert_context_refs_sql (built per batch; shown for 2 rows)
 WITH r(artifact_id, role, ord) AS (VALUES ($2, $3, 0), ($4, $5, 1))

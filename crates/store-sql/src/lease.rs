@@ -329,7 +329,24 @@ macro_rules! sql_lease {
                             .map_err(backend(Self::BACKEND))?,
                         Some(cap) => self.claim_capped(pool, cap, lease).await?,
                     };
-                    row.map(|r| r.into_model(Self::BACKEND)).transpose()
+                    let Some(claimed) = row.map(|r| r.into_model(Self::BACKEND)).transpose()?
+                    else {
+                        return Ok(None);
+                    };
+                    // The key's turn is taken: fairness only, so a failure
+                    // here is logged and the claim stands.
+                    let key = claimed.admission.queue_key.clone().unwrap_or_else(|| {
+                        <$store as StoreDialect>::incident_key(claimed.incident_id)
+                    });
+                    if let Err(e) = sqlx::query(&STATEMENTS.stamp_key)
+                        .bind(pool)
+                        .bind(&key)
+                        .execute(&self.pool)
+                        .await
+                    {
+                        tracing::warn!(error = %e, pool, key, "the claimed key's turn was not recorded");
+                    }
+                    Ok(Some(claimed))
                 }
 
                 async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {

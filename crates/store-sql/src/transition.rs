@@ -102,16 +102,18 @@ fn busy(key: &str) -> String {
 }
 
 /// The pick of `claim_next`: the next queued row of pool `$1` — highest
-/// priority, then the key with the fewest runs in progress, then the
-/// oldest queued — selecting `columns` of it (alias `s`). `cap` is an
+/// priority, then the key with the fewest runs in progress, then the key
+/// claimed longest ago (never: first), then the oldest queued — selecting `columns` of it (alias `s`). `cap` is an
 /// extra condition on the key's busy count (empty: none), `lock` the row
 /// lock the pick takes (of `s` only). The busy counts are one grouped
 /// scan of the pool's runs in progress, not one count per queued row.
 fn pick(key: &str, columns: &str, cap: &str, lock: &str) -> String {
     format!(
         "SELECT {columns} FROM sessions AS s LEFT JOIN {busy} AS b ON b.k = {s_key} \
+         LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = {s_key} \
          WHERE s.pool = $1 AND {queued}{cap_clause} \
-         ORDER BY s.priority DESC, COALESCE(b.n, 0), s.queued_ms, s.id LIMIT 1{lock}",
+         ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), \
+         s.queued_ms, s.id LIMIT 1{lock}",
         busy = busy(key),
         s_key = key.replace("{t}", "s"),
         queued = queued("s"),
@@ -242,6 +244,9 @@ pub(crate) struct Statements {
     /// whose key (queue key, else the incident as the engine writes it
     /// as text) is `$2`.
     pub(crate) queue_depth: String,
+    /// After a claim: its key's turn is taken now. Binds `$1` pool, `$2`
+    /// key.
+    pub(crate) stamp_key: String,
     /// The claim of the picked row: owned under `$2` (owner) for `$3`
     /// (ttl, ms) at the next fence, while it is still queued. Binds `$1`
     /// id.
@@ -313,6 +318,10 @@ impl Statements {
             key_busy: key_busy(&key),
             queue_depth: queue_depth(&key),
             release: release(now),
+            stamp_key: format!(
+                "INSERT INTO queue_keys (pool, queue_key, last_claimed_ms) VALUES ($1, $2, {now}) \
+                 ON CONFLICT (pool, queue_key) DO UPDATE SET last_claimed_ms = EXCLUDED.last_claimed_ms"
+            ),
             claim_row: claim_row(now),
         }
     }
@@ -325,7 +334,7 @@ impl Statements {
     /// Every statement, by name, in a fixed order: what the SQL snapshot
     /// renders.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn all(&self) -> [(&'static str, &str); 13] {
+    pub(crate) fn all(&self) -> [(&'static str, &str); 14] {
         [
             ("REOPEN", &self.reopen),
             ("RESUME_IDLE", &self.resume_idle),
@@ -340,6 +349,7 @@ impl Statements {
             ("CLAIM_ROW", &self.claim_row),
             ("RELEASE", &self.release),
             ("QUEUE_DEPTH", &self.queue_depth),
+            ("STAMP_KEY", &self.stamp_key),
         ]
     }
 }

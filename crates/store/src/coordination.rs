@@ -147,8 +147,10 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// `lease`, in one conditional step: the highest
     /// [priority](crate::Priority) first; among those, the key (the
     /// session's queue key, or its incident) with the fewest runs in
-    /// progress — so keys take turns; within a key, the one queued
-    /// longest. With `per_key`, a key that already has that many runs in
+    /// progress, and of those the key whose last claim is oldest (or that
+    /// was never claimed) — so keys take turns, also when runs do not
+    /// overlap; within a key, the one queued longest. The claim records
+    /// its key's turn. With `per_key`, a key that already has that many runs in
     /// progress (owned and active: claimed, started, or continued) is
     /// passed over, and the cap holds across concurrent claimers — a
     /// backend serialises the claims of one key (PostgreSQL: a lock row

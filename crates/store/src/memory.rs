@@ -45,6 +45,10 @@ struct Inner {
     /// order within a key.
     queued: HashMap<SessionId, u64>,
     next_queued: u64,
+    /// When each (pool, key) last had a session claimed, as a running
+    /// number: keys take turns.
+    key_turns: HashMap<(String, String), u64>,
+    next_turn: u64,
 }
 
 impl Inner {

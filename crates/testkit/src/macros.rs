@@ -54,6 +54,7 @@ macro_rules! __with_cases {
             a_claim_given_back_is_queued_again_in_its_place,
             a_per_key_cap_holds_across_concurrent_claims,
             the_queue_depth_counts_queued_rows_by_pool_and_key,
+            keys_take_turns_when_runs_do_not_overlap,
             a_retried_identical_settlement_is_ok,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,

@@ -237,12 +237,21 @@ impl MemoryStore {
                 (
                     std::cmp::Reverse(s.admission.priority),
                     busy.get(&key(s)).copied().unwrap_or(0),
+                    inner
+                        .key_turns
+                        .get(&(pool.to_owned(), key(s)))
+                        .copied()
+                        .unwrap_or(0),
                     inner.queued.get(&s.id).copied().unwrap_or(0),
                     s.id,
                 )
             })?
             .id;
         // The entry stays: a claim given back (`release`) keeps its place.
+        inner.next_turn += 1;
+        let turn = inner.next_turn;
+        let claimed_key = key(inner.sessions.get(&next)?);
+        inner.key_turns.insert((pool.to_owned(), claimed_key), turn);
         let s = inner.sessions.get_mut(&next)?;
         s.owner = Some(lease.owner);
         s.lease_expires_at = Some(expires);

@@ -321,3 +321,31 @@ pub async fn the_queue_depth_counts_queued_rows_by_pool_and_key(store: &dyn Coor
         }
     );
 }
+
+/// Keys take turns even when runs do not overlap: of keys with as few
+/// runs in progress, the one claimed longest ago (or never) goes first,
+/// before an older row of the key claimed last.
+pub async fn keys_take_turns_when_runs_do_not_overlap(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let a1 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let a2 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let a3 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let b1 = queue(store, &inc, &pool, "b", Priority::NORMAL).await;
+    let b2 = queue(store, &inc, &pool, "b", Priority::NORMAL).await;
+    let mut order = Vec::new();
+    while let Some(s) = claim(store, &pool, lease()).await {
+        order.push(s.id);
+        // The run ends before the next claim: nothing is in progress.
+        store
+            .settle_session(
+                s.id,
+                settlement_at(SessionStatus::Completed, "completed", s.fence),
+            )
+            .await
+            .unwrap();
+        // The store's clock orders the turns in milliseconds.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert_eq!(order, [a1.id, b1.id, a2.id, b2.id, a3.id]);
+}
