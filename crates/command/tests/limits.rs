@@ -332,7 +332,9 @@ async fn daemons_of_an_agent_are_gone_after_the_settle_however_the_run_ends() {
         return;
     }
     let cases: [(&str, &str, Limits); 4] = [
-        ("completed", "exit 0", fast()),
+        // A second before it exits: the test must see the daemons run
+        // before the run's end stops them.
+        ("completed", "sleep 1; exit 0", fast()),
         ("timeout", "sleep 60", fast()),
         ("cancelled", "sleep 60", fast()),
         (
