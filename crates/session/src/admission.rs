@@ -45,6 +45,10 @@ pub(crate) fn start(inner: &Arc<Inner>) {
     // freed slot claims only when work is known or announced, and the
     // poll is only the fallback for a notification lost in a reconnect.
     let signal = inner.store.queue_signal();
+    // With a per-key cap, a run of this manager that ends (or goes idle)
+    // may make room under its key for work a claim passed over: a freed
+    // slot always looks.
+    let capped = inner.config.per_key.is_some();
     let period = match signal {
         Some(_) => inner.config.cancel_poll * PUSHED_POLL_FACTOR,
         None => inner.config.cancel_poll,
@@ -76,7 +80,7 @@ pub(crate) fn start(inner: &Arc<Inner>) {
                 () = freed => {}
                 () = pushed => pending = true,
             }
-            if signal.is_some() && !pending && !slots.waiting() {
+            if signal.is_some() && !pending && !capped && !slots.waiting() {
                 continue;
             }
             match admit(&weak).await {
@@ -179,26 +183,28 @@ impl Manager {
             }
         };
         let opened = async {
-            let log = match inner
+            let log = inner
                 .logs
                 .open(LogId::from_uuid(id.as_uuid()), Access::Write)
-                .await
-            {
-                Ok(log) => log,
-                // Its creator died between the row and the log (the row
-                // went back to the queue as a claim that never started).
-                Err(korvus_log::LogError::NotFound { .. }) => {
-                    warn!("the claimed session has no turn log; starting one");
-                    let header = crate::manager::log_header(row.incident_id, id);
-                    inner.logs.create(header).await?
-                }
-                Err(e) => return Err(e),
-            };
+                .await?;
             log.claim_epoch(row.fence).await?;
             Ok::<_, korvus_log::LogError>(log)
         };
         let log = match opened.await {
             Ok(log) => log,
+            // A create writes the row, then its context refs, then its
+            // log: no log means its creator died half-way (the row went
+            // back to the queue as a claim that never started), and its
+            // refs may be missing too. It is ended as its creator's death
+            // ended it before the queue existed, never run without them.
+            Err(korvus_log::LogError::NotFound { .. }) => {
+                warn!("the claimed session was left half made by its creator (no turn log); settling it owner_lost");
+                let ended = inner
+                    .fail_early(RunKey::of(&row), ExitReason::OWNER_LOST)
+                    .await;
+                inner.settle(id, ended).await;
+                return;
+            }
             Err(e) => {
                 error!(error = %e, "turn log of a claimed session not opened; settling it failed");
                 let ended = inner

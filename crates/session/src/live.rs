@@ -34,6 +34,11 @@ pub(crate) struct LiveRun {
     /// Set (before `cancel` fires) when the manager stopped the run because
     /// its lease may have lapsed: it then ends `lease_lost`.
     pub(crate) lease_lost: Arc<AtomicBool>,
+    /// Set (before `cancel` fires) when the manager's `stop` cancelled
+    /// the run and nothing had cancelled it before: a first run stopped
+    /// before it started then goes back to the queue instead of ending
+    /// `cancelled`.
+    pub(crate) by_stop: Arc<AtomicBool>,
     /// Set to `true` after the terminal write and deregistration.
     pub(crate) settled: watch::Sender<bool>,
     /// Woken after every append to the run's turn log (for `watch`).
@@ -97,6 +102,7 @@ impl LiveRuns {
             registered: std::time::Instant::now(),
             cancel: CancellationToken::new(),
             lease_lost: Arc::new(AtomicBool::new(false)),
+            by_stop: Arc::new(AtomicBool::new(false)),
             settled,
             appended: Arc::new(Notify::new()),
         };
@@ -167,12 +173,19 @@ impl LiveRuns {
 
     /// Cancels every local run; returns how many.
     pub fn cancel_all(&self) -> usize {
-        let tokens: Vec<CancellationToken> =
-            self.lock().values().map(|e| e.cancel.clone()).collect();
-        for token in &tokens {
+        let runs: Vec<(CancellationToken, Arc<AtomicBool>)> = self
+            .lock()
+            .values()
+            .map(|e| (e.cancel.clone(), Arc::clone(&e.by_stop)))
+            .collect();
+        for (token, by_stop) in &runs {
+            // A run a caller cancelled first stays cancelled by the caller.
+            if !token.is_cancelled() {
+                by_stop.store(true, Ordering::Release);
+            }
             token.cancel();
         }
-        tokens.len()
+        runs.len()
     }
 
     /// The sessions of `incident` live in this process, sorted.

@@ -259,7 +259,7 @@ impl Manager {
             // queued with its message already in the log, where the
             // manager that claims it reads it.
             let Some(slot) = inner.slot_for_new() else {
-                return Ok(queue_continued(inner, log, session).await);
+                return queue_continued(inner, log, session, revision).await;
             };
             let resume = Some(Resume { message, own });
             let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
@@ -272,16 +272,31 @@ impl Manager {
 }
 
 /// Queues a continued session whose message is in its log: the log
-/// closed (the claimer opens it), the session given back to the queue.
-async fn queue_continued(inner: &Inner, log: LogHandle, session: Session) -> Session {
+/// closed — durably: the claimer resumes with the last user message it
+/// finds there — then the session given back to the queue. A log that
+/// cannot be closed fails the revision (`turn_log_failed`) instead: queued,
+/// the session could resume with an older message.
+async fn queue_continued(
+    inner: &Inner,
+    log: LogHandle,
+    session: Session,
+    revision: u32,
+) -> Result<Session> {
     if let Err(e) = log.close().await {
-        warn!(error = %e, "turn log of the queued continue not closed cleanly");
+        error!(error = %e, "turn log of the continue not closed; settling the session failed");
+        let ended = RunKey {
+            revision,
+            ..RunKey::of(&session)
+        };
+        let ended = inner.fail_early(ended, ExitReason::TURN_LOG_FAILED).await;
+        inner.settle(session.id, ended).await;
+        return Err(e.into());
     }
     let session = inner.enqueue(session).await;
     info!(queued = session.is_queued(), "continued session queued");
     inner.slots.set_waiting(true);
     inner.slots.nudge();
-    session
+    Ok(session)
 }
 
 /// Closes interrupted turns, then appends the user's message.

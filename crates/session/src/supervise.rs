@@ -76,6 +76,7 @@ impl Manager {
             .shutting_down
             .load(std::sync::atomic::Ordering::SeqCst)
         {
+            run.by_stop.store(true, Ordering::Release);
             run.cancel.cancel();
         }
         let span = info_span!("run", session_id = %id, incident_id = %plan.key().incident, revision = plan.key().revision);
@@ -183,7 +184,9 @@ async fn iterate(
     // Only a first run goes back to the queue: a continued revision's
     // message lives in this run alone (a claim of it would run it afresh).
     let first_run = revision.revision == 1;
-    if first_run && token.is_cancelled() && inner.shutting_down.load(Ordering::Acquire) {
+    // Only a stop: a run a caller (or a cancel request) cancelled first
+    // ends `cancelled` as asked.
+    if first_run && token.is_cancelled() && run.by_stop.load(Ordering::Acquire) {
         info!("the manager stops before the run started: the session goes back to the queue");
         let leftovers = Leftovers {
             lease,
@@ -218,8 +221,13 @@ async fn iterate(
                 lease,
                 dir: prepared.dir,
             };
-            Box::pin(go_back(&inner, revision, &log, leftovers)).await;
-            return (None, Leftovers::default());
+            if Box::pin(go_back(&inner, revision, &log, leftovers)).await {
+                return (None, Leftovers::default());
+            }
+            // Its start committed after all and no runner ran: ended now
+            // rather than left for a reaper to call `owner_lost`.
+            let settlement = Box::pin(inner.fail_early(revision, ExitReason::RUNNER_FAILED)).await;
+            return (Some(settlement), Leftovers::default());
         }
         Write::GaveUp => {
             // Safe to run: a reaper never gives a continued revision
@@ -241,10 +249,11 @@ async fn iterate(
 /// Ends a first run that never started by giving its session back to the
 /// queue: its log closed and its scratch dir removed first, so the run
 /// that claims it next (perhaps here, at once) finds neither held.
-async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Leftovers) {
+/// `false` when the store says the run started after all.
+async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Leftovers) -> bool {
     Box::pin(close_log(inner, log)).await;
     Box::pin(cleanup(inner, leftovers)).await;
-    Box::pin(inner.give_back(run)).await;
+    Box::pin(inner.give_back(run)).await
 }
 
 /// Closes the run's turn log (flushing it), bounded by the clean-up bound:

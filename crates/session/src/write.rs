@@ -191,7 +191,9 @@ impl Inner {
     /// (`Coordination::release`), bounded by the clean-up bound. When it
     /// cannot be written the row stays claimed and unstarted: no
     /// heartbeat renews it, its lease lapses, and a reaper gives it back.
-    pub(crate) async fn give_back(&self, run: RunKey) {
+    /// `false` only when the store says the run started after all (a start
+    /// whose answer was lost committed): the caller must end it.
+    pub(crate) async fn give_back(&self, run: RunKey) -> bool {
         let store = Arc::clone(&self.store);
         let attempt = move || {
             let store = Arc::clone(&store);
@@ -201,12 +203,19 @@ impl Inner {
             Write::Done => {
                 info!("the session went back to the queue without starting");
                 self.slots.nudge();
+                true
+            }
+            Write::Refused(StoreError::AlreadyStarted { .. }) => {
+                warn!("the claim was not given back: its start was recorded after all");
+                false
             }
             Write::Refused(e) => {
                 warn!(error = %e, "the claim was not given back: the session moved on");
+                true
             }
             Write::GaveUp => {
                 warn!("the claim was not given back; a reaper returns it to the queue once its lease lapses");
+                true
             }
         }
     }

@@ -384,10 +384,11 @@ async fn an_incident_queued_behind_another_s_burst_starts_among_the_next_two() {
     manager.stop().await;
 }
 
-/// A queued row whose creator died before its turn log existed is still
-/// run by the manager that claims it: the log is started then.
+/// A queued row whose creator died before its turn log existed (and
+/// perhaps before its context refs) is never run half made: the manager
+/// that claims it settles it `owner_lost`, its runner never called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claimed_session_without_a_turn_log_gets_one_and_runs() {
+async fn a_claimed_session_its_creator_left_half_made_is_settled_not_run() {
     let env = Env::new().await;
     let row = env
         .store
@@ -409,8 +410,9 @@ async fn a_claimed_session_without_a_turn_log_gets_one_and_runs() {
         .cancel_poll(Duration::from_millis(50))
         .build();
     let done = settled(&manager, &row).await;
-    assert_eq!(done.status, SessionStatus::Completed, "{done:?}");
-    assert_eq!(gauge.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(done.status, SessionStatus::Failed, "{done:?}");
+    assert_eq!(done.exit_reason.as_deref(), Some("owner_lost"));
+    assert_eq!(gauge.calls.load(Ordering::SeqCst), 0, "never run");
     assert_eq!(env.store.list_reports(row.id).await.unwrap().len(), 1);
     manager.stop().await;
     env.assert_safe().await;

@@ -184,6 +184,35 @@ async fn a_hanging_seeder_obeys_cancel_and_stop() {
     env.assert_safe().await;
 }
 
+/// A run its caller cancelled while it prepared stays cancelled when a
+/// `stop` follows: only what `stop` itself caught goes back to the queue.
+#[tokio::test]
+async fn a_run_cancelled_before_a_stop_stays_cancelled() {
+    #[derive(Debug)]
+    struct Hang;
+    #[async_trait::async_trait]
+    impl korvus_workspace::Seeder for Hang {
+        async fn seed<'a>(
+            &self,
+            _: &korvus_workspace::ScratchDir,
+            _: Option<&'a korvus_store::WorkspaceRef>,
+        ) -> korvus_workspace::Result<korvus_workspace::SeedOutcome> {
+            std::future::pending().await
+        }
+    }
+    let env = Env::new().await;
+    let manager = env
+        .builder(writing(&[("report.md", "# R\n")]))
+        .seeder(Arc::new(Hang), korvus_workspace::default_trees())
+        .build();
+    let s = manager.create(env.request("seed hangs")).await.unwrap();
+    manager.cancel(s.id).await.unwrap();
+    manager.stop().await;
+    let row = env.store.get_session(s.id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    env.assert_safe().await;
+}
+
 #[tokio::test]
 async fn hanging_runner_hits_the_run_timeout() {
     let env = Env::new().await;

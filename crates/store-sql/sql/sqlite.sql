@@ -214,7 +214,7 @@ WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_us
 
 -- TAKE_OVER (built from the dialect)
 UPDATE sessions
-SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
+SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 

@@ -33,6 +33,10 @@ const CAPPED_CLAIM_ATTEMPTS: usize = 8;
 crate::sql::statements! {
     POSTGRES;
 
+    /// The first statement of a capped claim's transaction: each of its
+    /// statements sees what was committed before it began.
+    READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
     /// A capped claim's lock on its key: the key's row in `queue_keys`,
     /// made on first use and row-locked until the claim commits, so the
     /// claims of one key run one at a time. Binds `$1` pool, `$2` key.
@@ -131,6 +135,12 @@ impl StoreDialect for PgStore {
         let err = backend(BACKEND);
         for _ in 0..CAPPED_CLAIM_ATTEMPTS {
             let mut tx = self.pool.begin().await.map_err(&err)?;
+            // The recount must see what other claims committed: whatever
+            // the database's default isolation is.
+            sqlx::query(READ_COMMITTED)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
             let picked: Option<(Uuid, String)> = sqlx::query_as(&statements.pick_capped)
                 .bind(pool)
                 .bind(i64::from(cap))

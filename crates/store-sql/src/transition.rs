@@ -297,13 +297,16 @@ impl Statements {
             expired: format!("SELECT id, fence FROM sessions WHERE {orphan}"),
             take_over: format!(
                 concat!(
-                    "UPDATE sessions SET fence = fence + 1, {}, \
+                    "UPDATE sessions SET fence = fence + 1, \
+                     owner = $3, lease_expires_ms = {} + $4, \
                      cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 \
                                          ELSE cancel_fence END \
                      WHERE id = $1 AND fence = $2 AND {} RETURNING ",
                     session_columns!()
                 ),
-                own(now, 3, 4),
+                // Not `own`: a takeover leaves `queued_ms` as it is, so a
+                // claim the reaper gives back keeps its place in line.
+                now,
                 orphan
             ),
             insert_report: insert_report(share),

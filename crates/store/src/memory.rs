@@ -52,11 +52,15 @@ struct Inner {
 }
 
 impl Inner {
-    /// Records that `id` was queued now when it has no owner.
+    /// Records that `id` was queued now when it has no owner; an owned
+    /// row (created or continued under a lease) has no place in line
+    /// until it is given back (`release` gives it one then).
     fn queue_if_unowned(&mut self, id: SessionId, owner: Option<crate::OwnerId>) {
         if owner.is_none() {
             self.next_queued += 1;
             self.queued.insert(id, self.next_queued);
+        } else {
+            self.queued.remove(&id);
         }
     }
 }
