@@ -147,20 +147,23 @@ async fn hanging_runner_is_cancelled_and_its_files_harvested() {
     manager.stop().await;
 }
 
+/// A seeder that never returns.
+#[derive(Debug)]
+struct Hang;
+
+#[async_trait::async_trait]
+impl korvus_workspace::Seeder for Hang {
+    async fn seed<'a>(
+        &self,
+        _: &korvus_workspace::ScratchDir,
+        _: Option<&'a korvus_store::WorkspaceRef>,
+    ) -> korvus_workspace::Result<korvus_workspace::SeedOutcome> {
+        std::future::pending().await
+    }
+}
+
 #[tokio::test]
 async fn a_hanging_seeder_obeys_cancel_and_stop() {
-    #[derive(Debug)]
-    struct Hang;
-    #[async_trait::async_trait]
-    impl korvus_workspace::Seeder for Hang {
-        async fn seed<'a>(
-            &self,
-            _: &korvus_workspace::ScratchDir,
-            _: Option<&'a korvus_store::WorkspaceRef>,
-        ) -> korvus_workspace::Result<korvus_workspace::SeedOutcome> {
-            std::future::pending().await
-        }
-    }
     let env = Env::new().await;
     let manager = env
         .builder(writing(&[("report.md", "# R\n")]))
@@ -188,18 +191,6 @@ async fn a_hanging_seeder_obeys_cancel_and_stop() {
 /// `stop` follows: only what `stop` itself caught goes back to the queue.
 #[tokio::test]
 async fn a_run_cancelled_before_a_stop_stays_cancelled() {
-    #[derive(Debug)]
-    struct Hang;
-    #[async_trait::async_trait]
-    impl korvus_workspace::Seeder for Hang {
-        async fn seed<'a>(
-            &self,
-            _: &korvus_workspace::ScratchDir,
-            _: Option<&'a korvus_store::WorkspaceRef>,
-        ) -> korvus_workspace::Result<korvus_workspace::SeedOutcome> {
-            std::future::pending().await
-        }
-    }
     let env = Env::new().await;
     let manager = env
         .builder(writing(&[("report.md", "# R\n")]))
