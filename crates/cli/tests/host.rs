@@ -115,7 +115,9 @@ fn under_a_terminal_an_agent_of_another_uid_cannot_inject_into_it() {
     run.args(["run", "--agent", "sh", "--agent-arg"])
         .arg(&agent)
         .arg("inject");
-    let line = shell_line(&run);
+    // Which pseudo-terminal korvus got, so the test names it.
+    let pty_file = data.path().join("pty");
+    let line = format!("tty > '{}'; {}", pty_file.display(), shell_line(&run));
     // `script` gives korvus a pseudo-terminal as its controlling terminal.
     let mut under_script = Command::new("script");
     under_script.args(["-qec", &line, "/dev/null"]);
@@ -127,10 +129,17 @@ fn under_a_terminal_an_agent_of_another_uid_cannot_inject_into_it() {
     }
     let out = ok(&mut under_script);
     let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+    let pty = std::fs::read_to_string(&pty_file).expect("korvus's terminal");
+    let pty = pty.trim();
+    assert!(pty.starts_with("/dev/pts/"), "korvus's terminal: {pty}");
     assert!(log.contains("inject /dev/tty=denied"), "{log}");
     assert!(
-        log.contains("inject /dev/pts/"),
-        "the agent saw ptys:\n{log}"
+        log.contains(&format!("inject {pty}=denied")),
+        "the agent tried korvus's own terminal {pty}:\n{log}"
+    );
+    assert!(
+        !log.contains("inject /dev/pts/*="),
+        "the agent saw no ptys:\n{log}"
     );
     assert!(!log.contains("=ok"), "an agent injected input:\n{log}");
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use korvus_blob::MemoryBlobStore;
 use korvus_command::{CommandRunner, Limits};
+use korvus_log::EventKind;
 use korvus_runner::exit;
 use korvus_runner::{RunContext, RunError, RunOutcome, Runner};
 use korvus_session::{CreateSession, Manager};
@@ -180,14 +181,37 @@ async fn a_fork_loop_never_exceeds_its_task_limit() {
 
 #[tokio::test]
 async fn a_full_scratch_dir_ends_disk_quota_exceeded_within_a_poll() {
-    let runner =
-        sh("echo kept > before.txt; dd if=/dev/zero of=big bs=1M count=100 2>/dev/null; sleep 30")
-            .limits(fast().scratch(Some(64 << 20)));
+    let runner = sh("echo kept > before.txt; echo \"writing $(date +%s%N)\"; \
+         dd if=/dev/zero of=big bs=1M count=100 2>/dev/null; sleep 30")
+    .limits(fast().scratch(Some(64 << 20)));
     let h = harness(runner).await;
     let took = ends_failed_keeping_its_file(&h, exit::DISK_QUOTA_EXCEEDED).await;
     assert!(
         took < Duration::from_secs(25),
         "the sleep was cut: {took:?}"
+    );
+    // From the moment the agent began writing to the moment its run was
+    // stopped (the summary note, written once its processes are gone):
+    // writing 100 MiB, one poll (100 ms), one walk of a two-file tree.
+    // Landing the files afterwards is not the limit's business.
+    let row = h.store.list_sessions(h.incident).await.expect("sessions")[0].clone();
+    let events = h.events(row.id).await;
+    let texts = h.texts(row.id).await;
+    let writing: i64 = texts
+        .iter()
+        .find_map(|t| t.strip_prefix("writing ")?.trim().parse().ok())
+        .expect("the agent's timestamp");
+    let stopped = events
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::Note { text } if text.contains("exit reason")))
+        .and_then(|e| e.at)
+        .expect("the summary note")
+        .timestamp_nanos_opt()
+        .expect("ns");
+    let after = Duration::from_nanos(u64::try_from(stopped - writing).unwrap_or(0));
+    assert!(
+        after < Duration::from_secs(3),
+        "stopped {after:?} after the agent began to fill its scratch dir: {texts:?}"
     );
     h.stop().await;
 }
@@ -317,7 +341,8 @@ impl Runner for PanicsMidRun {
     async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
         tokio::select! {
             r = self.0.run(ctx) => r,
-            () = tokio::time::sleep(Duration::from_secs(1)) => panic!("the runner panics mid-run"),
+            // Long enough for the test to see the daemons run first.
+            () = tokio::time::sleep(Duration::from_secs(3)) => panic!("the runner panics mid-run"),
         }
     }
 
@@ -326,40 +351,84 @@ impl Runner for PanicsMidRun {
     }
 }
 
+/// One way a run ends, for the daemons test.
+struct Ending {
+    case: &'static str,
+    /// What the agent does once its daemons run.
+    then: &'static str,
+    limits: Limits,
+    /// The runner's own timeout.
+    timeout: Option<Duration>,
+    /// The manager's run timeout.
+    run_timeout: Option<Duration>,
+    reason: &'static str,
+}
+
+fn endings() -> [Ending; 6] {
+    let ending = |case, then, reason| Ending {
+        case,
+        then,
+        limits: fast(),
+        timeout: None,
+        run_timeout: None,
+        reason,
+    };
+    [
+        // A second before it exits: the test must see the daemons run
+        // before the run's end stops them.
+        ending("completed", "sleep 1; exit 0", exit::COMPLETED),
+        Ending {
+            timeout: Some(Duration::from_secs(2)),
+            ..ending("runner timeout", "sleep 60", exit::TIMEOUT)
+        },
+        Ending {
+            run_timeout: Some(Duration::from_secs(2)),
+            ..ending("manager run timeout", "sleep 60", exit::TIMEOUT)
+        },
+        ending("cancelled", "sleep 60", exit::CANCELLED),
+        Ending {
+            limits: fast().stall(Some(Duration::from_secs(1))),
+            ..ending("stalled", "sleep 60", exit::STALLED)
+        },
+        Ending {
+            limits: fast().memory(Some(64 << 20)),
+            ..ending(
+                "memory",
+                "sleep 1; python3 -c \"x = b'x' * (1 << 30)\"; sleep 60",
+                exit::MEMORY_EXCEEDED,
+            )
+        },
+    ]
+}
+
 #[tokio::test]
 async fn daemons_of_an_agent_are_gone_after_the_settle_however_the_run_ends() {
     if !cgroups() {
         return;
     }
-    let cases: [(&str, &str, Limits); 4] = [
-        // A second before it exits: the test must see the daemons run
-        // before the run's end stops them.
-        ("completed", "sleep 1; exit 0", fast()),
-        ("timeout", "sleep 60", fast()),
-        ("cancelled", "sleep 60", fast()),
-        (
-            "stalled",
-            "sleep 60",
-            fast().stall(Some(Duration::from_secs(1))),
-        ),
-    ];
-    for (case, then, limits) in cases {
+    for e in endings() {
         let arg = unique_sleep();
-        let mut runner = sh(&daemons(&arg, then)).limits(limits);
-        if case == "timeout" {
-            runner = runner.timeout(Duration::from_secs(2));
+        let mut runner = sh(&daemons(&arg, e.then)).limits(e.limits);
+        if let Some(t) = e.timeout {
+            runner = runner.timeout(t);
         }
-        let h = harness(runner).await;
-        let s = h.start(case).await;
+        let h = harness_with(runner, |b| match e.run_timeout {
+            Some(t) => b.run_timeout(t),
+            None => b,
+        })
+        .await;
+        let s = h.start(e.case).await;
         let pattern = format!("sleep {arg}");
         eventually("the daemons run", || running(&pattern)).await;
-        if case == "cancelled" {
+        if e.case == "cancelled" {
             h.manager.cancel(s.id).await.expect("cancel");
         }
         let row = h.settled(s.id).await;
+        assert_eq!(reason(&row), e.reason, "{}: {row:?}", e.case);
         assert!(
             !running(&pattern),
-            "{case}: a daemon outlived the settle ({row:?})"
+            "{}: a daemon outlived the settle ({row:?})",
+            e.case
         );
         h.stop().await;
     }
@@ -387,15 +456,14 @@ async fn daemons_of_an_agent_are_gone_after_the_settle_however_the_run_ends() {
         })
         .await
         .expect("create");
+    let pattern = format!("sleep {arg}");
+    eventually("the daemons run", || running(&pattern)).await;
     let row = manager
         .await_settled(s.id, Duration::from_secs(60))
         .await
         .expect("settled");
     assert_eq!(row.exit_reason.as_deref(), Some(exit::PANICKED), "{row:?}");
-    assert!(
-        !running(&format!("sleep {arg}")),
-        "a daemon outlived the panic"
-    );
+    assert!(!running(&pattern), "a daemon outlived the panic");
     manager.stop().await;
 }
 

@@ -6,7 +6,6 @@
 //! wake-up ([`Coordination::cancel_signal`](korvus_store::Coordination::cancel_signal):
 //! PostgreSQL `LISTEN`/`NOTIFY`).
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use tracing::{debug, info, warn};
@@ -22,10 +21,10 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let period = inner.config.cancel_poll;
+    let period = inner.config().cancel_poll;
     // Where the store can push (PostgreSQL NOTIFY), a request is polled
     // for at once; the period stays as the fallback.
-    let signal = inner.store.cancel_signal();
+    let signal = inner.store().cancel_signal();
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -53,13 +52,13 @@ async fn poll(weak: &Weak<Inner>) -> bool {
     let Some(inner) = weak.upgrade() else {
         return false;
     };
-    if inner.shutting_down.load(Ordering::Acquire) {
+    if inner.is_shutting_down() {
         return false;
     }
-    if inner.live.is_empty() {
+    if inner.live().is_empty() {
         return true;
     }
-    let requests = match inner.store.cancel_requests().await {
+    let requests = match inner.store().cancel_requests().await {
         Ok(requests) => requests,
         Err(e) => {
             warn!(error = %e, "cancel requests not polled; trying again");
@@ -67,7 +66,7 @@ async fn poll(weak: &Weak<Inner>) -> bool {
         }
     };
     for (session, fence) in requests {
-        let Some(run) = inner.live.get(session) else {
+        let Some(run) = inner.live().get(session) else {
             continue;
         };
         if run.fence == fence && !run.cancel.is_cancelled() {

@@ -1,14 +1,15 @@
-//! Running the runner: on its own task, under the run's cancellation, the
-//! cancel grace and the run timeout; and how its result maps to a status.
+//! Running the runner: inside the run's own task (a run is one task), under
+//! the run's cancellation, the cancel grace and the run timeout, its panics
+//! caught; and how its result maps to a status.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 
+use futures::FutureExt;
 use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome};
 use korvus_store::SessionStatus;
-use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, warn, Instrument};
+use tracing::{error, warn};
 
 use crate::manager::Inner;
 
@@ -70,24 +71,27 @@ impl RunResult {
         }
     }
 
-    fn joined(r: Result<Result<RunOutcome, RunError>, JoinError>) -> Self {
+    fn joined(r: std::thread::Result<Result<RunOutcome, RunError>>) -> Self {
         match r {
             Ok(Ok(o)) => RunResult::Returned(o),
             Ok(Err(e)) => {
                 warn!(error = %e, "runner failed");
                 RunResult::Failed(e)
             }
-            Err(e) => {
-                error!(error = %e, "runner panicked");
+            Err(_) => {
+                error!("runner panicked");
                 RunResult::Panicked
             }
         }
     }
 }
 
-/// Runs the runner on its own task. When `token` fires, the runner's own
-/// token fires too and it gets the cancel grace to return; on the run
-/// timeout likewise. A runner that does not return in time is aborted.
+/// Runs the runner, polled by the calling (the run's) task with its panics
+/// caught. When `token` fires, the runner's own token fires too and it gets
+/// the cancel grace to return; on the run timeout likewise. A runner that
+/// does not return in time is dropped (its future, and what it owns, goes
+/// away at once; a runner blocking its thread blocks this task, as it
+/// would block any).
 pub(crate) async fn execute(
     inner: &Inner,
     ctx: RunContext,
@@ -97,18 +101,16 @@ pub(crate) async fn execute(
     if token.is_cancelled() {
         return RunResult::Cancelled(None);
     }
-    let runner = Arc::clone(&inner.runner);
+    let runner = &inner.runner();
     let run_token = ctx.cancel.clone();
-    let mut task = tokio::spawn(
-        async move {
-            match resume {
-                Some(message) => runner.resume(ctx, message).await,
-                None => runner.run(ctx).await,
-            }
+    let work = async move {
+        match resume {
+            Some(message) => runner.resume(ctx, message).await,
+            None => runner.run(ctx).await,
         }
-        .in_current_span(),
-    );
-    let (run_timeout, grace) = (inner.config.run_timeout, inner.config.cancel_grace);
+    };
+    let mut work = std::pin::pin!(AssertUnwindSafe(work).catch_unwind());
+    let (run_timeout, grace) = (inner.config().run_timeout, inner.config().cancel_grace);
     let timeout = async {
         if run_timeout.is_zero() {
             std::future::pending::<()>().await
@@ -123,38 +125,29 @@ pub(crate) async fn execute(
         biased;
         _ = token.cancelled() => {
             run_token.cancel();
-            match tokio::time::timeout(grace, &mut task).await {
-                Ok(Ok(Ok(o))) => RunResult::Cancelled(Some(o)),
-                Ok(Err(join)) if join.is_panic() => RunResult::joined(Err(join)),
-                Ok(_) => RunResult::Cancelled(None),
-                Err(_) => {
-                    warn!("runner ignored cancellation past the grace period; aborted");
-                    abort_and_join(task).await;
+            match within(grace, &mut work).await {
+                Some(Ok(Ok(o))) => RunResult::Cancelled(Some(o)),
+                Some(Err(panic)) => RunResult::joined(Err(panic)),
+                Some(Ok(Err(_))) => RunResult::Cancelled(None),
+                None => {
+                    warn!("runner ignored cancellation past the grace period; dropped");
                     RunResult::Cancelled(None)
                 }
             }
         }
-        r = &mut task => RunResult::joined(r),
+        r = &mut work => RunResult::joined(r),
         _ = timeout => {
             warn!(timeout = ?run_timeout, "run timed out");
             run_token.cancel();
-            if tokio::time::timeout(grace, &mut task).await.is_err() {
-                abort_and_join(task).await;
+            if within(grace, &mut work).await.is_none() {
+                warn!("runner ignored the timeout past the grace period; dropped");
             }
             RunResult::TimedOut
         }
     }
 }
 
-/// Aborts a runner task and waits (briefly) until it is gone, so it no
-/// longer holds the log or the scratch dir when the run lands. A runner
-/// blocking a thread cannot be aborted; that is logged.
-async fn abort_and_join<T>(mut task: JoinHandle<T>) {
-    task.abort();
-    if tokio::time::timeout(Duration::from_secs(2), &mut task)
-        .await
-        .is_err()
-    {
-        error!("aborted runner did not stop within 2 s (blocking a thread?)");
-    }
+/// `work`'s output if it is ready within `grace`.
+async fn within<F: Future + Unpin>(grace: std::time::Duration, work: F) -> Option<F::Output> {
+    tokio::time::timeout(grace, work).await.ok()
 }

@@ -46,7 +46,7 @@ pub(crate) async fn land(
     // below presents the run's fence, and the store refuses them only if
     // the session really moved on.
     let outcome = persist_phase(inner, plan, prepared).await;
-    if inner.config.archive_on_release {
+    if inner.config().archive_on_release {
         archive(inner, plan, prepared).await;
     }
 
@@ -103,13 +103,13 @@ pub(crate) async fn land(
 /// revision, before its report row, within the persist bound: on timeout
 /// it is skipped with a reason in the log.
 async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
-    let (Some(blobs), Some(dir)) = (&inner.blobs, &prepared.dir) else {
+    let (Some(blobs), Some(dir)) = (inner.blobs(), &prepared.dir) else {
         return;
     };
     let work = async {
         let archive = korvus_workspace::archive(dir.path()).await?;
         korvus_workspace::store_archive(
-            &*inner.store,
+            &**inner.store(),
             &**blobs,
             plan.key().incident,
             plan.key().session,
@@ -119,11 +119,11 @@ async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
         )
         .await
     };
-    match tokio::time::timeout(inner.config.persist.timeout, work).await {
+    match tokio::time::timeout(inner.config().persist.timeout, work).await {
         Ok(Ok(_)) => info!("workspace archived"),
         Ok(Err(e)) => warn!(error = %e, "workspace archive not stored"),
         Err(_) => warn!(
-            bound = ?inner.config.persist.timeout,
+            bound = ?inner.config().persist.timeout,
             "workspace archive skipped: not stored within the persist bound"
         ),
     }
@@ -146,16 +146,16 @@ async fn untouched_restored_report(prepared: &Prepared) -> bool {
 /// The persist phase of this iteration (bytes first, rows second), logged.
 async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> PersistOutcome {
     let outcome = persist(
-        Arc::clone(&inner.store).into_store(),
-        inner.blobs.clone(),
-        &inner.config.persist,
+        Arc::clone(inner.store()).into_store(),
+        inner.blobs().clone(),
+        &inner.config().persist,
         PersistRequest {
             incident: plan.key().incident,
             session: plan.key().session,
             revision: plan.key().revision,
             fence: plan.key().fence,
             scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
-            skip_prefixes: inner.read_only.clone(),
+            skip_prefixes: inner.read_only().clone(),
             restored: prepared.restored.clone(),
         },
     )

@@ -181,12 +181,12 @@ impl Manager {
 
     async fn continue_with(&self, id: SessionId, message: &str, how: Continue) -> Result<Session> {
         let inner = &self.inner;
-        let guard = inner.runs.join();
+        let guard = inner.runs().join();
         self.check_not_stopping()?;
         if message.trim().is_empty() {
             return Err(SessionError::MessageRequired);
         }
-        let row = inner.store.get_session(id).await?;
+        let row = inner.store().get_session(id).await?;
         let span =
             info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
         let this = self.clone();
@@ -214,13 +214,13 @@ impl Manager {
             let session = match how {
                 Continue::Reopen => {
                     inner
-                        .store
+                        .store()
                         .continue_session(id, ContinueFrom::Terminal, Some(inner.lease()))
                         .await?
                 }
                 Continue::Answer => {
                     inner
-                        .store
+                        .store()
                         .continue_session(id, ContinueFrom::Idle, Some(inner.lease()))
                         .await?
                 }
@@ -233,7 +233,7 @@ impl Manager {
             // revision behind the session's: never reuse a revision (its
             // report key may already hold bytes an artifact row describes).
             let revision = next_revision.max(session.revision);
-            if let Some(reopener) = inner.reopener.clone() {
+            if let Some(reopener) = inner.reopener().clone() {
                 // A panicking reopener must not strand the running row.
                 if let Err(e) = tokio::spawn(async move { reopener.reopen(id).await }).await {
                     warn!(error = %e, "stream reopener panicked");
@@ -294,8 +294,8 @@ async fn queue_continued(
     }
     let session = inner.enqueue(session).await;
     info!(queued = session.is_queued(), "continued session queued");
-    inner.slots.set_waiting(true);
-    inner.slots.nudge();
+    inner.slots().set_waiting(true);
+    inner.slots().nudge();
     Ok(session)
 }
 
@@ -328,7 +328,7 @@ struct Reading {
 /// one must not wait for the run to end.
 async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Result<()> {
     let id = row.id;
-    let live = inner.live.get(id);
+    let live = inner.live().get(id);
     if live.as_ref().is_some_and(|run| run.fence > row.fence) {
         return Err(how.refused(id));
     }
@@ -336,7 +336,7 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
         let _ = rx.wait_for(|done| *done).await;
         // What we waited for may have been a concurrent caller's new run
         // rather than the old one unwinding: then we lost.
-        let now = inner.store.get_session(id).await?;
+        let now = inner.store().get_session(id).await?;
         if now.revision != row.revision || !how.accepts(&now) {
             return Err(how.refused(id));
         }
@@ -346,10 +346,10 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
 
 async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {
     let id = row.id;
-    let incident = inner.store.get_incident(row.incident_id).await?;
+    let incident = inner.store().get_incident(row.incident_id).await?;
     let mut created = false;
     let log = match inner
-        .logs
+        .logs()
         .open(LogId::from_uuid(id.as_uuid()), Access::Write)
         .await
     {
@@ -360,7 +360,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         Err(LogError::NotFound { .. }) => {
             warn!(session_id = %id, "the session has no turn log in the configured backend; starting one");
             created = true;
-            match inner.logs.create(log_header(row.incident_id, id)).await {
+            match inner.logs().create(log_header(row.incident_id, id)).await {
                 Ok(log) => log,
                 // A concurrent reopen of this session created it first.
                 Err(LogError::AlreadyExists { .. } | LogError::AlreadyOwned { .. }) => {
@@ -389,11 +389,11 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
     } else {
         interrupted_turn_closers(&log.read(0, None).await?)
     };
-    let next_revision = inner.store.next_report_revision(id).await?;
-    let refs = inner.store.list_context_refs(id).await?;
+    let next_revision = inner.store().next_report_revision(id).await?;
+    let refs = inner.store().list_context_refs(id).await?;
     let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
     let mut by_id: HashMap<_, Artifact> = inner
-        .store
+        .store()
         .get_artifacts(&ids)
         .await?
         .into_iter()
@@ -403,7 +403,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         .iter()
         .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
         .collect();
-    let own = inner.store.list_session_artifacts(id).await?;
+    let own = inner.store().list_session_artifacts(id).await?;
     Ok(Reading {
         incident,
         log,

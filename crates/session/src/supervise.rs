@@ -57,7 +57,7 @@ impl Manager {
         let inner = Arc::clone(&self.inner);
         let id = plan.key().session;
         let run = match inner
-            .live
+            .live()
             .register(id, plan.key().incident, plan.key().fence)
         {
             Ok(run) => run,
@@ -72,10 +72,7 @@ impl Manager {
         };
         // Re-check after registering: `stop` sets the flag before cancelling
         // every entry, so either it saw this entry or this sees the flag.
-        if inner
-            .shutting_down
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
+        if inner.is_shutting_down() {
             run.by_stop.store(true, Ordering::Release);
             run.cancel.cancel();
         }
@@ -131,14 +128,14 @@ async fn supervise(
     // are stored, and `reap` removes the dir once the session is settled.
     let mut leftovers = leftovers;
     if settled == Settled::NotWritten {
-        inner.live.mark_unsettled(id, run.fence);
+        inner.live().mark_unsettled(id, run.fence);
         if let Some(dir) = leftovers.dir.take() {
             warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
         }
     }
     Box::pin(cleanup(&inner, leftovers)).await;
     // 3. Deregister.
-    inner.live.unregister(id, &run);
+    inner.live().unregister(id, &run);
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
     // 5. Release the run slot (the admission loop may claim the next
@@ -259,11 +256,11 @@ async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Le
 /// Closes the run's turn log (flushing it), bounded by the clean-up bound:
 /// a log backend that hangs must not hold the terminal write for ever.
 async fn close_log(inner: &Inner, log: &LogHandle) {
-    match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
+    match tokio::time::timeout(inner.config().cleanup_timeout, log.close()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => warn!(error = %e, "turn log close failed"),
         Err(_) => error!(
-            bound = ?inner.config.cleanup_timeout,
+            bound = ?inner.config().cleanup_timeout,
             "turn log close did not finish in time; going on"
         ),
     }

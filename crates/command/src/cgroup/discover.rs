@@ -235,6 +235,58 @@ mod tests {
         assert!(err.contains("cgroup.controllers"), "{err}");
     }
 
+    /// A cgroup v2 mount at a temp dir (a fake cgroupfs: plain files),
+    /// with this process's cgroup `/svc` offering `controllers`.
+    fn fake_v2(controllers: &str) -> (tempfile::TempDir, String) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("svc")).unwrap();
+        std::fs::write(root.path().join("svc/cgroup.controllers"), controllers).unwrap();
+        let mounts = format!(
+            "41 31 0:38 / {} rw - cgroup2 cgroup2 rw\n",
+            root.path().display()
+        );
+        (root, mounts)
+    }
+
+    #[test]
+    fn v2_is_chosen_where_cgroup_controllers_delegates_memory_and_pids() {
+        let (root, mounts) = fake_v2("cpu io memory pids\n");
+        let Ok(Hierarchy::V2 { base }) = from_proc("0::/svc\n", &mounts) else {
+            panic!("v2 expected");
+        };
+        assert_eq!(base, root.path().join("svc"));
+    }
+
+    #[test]
+    fn v2_without_memory_and_pids_falls_back_to_v1_and_says_why() {
+        let (_root, v2) = fake_v2("cpu io\n");
+        let mounts = format!("{v2}{MOUNTS_V1}");
+        let Ok(Hierarchy::V1(dirs)) = from_proc("4:memory:/\n8:pids:/\n0::/svc\n", &mounts) else {
+            panic!("v1 expected");
+        };
+        assert!(dirs.memory.is_some() && dirs.pids.is_some());
+        // Neither: the reason names what v2 offered.
+        let err = from_proc("0::/svc\n", &fake_v2("cpu io\n").1).unwrap_err();
+        assert!(
+            err.contains("does not delegate") && err.contains("cpu io"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn v2_moves_this_process_into_a_leaf_of_its_own() {
+        let (root, _) = fake_v2("memory pids\n");
+        let base = root.path().join("svc");
+        v2_leaf(&base).unwrap();
+        let procs = base
+            .join(format!("korvus.{}", std::process::id()))
+            .join("manager/cgroup.procs");
+        assert_eq!(
+            std::fs::read_to_string(procs).unwrap().trim(),
+            std::process::id().to_string()
+        );
+    }
+
     #[test]
     fn a_directory_that_is_not_a_cgroup_is_refused() {
         let dir = tempfile::tempdir().unwrap();

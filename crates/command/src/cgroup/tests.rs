@@ -71,6 +71,19 @@ fn v2_weight_and_no_swap() {
 }
 
 #[test]
+fn v2_memory_limit_leaves_no_swap_and_ends_the_group_together() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a new cgroup offers on a host with swap accounting.
+    std::fs::write(dir.path().join("memory.swap.max"), "max").unwrap();
+    let mut gaps = Vec::new();
+    v2::write_limits(dir.path(), &Limits::default(), false, &mut gaps).unwrap();
+    assert_eq!(read(&dir.path().join("memory.swap.max")), "0");
+    assert_eq!(read(&dir.path().join("memory.oom.group")), "1");
+    assert_eq!(read(&dir.path().join("pids.max")), "1024");
+    assert!(gaps.is_empty(), "{gaps:?}");
+}
+
+#[test]
 fn v2_reads_oom_kills_cpu_time_and_peaks_and_kills_through_cgroup_kill() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

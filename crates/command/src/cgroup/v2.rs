@@ -55,7 +55,7 @@ pub(crate) fn make(
     Ok((cgroup, gaps))
 }
 
-fn write_limits(
+pub(super) fn write_limits(
     dir: &Path,
     limits: &Limits,
     cpu: bool,

@@ -2,11 +2,11 @@
 //! Landlock ruleset when the program starts.
 //!
 //! Landlock restricts the calling **thread** and everything it starts
-//! afterwards (the domain is inherited across `fork` and `exec`). The
-//! workspace forbids unsafe code, so there is no `pre_exec` hook: a
-//! short-lived thread of its own builds the ruleset, restricts itself,
-//! spawns the agent and exits. The embedding process's other threads are
-//! never restricted.
+//! afterwards (the domain is inherited across `fork` and `exec`). Rather
+//! than in the child's `pre_exec` hook (`spawn.rs`, kept to
+//! async-signal-safe calls), a short-lived thread of its own builds the
+//! ruleset, restricts itself, spawns the agent and exits. The embedding
+//! process's other threads are never restricted.
 //!
 //! Landlock can only grant. "Read everything but X" is built by granting
 //! reads on every sibling along the path from `/` down to X: the ancestors

@@ -66,7 +66,7 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let period = inner.config.heartbeat;
+    let period = inner.config().heartbeat;
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,8 +94,8 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     let Some(inner) = weak.upgrade() else {
         return false;
     };
-    let stopping = inner.shutting_down.load(Ordering::Acquire);
-    if stopping && inner.runs.len() == 0 {
+    let stopping = inner.is_shutting_down();
+    if stopping && inner.runs().len() == 0 {
         return false;
     }
     // A process resumed after a pause stops what it may have lost first.
@@ -104,15 +104,15 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     match tokio::time::timeout(bound, inner.renew()).await {
         Ok(Ok((sent, held))) => {
             let since = *reaper.healthy_since.get_or_insert(sent);
-            let period = inner.config.heartbeat;
+            let period = inner.config().heartbeat;
             if tokio::time::timeout(period, inner.cancel_taken_over(sent, &held))
                 .await
                 .is_err()
             {
                 warn!(bound = ?period, "takeover checks did not finish within a period");
             }
-            if !stopping && since.elapsed() >= inner.config.lease_ttl {
-                let period = inner.config.heartbeat;
+            if !stopping && since.elapsed() >= inner.config().lease_ttl {
+                let period = inner.config().heartbeat;
                 if tokio::time::timeout(period, inner.reap(&mut reaper.unsettled))
                     .await
                     .is_err()
@@ -139,14 +139,17 @@ impl Inner {
     /// and the `(session, fence)` pairs it holds.
     pub(crate) async fn renew(&self) -> Result<(Instant, Vec<(SessionId, u64)>), StoreError> {
         let runs: Vec<(SessionId, u64)> = self
-            .live
+            .live()
             .snapshot()
             .into_iter()
             .map(|(session, run)| (session, run.fence))
             .collect();
         let sent = Instant::now();
-        let held = self.store.heartbeat(self.ownership.lease(), &runs).await?;
-        self.ownership.renewed_at(sent);
+        let held = self
+            .store()
+            .heartbeat(self.ownership().lease(), &runs)
+            .await?;
+        self.ownership().renewed_at(sent);
         Ok((sent, held))
     }
 
@@ -155,18 +158,18 @@ impl Inner {
     /// delay [`cancel_lapsed`](Inner::cancel_lapsed).
     fn renewal_bound(&self) -> std::time::Duration {
         let period = self
-            .config
+            .config()
             .heartbeat
             .max(std::time::Duration::from_millis(10));
         let oldest = self
-            .live
+            .live()
             .snapshot()
             .into_iter()
-            .map(|(_, run)| self.ownership.last_written(run.registered))
+            .map(|(_, run)| self.ownership().last_written(run.registered))
             .min();
         match oldest {
             Some(at) => {
-                let left = self.ownership.lapse_after().saturating_sub(at.elapsed());
+                let left = self.ownership().lapse_after().saturating_sub(at.elapsed());
                 period.min(left.max(std::time::Duration::from_millis(10)))
             }
             None => period,
@@ -178,12 +181,12 @@ impl Inner {
     /// now, before another manager can take the session over, and the run
     /// lands what it has; the store decides whether it still may.
     pub(crate) fn cancel_lapsed(&self) {
-        let after = self.ownership.lapse_after();
-        for (session, run) in self.live.snapshot() {
+        let after = self.ownership().lapse_after();
+        for (session, run) in self.live().snapshot() {
             if run.cancel.is_cancelled() {
                 continue;
             }
-            let since = self.ownership.last_written(run.registered).elapsed();
+            let since = self.ownership().last_written(run.registered).elapsed();
             if since >= after {
                 warn!(session_id = %session, fence = run.fence, ?since, "the lease was not renewed in time: stopping the run before another manager takes it over (lease_lost)");
                 run.lease_lost.store(true, Ordering::Release);
@@ -197,14 +200,14 @@ impl Inner {
     /// elsewhere after a forced cancel). Runs registered after `sent`, and
     /// runs whose own row merely settled, are left alone.
     async fn cancel_taken_over(&self, sent: Instant, held: &[(SessionId, u64)]) {
-        for (session, run) in self.live.snapshot() {
+        for (session, run) in self.live().snapshot() {
             if run.registered > sent
                 || run.cancel.is_cancelled()
                 || held.contains(&(session, run.fence))
             {
                 continue;
             }
-            match self.store.get_session(session).await {
+            match self.store().get_session(session).await {
                 Ok(row) if row.fence != run.fence => {
                     warn!(session_id = %session, fence = run.fence, current = row.fence, "the session was taken over: cancelling the local run");
                     run.cancel.cancel();
@@ -220,11 +223,11 @@ impl Inner {
         &self,
         unsettled: &mut HashMap<SessionId, Session>,
     ) -> Result<(), StoreError> {
-        for (session, fence) in self.store.expired_leases().await? {
-            if self.live.contains(session) || unsettled.contains_key(&session) {
+        for (session, fence) in self.store().expired_leases().await? {
+            if self.live().contains(session) || unsettled.contains_key(&session) {
                 continue;
             }
-            match self.store.take_over(session, fence, self.lease()).await {
+            match self.store().take_over(session, fence, self.lease()).await {
                 Ok(row) => {
                     warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
                     unsettled.insert(session, row);
@@ -275,9 +278,9 @@ impl Inner {
     /// could not be given back.
     pub(crate) async fn end_orphan(&self, row: &Session) -> Result<Session, SessionError> {
         if row.started_at.is_none() && !row.cancel_requested && row.revision == 1 {
-            let queued = self.store.release(row.id, row.fence).await?;
+            let queued = self.store().release(row.id, row.fence).await?;
             warn!(session_id = %row.id, fence = queued.fence, "an orphan that never started went back to the queue");
-            self.slots.nudge();
+            self.slots().nudge();
             return Ok(queued);
         }
         self.settle_taken_over(row, false).await
@@ -287,7 +290,7 @@ impl Inner {
     /// under this manager's scratch root (on this host) and that still run.
     /// Called only when no run of the session is live here.
     pub(crate) async fn stop_dead_agents(&self, session: SessionId) {
-        let Some(root) = &self.scratch else {
+        let Some(root) = &self.scratch() else {
             return;
         };
         let dir = root.join(session.to_string());
@@ -313,7 +316,7 @@ impl Inner {
     /// again.
     pub(crate) async fn claim_log(&self, row: &Session) -> Result<(), LogError> {
         let id = LogId::from_uuid(row.id.as_uuid());
-        let log = match self.logs.open(id, Access::Write).await {
+        let log = match self.logs().open(id, Access::Write).await {
             Ok(log) => log,
             Err(LogError::NotFound { .. }) => return Ok(()),
             Err(e @ LogError::AlreadyOwned { .. }) => {
@@ -368,12 +371,12 @@ impl Inner {
             detail: Some(format!(
                 "the manager running this revision stopped renewing its lease; \
                  manager {} took the session over",
-                self.ownership.owner()
+                self.ownership().owner()
             )),
             fence: row.fence,
         };
         let (settled, report) = self
-            .store
+            .store()
             .settle_with_report(row.id, settlement, report)
             .await?;
         info!(session_id = %row.id, %status, report_exit_reason = %report.exit_reason, "taken-over session settled");

@@ -8,24 +8,22 @@
 //! [`launch`]: Manager::launch
 
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::BlobStore;
 use korvus_log::{LogHeader, LogId, TurnLog};
-use korvus_runner::{DocsSearch, Runner};
-use korvus_store::{CoordinatedStore, IncidentId, Lease, OwnerId, Session, SessionId, StoreError};
-use korvus_workspace::{ScratchRoot, Seeder, WorkspacePath};
+use korvus_runner::Runner;
+use korvus_store::{CoordinatedStore, IncidentId, OwnerId, Session, SessionId, StoreError};
 use tracing::{info, warn};
 
-use crate::lease::state::LeaseState;
-use crate::live::{LiveRuns, RunGroup, Slots};
-use crate::{Result, SessionError, StreamReopener};
+use crate::live::LiveRuns;
+use crate::{Result, SessionError};
 
 mod builder;
 mod create;
+mod inner;
 
 pub(crate) use self::builder::Config;
 pub use self::builder::{
@@ -33,6 +31,7 @@ pub use self::builder::{
     DEFAULT_RUN_TIMEOUT,
 };
 pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
+pub(crate) use self::inner::Inner;
 
 /// Runs agent sessions and never loses what they produce.
 ///
@@ -60,58 +59,6 @@ impl fmt::Debug for Manager {
                 &self.inner.shutting_down.load(Ordering::SeqCst),
             )
             .finish_non_exhaustive()
-    }
-}
-
-/// What every phase of every run shares: the collaborators, the
-/// configuration and the live-run table.
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn CoordinatedStore>,
-    pub(crate) runner: Arc<dyn Runner>,
-    pub(crate) blobs: Option<Arc<dyn BlobStore>>,
-    pub(crate) logs: Arc<dyn TurnLog>,
-    /// The scratch root's path, when runs get a workspace.
-    pub(crate) scratch: Option<PathBuf>,
-    /// A root this manager made and removes on `stop`.
-    owned_root: Mutex<Option<ScratchRoot>>,
-    pub(crate) seeder: Option<Arc<dyn Seeder>>,
-    /// The single deny list of the seeded trees and `context/`.
-    pub(crate) read_only: Vec<WorkspacePath>,
-    pub(crate) docs: Option<Arc<dyn DocsSearch>>,
-    pub(crate) reopener: Option<Arc<dyn StreamReopener>>,
-    pub(crate) config: Config,
-    /// The runs of this process, keyed by session.
-    pub(crate) live: LiveRuns,
-    /// Creates and reopens in flight plus runs not yet released.
-    pub(crate) runs: RunGroup,
-    pub(crate) shutting_down: AtomicBool,
-    /// Set by [`Manager::stop_claiming`] (and by `stop`): the admission
-    /// loop claims nothing more.
-    pub(crate) claiming_stopped: AtomicBool,
-    stop_started: AtomicBool,
-    /// This incarnation's lease: the owner of every run it starts, its
-    /// ttl and its last renewal.
-    pub(crate) ownership: LeaseState,
-    /// This manager's run slots (`max_running`).
-    pub(crate) slots: Slots,
-}
-
-impl Inner {
-    /// A run slot for a new run (a create or a continue), when it may
-    /// start here at once: a slot is free and nothing known to be queued
-    /// waits for it. With a per-key cap never: every new run is queued and
-    /// claimed, because only a claim counts the key's runs under the key's
-    /// lock.
-    pub(crate) fn slot_for_new(&self) -> Option<crate::live::Slot> {
-        match self.config.per_key {
-            Some(_) => None,
-            None => self.slots.try_take_for_new(),
-        }
-    }
-
-    /// The lease every run of this manager is owned under.
-    pub(crate) fn lease(&self) -> Lease {
-        self.ownership.lease()
     }
 }
 
