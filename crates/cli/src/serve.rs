@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use korvus_command::{CommandRunner, Inherit};
+use korvus_command::{CommandRunner, Dialect, Inherit};
 use korvus_http::Guard;
 use korvus_store::NewIncident;
 
@@ -50,6 +50,13 @@ pub(crate) struct ServeArgs {
     /// Pass korvus's own variable NAME to the agent (repeatable).
     #[arg(long = "agent-env-pass", value_name = "NAME")]
     env_pass: Vec<String>,
+    /// The language the agent speaks on stdout (see `korvus run --help`).
+    #[arg(
+        long = "agent-dialect",
+        value_name = "korvus|codex|claude-code",
+        default_value = "korvus"
+    )]
+    dialect: Dialect,
     /// Serve everything under this path (e.g. `/korvus`, behind a proxy
     /// that forwards that prefix): the view at `<path>/`, the API at
     /// `<path>/api/…`.
@@ -158,6 +165,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
         let agent = AgentArgs {
             agent,
             agent_args: args.agent_args,
+            dialect: args.dialect,
             timeout: args.timeout,
             env_inherit: Inherit::Core,
             env_set: Vec::new(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use korvus_command::{CommandRunner, Inherit};
+use korvus_command::{CommandRunner, Dialect, Inherit};
 use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
 use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus};
@@ -37,6 +37,15 @@ pub(crate) struct AgentArgs {
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
+    /// The language the agent speaks on stdout: `korvus` (the
+    /// CommandRunner protocol), `codex` (`codex exec --json`) or
+    /// `claude-code` (`claude -p --output-format stream-json --verbose`).
+    #[arg(
+        long = "agent-dialect",
+        value_name = "korvus|codex|claude-code",
+        default_value = "korvus"
+    )]
+    pub(crate) dialect: Dialect,
     /// End the session `failed` / `timeout` after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub(crate) timeout: u64,
@@ -102,6 +111,7 @@ impl AgentArgs {
         };
         let mut runner = CommandRunner::new(program)
             .args(&self.agent_args)
+            .dialect(self.dialect)
             .env_inherit(self.env_inherit);
         for pair in &self.env_set {
             let Some((key, value)) = pair.split_once('=') else {

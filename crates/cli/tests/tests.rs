@@ -8,6 +8,7 @@ mod cancel;
 mod closure;
 mod context;
 mod demo;
+mod dialects;
 mod environment;
 mod errors;
 mod examples;

@@ -107,6 +107,16 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
+    /// The agent reported an error that ended its turn (see
+    /// [`exit::AGENT_ERROR`](korvus_runner::exit::AGENT_ERROR)) and exited
+    /// with `code`.
+    #[error("agent failed: {message} (exit code {code})")]
+    AgentFailed {
+        /// The exit code.
+        code: i32,
+        /// What the agent said.
+        message: String,
+    },
     /// The program exited with a code that means failure.
     #[error("agent exited with code {code}")]
     Exited {
@@ -143,6 +153,7 @@ impl CommandError {
             CommandError::MemoryExceeded => korvus_runner::exit::MEMORY_EXCEEDED.to_owned(),
             CommandError::DiskQuotaExceeded => korvus_runner::exit::DISK_QUOTA_EXCEEDED.to_owned(),
             CommandError::Stalled => korvus_runner::exit::STALLED.to_owned(),
+            CommandError::AgentFailed { .. } => korvus_runner::exit::AGENT_ERROR.to_owned(),
             _ => korvus_runner::exit::RUNNER_FAILED.to_owned(),
         }
     }

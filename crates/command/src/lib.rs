@@ -52,6 +52,10 @@
 //!   stall); `cgroup/`: a run's own cgroup (v2 or v1: found, limited,
 //!   read, emptied, removed); `enforce.rs`: placing a run and its notes;
 //!   `watch.rs`: the checks while it runs.
+//! - `dialect/`: the [`Dialect`] an agent speaks on stdout — korvus's
+//!   own protocol, `codex exec --json` or Claude Code's stream-json — and
+//!   the decoders that turn the agents' lines into log events, korvus's
+//!   own turn numbers and usage (see `docs/agents.md`).
 //! - `outcome.rs`: the run's summary note and the failure note of an
 //!   error.
 //! - `user.rs`: the [`AgentUser`] an agent may run as, and handing the
@@ -107,6 +111,7 @@
 #![deny(missing_docs)]
 
 mod cgroup;
+mod dialect;
 mod enforce;
 mod env;
 mod error;
@@ -121,6 +126,7 @@ mod spawn;
 mod user;
 mod watch;
 
+pub use crate::dialect::Dialect;
 pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
 pub use crate::error::CommandError;
 pub use crate::limits::{

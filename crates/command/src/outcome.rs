@@ -61,6 +61,7 @@ pub(crate) async fn failed(
             | CommandError::MemoryExceeded
             | CommandError::DiskQuotaExceeded
             | CommandError::Stalled
+            | CommandError::AgentFailed { .. }
     );
     let message = format!("{} (exit reason {})", error_chain(&e), e.reason());
     if !noted {

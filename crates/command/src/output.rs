@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
+
+use crate::dialect::Decoder;
 use korvus_runner::RunContext;
 use korvus_store::Counters;
 use serde::Deserialize;
@@ -283,12 +285,20 @@ pub(crate) struct Sink<'a> {
     stderr_cap: usize,
     stderr_dropped: u64,
     append_failures: u64,
+    /// The agent's dialect, when it is not korvus's own protocol.
+    decoder: Option<Decoder>,
 }
 
 impl<'a> Sink<'a> {
     /// A sink for one run that keeps the last `stderr_cap` stderr lines
-    /// and stores agent output up to `caps`.
-    pub(crate) fn new(ctx: &'a RunContext, stderr_cap: usize, caps: OutputCaps) -> Self {
+    /// and stores agent output up to `caps`; `decoder` reads an agent
+    /// dialect (korvus's own protocol without one).
+    pub(crate) fn new(
+        ctx: &'a RunContext,
+        stderr_cap: usize,
+        caps: OutputCaps,
+        decoder: Option<Decoder>,
+    ) -> Self {
         Self {
             ctx,
             caps,
@@ -299,7 +309,13 @@ impl<'a> Sink<'a> {
             stderr_cap,
             stderr_dropped: 0,
             append_failures: 0,
+            decoder,
         }
+    }
+
+    /// The dialect's decoder, for what it learnt (thread, failure, usage).
+    pub(crate) fn decoder(&self) -> Option<&Decoder> {
+        self.decoder.as_ref()
     }
 
     /// The counters gathered from the output.
@@ -317,57 +333,79 @@ impl<'a> Sink<'a> {
 
     async fn stdout(&mut self, lines: Vec<Line>) {
         let mut events = Vec::with_capacity(lines.len());
+        let mut of_line = Vec::new();
         for line in lines {
             let bytes = line.text.len() as u64;
-            // Usage lines still count past a cap; only storing stops.
-            if let Some(event) = self.event_for(line) {
-                if self.stored.0 < self.caps.max_events
-                    && self.stored.1 + bytes <= self.caps.max_bytes
-                {
-                    self.stored = (self.stored.0 + 1, self.stored.1 + bytes);
-                    events.push(event);
-                } else {
-                    self.dropped = (self.dropped.0 + 1, self.dropped.1 + bytes);
-                }
+            // Counters still count past a cap; only storing stops.
+            self.events_for(line, &mut of_line);
+            if of_line.is_empty() {
+                continue;
             }
-        }
-        self.append(&events).await;
-    }
-
-    fn event_for(&mut self, line: Line) -> Option<Event> {
-        if line.text.trim().is_empty() {
-            return None;
-        }
-        if line.truncated {
-            return Some(Event::now(EventKind::Message {
-                role: Role::Assistant,
-                text: format!("{} [line truncated]", line.text),
-            }));
-        }
-        if line.text.trim_start().starts_with('{') {
-            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
+            for event in &of_line {
                 match &event.kind {
                     EventKind::TurnStart { .. } => self.counters.turns += 1,
                     EventKind::ToolCall { .. } => self.counters.tool_calls += 1,
                     _ => {}
                 }
+            }
+            let n = of_line.len() as u64;
+            if self.stored.0 + n <= self.caps.max_events
+                && self.stored.1 + bytes <= self.caps.max_bytes
+            {
+                self.stored = (self.stored.0 + n, self.stored.1 + bytes);
+                events.append(&mut of_line);
+            } else {
+                self.dropped = (self.dropped.0 + n, self.dropped.1 + bytes);
+                of_line.clear();
+            }
+        }
+        self.append(&events).await;
+    }
+
+    /// The events one stdout line becomes (none for an empty line or a
+    /// usage line, several for some dialect lines).
+    fn events_for(&mut self, line: Line, out: &mut Vec<Event>) {
+        if line.text.trim().is_empty() {
+            return;
+        }
+        if line.truncated {
+            let text = format!("{} [line truncated]", line.text);
+            out.push(Event::now(match self.decoder {
+                Some(_) => EventKind::Note { text },
+                None => EventKind::Message {
+                    role: Role::Assistant,
+                    text,
+                },
+            }));
+            return;
+        }
+        if let Some(decoder) = &mut self.decoder {
+            let decoded = decoder.line(&line.text);
+            self.counters.input_tokens += decoded.usage.input;
+            self.counters.output_tokens += decoded.usage.output;
+            out.extend(decoded.events.into_iter().map(Event::now));
+            return;
+        }
+        if line.text.trim_start().starts_with('{') {
+            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
                 if event.at.is_none() {
                     event = Event::now(event.kind);
                 }
-                return Some(event);
+                out.push(event);
+                return;
             }
             if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
                 if usage.kind == "usage" {
                     self.counters.input_tokens += usage.input_tokens;
                     self.counters.output_tokens += usage.output_tokens;
-                    return None;
+                    return;
                 }
             }
         }
-        Some(Event::now(EventKind::Message {
+        out.push(Event::now(EventKind::Message {
             role: Role::Assistant,
             text: line.text,
-        }))
+        }));
     }
 
     fn stderr(&mut self, line: Line) {

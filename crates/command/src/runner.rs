@@ -14,6 +14,7 @@ use korvus_workspace::{AGENT_HOME, AGENT_TMP};
 use tokio::process::Command;
 use tracing::{debug, info};
 
+use crate::dialect::{last_turn, Decoder, Dialect, Start};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit};
 use crate::limits::Limits;
@@ -59,6 +60,7 @@ pub struct CommandRunner {
     user: Option<AgentUser>,
     drain: ExitDrain,
     limits: Limits,
+    dialect: Dialect,
 }
 
 impl CommandRunner {
@@ -80,6 +82,7 @@ impl CommandRunner {
             user: None,
             drain: ExitDrain::default(),
             limits: Limits::default(),
+            dialect: Dialect::Korvus,
         }
     }
 
@@ -202,6 +205,14 @@ impl CommandRunner {
         self
     }
 
+    /// The language the agent speaks on stdout (default
+    /// [`Dialect::Korvus`], korvus's own protocol). With an agent dialect
+    /// korvus numbers the turns, uniquely across the session's iterations.
+    pub fn dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
     /// What one run may use of the host (default [`Limits::default`]:
     /// memory 4 GiB, 1,024 tasks, scratch dir 10 GiB, stall 15 min, through
     /// a cgroup of the run's own where one can be made).
@@ -244,7 +255,17 @@ impl CommandRunner {
         let (mut agent, notes) = self.start(&ctx, &scratch, cmd, input).await?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
-        let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps);
+        let decoder = match self.dialect {
+            Dialect::Korvus => None,
+            dialect => Decoder::new(
+                dialect,
+                Start {
+                    first_turn: last_turn(&ctx.log).await + 1,
+                    ..Start::default()
+                },
+            ),
+        };
+        let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
         for note in notes {
             sink.note(note).await;
         }
@@ -272,6 +293,23 @@ impl CommandRunner {
         let program = agent.release().await;
         let status = status?;
         let result = process::classify(stop, status, self.timeout, program);
+        let result = match (result, sink.decoder().and_then(Decoder::failure)) {
+            (Err(CommandError::Exited { code }), Some(message)) => Err(CommandError::AgentFailed {
+                code,
+                message: message.to_owned(),
+            }),
+            (result, _) => result,
+        };
+        if let Some(decoder) = sink.decoder() {
+            let total = decoder.total();
+            info!(
+                dialect = %self.dialect,
+                thread = decoder.thread().unwrap_or_default(),
+                total_input_tokens = total.input,
+                total_output_tokens = total.output,
+                "agent thread after the run"
+            );
+        }
         conclude(&scratch, sink, status, result, used).await
     }
 

@@ -54,6 +54,11 @@ pub mod exit {
     /// The run printed nothing and its processes used no CPU time for
     /// longer than the stall limit; the run was stopped.
     pub const STALLED: &str = "stalled";
+    /// The agent reported an error that ended its turn — its model
+    /// endpoint kept failing, or it gave up — and exited unsuccessfully
+    /// (an agent dialect such as Codex's or Claude Code's says so; the
+    /// log's notes carry the agent's message).
+    pub const AGENT_ERROR: &str = "agent_error";
 }
 
 /// Why a run ended: a short, printable code such as `completed` or
@@ -135,6 +140,8 @@ impl ExitReason {
     pub const DISK_QUOTA_EXCEEDED: Self = Self::known(exit::DISK_QUOTA_EXCEEDED);
     /// [`exit::STALLED`].
     pub const STALLED: Self = Self::known(exit::STALLED);
+    /// [`exit::AGENT_ERROR`].
+    pub const AGENT_ERROR: Self = Self::known(exit::AGENT_ERROR);
 
     /// A well-known reason; the constants above are the only callers and
     /// are valid by inspection (a unit test checks each).
@@ -298,6 +305,7 @@ mod tests {
             ExitReason::MEMORY_EXCEEDED,
             ExitReason::DISK_QUOTA_EXCEEDED,
             ExitReason::STALLED,
+            ExitReason::AGENT_ERROR,
         ] {
             assert_eq!(ExitReason::new(known.as_str()).unwrap(), known);
         }
