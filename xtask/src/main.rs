@@ -16,6 +16,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 
+mod agents;
 mod bench;
 mod browser;
 mod postgres;

@@ -80,5 +80,8 @@ pub(crate) fn start_all() -> Result<Running> {
     running.services.push(Box::new(crate::postgres::start()?));
     running.services.push(Box::new(crate::s3::start()?));
     running.services.push(Box::new(crate::browser::ensure()));
+    running
+        .services
+        .push(Box::new(crate::agents::ensure(&crate::s3::target_dir())));
     Ok(running)
 }

@@ -65,7 +65,8 @@ pub enum CommandError {
     /// The scratch dir went past its size limit; the run was stopped.
     #[error("agent's scratch dir went past its size limit; every process of the run was killed")]
     DiskQuotaExceeded,
-    /// The run printed nothing and used no CPU time for its stall limit.
+    /// The run printed nothing and used next to no CPU time (under 1% of a
+    /// core) for its stall limit.
     #[error("agent stalled (no output and no CPU time for the stall limit); it was stopped")]
     Stalled,
     /// The agent user ([`AgentUser::lookup`](crate::AgentUser::lookup))

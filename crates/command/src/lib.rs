@@ -56,6 +56,9 @@
 //!   own protocol, `codex exec --json` or Claude Code's stream-json — and
 //!   the decoders that turn the agents' lines into log events, korvus's
 //!   own turn numbers and usage (see `docs/agents.md`).
+//! - `preset.rs`: [`Preset`]s — Codex and Claude Code as headless
+//!   agents (flags, environment, dialect), pointed at a
+//!   [`ModelEndpoint`] when one is given.
 //! - `outcome.rs`: the run's summary note and the failure note of an
 //!   error.
 //! - `user.rs`: the [`AgentUser`] an agent may run as, and handing the
@@ -119,6 +122,7 @@ mod limits;
 mod manifest;
 mod outcome;
 mod output;
+mod preset;
 mod process;
 mod runner;
 mod sandbox;
@@ -138,6 +142,7 @@ pub use crate::manifest::{
 pub use crate::output::{
     ExitDrain, OutputCaps, DEFAULT_DRAIN_IDLE, DEFAULT_DRAIN_MAX, STDERR_LINE_BYTES,
 };
+pub use crate::preset::{ModelEndpoint, Preset};
 pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,

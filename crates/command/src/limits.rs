@@ -116,8 +116,9 @@ impl Limits {
         self
     }
 
-    /// How long the run may print nothing while its processes use no CPU
-    /// time (`None`: for ever).
+    /// How long the run may print nothing while its processes use next to
+    /// no CPU time — under 1% of a core, so an idle program's timer
+    /// wake-ups are not work (`None`: for ever).
     pub fn stall(mut self, stall: Option<Duration>) -> Self {
         self.stall = stall;
         self

@@ -231,6 +231,11 @@ impl CommandRunner {
         &self.program
     }
 
+    /// The program's arguments.
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
+    }
+
     async fn execute(
         &self,
         ctx: RunContext,

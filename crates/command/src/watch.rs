@@ -22,6 +22,14 @@ pub(crate) enum Hit {
     Stall,
 }
 
+/// CPU time that counts as work when less than 1% of a core was used:
+/// 10 ms, one clock tick of `/proc/<pid>/stat`.
+const MIN_BUSY_MICROS: u64 = 10_000;
+
+/// Microseconds per clock tick of `/proc/<pid>/stat` (`USER_HZ`, 100 on
+/// Linux).
+const MICROS_PER_TICK: u64 = 10_000;
+
 /// The checks of one run, every [`Limits::poll`].
 #[derive(Debug)]
 pub(crate) struct Watch {
@@ -32,6 +40,8 @@ pub(crate) struct Watch {
     /// The agent's session id (its leader's pid).
     sid: i32,
     last_activity: Instant,
+    /// CPU time (microseconds) of the run's processes at the last time it
+    /// counted as activity.
     last_cpu: Option<u64>,
     /// When the scratch dir is walked next: a walk that took `d` waits at
     /// least `10 × d`, so a huge tree costs at most a tenth of a core.
@@ -87,12 +97,25 @@ impl Watch {
             Some(used) => Some(u64::try_from(used.as_micros()).unwrap_or(u64::MAX)),
             None => {
                 let sid = self.sid;
-                tokio::task::spawn_blocking(move || session_cpu(sid))
-                    .await
-                    .ok()
+                tokio::task::spawn_blocking(move || {
+                    session_cpu(sid).saturating_mul(MICROS_PER_TICK)
+                })
+                .await
+                .ok()
             }
         };
-        if cpu != self.last_cpu {
+        // Work, not wake-ups: an idle program's timers use a few
+        // microseconds now and then, which must not keep a stalled run
+        // alive. At least 1% of a core since the last activity counts.
+        let busy = match (cpu, self.last_cpu) {
+            (Some(now), Some(before)) => {
+                let idle =
+                    u64::try_from(self.last_activity.elapsed().as_micros()).unwrap_or(u64::MAX);
+                now.saturating_sub(before) > (idle / 100).max(MIN_BUSY_MICROS)
+            }
+            (now, before) => now != before,
+        };
+        if busy {
             self.last_cpu = cpu;
             self.activity();
         }

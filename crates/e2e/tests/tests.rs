@@ -8,6 +8,7 @@
 mod support;
 
 mod admission;
+mod agents;
 mod cancel;
 mod chaos;
 mod closure;

@@ -71,6 +71,15 @@ impl RunResult {
         }
     }
 
+    /// A runner's result after the run was cancelled.
+    fn cancelled(r: std::thread::Result<Result<RunOutcome, RunError>>) -> Self {
+        match r {
+            Ok(Ok(o)) => RunResult::Cancelled(Some(o)),
+            Ok(Err(_)) => RunResult::Cancelled(None),
+            Err(panic) => RunResult::joined(Err(panic)),
+        }
+    }
+
     fn joined(r: std::thread::Result<Result<RunOutcome, RunError>>) -> Self {
         match r {
             Ok(Ok(o)) => RunResult::Returned(o),
@@ -126,16 +135,21 @@ pub(crate) async fn execute(
         _ = token.cancelled() => {
             run_token.cancel();
             match within(grace, &mut work).await {
-                Some(Ok(Ok(o))) => RunResult::Cancelled(Some(o)),
-                Some(Err(panic)) => RunResult::joined(Err(panic)),
-                Some(Ok(Err(_))) => RunResult::Cancelled(None),
+                Some(r) => RunResult::cancelled(r),
                 None => {
                     warn!("runner ignored cancellation past the grace period; dropped");
                     RunResult::Cancelled(None)
                 }
             }
         }
-        r = &mut work => RunResult::joined(r),
+        // The runner is polled here, so the run's cancellation can fire
+        // inside that very poll (its log refused an append as superseded)
+        // and the runner return at once: still a cancelled run.
+        r = &mut work => if token.is_cancelled() {
+            RunResult::cancelled(r)
+        } else {
+            RunResult::joined(r)
+        },
         _ = timeout => {
             warn!(timeout = ?run_timeout, "run timed out");
             run_token.cancel();

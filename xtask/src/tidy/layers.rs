@@ -30,8 +30,13 @@ use Layer::{At, Tool};
 pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
     // The seams: no korvus dependency at all.
     (At(1), &["korvus-store", "korvus-log", "korvus-blob"]),
-    // What sits on the seams alone: scratch dirs and the contract suites.
-    (At(2), &["korvus-workspace", "korvus-testkit"]),
+    // What sits on the seams alone: scratch dirs, the contract suites, and
+    // the scripted model server real agents are tested against (no korvus
+    // dependency at all).
+    (
+        At(2),
+        &["korvus-workspace", "korvus-testkit", "korvus-model-stub"],
+    ),
     // The Runner seam and the persist phase.
     (At(3), &["korvus-runner", "korvus-harvest"]),
     // The session layer and an agent adapter, side by side: an adapter

@@ -1,0 +1,215 @@
+//! Presets: Codex and Claude Code as headless korvus agents.
+//!
+//! A preset is a [`CommandRunner`] with the flags, environment and
+//! [`Dialect`] one agent needs to run non-interactively, with no telemetry,
+//! under korvus's sandbox instead of its own (see `docs/agents.md`). The
+//! agent keeps its state (`$HOME/.codex`, `$HOME/.claude`) in the run's
+//! private `HOME`, which is never harvested.
+
+use std::ffi::OsString;
+
+use crate::dialect::Dialect;
+use crate::runner::CommandRunner;
+
+/// An agent korvus knows how to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Preset {
+    /// OpenAI's Codex CLI (`@openai/codex`): `codex exec --json`.
+    Codex,
+    /// Anthropic's Claude Code (`@anthropic-ai/claude-code`): `claude -p
+    /// --output-format stream-json --verbose`.
+    ClaudeCode,
+}
+
+/// The model endpoint a preset points its agent at, instead of the
+/// provider's public API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelEndpoint {
+    /// The API's base URL: for Codex the Responses API's (requests go to
+    /// `{base_url}/responses`, e.g. `http://127.0.0.1:8080/v1`); for
+    /// Claude Code the Messages API's (`ANTHROPIC_BASE_URL`, e.g.
+    /// `http://127.0.0.1:8080`).
+    pub base_url: String,
+    /// The model to ask for, when not the agent's default.
+    pub model: Option<String>,
+}
+
+impl Preset {
+    /// The name on the command line: `codex`, `claude-code`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Preset::Codex => "codex",
+            Preset::ClaudeCode => "claude-code",
+        }
+    }
+
+    /// The program a preset starts when none is given: `codex`, `claude`
+    /// (looked up in `PATH`).
+    pub fn default_program(&self) -> &'static str {
+        match self {
+            Preset::Codex => "codex",
+            Preset::ClaudeCode => "claude",
+        }
+    }
+
+    /// The variables holding the provider's API key, passed to the agent
+    /// by name (and nothing else beyond the environment policy).
+    pub fn key_vars(&self) -> &'static [&'static str] {
+        match self {
+            Preset::Codex => &["OPENAI_API_KEY", "CODEX_API_KEY"],
+            Preset::ClaudeCode => &["ANTHROPIC_API_KEY"],
+        }
+    }
+
+    /// The provider's public API host, for an egress policy when no
+    /// endpoint is configured.
+    pub fn public_host(&self) -> &'static str {
+        match self {
+            Preset::Codex => "api.openai.com:443",
+            Preset::ClaudeCode => "api.anthropic.com:443",
+        }
+    }
+
+    /// A runner for this agent: `program` (see
+    /// [`default_program`](Self::default_program)) with the flags of a
+    /// headless run, pointed at `endpoint` when one is given.
+    pub fn runner(
+        &self,
+        program: impl Into<OsString>,
+        endpoint: Option<&ModelEndpoint>,
+    ) -> CommandRunner {
+        let mut runner = CommandRunner::new(program);
+        for var in self.key_vars() {
+            runner = runner.env_pass(*var);
+        }
+        match self {
+            Preset::Codex => codex(runner, endpoint),
+            Preset::ClaudeCode => claude_code(runner, endpoint),
+        }
+    }
+}
+
+impl std::fmt::Display for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "codex" => Ok(Preset::Codex),
+            "claude-code" => Ok(Preset::ClaudeCode),
+            other => Err(format!(
+                "unknown agent preset {other:?}: expected codex or claude-code"
+            )),
+        }
+    }
+}
+
+/// `codex exec --json … -`: the prompt on stdin; no plugins (they fetch
+/// from GitHub at start), no analytics, a failing endpoint retried a few
+/// times rather than for ever; Codex's own sandbox and approvals off in
+/// favour of korvus's sandbox.
+fn codex(runner: CommandRunner, endpoint: Option<&ModelEndpoint>) -> CommandRunner {
+    let mut runner = runner.dialect(Dialect::Codex).args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--disable",
+        "plugins",
+        "--disable",
+        "unbounded_connection_retries",
+        "-c",
+        "analytics.enabled=false",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ]);
+    if let Some(endpoint) = endpoint {
+        runner = runner.args([
+            "-c".to_owned(),
+            "model_provider=\"korvus\"".to_owned(),
+            "-c".to_owned(),
+            format!(
+                "model_providers.korvus={{name=\"korvus\",base_url={},wire_api=\"responses\"}}",
+                toml_string(&endpoint.base_url)
+            ),
+        ]);
+        if let Some(model) = &endpoint.model {
+            runner = runner.args(["-c".to_owned(), format!("model={}", toml_string(model))]);
+        }
+    }
+    runner.arg("-")
+}
+
+/// `claude -p --output-format stream-json --verbose`: the prompt on
+/// stdin; no non-essential traffic, no auto-update; permission prompts off
+/// in favour of korvus's sandbox (which Claude Code refuses as root: run
+/// it as an agent user).
+fn claude_code(runner: CommandRunner, endpoint: Option<&ModelEndpoint>) -> CommandRunner {
+    let mut runner = runner
+        .dialect(Dialect::ClaudeCode)
+        .args([
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+        ])
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1");
+    if let Some(endpoint) = endpoint {
+        runner = runner.env("ANTHROPIC_BASE_URL", &endpoint.base_url);
+        if let Some(model) = &endpoint.model {
+            runner = runner.args(["--model", model.as_str()]);
+        }
+    }
+    runner
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for p in [Preset::Codex, Preset::ClaudeCode] {
+            assert_eq!(p.name().parse::<Preset>(), Ok(p));
+        }
+        assert!("gemini"
+            .parse::<Preset>()
+            .unwrap_err()
+            .contains("claude-code"));
+    }
+
+    #[test]
+    fn an_endpoint_becomes_a_codex_provider() {
+        let endpoint = ModelEndpoint {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            model: Some("m\"1".into()),
+        };
+        let runner = Preset::Codex.runner("codex", Some(&endpoint));
+        let args: Vec<String> = runner
+            .arguments()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(args.contains(
+            &"model_providers.korvus={name=\"korvus\",base_url=\"http://127.0.0.1:9/v1\",wire_api=\"responses\"}".to_owned()
+        ), "{args:?}");
+        assert!(args.contains(&"model=\"m\\\"1\"".to_owned()), "{args:?}");
+        assert_eq!(
+            args.last().map(String::as_str),
+            Some("-"),
+            "the prompt comes on stdin"
+        );
+    }
+}

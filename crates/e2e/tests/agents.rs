@@ -1,0 +1,290 @@
+//! The real Codex and Claude Code binaries as korvus sessions: each is
+//! driven by korvus's scripted model server on loopback through one tool
+//! call that writes `report.md`, through the `Manager` on SQLite and
+//! files, under the default sandbox and limits, as an agent user.
+//!
+//! `cargo xtask test` installs both from the npm registry at pinned
+//! versions and exports `KORVUS_CODEX_BIN` / `KORVUS_CLAUDE_BIN`; there
+//! these tests are required.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_blob::FsBlobStore;
+use korvus_command::{AgentUser, CommandRunner, ModelEndpoint, Preset};
+use korvus_log::{Access, Event, EventKind, LogId, Role, TurnLog};
+use korvus_model_stub::{Api, Mode, Script, StubServer, REPLY};
+use korvus_session::{CreateSession, Manager};
+use korvus_store::{CoordinatedStore, NewIncident, Session, SessionStatus};
+use korvus_store_sql::testing::SqliteDb;
+use korvus_store_sql::{SqliteLog, SqliteStore};
+use korvus_workspace::ScratchRoot;
+
+/// The agent binary `var` names, or `None` (a loud skip) outside
+/// `cargo xtask test`.
+fn agent_bin(var: &str) -> Option<PathBuf> {
+    let required = std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() == Ok("1");
+    match std::env::var_os(var) {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            let why = std::env::var("KORVUS_AGENTS_UNAVAILABLE")
+                .unwrap_or_else(|_| format!("{var} is not set"));
+            assert!(
+                !required,
+                "the real-agent tests need {var} ({why}); `cargo xtask test` installs the agents"
+            );
+            eprintln!("SKIPPED: the real-agent tests need {var} ({why}); run `cargo xtask test`");
+            None
+        }
+    }
+}
+
+/// A manager on SQLite and files running `runner` as `nobody` (korvus's
+/// default agent user under root; Claude Code refuses to skip its
+/// permission prompts as root).
+struct Rig {
+    manager: Manager,
+    store: Arc<SqliteStore>,
+    logs: Arc<SqliteLog>,
+    _db: SqliteDb,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Rig {
+    async fn new(runner: CommandRunner) -> Self {
+        let db = SqliteDb::create().await;
+        let store = Arc::new(SqliteStore::new(db.pool().clone()));
+        let logs = Arc::new(SqliteLog::new(db.pool().clone()));
+        let scratch = tempfile::tempdir().unwrap();
+        let blobs = tempfile::tempdir().unwrap();
+        let runner = if nix::unistd::geteuid().is_root() {
+            // The agent user must reach its scratch dir.
+            std::fs::set_permissions(
+                scratch.path(),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+            runner.run_as(AgentUser::lookup("nobody").expect("user nobody"))
+        } else {
+            runner
+        };
+        let manager = Manager::builder(
+            Arc::clone(&store) as Arc<dyn CoordinatedStore>,
+            Arc::new(runner),
+        )
+        .blob_store(Arc::new(FsBlobStore::open(blobs.path()).unwrap()))
+        .turn_log(Arc::clone(&logs) as Arc<dyn TurnLog>)
+        .scratch_root(ScratchRoot::supplied(scratch.path()))
+        .build();
+        Self {
+            manager,
+            store,
+            logs,
+            _db: db,
+            _dirs: (scratch, blobs),
+        }
+    }
+
+    async fn run(&self, prompt: &str) -> Session {
+        let incident = korvus_store::Store::create_incident(
+            &*self.store,
+            NewIncident {
+                title: "db-1 disk full".into(),
+                workspace: None,
+            },
+        )
+        .await
+        .unwrap();
+        let session = self
+            .manager
+            .create(CreateSession {
+                incident_id: incident.id,
+                prompt: prompt.into(),
+                context: vec![],
+            })
+            .await
+            .unwrap();
+        self.settled(&session).await
+    }
+
+    async fn settled(&self, session: &Session) -> Session {
+        match self
+            .manager
+            .await_settled(session.id, Duration::from_secs(120))
+            .await
+        {
+            Ok(row) => row,
+            Err(e) => panic!("{e}: {:#?}", self.events(session).await),
+        }
+    }
+
+    async fn events(&self, session: &Session) -> Vec<Event> {
+        let log = self
+            .logs
+            .open(LogId::from_uuid(session.id.as_uuid()), Access::Read)
+            .await
+            .unwrap();
+        log.read(0, None).await.unwrap()
+    }
+}
+
+/// The run went through the stub's one tool call: a turn, the command
+/// (ok), the reply, the usage of the stub's two responses.
+async fn assert_one_scripted_turn(rig: &Rig, row: &Session, tool: &str) {
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert_eq!(row.exit_reason.as_deref(), Some("completed"));
+    let events = rig.events(row).await;
+    let shown = || format!("{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::ToolCall { tool: t, .. } if t == tool)),
+        "a {tool} call: {}",
+        shown()
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::ToolResult { ok: true, .. })),
+        "its result: {}",
+        shown()
+    );
+    assert!(
+        events.iter().any(|e| e.kind
+            == EventKind::Message {
+                role: Role::Assistant,
+                text: REPLY.into()
+            }),
+        "the reply: {}",
+        shown()
+    );
+    // Two model responses of 100 in / 10 out each.
+    let c = &row.counters;
+    assert_eq!(
+        (c.turns, c.tool_calls, c.input_tokens, c.output_tokens),
+        (1, 1, 200, 20),
+        "{row:?}"
+    );
+    let reports = korvus_store::Store::list_reports(&*rig.store, row.id)
+        .await
+        .unwrap();
+    assert!(reports[0].markdown_key.is_some(), "{reports:?}");
+}
+
+/// Nothing of the agent's own state or credentials became an artifact.
+async fn assert_no_agent_state_stored(rig: &Rig, row: &Session) {
+    let artifacts = korvus_store::Store::list_session_artifacts(&*rig.store, row.id)
+        .await
+        .unwrap();
+    for a in &artifacts {
+        assert!(
+            !a.path.contains(".codex") && !a.path.contains(".claude") && !a.path.contains("auth"),
+            "{}",
+            a.path
+        );
+    }
+}
+
+async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
+    let Some(bin) = agent_bin(var) else {
+        return;
+    };
+    let stub = StubServer::start(Script::default()).await.unwrap();
+    let endpoint = ModelEndpoint {
+        base_url: match preset {
+            Preset::Codex => stub.openai_base_url(),
+            _ => stub.base_url(),
+        },
+        model: None,
+    };
+    let runner = preset
+        .runner(&bin, Some(&endpoint))
+        // The stub takes any key; a real endpoint gets the embedder's.
+        .env("ANTHROPIC_API_KEY", "korvus-stub");
+    let rig = Rig::new(runner).await;
+    let row = rig.run("Why is db-1's disk full?").await;
+    assert_one_scripted_turn(&rig, &row, tool).await;
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    assert!(requests.iter().all(|r| r.api == api));
+    assert!(requests[0].mentions("Why is db-1's disk full?"));
+
+    // A reopen lands revision 2 with turn numbers that do not repeat.
+    rig.manager.reopen(row.id, "And the WAL?").await.unwrap();
+    let row = rig.settled(&row).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert_eq!(row.revision, 2);
+    let turns: Vec<u64> = rig
+        .events(&row)
+        .await
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnStart { turn } => Some(turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(turns, vec![1, 2]);
+    assert_no_agent_state_stored(&rig, &row).await;
+    rig.manager.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_runs_a_session_through_the_stub() {
+    real_agent_session(Preset::Codex, "KORVUS_CODEX_BIN", Api::Responses, "command").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_code_runs_a_session_through_the_stub() {
+    real_agent_session(
+        Preset::ClaudeCode,
+        "KORVUS_CLAUDE_BIN",
+        Api::Messages,
+        "Bash",
+    )
+    .await;
+}
+
+/// A model endpoint that fails every request, or never answers: the
+/// session ends with a specific exit reason within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_against_a_failing_or_silent_endpoint_ends_in_its_bound() {
+    let Some(bin) = agent_bin("KORVUS_CODEX_BIN") else {
+        return;
+    };
+    // Codex retries a failing endpoint five times with growing pauses
+    // (about 25 s in all, pauses of up to 6 s without a line), so only the
+    // silent endpoint gets a short stall limit.
+    for (mode, reason, stall, bound) in [
+        (
+            Mode::ServerError,
+            "agent_error",
+            60,
+            Duration::from_secs(90),
+        ),
+        (Mode::Silent, "stalled", 5, Duration::from_secs(60)),
+    ] {
+        let stub = StubServer::start(Script {
+            mode,
+            ..Script::default()
+        })
+        .await
+        .unwrap();
+        let endpoint = ModelEndpoint {
+            base_url: stub.openai_base_url(),
+            model: None,
+        };
+        let limits = korvus_command::Limits::default().stall(Some(Duration::from_secs(stall)));
+        let rig = Rig::new(Preset::Codex.runner(&bin, Some(&endpoint)).limits(limits)).await;
+        let started = std::time::Instant::now();
+        let row = rig.run("x").await;
+        assert_eq!(row.status, SessionStatus::Failed, "{mode:?}: {row:?}");
+        assert_eq!(row.exit_reason.as_deref(), Some(reason), "{mode:?}");
+        assert!(
+            started.elapsed() < bound,
+            "{mode:?}: {:?}",
+            started.elapsed()
+        );
+        rig.manager.stop().await;
+    }
+}
