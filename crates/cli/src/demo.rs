@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use korvus_command::CommandRunner;
+use korvus_command::{CommandRunner, ModelEndpoint, Preset};
+use korvus_model_stub::{Script, StubServer};
 use korvus_session::CreateSession;
 use korvus_store::{NewIncident, SessionStatus};
 
@@ -47,15 +48,62 @@ const REPO_FILES: &[(&str, &str)] = &[
 const PROMPT: &str = "db-1 disk is 95% full since 06:41. Why, and what is safe to free?";
 const FOLLOW_UP: &str = "Which files exactly can we delete right now?";
 
-pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitCode> {
+/// Which agent the demo runs.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DemoAgent {
+    /// `codex` or `claude-code`: the real agent (installed, e.g. `npm
+    /// install -g @openai/codex`), driven by a scripted model server
+    /// korvus starts on 127.0.0.1 — no API key, no internet. Default: the
+    /// bundled shell agent.
+    #[arg(long, value_name = "codex|claude-code")]
+    agent: Option<Preset>,
+    /// The agent's binary (default: `codex` or `claude` in PATH).
+    #[arg(long = "agent-program", value_name = "PATH", requires = "agent")]
+    agent_program: Option<std::path::PathBuf>,
+}
+
+pub(crate) async fn demo(
+    global: &Global,
+    confine: &ConfineArgs,
+    which: &DemoAgent,
+) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
     let dir = demo_dir(&backends);
     println!("korvus demo — data dir {}", shown(&backends.data_dir));
     // The agent must be able to run here before anything is written.
     let agent = dir.join("agent.sh");
-    let runner = CommandRunner::new("sh")
-        .arg(&agent)
-        .env_pass("KORVUS_DEMO_PAUSE");
+    let (runner, _stub, shown_agent) = match which.agent {
+        Some(preset) => {
+            let program = crate::session::preset_program(preset, which.agent_program.as_deref())?;
+            let stub = StubServer::start(Script::default())
+                .await
+                .context("cannot start the scripted model server")?;
+            let endpoint = ModelEndpoint {
+                base_url: match preset {
+                    Preset::Codex => stub.openai_base_url(),
+                    _ => stub.base_url(),
+                },
+                model: None,
+            };
+            println!(
+                "running {} ({preset} preset) against a scripted model server at {}",
+                program.display(),
+                stub.base_url()
+            );
+            let runner = preset
+                .runner(&program, Some(&endpoint))
+                // The scripted server takes any key.
+                .env("ANTHROPIC_API_KEY", "korvus-demo");
+            (runner, Some(stub), program)
+        }
+        None => (
+            CommandRunner::new("sh")
+                .arg(&agent)
+                .env_pass("KORVUS_DEMO_PAUSE"),
+            None,
+            agent.clone(),
+        ),
+    };
     let runner = confine.apply(runner, &backends)?;
 
     // 1. A git repository with the trees sessions get.
@@ -95,7 +143,7 @@ pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitC
     let manager = backends.manager(Arc::new(runner), Some(Duration::from_secs(300)));
     // Whatever happens below, every run is cancelled and joined before the
     // pools close.
-    let outcome = lifecycle(&backends, &manager, incident.id, &agent).await;
+    let outcome = lifecycle(&backends, &manager, incident.id, &shown_agent).await;
     manager.stop().await;
     let (session, row) = match outcome {
         Ok(done) => done,
@@ -104,7 +152,7 @@ pub(crate) async fn demo(global: &Global, confine: &ConfineArgs) -> Result<ExitC
             return Err(e);
         }
     };
-    where_stored(global, &backends, &repo, &agent, session);
+    where_stored(global, &backends, &repo, &shown_agent, session);
     let code = exit_code(&row);
     backends.close().await;
     Ok(code)
@@ -128,7 +176,7 @@ async fn lifecycle(
         .await
         .context("cannot create the demo session")?;
     println!(
-        "\n3. Session {} runs {} (`sh`, in its scratch dir); live events:",
+        "\n3. Session {} runs {} (in its scratch dir); live events:",
         session.id,
         shown(agent)
     );

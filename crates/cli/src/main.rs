@@ -274,6 +274,8 @@ enum Command {
     /// Show the whole lifecycle on the embedded default with a bundled agent.
     Demo {
         #[command(flatten)]
+        agent: demo::DemoAgent,
+        #[command(flatten)]
         confine: confine::ConfineArgs,
     },
 }
@@ -436,7 +438,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             sweep::sweep(&global, apply, Duration::from_secs(grace)).await
         }
         Command::Migrate => inspect::migrate(&global).await,
-        Command::Demo { confine } => demo::demo(&global, &confine).await,
+        Command::Demo { agent, confine } => demo::demo(&global, &confine, &agent).await,
         Command::Serve(args) => serve::serve(&global, args).await,
     }
 }

@@ -3,6 +3,7 @@
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,12 +52,18 @@ pub(crate) struct ServeArgs {
     #[arg(long = "agent-env-pass", value_name = "NAME")]
     env_pass: Vec<String>,
     /// The language the agent speaks on stdout (see `korvus run --help`).
-    #[arg(
-        long = "agent-dialect",
-        value_name = "korvus|codex|claude-code",
-        default_value = "korvus"
-    )]
-    dialect: Dialect,
+    #[arg(long = "agent-dialect", value_name = "korvus|codex|claude-code")]
+    dialect: Option<Dialect>,
+    /// With `--agent codex|claude-code`: the agent's binary (see `korvus
+    /// run --help`).
+    #[arg(long = "agent-program", value_name = "PATH")]
+    agent_program: Option<PathBuf>,
+    /// With a preset: the model API's base URL (see `korvus run --help`).
+    #[arg(long = "model-endpoint", value_name = "URL")]
+    model_endpoint: Option<String>,
+    /// With a preset: the model to ask for.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
     /// Serve everything under this path (e.g. `/korvus`, behind a proxy
     /// that forwards that prefix): the view at `<path>/`, the API at
     /// `<path>/api/…`.
@@ -165,6 +172,9 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
         let agent = AgentArgs {
             agent,
             agent_args: args.agent_args,
+            agent_program: args.agent_program,
+            model_endpoint: args.model_endpoint,
+            model: args.model,
             dialect: args.dialect,
             timeout: args.timeout,
             env_inherit: Inherit::Core,

@@ -1,6 +1,7 @@
 //! `run`, `reopen`, `cancel`, `reap`: commands that drive sessions, and the
 //! live view they share.
 
+use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use korvus_command::{CommandRunner, Dialect, Inherit};
+use korvus_command::{CommandRunner, Dialect, Inherit, ModelEndpoint, Preset};
 use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
 use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus};
@@ -29,23 +30,34 @@ const HEARTBEAT: Duration = Duration::from_secs(15);
 /// The agent a session runs.
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
-    /// The agent program: a path (relative to the current directory) or a
-    /// name looked up in PATH. It speaks the CommandRunner protocol
-    /// (docs/command-runner.md).
-    #[arg(long, value_name = "PROGRAM")]
+    /// The agent: `codex` or `claude-code` (a preset: the installed agent
+    /// started headless, docs/agents.md), or a program — a path (relative
+    /// to the current directory) or a name looked up in PATH — speaking
+    /// the CommandRunner protocol (docs/command-runner.md) or the dialect
+    /// `--agent-dialect` names.
+    #[arg(long, value_name = "codex|claude-code|PROGRAM")]
     pub(crate) agent: String,
+    /// With a preset: the agent's binary (default: `codex` or `claude` in
+    /// PATH).
+    #[arg(long = "agent-program", value_name = "PATH")]
+    pub(crate) agent_program: Option<PathBuf>,
+    /// With a preset: the model API's base URL instead of the provider's
+    /// (Codex: the Responses API's, e.g. http://127.0.0.1:8080/v1; Claude
+    /// Code: the Messages API's, e.g. http://127.0.0.1:8080).
+    #[arg(long = "model-endpoint", value_name = "URL")]
+    pub(crate) model_endpoint: Option<String>,
+    /// With a preset: the model to ask for.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) model: Option<String>,
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
     /// The language the agent speaks on stdout: `korvus` (the
     /// CommandRunner protocol), `codex` (`codex exec --json`) or
     /// `claude-code` (`claude -p --output-format stream-json --verbose`).
-    #[arg(
-        long = "agent-dialect",
-        value_name = "korvus|codex|claude-code",
-        default_value = "korvus"
-    )]
-    pub(crate) dialect: Dialect,
+    /// (A preset sets its own.)
+    #[arg(long = "agent-dialect", value_name = "korvus|codex|claude-code")]
+    pub(crate) dialect: Option<Dialect>,
     /// End the session `failed` / `timeout` after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub(crate) timeout: u64,
@@ -99,20 +111,19 @@ pub(crate) struct ReopenArgs {
 impl AgentArgs {
     /// The agent's runner, confined as the flags say.
     pub(crate) fn runner(&self, backends: &Backends) -> Result<CommandRunner> {
-        let program = if self.agent.contains('/') {
-            let path = std::path::absolute(&self.agent)
-                .with_context(|| format!("invalid agent path {}", self.agent))?;
-            if !path.is_file() {
-                bail!("agent program {} not found", path.display());
+        let mut runner = match self.agent.parse::<Preset>() {
+            Ok(preset) => self.preset(preset)?,
+            Err(_) => {
+                if self.agent_program.is_some()
+                    || self.model_endpoint.is_some()
+                    || self.model.is_some()
+                {
+                    bail!("--agent-program, --model-endpoint and --model go with --agent codex or claude-code");
+                }
+                CommandRunner::new(program(&self.agent)?).dialect(self.dialect.unwrap_or_default())
             }
-            path.into_os_string()
-        } else {
-            self.agent.clone().into()
         };
-        let mut runner = CommandRunner::new(program)
-            .args(&self.agent_args)
-            .dialect(self.dialect)
-            .env_inherit(self.env_inherit);
+        runner = runner.args(&self.agent_args).env_inherit(self.env_inherit);
         for pair in &self.env_set {
             let Some((key, value)) = pair.split_once('=') else {
                 bail!("--agent-env {pair}: expected KEY=VALUE");
@@ -128,9 +139,67 @@ impl AgentArgs {
         self.confine.apply(runner, backends)
     }
 
+    /// The preset's runner: its binary, pointed at the endpoint given.
+    fn preset(&self, preset: Preset) -> Result<CommandRunner> {
+        if self.dialect.is_some_and(|d| d.name() != preset.name()) {
+            bail!("--agent {preset} speaks its own dialect; drop --agent-dialect");
+        }
+        let program = preset_program(preset, self.agent_program.as_deref())?;
+        let endpoint = self.model_endpoint.as_ref().map(|url| ModelEndpoint {
+            base_url: url.clone(),
+            model: self.model.clone(),
+        });
+        if endpoint.is_none() && self.model.is_some() {
+            bail!("--model needs --model-endpoint (or set the model in the agent's own configuration)");
+        }
+        Ok(preset.runner(program, endpoint.as_ref()))
+    }
+
     fn timeout(&self) -> Option<Duration> {
         Some(Duration::from_secs(self.timeout))
     }
+}
+
+/// A program named on the command line: a path (made absolute, and it
+/// must exist) or a name looked up in PATH when the agent starts.
+fn program(name: &str) -> Result<std::ffi::OsString> {
+    if !name.contains('/') {
+        return Ok(name.into());
+    }
+    let path = std::path::absolute(name).with_context(|| format!("invalid agent path {name}"))?;
+    if !path.is_file() {
+        bail!("agent program {} not found", path.display());
+    }
+    Ok(path.into_os_string())
+}
+
+/// The binary a preset starts: `given`, else its default name found in
+/// PATH (with how to install it when it is not there).
+pub(crate) fn preset_program(preset: Preset, given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = given {
+        let path = std::path::absolute(path)
+            .with_context(|| format!("invalid agent path {}", path.display()))?;
+        if !path.is_file() {
+            bail!("agent program {} not found", path.display());
+        }
+        return Ok(path);
+    }
+    let name = preset.default_program();
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            let package = match preset {
+                Preset::Codex => "@openai/codex",
+                _ => "@anthropic-ai/claude-code",
+            };
+            format!(
+                "{name} is not in PATH: install it with `npm install -g {package}`, \
+                 or name the binary with --agent-program"
+            )
+        })
 }
 
 fn text_arg(text: &str) -> Result<String> {

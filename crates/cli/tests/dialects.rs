@@ -32,3 +32,31 @@ fn korvus_run_reads_an_agent_dialect() {
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     assert!(stderr(&bad).contains("codex"), "{}", stderr(&bad));
 }
+
+/// `korvus demo --agent codex`: the real Codex (installed by `cargo xtask
+/// test`) against the bundled scripted model server, both revisions.
+#[test]
+fn demo_with_the_real_codex_runs_both_revisions_against_the_bundled_stub() {
+    let Some(codex) = std::env::var_os("KORVUS_CODEX_BIN") else {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "KORVUS_CODEX_BIN is not set: `cargo xtask test` installs Codex"
+        );
+        eprintln!("SKIPPED: KORVUS_CODEX_BIN is not set (run `cargo xtask test`)");
+        return;
+    };
+    let data = tempfile::tempdir().expect("temp dir");
+    let out = ok(korvus(data.path())
+        .args(["demo", "--agent", "codex", "--agent-program"])
+        .arg(&codex));
+    assert!(
+        out.contains("scripted model server at http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("report.md, revision 2:"), "{out}");
+    assert!(
+        out.contains("1 turn(s), 1 tool call(s), 200 input / 20 output tokens"),
+        "{out}"
+    );
+    assert!(out.contains("── turn 2 started"), "{out}");
+}
