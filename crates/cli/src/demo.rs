@@ -84,6 +84,7 @@ pub(crate) async fn demo(
                     _ => stub.base_url(),
                 },
                 model: None,
+                api_key_var: None,
             };
             println!(
                 "running {} ({preset} preset) against a scripted model server at {}",

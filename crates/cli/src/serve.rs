@@ -40,10 +40,11 @@ pub(crate) struct ServeArgs {
     /// behind a proxy (repeatable). Loopback names are always allowed.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     allow_hosts: Vec<String>,
-    /// The agent sessions run: a program speaking the CommandRunner
-    /// protocol. Default: the bundled demo agent, with a demo incident
-    /// pinned to a small repository when there is no incident yet.
-    #[arg(long, value_name = "PROGRAM")]
+    /// The agent sessions run: `codex` or `claude-code` (a preset), or a
+    /// program speaking the CommandRunner protocol or `--agent-dialect`.
+    /// Default: the bundled demo agent, with a demo incident pinned to a
+    /// small repository when there is no incident yet.
+    #[arg(long, value_name = "codex|claude-code|PROGRAM")]
     agent: Option<String>,
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
@@ -52,18 +53,26 @@ pub(crate) struct ServeArgs {
     #[arg(long = "agent-env-pass", value_name = "NAME")]
     env_pass: Vec<String>,
     /// The language the agent speaks on stdout (see `korvus run --help`).
-    #[arg(long = "agent-dialect", value_name = "korvus|codex|claude-code")]
+    #[arg(
+        long = "agent-dialect",
+        value_name = "korvus|codex|claude-code",
+        requires = "agent"
+    )]
     dialect: Option<Dialect>,
     /// With `--agent codex|claude-code`: the agent's binary (see `korvus
     /// run --help`).
-    #[arg(long = "agent-program", value_name = "PATH")]
+    #[arg(long = "agent-program", value_name = "PATH", requires = "agent")]
     agent_program: Option<PathBuf>,
     /// With a preset: the model API's base URL (see `korvus run --help`).
-    #[arg(long = "model-endpoint", value_name = "URL")]
+    #[arg(long = "model-endpoint", value_name = "URL", requires = "agent")]
     model_endpoint: Option<String>,
     /// With a preset: the model to ask for.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "agent")]
     model: Option<String>,
+    /// With `--agent codex --model-endpoint`: the variable holding the
+    /// endpoint's API key (see `korvus run --help`).
+    #[arg(long = "model-key-var", value_name = "NAME", requires = "agent")]
+    model_key_var: Option<String>,
     /// Serve everything under this path (e.g. `/korvus`, behind a proxy
     /// that forwards that prefix): the view at `<path>/`, the API at
     /// `<path>/api/…`.
@@ -175,6 +184,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
             agent_program: args.agent_program,
             model_endpoint: args.model_endpoint,
             model: args.model,
+            model_key_var: args.model_key_var,
             dialect: args.dialect,
             timeout: args.timeout,
             env_inherit: Inherit::Core,

@@ -49,6 +49,11 @@ pub(crate) struct AgentArgs {
     /// With a preset: the model to ask for.
     #[arg(long, value_name = "NAME")]
     pub(crate) model: Option<String>,
+    /// With `--agent codex --model-endpoint`: korvus's variable holding the
+    /// endpoint's API key, passed to the agent by name (Claude Code reads
+    /// `ANTHROPIC_API_KEY`, passed by name already).
+    #[arg(long = "model-key-var", value_name = "NAME")]
+    pub(crate) model_key_var: Option<String>,
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
@@ -117,8 +122,9 @@ impl AgentArgs {
                 if self.agent_program.is_some()
                     || self.model_endpoint.is_some()
                     || self.model.is_some()
+                    || self.model_key_var.is_some()
                 {
-                    bail!("--agent-program, --model-endpoint and --model go with --agent codex or claude-code");
+                    bail!("--agent-program, --model-endpoint, --model and --model-key-var go with --agent codex or claude-code");
                 }
                 CommandRunner::new(program(&self.agent)?).dialect(self.dialect.unwrap_or_default())
             }
@@ -148,7 +154,11 @@ impl AgentArgs {
         let endpoint = self.model_endpoint.as_ref().map(|url| ModelEndpoint {
             base_url: url.clone(),
             model: self.model.clone(),
+            api_key_var: self.model_key_var.clone(),
         });
+        if endpoint.is_none() && self.model_key_var.is_some() {
+            bail!("--model-key-var needs --model-endpoint");
+        }
         if endpoint.is_none() && self.model.is_some() {
             bail!("--model needs --model-endpoint (or set the model in the agent's own configuration)");
         }
@@ -192,8 +202,8 @@ pub(crate) fn preset_program(preset: Preset, given: Option<&Path>) -> Result<Pat
         .find(|p| p.is_file())
         .with_context(|| {
             let package = match preset {
-                Preset::Codex => "@openai/codex",
-                _ => "@anthropic-ai/claude-code",
+                Preset::Codex => "@openai/codex@0.171.0",
+                _ => "@anthropic-ai/claude-code@2.1.332",
             };
             format!(
                 "{name} is not in PATH: install it with `npm install -g {package}`, \

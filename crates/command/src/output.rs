@@ -343,8 +343,12 @@ impl<'a> Sink<'a> {
             }
             for event in &of_line {
                 match &event.kind {
-                    EventKind::TurnStart { .. } => self.counters.turns += 1,
-                    EventKind::ToolCall { .. } => self.counters.tool_calls += 1,
+                    EventKind::TurnStart { .. } => {
+                        self.counters.turns = self.counters.turns.saturating_add(1);
+                    }
+                    EventKind::ToolCall { .. } => {
+                        self.counters.tool_calls = self.counters.tool_calls.saturating_add(1);
+                    }
                     _ => {}
                 }
             }
@@ -381,8 +385,10 @@ impl<'a> Sink<'a> {
         }
         if let Some(decoder) = &mut self.decoder {
             let decoded = decoder.line(&line.text);
-            self.counters.input_tokens += decoded.usage.input;
-            self.counters.output_tokens += decoded.usage.output;
+            // Figures the agent reports: never trusted not to overflow.
+            let c = &mut self.counters;
+            c.input_tokens = c.input_tokens.saturating_add(decoded.usage.input);
+            c.output_tokens = c.output_tokens.saturating_add(decoded.usage.output);
             out.extend(decoded.events.into_iter().map(Event::now));
             return;
         }
@@ -396,8 +402,9 @@ impl<'a> Sink<'a> {
             }
             if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
                 if usage.kind == "usage" {
-                    self.counters.input_tokens += usage.input_tokens;
-                    self.counters.output_tokens += usage.output_tokens;
+                    let c = &mut self.counters;
+                    c.input_tokens = c.input_tokens.saturating_add(usage.input_tokens);
+                    c.output_tokens = c.output_tokens.saturating_add(usage.output_tokens);
                     return;
                 }
             }

@@ -33,6 +33,11 @@ pub struct ModelEndpoint {
     pub base_url: String,
     /// The model to ask for, when not the agent's default.
     pub model: Option<String>,
+    /// For Codex: the variable holding the endpoint's API key (Codex sends
+    /// a custom provider's key only from the variable its `env_key` names;
+    /// korvus passes that variable by name). `None`: no key is sent.
+    /// Claude Code always reads `ANTHROPIC_API_KEY`.
+    pub api_key_var: Option<String>,
 }
 
 impl Preset {
@@ -140,6 +145,14 @@ fn codex(runner: CommandRunner, endpoint: Option<&ModelEndpoint>) -> CommandRunn
         if let Some(model) = &endpoint.model {
             runner = runner.args(["-c".to_owned(), format!("model={}", toml_string(model))]);
         }
+        if let Some(var) = &endpoint.api_key_var {
+            runner = runner
+                .args([
+                    "-c".to_owned(),
+                    format!("model_providers.korvus.env_key={}", toml_string(var)),
+                ])
+                .env_pass(var.as_str());
+        }
     }
     runner.arg("-")
 }
@@ -195,6 +208,7 @@ mod tests {
         let endpoint = ModelEndpoint {
             base_url: "http://127.0.0.1:9/v1".into(),
             model: Some("m\"1".into()),
+            api_key_var: Some("GATEWAY_KEY".into()),
         };
         let runner = Preset::Codex.runner("codex", Some(&endpoint));
         let args: Vec<String> = runner
@@ -206,6 +220,10 @@ mod tests {
             &"model_providers.korvus={name=\"korvus\",base_url=\"http://127.0.0.1:9/v1\",wire_api=\"responses\"}".to_owned()
         ), "{args:?}");
         assert!(args.contains(&"model=\"m\\\"1\"".to_owned()), "{args:?}");
+        assert!(
+            args.contains(&"model_providers.korvus.env_key=\"GATEWAY_KEY\"".to_owned()),
+            "{args:?}"
+        );
         assert_eq!(
             args.last().map(String::as_str),
             Some("-"),

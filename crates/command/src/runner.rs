@@ -14,7 +14,7 @@ use korvus_workspace::{AGENT_HOME, AGENT_TMP};
 use tokio::process::Command;
 use tracing::{debug, info};
 
-use crate::dialect::{last_turn, Decoder, Dialect, Start};
+use crate::dialect::{resume_args, state, Decoder, Dialect};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit};
 use crate::limits::Limits;
@@ -254,24 +254,26 @@ impl CommandRunner {
             .write(&scratch)
             .await?;
         let private = PrivateDirs::make(&scratch).await?;
+        let (resume, resume_note) =
+            state::native_resume(self.dialect, &scratch, &private.home, message.is_some());
         self.hand_over(&scratch).await?;
-        let cmd = self.command(&ctx, &scratch, &manifest, &private, message.is_some());
+        let thread = resume.as_ref().map(|r| r.thread.as_str());
+        let cmd = self.command(
+            &ctx,
+            &scratch,
+            &manifest,
+            &private,
+            message.is_some(),
+            thread,
+        );
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
+        // Before the agent starts: nothing watches it yet.
+        let decoder = Decoder::for_run(self.dialect, &ctx.log, resume.as_ref()).await;
         let (mut agent, notes) = self.start(&ctx, &scratch, cmd, input).await?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes);
-        let decoder = match self.dialect {
-            Dialect::Korvus => None,
-            dialect => Decoder::new(
-                dialect,
-                Start {
-                    first_turn: last_turn(&ctx.log).await + 1,
-                    ..Start::default()
-                },
-            ),
-        };
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
-        for note in notes {
+        for note in resume_note.into_iter().chain(notes) {
             sink.note(note).await;
         }
         let mut watch = Watch::new(&self.limits, &scratch, agent.pgid());
@@ -305,16 +307,7 @@ impl CommandRunner {
             }),
             (result, _) => result,
         };
-        if let Some(decoder) = sink.decoder() {
-            let total = decoder.total();
-            info!(
-                dialect = %self.dialect,
-                thread = decoder.thread().unwrap_or_default(),
-                total_input_tokens = total.input,
-                total_output_tokens = total.output,
-                "agent thread after the run"
-            );
-        }
+        state::keep_thread(&mut sink, &scratch, &private.home).await;
         conclude(&scratch, sink, status, result, used).await
     }
 
@@ -378,6 +371,7 @@ impl CommandRunner {
         manifest: &Path,
         private: &PrivateDirs,
         resume: bool,
+        thread: Option<&str>,
     ) -> Command {
         let env = match &self.env_source {
             Some(vars) => self.env.resolve(vars.iter().cloned()),
@@ -390,8 +384,11 @@ impl CommandRunner {
         // Names only: values may be secrets the embedder chose to pass.
         info!(?names, "agent environment (plus HOME, TMPDIR and KORVUS_*)");
         let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .current_dir(scratch)
+        match thread {
+            Some(thread) => cmd.args(resume_args(self.dialect, &self.args, thread)),
+            None => cmd.args(&self.args),
+        };
+        cmd.current_dir(scratch)
             .env_clear()
             .envs(env)
             .env("HOME", &private.home)

@@ -40,9 +40,12 @@ pub(crate) struct Watch {
     /// The agent's session id (its leader's pid).
     sid: i32,
     last_activity: Instant,
-    /// CPU time (microseconds) of the run's processes at the last time it
-    /// counted as activity.
+    /// CPU time (microseconds) of the run's processes at the last poll.
     last_cpu: Option<u64>,
+    /// CPU time used since the last sign of life, summed poll by poll (a
+    /// total that falls — a process left or its source changed — adds
+    /// nothing, and does not hide later work).
+    busy_since: u64,
     /// When the scratch dir is walked next: a walk that took `d` waits at
     /// least `10 × d`, so a huge tree costs at most a tenth of a core.
     next_walk: Instant,
@@ -58,6 +61,7 @@ impl Watch {
             sid,
             last_activity: Instant::now(),
             last_cpu: None,
+            busy_since: 0,
             next_walk: Instant::now(),
         }
     }
@@ -70,6 +74,7 @@ impl Watch {
     /// The agent printed something.
     pub(crate) fn activity(&mut self) {
         self.last_activity = Instant::now();
+        self.busy_since = 0;
     }
 
     /// One round of checks; the first limit the run is past, if any.
@@ -107,20 +112,23 @@ impl Watch {
         // Work, not wake-ups: an idle program's timers use a few
         // microseconds now and then, which must not keep a stalled run
         // alive. At least 1% of a core since the last activity counts.
-        let busy = match (cpu, self.last_cpu) {
-            (Some(now), Some(before)) => {
-                let idle =
-                    u64::try_from(self.last_activity.elapsed().as_micros()).unwrap_or(u64::MAX);
-                now.saturating_sub(before) > (idle / 100).max(MIN_BUSY_MICROS)
-            }
-            (now, before) => now != before,
-        };
-        if busy {
-            self.last_cpu = cpu;
+        if let (Some(now), Some(before)) = (cpu, self.last_cpu) {
+            self.busy_since = self.busy_since.saturating_add(now.saturating_sub(before));
+        }
+        let first = self.last_cpu.is_none() && cpu.is_some();
+        self.last_cpu = cpu;
+        if first || busy_enough(self.busy_since, self.last_activity.elapsed()) {
             self.activity();
         }
         (self.last_activity.elapsed() >= stall).then_some(Hit::Stall)
     }
+}
+
+/// Whether `busy` microseconds of CPU over `idle` are work: more than 1% of
+/// a core, and at least [`MIN_BUSY_MICROS`].
+fn busy_enough(busy: u64, idle: Duration) -> bool {
+    let idle = u64::try_from(idle.as_micros()).unwrap_or(u64::MAX);
+    busy > (idle / 100).max(MIN_BUSY_MICROS)
 }
 
 /// The bytes allocated beneath `dir` (blocks, not apparent sizes; each
@@ -206,6 +214,22 @@ fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wake_ups_are_not_work_and_a_falling_total_hides_nothing() {
+        let idle = Duration::from_secs(10);
+        // 5 ms in 10 s: wake-ups.
+        assert!(!busy_enough(5_000, idle));
+        // 200 ms in 10 s: 2% of a core.
+        assert!(busy_enough(200_000, idle));
+        // Output resets what was counted.
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits::default().stall(Some(Duration::from_secs(60)));
+        let mut w = Watch::new(&limits, dir.path(), 0);
+        w.busy_since = 250_000;
+        w.activity();
+        assert_eq!(w.busy_since, 0);
+    }
 
     #[test]
     fn a_stat_line_with_a_strange_name_parses() {

@@ -16,7 +16,7 @@ use korvus_command::{AgentUser, CommandRunner, ModelEndpoint, Preset};
 use korvus_log::{Access, Event, EventKind, LogId, Role, TurnLog};
 use korvus_model_stub::{Api, Mode, Script, StubServer, REPLY};
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{CoordinatedStore, NewIncident, Session, SessionStatus};
+use korvus_store::{ArtifactKind, CoordinatedStore, NewIncident, Session, SessionStatus};
 use korvus_store_sql::testing::SqliteDb;
 use korvus_store_sql::{SqliteLog, SqliteStore};
 use korvus_workspace::ScratchRoot;
@@ -172,11 +172,25 @@ async fn assert_one_scripted_turn(rig: &Rig, row: &Session, tool: &str) {
     assert!(reports[0].markdown_key.is_some(), "{reports:?}");
 }
 
-/// Nothing of the agent's own state or credentials became an artifact.
-async fn assert_no_agent_state_stored(rig: &Rig, row: &Session) {
+/// The agent's kept state is its thread and korvus's record of it, as
+/// `agent_state` artifacts; nothing else of its home (no `auth.json`, no
+/// credentials) was stored.
+async fn assert_only_the_thread_kept(rig: &Rig, row: &Session) {
     let artifacts = korvus_store::Store::list_session_artifacts(&*rig.store, row.id)
         .await
         .unwrap();
+    let mut state: Vec<&str> = artifacts
+        .iter()
+        .filter(|a| a.kind == ArtifactKind::AgentState)
+        .map(|a| a.path.as_str())
+        .collect();
+    state.sort_unstable();
+    state.dedup();
+    assert_eq!(
+        state,
+        vec![".korvus/agent/state.json", ".korvus/agent/thread.jsonl"],
+        "{artifacts:#?}"
+    );
     for a in &artifacts {
         assert!(
             !a.path.contains(".codex") && !a.path.contains(".claude") && !a.path.contains("auth"),
@@ -197,11 +211,13 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
             _ => stub.base_url(),
         },
         model: None,
+        api_key_var: Some("OPENAI_API_KEY".into()),
     };
+    // The keys reach the endpoint (the stub takes any).
     let runner = preset
         .runner(&bin, Some(&endpoint))
-        // The stub takes any key; a real endpoint gets the embedder's.
-        .env("ANTHROPIC_API_KEY", "korvus-stub");
+        .env("OPENAI_API_KEY", "korvus-stub-key")
+        .env("ANTHROPIC_API_KEY", "korvus-stub-key");
     let rig = Rig::new(runner).await;
     let row = rig.run("Why is db-1's disk full?").await;
     assert_one_scripted_turn(&rig, &row, tool).await;
@@ -209,15 +225,21 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
     assert_eq!(requests.len(), 2, "{requests:#?}");
     assert!(requests.iter().all(|r| r.api == api));
     assert!(requests[0].mentions("Why is db-1's disk full?"));
+    let key = requests[0].key.as_deref().unwrap_or_default();
+    assert!(
+        key.ends_with("korvus-stub-key"),
+        "the API key was sent: {key:?}"
+    );
 
-    // A reopen lands revision 2 with turn numbers that do not repeat.
+    // A reopen resumes the agent's own thread: the model's next request
+    // carries the first turn (the first prompt, the command's output), and
+    // revision 2 counts only its own usage; turn numbers do not repeat.
     rig.manager.reopen(row.id, "And the WAL?").await.unwrap();
     let row = rig.settled(&row).await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
     assert_eq!(row.revision, 2);
-    let turns: Vec<u64> = rig
-        .events(&row)
-        .await
+    let events = rig.events(&row).await;
+    let turns: Vec<u64> = events
         .iter()
         .filter_map(|e| match e.kind {
             EventKind::TurnStart { turn } => Some(turn),
@@ -225,7 +247,29 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
         })
         .collect();
     assert_eq!(turns, vec![1, 2]);
-    assert_no_agent_state_stored(&rig, &row).await;
+    assert!(
+        events.iter().any(|e| matches!(&e.kind,
+            EventKind::Note { text } if text.starts_with(&format!("resuming {} thread ", preset.name())))),
+        "{events:#?}"
+    );
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    assert!(requests[2].mentions("And the WAL?"));
+    assert!(
+        requests[2].mentions("Why is db-1's disk full?"),
+        "the resumed agent sent its first turn back: {:#?}",
+        requests[2]
+    );
+    let reports = korvus_store::Store::list_reports(&*rig.store, row.id)
+        .await
+        .unwrap();
+    let c = &reports[1].counters;
+    assert_eq!(
+        (c.turns, c.tool_calls, c.input_tokens, c.output_tokens),
+        (1, 1, 200, 20),
+        "revision 2 counts its own usage only"
+    );
+    assert_only_the_thread_kept(&rig, &row).await;
     rig.manager.stop().await;
 }
 
@@ -273,6 +317,7 @@ async fn codex_against_a_failing_or_silent_endpoint_ends_in_its_bound() {
         let endpoint = ModelEndpoint {
             base_url: stub.openai_base_url(),
             model: None,
+            api_key_var: None,
         };
         let limits = korvus_command::Limits::default().stall(Some(Duration::from_secs(stall)));
         let rig = Rig::new(Preset::Codex.runner(&bin, Some(&endpoint)).limits(limits)).await;

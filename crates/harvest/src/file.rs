@@ -77,6 +77,8 @@ pub(crate) async fn store_file(
         revision: request.revision,
         kind: if is_report {
             ArtifactKind::Report
+        } else if crate::agent_state::is_agent_state(&path) {
+            ArtifactKind::AgentState
         } else {
             ArtifactKind::AgentOutput
         },

@@ -29,7 +29,8 @@
 //! degraded phase, bounded to [`DETAIL_MAX_BYTES`], for the report row.
 //!
 //! The code reads in the order the phase runs: `walk.rs` (the walk, the
-//! size limits and the cap), `persist.rs` (the orchestration: detached
+//! size limits and the cap), `agent_state.rs` (a real agent's kept thread,
+//! harvested as `agent_state` beside the walk), `persist.rs` (the orchestration: detached
 //! task, timeout, uploads in parallel, one durability barrier, one row
 //! batch, manifest), `file.rs` (open, read or stream, and upload one
 //! file), `manifest.rs` (the harvest manifest) and `outcome.rs` (the public
@@ -76,6 +77,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod agent_state;
 mod content_type;
 mod file;
 mod manifest;

@@ -16,6 +16,7 @@ use korvus_blob::BlobStore;
 use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store, StoreError};
 use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
+use crate::agent_state::agent_state_candidates;
 use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
@@ -302,6 +303,7 @@ impl Phase {
             let mut walk = harvest_candidates(&scratch, &prefixes);
             apply_size_limits(&mut walk, max_bytes);
             apply_cap(&mut walk, max_files);
+            walk.candidates.extend(agent_state_candidates(&scratch));
             let dir = Dir::open_ambient_dir(&scratch, ambient_authority());
             (walk, dir)
         })

@@ -14,7 +14,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use korvus_blob::BlobKey;
 use korvus_log::{export_jsonl, Access, LogId};
-use korvus_store::{ArtifactId, SessionId, StoreExt};
+use korvus_store::{ArtifactId, SessionId};
 use tokio_util::io::ReaderStream;
 
 use crate::error::{parse_id, ApiError};
@@ -60,7 +60,7 @@ pub(crate) async fn artifact_content(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let id: ArtifactId = parse_id("artifact", &id)?;
-    let artifact = app.manager.store().get_artifact(id).await?;
+    let artifact = crate::routes::served_artifact(&app, id).await?;
     let (body, len) = blob(&app, &artifact.blob_key).await?;
     let name = artifact.path.rsplit('/').next().unwrap_or("artifact");
     Ok(attachment(body, len, &artifact.content_type, name))

@@ -7,8 +7,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use korvus_session::{ContextRequest, CreateOptions, CreateSession};
 use korvus_store::{
-    Artifact, ArtifactId, Incident, IncidentId, NewIncident, Priority, Report, Session, SessionId,
-    StoreExt, WorkspaceRef,
+    Artifact, ArtifactId, ArtifactKind, Entity, Incident, IncidentId, NewIncident, Priority,
+    Report, Session, SessionId, StoreError, StoreExt, WorkspaceRef,
 };
 use serde::Deserialize;
 
@@ -218,7 +218,24 @@ pub(crate) async fn list_artifacts(
     let id: SessionId = parse_id("session", &id)?;
     let store = app.manager.store();
     store.get_session(id).await?;
-    Ok(Json(store.list_session_artifacts(id).await?))
+    let mut artifacts = store.list_session_artifacts(id).await?;
+    artifacts.retain(is_served);
+    Ok(Json(artifacts))
+}
+
+/// Whether an artifact is served to users: a real agent's kept state
+/// (`agent_state`, its thread for a reopen) is not.
+pub(crate) fn is_served(artifact: &Artifact) -> bool {
+    artifact.kind != ArtifactKind::AgentState
+}
+
+/// An artifact users may see, or `404 not_found`.
+pub(crate) async fn served_artifact(app: &AppState, id: ArtifactId) -> Result<Artifact> {
+    let artifact = app.manager.store().get_artifact(id).await?;
+    if !is_served(&artifact) {
+        return Err(StoreError::not_found(Entity::Artifact, id).into());
+    }
+    Ok(artifact)
 }
 
 pub(crate) async fn get_artifact(
@@ -226,5 +243,5 @@ pub(crate) async fn get_artifact(
     Path(id): Path<String>,
 ) -> Result<Json<Artifact>> {
     let id: ArtifactId = parse_id("artifact", &id)?;
-    Ok(Json(app.manager.store().get_artifact(id).await?))
+    Ok(Json(served_artifact(&app, id).await?))
 }

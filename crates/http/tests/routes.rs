@@ -347,3 +347,52 @@ async fn a_create_past_the_queue_bound_is_429_with_retry_after_and_writes_nothin
     );
     env.manager.stop().await;
 }
+
+/// A real agent's kept state (`agent_state`, its thread for a reopen) is
+/// stored but never listed or served.
+#[tokio::test]
+async fn an_agents_kept_state_is_neither_listed_nor_served() {
+    const FILES: &[(&str, &str)] = &[
+        ("report.md", "# Findings\n"),
+        (".korvus/agent/state.json", "{\"thread\":\"t\"}"),
+    ];
+    let env = Env::new(writing(FILES, 1)).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "why?"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(settled(&env, &sid).await["status"], "completed");
+    let stored = env
+        .store
+        .list_session_artifacts(sid.parse().unwrap())
+        .await
+        .unwrap();
+    let state = stored
+        .iter()
+        .find(|a| a.kind == korvus_store::ArtifactKind::AgentState)
+        .expect("the kept state is stored");
+    assert_eq!(state.path, ".korvus/agent/state.json");
+    let listed = get(&app, &format!("/api/sessions/{sid}/artifacts"))
+        .await
+        .json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["kind"] != "agent_state"),
+        "{listed}"
+    );
+    for path in [
+        format!("/api/artifacts/{}", state.id),
+        format!("/api/artifacts/{}/content", state.id),
+    ] {
+        let r = get(&app, &path).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.text());
+    }
+}

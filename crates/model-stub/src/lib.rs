@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -108,6 +108,9 @@ pub struct Recorded {
     pub api: Api,
     /// Its JSON body.
     pub body: Value,
+    /// Its `Authorization` header (Responses) or `x-api-key` header
+    /// (Messages), if any.
+    pub key: Option<String>,
 }
 
 impl Recorded {
@@ -194,19 +197,31 @@ impl Drop for StubServer {
 }
 
 /// Records a request and answers it as the mode says; `Ok` carries the
-/// script for a scripted answer.
-async fn admit(shared: &Shared, api: Api, body: &[u8]) -> Result<Value, Response> {
+/// body and the request's number (1, 2, …) for a scripted answer.
+async fn admit(
+    shared: &Shared,
+    api: Api,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Value, usize), Response> {
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    shared
-        .requests
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(Recorded {
+    let key = ["authorization", "x-api-key"]
+        .iter()
+        .find_map(|h| headers.get(*h)?.to_str().ok().map(str::to_owned));
+    let n = {
+        let mut requests = shared
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        requests.push(Recorded {
             api,
             body: body.clone(),
+            key,
         });
+        requests.len()
+    };
     match shared.script.mode {
-        Mode::Script => Ok(body),
+        Mode::Script => Ok((body, n)),
         Mode::ServerError => Err((
             StatusCode::INTERNAL_SERVER_ERROR,
             [(header::CONTENT_TYPE, "application/json")],
@@ -235,13 +250,16 @@ fn sse(events: &[(&str, Value)]) -> Response {
 
 /// The Responses API: a `function_call` of `exec_command` when the input
 /// ends with the user, else the reply.
-async fn responses(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
-    let request = match admit(&shared, Api::Responses, &body).await {
+async fn responses(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (request, n) = match admit(&shared, Api::Responses, &headers, &body).await {
         Ok(v) => v,
         Err(r) => return r,
     };
     let script = &shared.script;
-    let n = shared.requests.lock().map_or(0, |r| r.len());
     let id = format!("resp_{n}");
     let answered = request
         .get("input")
@@ -280,13 +298,16 @@ async fn responses(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -
 
 /// The Messages API: a `tool_use` of `Bash` when the last message is the
 /// user's words (and tools are offered), else the reply.
-async fn messages(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
-    let request = match admit(&shared, Api::Messages, &body).await {
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (request, n) = match admit(&shared, Api::Messages, &headers, &body).await {
         Ok(v) => v,
         Err(r) => return r,
     };
     let script = &shared.script;
-    let n = shared.requests.lock().map_or(0, |r| r.len());
     let answered = request
         .get("messages")
         .and_then(Value::as_array)

@@ -79,6 +79,11 @@ impl RunError {
 /// A runner should return soon after `ctx.cancel` fires; the manager waits a
 /// short grace period and then drops the run. Panics are caught by the
 /// manager and settled `failed` / `panicked`.
+///
+/// A runner must not block its thread (run blocking work with
+/// `tokio::task::spawn_blocking`): the manager polls it inside the run's
+/// own task, so a runner that blocks also blocks its run's timeout, its
+/// cancellation and `Manager::stop`.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Runner: Send + Sync + Debug + 'static {

@@ -99,8 +99,10 @@ async fn supervise(
     let id = plan.key().session;
     let revision = plan.key();
     // In this task, not one of its own: a panic in any phase is caught
-    // here and the row still settles (the runner alone has its own task,
-    // so a runner that blocks a thread cannot hold the supervisor).
+    // here and the row still settles. The runner is polled in this task
+    // too (a run is one task): a runner must not block its thread — one
+    // that does holds its run, its timeout and `stop` (see the Runner
+    // contract).
     let work = AssertUnwindSafe(iterate(Arc::clone(&inner), plan, log, run.clone())).catch_unwind();
     let (settlement, leftovers) = match work.await {
         Ok(done) => done,

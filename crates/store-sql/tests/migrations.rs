@@ -46,3 +46,77 @@ async fn two_processes_migrating_a_fresh_sqlite_database_both_succeed() {
         }
     }
 }
+
+/// The `agent_state` migration rebuilds SQLite's artifacts table (its
+/// CHECK of the kind lives in the table): artifacts and the context refs
+/// that point at them survive it, and the new kind is accepted after it.
+#[tokio::test]
+async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sqlite() {
+    use korvus_store::{ArtifactKind, ContextRef, Store, StoreExt};
+    use korvus_testkit::store::{incident, new_artifact, session};
+
+    const AGENT_STATE: &str = "20270101000001";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let older = dir.path().join("older");
+    std::fs::create_dir(&older).expect("dir");
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+    for entry in std::fs::read_dir(&all).expect("migrations") {
+        let entry = entry.expect("entry");
+        if entry.file_name().to_string_lossy().as_ref() < AGENT_STATE {
+            std::fs::copy(entry.path(), older.join(entry.file_name())).expect("copy");
+        }
+    }
+    let pool = korvus_store_sql::open_sqlite(&dir.path().join("korvus.db"))
+        .await
+        .expect("open");
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrations")
+        .run(&pool)
+        .await
+        .expect("migrate to the version before");
+    let store = korvus_store_sql::SqliteStore::new(pool.clone());
+    let inc = incident(&store).await;
+    let producer = session(&store, &inc).await;
+    let arts = store
+        .create_artifacts(vec![
+            new_artifact(&producer, "a.md", 1),
+            new_artifact(&producer, "b.md", 1),
+        ])
+        .await
+        .expect("artifacts");
+    let consumer = session(&store, &inc).await;
+    let refs: Vec<ContextRef> = arts
+        .iter()
+        .map(|a| ContextRef {
+            artifact_id: a.id,
+            role: "input".into(),
+        })
+        .collect();
+    store
+        .insert_context_refs(consumer.id, &refs)
+        .await
+        .expect("refs");
+
+    korvus_store_sql::migrate(&pool)
+        .await
+        .expect("the agent_state migration");
+    let listed = store
+        .list_context_refs(consumer.id)
+        .await
+        .expect("refs after");
+    assert_eq!(
+        listed.iter().map(|r| r.artifact_id).collect::<Vec<_>>(),
+        arts.iter().map(|a| a.id).collect::<Vec<_>>()
+    );
+    for a in &arts {
+        assert_eq!(store.get_artifact(a.id).await.expect("artifact after"), *a);
+    }
+    let mut state = new_artifact(&producer, ".korvus/agent/state.json", 1);
+    state.kind = ArtifactKind::AgentState;
+    store
+        .create_artifacts(vec![state])
+        .await
+        .expect("the new kind");
+    pool.close().await;
+}

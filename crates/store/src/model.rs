@@ -196,6 +196,10 @@ string_enum!(
         WorkspaceArchive => "workspace_archive",
         /// A file a user uploaded into the incident.
         Upload => "upload",
+        /// A real agent's own state kept with a revision (the thread it
+        /// resumes from on reopen): harvested, restored and swept like any
+        /// artifact, never served to users.
+        AgentState => "agent_state",
     }
 );
 

@@ -116,8 +116,8 @@ pub use crate::context::{
 pub use crate::error::{Result, WorkspaceError};
 pub use crate::path::{
     context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,
-    AGENT_HOME, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES, MAX_SEGMENT_BYTES,
-    METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
+    AGENT_HOME, AGENT_STATE_DIR, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES,
+    MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
 pub use crate::scratch::{
     create, create_iteration, reap, reap_session_through, reap_sessions, session_dirs, Reaped,

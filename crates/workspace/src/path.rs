@@ -53,6 +53,11 @@ pub const HARVEST_MANIFEST: &str = ".korvus/harvest.json";
 /// read the shape its `report.md` should take.
 pub const REPORT_TEMPLATE: &str = ".korvus/report-template.md";
 
+/// Where a command runner keeps a real agent's own state for the next
+/// revision (its thread id and the one file it resumes from): harvested as
+/// `agent_state` artifacts, restored on reopen, never served to users.
+pub const AGENT_STATE_DIR: &str = ".korvus/agent";
+
 /// The agent's private home directory inside its scratch dir (a command
 /// runner points `HOME` at it): writable, never harvested, removed with the
 /// scratch dir.

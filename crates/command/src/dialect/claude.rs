@@ -46,18 +46,18 @@ impl Claude {
                 self.turns.start(out);
             }
             "assistant" => {
-                self.turns.current(out);
+                let turn = self.turns.current(out);
                 for block in content(v) {
-                    assistant_block(block, out);
+                    assistant_block(turn, block, out);
                 }
             }
             "user" => {
-                self.turns.current(out);
+                let turn = self.turns.current(out);
                 match v.get("message").and_then(|m| m.get("content")) {
                     Some(Value::String(text)) => out.message(Role::User, text.clone()),
                     _ => {
                         for block in content(v) {
-                            user_block(block, out);
+                            user_block(turn, block, out);
                         }
                     }
                 }
@@ -70,9 +70,13 @@ impl Claude {
     fn result(&mut self, v: &Value, out: &mut Decoded) {
         self.turns.current(out);
         if let Some(usage) = v.get("usage") {
-            // Claude Code reports each invocation's own usage.
+            // Claude Code reports each invocation's own usage; cache reads
+            // and writes are input too (Codex counts cached input inside
+            // its input_tokens).
             out.usage = Usage {
-                input: count_of(usage, "input_tokens"),
+                input: count_of(usage, "input_tokens")
+                    .saturating_add(count_of(usage, "cache_read_input_tokens"))
+                    .saturating_add(count_of(usage, "cache_creation_input_tokens")),
                 output: count_of(usage, "output_tokens"),
             };
             self.total = Usage {
@@ -101,7 +105,13 @@ fn content(v: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-fn assistant_block(block: &Value, out: &mut Decoded) {
+/// A call id unique within the session's log: a model's tool-use ids are
+/// not guaranteed to be unique across invocations, korvus's turns are.
+fn call_id(turn: u64, id: &str) -> String {
+    format!("t{turn}-{id}")
+}
+
+fn assistant_block(turn: u64, block: &Value, out: &mut Decoded) {
     match str_of(block, "type").unwrap_or_default() {
         "text" => out.message(Role::Assistant, str_of(block, "text").unwrap_or_default()),
         "thinking" => out.note(format!(
@@ -109,7 +119,7 @@ fn assistant_block(block: &Value, out: &mut Decoded) {
             str_of(block, "thinking").unwrap_or_default()
         )),
         "tool_use" | "server_tool_use" => out.push(EventKind::ToolCall {
-            call_id: str_of(block, "id").unwrap_or_default().to_owned(),
+            call_id: call_id(turn, str_of(block, "id").unwrap_or_default()),
             tool: str_of(block, "name").unwrap_or_default().to_owned(),
             input: block.get("input").cloned().unwrap_or(Value::Null),
         }),
@@ -117,10 +127,10 @@ fn assistant_block(block: &Value, out: &mut Decoded) {
     }
 }
 
-fn user_block(block: &Value, out: &mut Decoded) {
+fn user_block(turn: u64, block: &Value, out: &mut Decoded) {
     match str_of(block, "type").unwrap_or_default() {
         "tool_result" => out.push(EventKind::ToolResult {
-            call_id: str_of(block, "tool_use_id").unwrap_or_default().to_owned(),
+            call_id: call_id(turn, str_of(block, "tool_use_id").unwrap_or_default()),
             ok: block.get("is_error").and_then(Value::as_bool) != Some(true),
             output: block.get("content").cloned().unwrap_or(Value::Null),
         }),
@@ -174,12 +184,12 @@ mod tests {
                 },
                 EventKind::TurnStart { turn: 3 },
                 EventKind::ToolCall {
-                    call_id: "toolu_1".into(),
+                    call_id: "t3-toolu_1".into(),
                     tool: "Bash".into(),
                     input: json!({"command": "echo done", "description": "write report"}),
                 },
                 EventKind::ToolResult {
-                    call_id: "toolu_1".into(),
+                    call_id: "t3-toolu_1".into(),
                     ok: true,
                     output: json!("done"),
                 },

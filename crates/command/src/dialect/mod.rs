@@ -13,6 +13,7 @@
 
 mod claude;
 mod codex;
+pub(crate) mod state;
 
 use korvus_log::{EventKind, LogHandle, Role};
 
@@ -131,7 +132,7 @@ impl Turns {
             return turn;
         }
         let turn = self.next;
-        self.next += 1;
+        self.next = self.next.saturating_add(1);
         self.open = Some(turn);
         out.push(EventKind::TurnStart { turn });
         turn
@@ -175,6 +176,24 @@ impl Decoder {
         }
     }
 
+    /// The decoder of one run of `dialect` (`None` for korvus's own
+    /// protocol): turns above the log's highest, usage counted from a
+    /// resumed thread's total.
+    pub(crate) async fn for_run(
+        dialect: Dialect,
+        log: &LogHandle,
+        resume: Option<&state::Resume>,
+    ) -> Option<Self> {
+        if dialect == Dialect::Korvus {
+            return None;
+        }
+        let start = Start {
+            first_turn: last_turn(log).await.saturating_add(1),
+            previous_total: resume.map(|r| r.total).unwrap_or_default(),
+        };
+        Self::new(dialect, start)
+    }
+
     /// What one stdout line (not empty, not truncated) becomes.
     pub(crate) fn line(&mut self, text: &str) -> Decoded {
         let mut out = Decoded::default();
@@ -192,7 +211,7 @@ impl Decoder {
         out
     }
 
-    fn dialect(&self) -> Dialect {
+    pub(crate) fn dialect(&self) -> Dialect {
         match self {
             Decoder::Codex(_) => Dialect::Codex,
             Decoder::Claude(_) => Dialect::ClaudeCode,
@@ -236,7 +255,10 @@ pub(crate) async fn last_turn(log: &LogHandle) -> u64 {
         let events = match log.read(offset, Some(PAGE)).await {
             Ok(events) => events,
             Err(e) => {
-                tracing::debug!(error = %e, "log not read for turn numbers");
+                tracing::warn!(
+                    error = %e,
+                    "the log was not read to the end for turn numbers; they may repeat earlier ones"
+                );
                 return last;
             }
         };
@@ -250,6 +272,32 @@ pub(crate) async fn last_turn(log: &LogHandle) -> u64 {
         }
         offset += PAGE;
     }
+}
+
+/// The arguments of a run that resumes `thread`: Codex's `exec … resume
+/// <thread> -` (the prompt, `-`, moves behind the subcommand), Claude
+/// Code's `… --resume <thread>`.
+pub(crate) fn resume_args(
+    dialect: Dialect,
+    args: &[std::ffi::OsString],
+    thread: &str,
+) -> Vec<std::ffi::OsString> {
+    let mut out = args.to_vec();
+    match dialect {
+        Dialect::Codex => {
+            let stdin = out.last().is_some_and(|a| a == "-");
+            if stdin {
+                out.pop();
+            }
+            out.extend(["resume".into(), thread.into()]);
+            if stdin {
+                out.push("-".into());
+            }
+        }
+        Dialect::ClaudeCode => out.extend(["--resume".into(), thread.into()]),
+        Dialect::Korvus => {}
+    }
+    out
 }
 
 /// A string field of a JSON object.

@@ -375,6 +375,14 @@ async fn resolve_refs(
                 reason: format!("artifact {} belongs to another incident", r.artifact_id),
             });
         }
+        if artifact.kind == ArtifactKind::AgentState {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!(
+                    "artifact {} is an agent's kept state, not context",
+                    r.artifact_id
+                ),
+            });
+        }
         let role = if r.role.trim().is_empty() {
             default_role(artifact.kind).to_owned()
         } else {

@@ -1,0 +1,402 @@
+//! Native resume: the agent's own thread, kept with the revision.
+//!
+//! After a run of an agent dialect, korvus copies the one file the agent
+//! resumes from out of the run's private `HOME` into
+//! [`AGENT_STATE_DIR`](korvus_workspace::AGENT_STATE_DIR) (`thread.jsonl`),
+//! beside `state.json` (dialect, thread id, running usage total). The
+//! harvest stores both as `agent_state` artifacts; a reopen restores them
+//! into the new scratch dir, and before the resumed run korvus puts the
+//! thread file back where the agent looks for it:
+//!
+//! | dialect | thread file | resumed with |
+//! |---|---|---|
+//! | Codex | `$HOME/.codex/sessions/Y/M/D/rollout-…-<thread>.jsonl` | `codex exec … resume <thread> -` |
+//! | Claude Code | `$HOME/.claude/projects/<cwd, non-alphanumerics as '-'>/<session>.jsonl` | `claude … --resume <session>` |
+//!
+//! Nothing else of `HOME` is kept: no `auth.json`, no credentials. The
+//! agent's processes are all gone when the file is read; it is read without
+//! following symbolic links, and only a regular file is taken.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use korvus_workspace::AGENT_STATE_DIR;
+use serde::{Deserialize, Serialize};
+
+use super::{Decoder, Dialect, Usage};
+use crate::output::Sink;
+
+/// The state file's name in [`AGENT_STATE_DIR`].
+pub(crate) const STATE_FILE: &str = "state.json";
+
+/// The thread file's name in [`AGENT_STATE_DIR`].
+pub(crate) const THREAD_FILE: &str = "thread.jsonl";
+
+/// The largest thread file kept.
+const MAX_THREAD_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What `state.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Kept {
+    pub(crate) dialect: String,
+    pub(crate) thread: String,
+    /// Where the thread file was, relative to `HOME` (Codex's dated path).
+    pub(crate) file: String,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+}
+
+/// A thread to resume: its id and the usage total it had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resume {
+    pub(crate) thread: String,
+    pub(crate) total: Usage,
+}
+
+/// Before a resumed run: the restored state of `dialect`'s thread, its
+/// file put back under `home` for the agent (run in `scratch`). `Ok(None)`
+/// when nothing was kept; `Err` (a reason for the log) when what was kept
+/// cannot be used — the run then starts the agent afresh.
+pub(crate) fn restore(
+    scratch: &Path,
+    home: &Path,
+    dialect: Dialect,
+) -> Result<Option<Resume>, String> {
+    let dir = scratch.join(AGENT_STATE_DIR);
+    let text = match std::fs::read_to_string(dir.join(STATE_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read the kept agent state: {e}")),
+    };
+    let kept: Kept = serde_json::from_str(&text)
+        .map_err(|e| format!("the kept agent state is not valid: {e}"))?;
+    if kept.dialect != dialect.name() {
+        return Err(format!(
+            "the kept agent state is {}'s, this run is {}'s",
+            kept.dialect,
+            dialect.name()
+        ));
+    }
+    if !is_id(&kept.thread) {
+        return Err("the kept thread id is not valid".to_owned());
+    }
+    let target = match dialect {
+        Dialect::Codex => {
+            let rel = Path::new(&kept.file);
+            let valid = rel.starts_with(".codex/sessions")
+                && rel
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+                && rel
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(&format!("-{}.jsonl", kept.thread)));
+            if !valid {
+                return Err("the kept thread file's path is not valid".to_owned());
+            }
+            home.join(rel)
+        }
+        Dialect::ClaudeCode => claude_file(home, scratch, &kept.thread),
+        Dialect::Korvus => return Ok(None),
+    };
+    let parent = target.parent().unwrap_or(home);
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    std::fs::copy(dir.join(THREAD_FILE), &target)
+        .map_err(|e| format!("cannot restore the agent's thread file: {e}"))?;
+    Ok(Some(Resume {
+        thread: kept.thread,
+        total: Usage {
+            input: kept.input_tokens,
+            output: kept.output_tokens,
+        },
+    }))
+}
+
+/// After a run: keeps the decoder's thread (its file found under `home`)
+/// in [`AGENT_STATE_DIR`], replacing whatever is there. `Ok(false)` when
+/// the agent named no thread or left no file for it.
+pub(crate) fn keep(scratch: &Path, home: &Path, decoder: &Decoder) -> Result<bool, String> {
+    let dir = scratch.join(AGENT_STATE_DIR);
+    // Whatever the agent put there is not korvus's record.
+    remove(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    let Some(thread) = decoder.thread().filter(|t| is_id(t)) else {
+        return Ok(false);
+    };
+    let dialect = decoder.dialect();
+    let found = match dialect {
+        Dialect::Codex => find_codex(home, thread),
+        Dialect::ClaudeCode => {
+            let path = claude_file(home, scratch, thread);
+            is_regular(&path).then_some(path)
+        }
+        Dialect::Korvus => None,
+    };
+    let Some(file) = found else {
+        return Ok(false);
+    };
+    let bytes = read_regular(&file)?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    std::fs::write(dir.join(THREAD_FILE), bytes)
+        .map_err(|e| format!("cannot keep the agent's thread file: {e}"))?;
+    let total = decoder.total();
+    let kept = Kept {
+        dialect: dialect.name().to_owned(),
+        thread: thread.to_owned(),
+        file: file
+            .strip_prefix(home)
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .into_owned(),
+        input_tokens: total.input,
+        output_tokens: total.output,
+    };
+    let json = serde_json::to_vec_pretty(&kept).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(STATE_FILE), json)
+        .map_err(|e| format!("cannot keep the agent state: {e}"))?;
+    Ok(true)
+}
+
+/// A resumed run of an agent dialect: the agent's kept thread, put back
+/// under `home` for it, or a note saying why the agent starts afresh.
+pub(crate) fn native_resume(
+    dialect: Dialect,
+    scratch: &Path,
+    home: &Path,
+    resuming: bool,
+) -> (Option<Resume>, Option<String>) {
+    if !resuming || dialect == Dialect::Korvus {
+        return (None, None);
+    }
+    match restore(scratch, home, dialect) {
+        Ok(Some(resume)) => {
+            let note = format!("resuming {dialect} thread {}", resume.thread);
+            (Some(resume), Some(note))
+        }
+        Ok(None) => (
+            None,
+            Some(format!(
+                "no {dialect} thread was kept for this session: the agent starts afresh"
+            )),
+        ),
+        Err(why) => (None, Some(format!("{why}: the agent starts afresh"))),
+    }
+}
+
+/// After a run of an agent dialect (its processes all gone): keeps the
+/// agent's thread for the next revision; a note when it cannot.
+pub(crate) async fn keep_thread(sink: &mut Sink<'_>, scratch: &Path, home: &Path) {
+    let Some(decoder) = sink.decoder() else {
+        return;
+    };
+    let total = decoder.total();
+    tracing::info!(
+        dialect = %decoder.dialect(),
+        thread = decoder.thread().unwrap_or_default(),
+        total_input_tokens = total.input,
+        total_output_tokens = total.output,
+        "agent thread after the run"
+    );
+    if let Err(why) = keep(scratch, home, decoder) {
+        sink.note(format!(
+            "the agent's thread was not kept for a reopen: {why}"
+        ))
+        .await;
+    }
+}
+
+/// Claude Code's session file for a run in `cwd`: its projects folder is
+/// named after the working directory with every character but ASCII
+/// letters and digits turned into `-`.
+fn claude_file(home: &Path, cwd: &Path, session: &str) -> PathBuf {
+    let folder: String = cwd
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    home.join(".claude/projects")
+        .join(folder)
+        .join(format!("{session}.jsonl"))
+}
+
+/// Codex's rollout of `thread` beneath `$HOME/.codex/sessions`, found
+/// without following symbolic links.
+fn find_codex(home: &Path, thread: &str) -> Option<PathBuf> {
+    let suffix = format!("-{thread}.jsonl");
+    let mut pending = vec![home.join(".codex/sessions")];
+    let mut seen = 0;
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            seen += 1;
+            if seen > 10_000 {
+                return None;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() && entry.file_name().to_string_lossy().ends_with(&suffix) {
+                return Some(entry.path());
+            }
+        }
+    }
+    None
+}
+
+/// Thread ids are what the agents mint: letters, digits, `-` and `_`.
+fn is_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn is_regular(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// A regular file's bytes, opened without following a symbolic link.
+fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            format!(
+                "cannot open the agent's thread file {}: {e}",
+                path.display()
+            )
+        })?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_THREAD_BYTES {
+        return Err(format!(
+            "the agent's thread file is {} bytes, more than the {MAX_THREAD_BYTES} kept",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_THREAD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Removes `path` whatever it is, without following a symbolic link.
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Start;
+    use super::*;
+
+    fn codex_after_a_run(thread: &str) -> Decoder {
+        let mut d = Decoder::new(Dialect::Codex, Start::default()).unwrap();
+        d.line(&format!(
+            r#"{{"type":"thread.started","thread_id":"{thread}"}}"#
+        ));
+        d.line(r#"{"type":"turn.completed","usage":{"input_tokens":200,"output_tokens":20}}"#);
+        d
+    }
+
+    #[test]
+    fn a_codex_thread_is_kept_and_put_back_for_the_next_run() {
+        let first = tempfile::tempdir().unwrap();
+        let home = first.path().join(".korvus/home");
+        let rollout =
+            home.join(".codex/sessions/2026/12/03/rollout-2026-12-03T09-01-16-th-1.jsonl");
+        std::fs::create_dir_all(rollout.parent().unwrap()).unwrap();
+        std::fs::write(&rollout, "{\"history\":1}\n").unwrap();
+        std::fs::write(home.join(".codex/auth.json"), "secret").unwrap();
+        assert!(keep(first.path(), &home, &codex_after_a_run("th-1")).unwrap());
+        let kept = first.path().join(AGENT_STATE_DIR);
+        let names: Vec<String> = std::fs::read_dir(&kept)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "only the state and the thread: {names:?}");
+
+        // The next revision's scratch dir gets the kept files restored.
+        let second = tempfile::tempdir().unwrap();
+        let restored = second.path().join(AGENT_STATE_DIR);
+        std::fs::create_dir_all(&restored).unwrap();
+        for name in [STATE_FILE, THREAD_FILE] {
+            std::fs::copy(kept.join(name), restored.join(name)).unwrap();
+        }
+        let home2 = second.path().join(".korvus/home");
+        let resume = restore(second.path(), &home2, Dialect::Codex)
+            .unwrap()
+            .unwrap();
+        assert_eq!(resume.thread, "th-1");
+        assert_eq!(
+            resume.total,
+            Usage {
+                input: 200,
+                output: 20
+            }
+        );
+        let back = home2.join(".codex/sessions/2026/12/03/rollout-2026-12-03T09-01-16-th-1.jsonl");
+        assert_eq!(std::fs::read_to_string(back).unwrap(), "{\"history\":1}\n");
+        assert!(!home2.join(".codex/auth.json").exists());
+        // Another dialect's run does not take it.
+        assert!(restore(second.path(), &home2, Dialect::ClaudeCode).is_err());
+    }
+
+    #[test]
+    fn a_symlinked_thread_file_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let link = home.join(".codex/sessions/rollout-x-th-2.jsonl");
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "secret").unwrap();
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert!(!keep(dir.path(), &home, &codex_after_a_run("th-2")).unwrap());
+        assert!(!dir.path().join(AGENT_STATE_DIR).join(THREAD_FILE).exists());
+    }
+
+    #[test]
+    fn corrupt_or_hostile_state_is_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join(AGENT_STATE_DIR);
+        std::fs::create_dir_all(&state).unwrap();
+        let home = dir.path().join("home");
+        assert_eq!(restore(dir.path(), &home, Dialect::Codex), Ok(None));
+        std::fs::write(state.join(STATE_FILE), "not json").unwrap();
+        assert!(restore(dir.path(), &home, Dialect::Codex)
+            .unwrap_err()
+            .contains("not valid"));
+        let escape = Kept {
+            dialect: "codex".into(),
+            thread: "th-3".into(),
+            file: ".codex/sessions/../../../etc/rollout-th-3.jsonl".into(),
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        std::fs::write(state.join(STATE_FILE), serde_json::to_vec(&escape).unwrap()).unwrap();
+        assert!(restore(dir.path(), &home, Dialect::Codex)
+            .unwrap_err()
+            .contains("path"));
+    }
+
+    #[test]
+    fn claude_folders_are_named_after_the_working_directory() {
+        let f = claude_file(Path::new("/h"), Path::new("/tmp/cl2/a_b.c-d"), "s-1");
+        assert_eq!(
+            f,
+            Path::new("/h/.claude/projects/-tmp-cl2-a-b-c-d/s-1.jsonl")
+        );
+    }
+}
