@@ -154,16 +154,7 @@ mod tests {
 {"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Report written.","session_id":"bc0ccf44-7c8d-4e16-aa6d-82c4fdb05a08","usage":{"input_tokens":200,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":20}}"#;
 
     fn decode(start: Start, lines: &str) -> (Vec<EventKind>, Usage, Decoder) {
-        let mut d = Decoder::new(Dialect::ClaudeCode, start).unwrap();
-        let mut events = Vec::new();
-        let mut usage = Usage::default();
-        for line in lines.lines() {
-            let out = d.line(line);
-            events.extend(out.events);
-            usage.input += out.usage.input;
-            usage.output += out.usage.output;
-        }
-        (events, usage, d)
+        super::super::tests::decode(Dialect::ClaudeCode, start, lines)
     }
 
     #[test]

@@ -269,16 +269,7 @@ mod tests {
 {"type":"turn.completed","usage":{"input_tokens":200,"cached_input_tokens":0,"output_tokens":20,"reasoning_output_tokens":0}}"#;
 
     fn decode(start: Start, lines: &str) -> (Vec<EventKind>, Usage, Decoder) {
-        let mut d = Decoder::new(Dialect::Codex, start).unwrap();
-        let mut events = Vec::new();
-        let mut usage = Usage::default();
-        for line in lines.lines() {
-            let out = d.line(line);
-            events.extend(out.events);
-            usage.input += out.usage.input;
-            usage.output += out.usage.output;
-        }
-        (events, usage, d)
+        super::super::tests::decode(Dialect::Codex, start, lines)
     }
 
     #[test]

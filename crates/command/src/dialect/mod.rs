@@ -311,8 +311,27 @@ fn count_of(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Every line of `lines` through one decoder of `dialect`: the events,
+    /// the usage summed, and the decoder.
+    pub(crate) fn decode(
+        dialect: Dialect,
+        start: Start,
+        lines: &str,
+    ) -> (Vec<EventKind>, Usage, Decoder) {
+        let mut d = Decoder::new(dialect, start).unwrap();
+        let mut events = Vec::new();
+        let mut usage = Usage::default();
+        for line in lines.lines() {
+            let out = d.line(line);
+            events.extend(out.events);
+            usage.input += out.usage.input;
+            usage.output += out.usage.output;
+        }
+        (events, usage, d)
+    }
 
     #[test]
     fn names_round_trip() {
