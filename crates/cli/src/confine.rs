@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use korvus_command::{AgentUser, CommandRunner, Sandbox};
+use korvus_command::{AgentUser, CommandRunner, Network, Sandbox};
 
 use crate::compose::Backends;
 use crate::limits::LimitArgs;
@@ -25,6 +25,18 @@ pub(crate) struct ConfineArgs {
     /// `nobody`; give `--agent-user root` to keep root.
     #[arg(long, value_name = "USER")]
     pub(crate) agent_user: Option<String>,
+    /// Where the agent's network traffic may go: `host` (everything the
+    /// host reaches), `none` (only its own loopback) or
+    /// `allow=HOST:PORT[,HOST:PORT…]` (only those, through korvus's proxy).
+    /// Default: `host` for a program of your own; for `--agent codex` or
+    /// `claude-code`, only the model endpoint (or the provider's API).
+    #[arg(long, value_name = "POLICY")]
+    pub(crate) network: Option<Network>,
+    /// Fail a run whose network policy cannot be put in force (e.g. no
+    /// network namespace can be made), instead of running the agent on the
+    /// host's network.
+    #[arg(long)]
+    pub(crate) network_required: bool,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
 }
@@ -44,6 +56,14 @@ impl ConfineArgs {
             runner.sandbox(sandbox(backends))
         };
         let runner = runner.limits(self.limits.limits());
+        let mut network = self
+            .network
+            .clone()
+            .unwrap_or_else(|| runner.network_policy().clone());
+        if self.network_required {
+            network = network.required();
+        }
+        let runner = runner.network(network);
         let user = self.agent_user()?;
         let runs_as = user.clone().unwrap_or_else(current_user);
         let program = std::path::Path::new(runner.program());

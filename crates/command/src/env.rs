@@ -1,5 +1,5 @@
 //! [`EnvPolicy`]: which environment variables of the embedding process an
-//! agent sees.
+//! agent sees; and the agent's private `HOME` and `TMPDIR` ([`PrivateDirs`]).
 //!
 //! An agent is untrusted code steered by untrusted text, so by default it
 //! sees only a small core of variables ([`CORE_VARS`]) minus anything that
@@ -178,6 +178,30 @@ fn glob(pattern: &str, name: &str) -> bool {
         }
     }
     true
+}
+
+/// The agent's private `HOME` and `TMPDIR`, inside its scratch dir.
+pub(crate) struct PrivateDirs {
+    pub(crate) home: std::path::PathBuf,
+    pub(crate) tmp: std::path::PathBuf,
+}
+
+impl PrivateDirs {
+    pub(crate) async fn make(scratch: &std::path::Path) -> Result<Self, crate::CommandError> {
+        let dirs = Self {
+            home: scratch.join(korvus_workspace::AGENT_HOME),
+            tmp: scratch.join(korvus_workspace::AGENT_TMP),
+        };
+        for path in [&dirs.home, &dirs.tmp] {
+            tokio::fs::create_dir_all(path).await.map_err(|source| {
+                crate::CommandError::PrivateDir {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(dirs)
+    }
 }
 
 #[cfg(test)]

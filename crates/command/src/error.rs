@@ -49,6 +49,15 @@ pub enum CommandError {
         /// Why it is not in force.
         reason: String,
     },
+    /// The [`Network`](crate::Network) policy is
+    /// [`required`](crate::Network::required) but could not be put in
+    /// force (no network namespace could be made, or, without root, an
+    /// `allow` policy); the program was not started.
+    #[error("the agent's network policy is required but not in force: {reason}")]
+    Network {
+        /// Why it is not in force.
+        reason: String,
+    },
     /// The [`Limits`](crate::Limits) are
     /// [`required`](crate::Limits::required) but the memory, task or CPU
     /// limits could not be put in force (no writable cgroup); the program

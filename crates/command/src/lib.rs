@@ -118,14 +118,17 @@ mod dialect;
 mod enforce;
 mod env;
 mod error;
+mod isolate;
 mod limits;
 mod manifest;
+mod network;
 mod outcome;
 mod output;
 mod preset;
 mod process;
 mod runner;
 mod sandbox;
+mod sink;
 mod spawn;
 mod user;
 mod watch;
@@ -139,14 +142,14 @@ pub use crate::limits::{
 pub use crate::manifest::{
     ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,
 };
-pub use crate::output::{
-    ExitDrain, OutputCaps, DEFAULT_DRAIN_IDLE, DEFAULT_DRAIN_MAX, STDERR_LINE_BYTES,
-};
+pub use crate::network::{Destination, DestinationError, Network};
+pub use crate::output::{ExitDrain, DEFAULT_DRAIN_IDLE, DEFAULT_DRAIN_MAX, STDERR_LINE_BYTES};
 pub use crate::preset::{ModelEndpoint, Preset};
 pub use crate::process::AWAITING_USER_CODE;
 pub use crate::runner::{
     CommandRunner, DEFAULT_KILL_GRACE, DEFAULT_MAX_LINE_BYTES, DEFAULT_STDERR_LINES,
 };
 pub use crate::sandbox::{Sandbox, CREDENTIAL_PATHS, WRITABLE_DEVICES};
+pub use crate::sink::OutputCaps;
 pub use crate::spawn::{raise_open_file_limit, OpenFileLimit};
 pub use crate::user::AgentUser;

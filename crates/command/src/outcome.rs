@@ -10,7 +10,7 @@ use korvus_runner::{RunError, RunOutcome};
 use korvus_workspace::REPORT_FILE;
 use tracing::{info, warn};
 
-use crate::output::Sink;
+use crate::sink::Sink;
 use crate::CommandError;
 
 /// Logs how the program ended (the stderr tail and a summary note, with

@@ -1,21 +1,18 @@
 //! The agent's output: the line readers of its stdout and stderr, and the
-//! [`Sink`] that turns lines into log events, counters and the stderr tail.
+//! channels they feed, read in batches while the agent runs and drained
+//! after it exits (into a [`Sink`]).
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
-
-use crate::dialect::Decoder;
-use korvus_runner::RunContext;
-use korvus_store::Counters;
-use serde::Deserialize;
+use korvus_log::DROPPED_PREFIX;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{ChildStderr, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::warn;
+
+use crate::sink::{Chunk, Line, Sink};
 
 /// Longest stderr line kept (at most [`CommandRunner::max_line_bytes`](crate::CommandRunner::max_line_bytes)),
 /// so the kept tail stays small: 64 lines of 4 KiB by default.
@@ -63,22 +60,6 @@ impl Default for ExitDrain {
     }
 }
 
-/// One line of output, cut at the line limit.
-#[derive(Debug)]
-pub(crate) struct Line {
-    text: String,
-    truncated: bool,
-}
-
-/// What one read of the pipes yields.
-#[derive(Debug)]
-pub(crate) enum Chunk {
-    /// Consecutive stdout lines, at most the batch size asked for.
-    Stdout(Vec<Line>),
-    /// One stderr line.
-    Stderr(Line),
-}
-
 /// The agent's stdout and stderr, each read by a task of its own into a
 /// channel, so a slow log never blocks the program on a full pipe.
 #[derive(Debug)]
@@ -87,16 +68,19 @@ pub(crate) struct Output {
     err_rx: mpsc::Receiver<Line>,
     out_open: bool,
     err_open: bool,
+    notes: Option<mpsc::Receiver<String>>,
     readers: [Option<JoinHandle<()>>; 2],
 }
 
 impl Output {
     /// Starts reading both pipes; stdout lines are cut at `max_line_bytes`,
-    /// stderr lines also at [`STDERR_LINE_BYTES`].
+    /// stderr lines also at [`STDERR_LINE_BYTES`]. Notes sent to `notes`
+    /// come between them, as they arrive.
     pub(crate) fn start(
         stdout: Option<ChildStdout>,
         stderr: Option<ChildStderr>,
         max_line_bytes: usize,
+        notes: mpsc::Receiver<String>,
     ) -> Self {
         let (out_tx, out_rx) = mpsc::channel(256);
         let (err_tx, err_rx) = mpsc::channel(64);
@@ -112,6 +96,7 @@ impl Output {
             err_rx,
             out_open: true,
             err_open: true,
+            notes: Some(notes),
             readers,
         }
     }
@@ -149,6 +134,12 @@ impl Output {
                     Some(line) => return Some(Chunk::Stderr(line)),
                     None => self.err_open = false,
                 },
+                note = next_note(&mut self.notes), if self.notes.is_some() && self.is_open() => {
+                    match note {
+                        Some(note) => return Some(Chunk::Note(note)),
+                        None => self.notes = None,
+                    }
+                }
                 else => return None,
             }
         }
@@ -185,6 +176,11 @@ impl Output {
             reader.abort();
             let _ = reader.await;
         }
+        if let Some(mut notes) = self.notes.take() {
+            while let Ok(note) = notes.try_recv() {
+                sink.note(note).await;
+            }
+        }
         if let Some(why) = cut {
             warn!(%why, "agent output cut: a process outside the agent's group holds its pipes");
             sink.note(format!(
@@ -194,6 +190,14 @@ impl Output {
             ))
             .await;
         }
+    }
+}
+
+/// The next note, or `None` once every sender is gone.
+async fn next_note(notes: &mut Option<mpsc::Receiver<String>>) -> Option<String> {
+    match notes {
+        Some(rx) => rx.recv().await,
+        None => None,
     }
 }
 
@@ -239,252 +243,5 @@ fn to_line(bytes: &[u8], truncated: bool) -> Line {
     Line {
         text: text.strip_suffix('\r').unwrap_or(&text).to_owned(),
         truncated,
-    }
-}
-
-/// A usage line: `{"type":"usage","input_tokens":…,"output_tokens":…}`.
-#[derive(Debug, Deserialize)]
-struct Usage {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
-}
-
-/// Turns output into log events and counters, and keeps the stderr tail.
-/// How much of an agent's output one run stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutputCaps {
-    /// Events stored from stdout at most.
-    pub max_events: u64,
-    /// Bytes of stdout lines stored at most.
-    pub max_bytes: u64,
-}
-
-impl Default for OutputCaps {
-    /// 100,000 events or 64 MiB per run, whichever comes first.
-    fn default() -> Self {
-        Self {
-            max_events: 100_000,
-            max_bytes: 64 * 1024 * 1024,
-        }
-    }
-}
-
-pub(crate) struct Sink<'a> {
-    ctx: &'a RunContext,
-    caps: OutputCaps,
-    /// Events and bytes of agent output stored so far.
-    stored: (u64, u64),
-    /// Events and bytes of agent output dropped past a cap.
-    dropped: (u64, u64),
-    counters: Counters,
-    stderr: VecDeque<String>,
-    stderr_cap: usize,
-    stderr_dropped: u64,
-    append_failures: u64,
-    /// The agent's dialect, when it is not korvus's own protocol.
-    decoder: Option<Decoder>,
-}
-
-impl<'a> Sink<'a> {
-    /// A sink for one run that keeps the last `stderr_cap` stderr lines
-    /// and stores agent output up to `caps`; `decoder` reads an agent
-    /// dialect (korvus's own protocol without one).
-    pub(crate) fn new(
-        ctx: &'a RunContext,
-        stderr_cap: usize,
-        caps: OutputCaps,
-        decoder: Option<Decoder>,
-    ) -> Self {
-        Self {
-            ctx,
-            caps,
-            stored: (0, 0),
-            dropped: (0, 0),
-            counters: Counters::default(),
-            stderr: VecDeque::new(),
-            stderr_cap,
-            stderr_dropped: 0,
-            append_failures: 0,
-            decoder,
-        }
-    }
-
-    /// The dialect's decoder, for what it learnt (thread, failure, usage).
-    pub(crate) fn decoder(&self) -> Option<&Decoder> {
-        self.decoder.as_ref()
-    }
-
-    /// The counters gathered from the output.
-    pub(crate) fn into_counters(self) -> Counters {
-        self.counters
-    }
-
-    /// Logs stdout lines as events, or keeps a stderr line in the tail.
-    pub(crate) async fn take(&mut self, chunk: Chunk) {
-        match chunk {
-            Chunk::Stdout(lines) => self.stdout(lines).await,
-            Chunk::Stderr(line) => self.stderr(line),
-        }
-    }
-
-    async fn stdout(&mut self, lines: Vec<Line>) {
-        let mut events = Vec::with_capacity(lines.len());
-        let mut of_line = Vec::new();
-        for line in lines {
-            let bytes = line.text.len() as u64;
-            // Counters still count past a cap; only storing stops.
-            self.events_for(line, &mut of_line);
-            if of_line.is_empty() {
-                continue;
-            }
-            for event in &of_line {
-                match &event.kind {
-                    EventKind::TurnStart { .. } => {
-                        self.counters.turns = self.counters.turns.saturating_add(1);
-                    }
-                    EventKind::ToolCall { .. } => {
-                        self.counters.tool_calls = self.counters.tool_calls.saturating_add(1);
-                    }
-                    _ => {}
-                }
-            }
-            let n = of_line.len() as u64;
-            if self.stored.0 + n <= self.caps.max_events
-                && self.stored.1 + bytes <= self.caps.max_bytes
-            {
-                self.stored = (self.stored.0 + n, self.stored.1 + bytes);
-                events.append(&mut of_line);
-            } else {
-                self.dropped = (self.dropped.0 + n, self.dropped.1 + bytes);
-                of_line.clear();
-            }
-        }
-        self.append(&events).await;
-    }
-
-    /// The events one stdout line becomes (none for an empty line or a
-    /// usage line, several for some dialect lines).
-    fn events_for(&mut self, line: Line, out: &mut Vec<Event>) {
-        if line.text.trim().is_empty() {
-            return;
-        }
-        if line.truncated {
-            let text = format!("{} [line truncated]", line.text);
-            out.push(Event::now(match self.decoder {
-                Some(_) => EventKind::Note { text },
-                None => EventKind::Message {
-                    role: Role::Assistant,
-                    text,
-                },
-            }));
-            return;
-        }
-        if let Some(decoder) = &mut self.decoder {
-            let decoded = decoder.line(&line.text);
-            // Figures the agent reports: never trusted not to overflow.
-            let c = &mut self.counters;
-            c.input_tokens = c.input_tokens.saturating_add(decoded.usage.input);
-            c.output_tokens = c.output_tokens.saturating_add(decoded.usage.output);
-            out.extend(decoded.events.into_iter().map(Event::now));
-            return;
-        }
-        if line.text.trim_start().starts_with('{') {
-            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
-                if event.at.is_none() {
-                    event = Event::now(event.kind);
-                }
-                out.push(event);
-                return;
-            }
-            if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
-                if usage.kind == "usage" {
-                    let c = &mut self.counters;
-                    c.input_tokens = c.input_tokens.saturating_add(usage.input_tokens);
-                    c.output_tokens = c.output_tokens.saturating_add(usage.output_tokens);
-                    return;
-                }
-            }
-        }
-        out.push(Event::now(EventKind::Message {
-            role: Role::Assistant,
-            text: line.text,
-        }));
-    }
-
-    fn stderr(&mut self, line: Line) {
-        debug!(line = %line.text, "agent stderr");
-        if self.stderr_cap == 0 {
-            self.stderr_dropped += 1;
-            return;
-        }
-        if self.stderr.len() == self.stderr_cap {
-            self.stderr.pop_front();
-            self.stderr_dropped += 1;
-        }
-        let suffix = if line.truncated {
-            " [line truncated]"
-        } else {
-            ""
-        };
-        self.stderr.push_back(format!("{}{suffix}", line.text));
-    }
-
-    /// Appends one note to the log.
-    pub(crate) async fn note(&mut self, text: String) {
-        self.append(&[Event::now(EventKind::Note { text })]).await;
-    }
-
-    /// Appends the stderr tail and the exit summary as notes.
-    pub(crate) async fn finish(&mut self, summary: String) {
-        let mut notes = Vec::new();
-        if self.dropped.0 > 0 {
-            warn!(
-                events = self.dropped.0,
-                bytes = self.dropped.1,
-                "agent output past the cap was not stored"
-            );
-            notes.push(format!(
-                "{DROPPED_PREFIX}output cap reached: {} more event(s) ({} bytes) of agent output were not stored; \
-                 the cap is {} events or {} bytes per run",
-                self.dropped.0, self.dropped.1, self.caps.max_events, self.caps.max_bytes
-            ));
-        }
-        if self.stderr_dropped > 0 {
-            notes.push(format!(
-                "stderr: {} earlier line(s) not kept",
-                self.stderr_dropped
-            ));
-        }
-        notes.extend(self.stderr.drain(..).map(|l| format!("stderr: {l}")));
-        notes.push(summary);
-        let events: Vec<Event> = notes
-            .into_iter()
-            .map(|text| Event::now(EventKind::Note { text }))
-            .collect();
-        self.append(&events).await;
-        if self.append_failures > 0 {
-            warn!(
-                failures = self.append_failures,
-                "some agent events could not be logged"
-            );
-        }
-    }
-
-    async fn append(&mut self, events: &[Event]) {
-        if events.is_empty() {
-            return;
-        }
-        // A failing log must not stop the agent (its pipes must keep
-        // draining) nor fail a run whose report may be fine: warn once, count.
-        if let Err(e) = self.ctx.log.append(events).await {
-            if self.append_failures == 0 {
-                warn!(error = %e, "agent events not logged");
-            }
-            self.append_failures += events.len() as u64;
-        }
     }
 }

@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 
 use crate::dialect::Dialect;
+use crate::network::{Destination, Network};
 use crate::runner::CommandRunner;
 
 /// An agent korvus knows how to start.
@@ -76,15 +77,33 @@ impl Preset {
         }
     }
 
+    /// The egress policy a preset's runner starts with: only the model
+    /// endpoint (its host and port), or the provider's
+    /// [public host](Self::public_host) when none is given. A base URL
+    /// korvus cannot read a destination from gives `none`: the agent then
+    /// reaches nothing, rather than everything.
+    pub fn network(&self, endpoint: Option<&ModelEndpoint>) -> Network {
+        let dest = match endpoint {
+            Some(e) => Destination::from_url(&e.base_url),
+            None => self.public_host().parse::<Destination>(),
+        };
+        match dest {
+            Ok(dest) => Network::allow([dest]),
+            Err(_) => Network::none(),
+        }
+    }
+
     /// A runner for this agent: `program` (see
     /// [`default_program`](Self::default_program)) with the flags of a
-    /// headless run, pointed at `endpoint` when one is given.
+    /// headless run, pointed at `endpoint` when one is given, its egress
+    /// limited to that endpoint ([`network`](Self::network); replace it
+    /// with [`CommandRunner::network`]).
     pub fn runner(
         &self,
         program: impl Into<OsString>,
         endpoint: Option<&ModelEndpoint>,
     ) -> CommandRunner {
-        let mut runner = CommandRunner::new(program);
+        let mut runner = CommandRunner::new(program).network(self.network(endpoint));
         for var in self.key_vars() {
             runner = runner.env_pass(*var);
         }
@@ -201,6 +220,32 @@ mod tests {
             .parse::<Preset>()
             .unwrap_err()
             .contains("claude-code"));
+    }
+
+    #[test]
+    fn presets_allow_only_their_endpoint_or_their_provider() {
+        let endpoint = |url: &str| ModelEndpoint {
+            base_url: url.into(),
+            model: None,
+            api_key_var: None,
+        };
+        let local = endpoint("http://127.0.0.1:8080/v1");
+        assert_eq!(
+            Preset::Codex.runner("codex", Some(&local)).network_policy(),
+            &Network::allow([Destination::new("127.0.0.1", 8080)])
+        );
+        assert_eq!(
+            Preset::ClaudeCode.network(None),
+            Network::allow([Destination::new("api.anthropic.com", 443)])
+        );
+        assert_eq!(
+            Preset::Codex.network(None),
+            Network::allow([Destination::new("api.openai.com", 443)])
+        );
+        assert_eq!(
+            Preset::Codex.network(Some(&endpoint("gateway:8080"))),
+            Network::none()
+        );
     }
 
     #[test]

@@ -23,9 +23,12 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::cgroup::{Peaks, RunCgroup};
-use crate::output::{Output, Sink, BATCH};
-use crate::sandbox::{self, Confinement, Sandbox};
-use crate::spawn::{self, ChildSetup};
+use crate::isolate::{self, Isolation};
+use crate::network::Network;
+use crate::output::{Output, BATCH};
+use crate::sandbox::{Confinement, Sandbox};
+use crate::sink::Sink;
+use crate::spawn::ChildSetup;
 use crate::watch::{Hit, Watch};
 use crate::CommandError;
 
@@ -54,6 +57,15 @@ pub(crate) struct Deadlines {
     pub(crate) kill_grace: Duration,
 }
 
+/// What the agent is isolated by: its filesystem sandbox (writes allowed
+/// in `scratch`) and its network policy, whose refusals go to `notes`.
+pub(crate) struct Isolate<'a> {
+    pub(crate) sandbox: &'a Sandbox,
+    pub(crate) network: &'a Network,
+    pub(crate) scratch: &'a Path,
+    pub(crate) notes: tokio::sync::mpsc::Sender<String>,
+}
+
 /// A started agent: its process, its process group, and the tasks that feed
 /// its stdin and wait for it to exit.
 #[derive(Debug)]
@@ -72,19 +84,17 @@ pub(crate) struct Agent {
 
 impl Agent {
     /// Starts `cmd` with piped stdio as the leader of a new session (after
-    /// `setup`'s other steps, e.g. joining its cgroups), confined by
-    /// `sandbox` (writes allowed in `scratch`), and writes
-    /// `input` to its stdin, then closes it. Also returns how the program
-    /// was confined.
+    /// `setup`'s other steps, e.g. joining its cgroups), isolated as `how`
+    /// says, and writes `input` to its stdin, then closes it. Also returns
+    /// how the program was confined and put on the network.
     pub(crate) async fn spawn(
         mut cmd: Command,
         program: String,
         input: String,
-        sandbox: &Sandbox,
-        scratch: &Path,
+        how: Isolate<'_>,
         mut setup: ChildSetup,
         cgroup: Option<Arc<RunCgroup>>,
-    ) -> Result<(Self, Confinement), CommandError> {
+    ) -> Result<(Self, Confinement, Isolation), CommandError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -94,8 +104,18 @@ impl Agent {
         // the caller, not the agent, and the agent has no controlling
         // terminal to read from or inject into.
         setup.new_session = true;
-        spawn::install(&mut cmd, setup);
-        let (mut child, confinement) = sandbox::spawn(cmd, sandbox, scratch, &program).await?;
+        let started = isolate::start(
+            cmd,
+            setup,
+            how.sandbox,
+            how.network,
+            how.scratch,
+            &program,
+            how.notes,
+        )
+        .await?;
+        let (mut child, confinement, network) =
+            (started.child, started.confinement, started.network);
         let pid = child
             .id()
             .and_then(|p| i32::try_from(p).ok())
@@ -117,7 +137,7 @@ impl Agent {
             stdin,
             program,
         };
-        Ok((agent, confinement))
+        Ok((agent, confinement, network))
     }
 
     /// The run's cgroup, if it has one.

@@ -3,26 +3,28 @@
 //! ([`Output::drain`]) → classify ([`process::classify`]).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
 use korvus_store::Counters;
-use korvus_workspace::{AGENT_HOME, AGENT_TMP};
 use tokio::process::Command;
 use tracing::{debug, info};
 
 use crate::dialect::{resume_args, state, Decoder, Dialect};
 use crate::enforce;
-use crate::env::{EnvPolicy, Inherit};
+use crate::env::{EnvPolicy, Inherit, PrivateDirs};
+use crate::isolate::Isolation;
 use crate::limits::Limits;
 use crate::manifest::RunManifest;
+use crate::network::Network;
 use crate::outcome::{conclude, failed, report_exists};
-use crate::output::{ExitDrain, Output, OutputCaps, Sink};
-use crate::process::{self, Agent, Deadlines, Stop};
+use crate::output::{ExitDrain, Output};
+use crate::process::{self, Agent, Deadlines, Isolate, Stop};
 use crate::sandbox::Sandbox;
+use crate::sink::{OutputCaps, Sink};
 use crate::spawn::ChildSetup;
 use crate::user::{self, AgentUser};
 use crate::watch::{Hit, Watch};
@@ -61,6 +63,7 @@ pub struct CommandRunner {
     drain: ExitDrain,
     limits: Limits,
     dialect: Dialect,
+    network: Network,
 }
 
 impl CommandRunner {
@@ -83,6 +86,7 @@ impl CommandRunner {
             drain: ExitDrain::default(),
             limits: Limits::default(),
             dialect: Dialect::Korvus,
+            network: Network::host(),
         }
     }
 
@@ -221,6 +225,19 @@ impl CommandRunner {
         self
     }
 
+    /// Where the agent's network traffic may go (default [`Network::host`];
+    /// the [presets](crate::Preset) default to an `allow` policy for their
+    /// model endpoint). See [`Network`].
+    pub fn network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The network policy runs of this runner get.
+    pub fn network_policy(&self) -> &Network {
+        &self.network
+    }
+
     /// The limits runs of this runner get.
     pub fn run_limits(&self) -> &Limits {
         &self.limits
@@ -269,9 +286,10 @@ impl CommandRunner {
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         // Before the agent starts: nothing watches it yet.
         let decoder = Decoder::for_run(self.dialect, &ctx.log, resume.as_ref()).await;
-        let (mut agent, notes) = self.start(&ctx, &scratch, cmd, input).await?;
+        let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(64);
+        let (mut agent, notes, network) = self.start(&ctx, &scratch, cmd, input, notes_tx).await?;
         let (stdout, stderr) = agent.take_pipes();
-        let mut output = Output::start(stdout, stderr, self.max_line_bytes);
+        let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
         for note in resume_note.into_iter().chain(notes) {
             sink.note(note).await;
@@ -295,6 +313,10 @@ impl CommandRunner {
             debug!(error = %e, "agent record not removed");
         }
         output.drain(&mut sink, self.drain).await;
+        if let Some(egress) = network.egress() {
+            sink.note(egress.summary()).await;
+        }
+        drop(network);
         let peaks = agent.finish_cgroup().await;
         let used = peaks.and_then(|p| enforce::peaks_note(p, &self.limits));
         let program = agent.release().await;
@@ -312,15 +334,17 @@ impl CommandRunner {
     }
 
     /// Places the run in its cgroup, starts the program confined and
-    /// records its group; returns the agent and the notes its start left
-    /// (what of the sandbox and the limits is not in force).
+    /// isolated and records its group; returns the agent, the notes its
+    /// start left (what of the sandbox, the network policy and the limits
+    /// is not in force) and its network (egress refusals go to `notes`).
     async fn start(
         &self,
         ctx: &RunContext,
         scratch: &Path,
         cmd: Command,
         input: String,
-    ) -> Result<(Agent, Vec<String>), CommandError> {
+        notes: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<(Agent, Vec<String>, Isolation), CommandError> {
         let program = self.program.to_string_lossy().into_owned();
         let (cgroup, limits_note) = enforce::place(&self.limits, ctx).await?;
         let join = match &cgroup {
@@ -335,15 +359,26 @@ impl CommandRunner {
             ..ChildSetup::default()
         };
         let sandbox = self.sandbox.for_agent(self.agent_uid());
-        let (agent, confinement) =
-            Agent::spawn(cmd, program, input, &sandbox, scratch, setup, cgroup).await?;
+        let how = Isolate {
+            sandbox: &sandbox,
+            network: &self.network,
+            scratch,
+            notes,
+        };
+        let (agent, confinement, network) =
+            Agent::spawn(cmd, program, input, how, setup, cgroup).await?;
         // Beside the scratch dir, where the agent cannot write: if this
         // process dies, `korvus_workspace::reap` stops the group from it.
         if let Err(e) = korvus_workspace::record_agent(scratch, agent.pgid()) {
             debug!(error = %e, "agent process group not recorded");
         }
-        let notes = confinement.note().into_iter().chain(limits_note).collect();
-        Ok((agent, notes))
+        let notes = confinement
+            .note()
+            .into_iter()
+            .chain(network.note())
+            .chain(limits_note)
+            .collect();
+        Ok((agent, notes, network))
     }
 
     /// Hands the scratch dir over to the agent user, if there is one.
@@ -455,29 +490,5 @@ impl Runner for CommandRunner {
         let log = Arc::clone(&ctx.log);
         let result = self.execute(ctx, Some(message)).await;
         failed(&log, result).await
-    }
-}
-
-/// The agent's private `HOME` and `TMPDIR`, inside its scratch dir.
-struct PrivateDirs {
-    home: PathBuf,
-    tmp: PathBuf,
-}
-
-impl PrivateDirs {
-    async fn make(scratch: &Path) -> Result<Self, CommandError> {
-        let dirs = Self {
-            home: scratch.join(AGENT_HOME),
-            tmp: scratch.join(AGENT_TMP),
-        };
-        for path in [&dirs.home, &dirs.tmp] {
-            tokio::fs::create_dir_all(path)
-                .await
-                .map_err(|source| CommandError::PrivateDir {
-                    path: path.clone(),
-                    source,
-                })?;
-        }
-        Ok(dirs)
     }
 }

@@ -11,7 +11,15 @@
 //!   controlling terminal (std's `process_group` would run `setpgid`
 //!   first, after which `setsid` fails with `EPERM`, so it is not used);
 //! - **restoring the soft `RLIMIT_NOFILE`** the embedding process started
-//!   with, when it raised its own ([`raise_open_file_limit`]).
+//!   with, when it raised its own ([`raise_open_file_limit`]);
+//! - **a user and network namespace of its own** when korvus is not root
+//!   and the run's [`Network`](crate::Network) policy isolates it (only a
+//!   single-threaded process may create a user namespace), with its
+//!   loopback brought up.
+//!
+//! It also holds the two other `unshare` calls: the starting thread's
+//! move into a new network namespace (as root), and the once-per-process
+//! probe of whether user namespaces work.
 //!
 //! # The audit
 //!
@@ -22,8 +30,10 @@
 //!
 //! - allocates nothing and takes no lock: it writes a constant one-byte
 //!   buffer to descriptors opened **before** the fork, and makes the
-//!   `setsid` and `setrlimit` system calls through `rustix` (plain
-//!   syscalls, no libc state);
+//!   `setsid`, `setrlimit`, `unshare`, `socket`, `sendto` and `recvfrom`
+//!   system calls through `rustix` (plain syscalls, no libc state; the
+//!   netlink request is a fixed array on the stack, see
+//!   `network::netns::loopback_up`);
 //! - builds its errors with `std::io::Error::from_raw_os_error`, which
 //!   stores the errno inline (no allocation);
 //! - touches only data moved into it, which nothing else can change.
@@ -37,6 +47,9 @@ use std::os::fd::OwnedFd;
 use std::sync::OnceLock;
 
 use rustix::process::{Resource, Rlimit};
+use rustix::thread::UnshareFlags;
+
+use crate::network::netns::loopback_up;
 
 /// What the child does before `exec`.
 #[derive(Debug, Default)]
@@ -47,16 +60,23 @@ pub(crate) struct ChildSetup {
     /// `cgroup.procs` files to write `0` to (the writer joins the cgroup),
     /// opened for writing before the fork.
     pub(crate) join: Vec<OwnedFd>,
+    /// Create a user and a network namespace (after joining the cgroups
+    /// and `setsid`) and bring up the new loopback.
+    pub(crate) own_network: bool,
 }
 
 /// Installs `setup` as `cmd`'s pre-exec hook. Without anything to do, no
 /// hook is installed (std then keeps its faster `posix_spawn` path).
 pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
     let nofile = ORIGINAL_NOFILE.get().copied();
-    if !setup.new_session && setup.join.is_empty() && nofile.is_none() {
+    if !setup.new_session && setup.join.is_empty() && nofile.is_none() && !setup.own_network {
         return;
     }
-    let ChildSetup { new_session, join } = setup;
+    let ChildSetup {
+        new_session,
+        join,
+        own_network,
+    } = setup;
     let hook = move || -> std::io::Result<()> {
         for fd in &join {
             // Writing `0` to `cgroup.procs` moves the writing process.
@@ -71,15 +91,70 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         if let Some(limit) = nofile {
             rustix::process::setrlimit(Resource::Nofile, limit).map_err(errno)?;
         }
+        if own_network {
+            own_network_namespace()?;
+        }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before `exec`. It calls
-    // only `write`, `setsid` and `setrlimit` (async-signal-safe system
-    // calls, made directly by rustix), on descriptors opened before the
-    // fork and values moved into it; it allocates nothing (errors are
-    // inline errnos) and takes no lock. See the module docs.
+    // only `write`, `setsid`, `setrlimit`, `unshare` and the netlink
+    // socket calls (async-signal-safe system calls, made directly by
+    // rustix), on descriptors opened before the fork and values moved into
+    // it; it allocates nothing (errors are inline errnos) and takes no
+    // lock. See the module docs.
     unsafe {
         cmd.pre_exec(hook);
+    }
+}
+
+/// In a single-threaded child: a new user namespace (the only way to get
+/// a network namespace without root) and a new network namespace owned by
+/// it, then its loopback up. No uid map is written (that would mean
+/// writing to `/proc`, which the agent's Landlock domain forbids), so the
+/// agent sees its uid as the overflow uid; the kernel still checks files
+/// against its real one.
+fn own_network_namespace() -> std::io::Result<()> {
+    // SAFETY: `unshare` of `CLONE_NEWUSER | CLONE_NEWNET` changes only the
+    // namespaces of this (single-threaded, about to `exec`) process; it
+    // shares or unshares no memory, descriptor table or filesystem state,
+    // which is what makes `unshare` unsafe in general.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
+        .map_err(errno)?;
+    loopback_up().map_err(errno)
+}
+
+/// Moves the calling thread (only it) into a new network namespace; needs
+/// `CAP_SYS_ADMIN`. Sockets it opens afterwards, and processes it starts,
+/// belong to that namespace; the thread should end once it has started the
+/// agent.
+pub(crate) fn unshare_thread_network() -> std::io::Result<()> {
+    // SAFETY: `CLONE_NEWNET` changes only which network stack this thread's
+    // new sockets and children use; no memory, descriptor table or
+    // filesystem state is unshared.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(errno)
+}
+
+/// Whether a child of this process can make its own user and network
+/// namespace: `/bin/sh -c 'exit 0'` started with the step the agent's child
+/// takes ([`ChildSetup::own_network`]).
+pub(crate) fn probe_own_network() -> std::io::Result<()> {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", "exit 0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: as in `install`: the hook makes only async-signal-safe
+    // system calls and allocates nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, own_network_namespace);
+    }
+    let status = cmd.status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "the probe ended with {status}"
+        )))
     }
 }
 

@@ -10,5 +10,6 @@ mod exit_codes;
 mod host;
 mod kill;
 mod limits;
+mod network;
 mod protocol;
 mod sandbox;

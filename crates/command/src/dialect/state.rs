@@ -26,7 +26,7 @@ use korvus_workspace::AGENT_STATE_DIR;
 use serde::{Deserialize, Serialize};
 
 use super::{Decoder, Dialect, Usage};
-use crate::output::Sink;
+use crate::sink::Sink;
 
 /// The state file's name in [`AGENT_STATE_DIR`].
 pub(crate) const STATE_FILE: &str = "state.json";

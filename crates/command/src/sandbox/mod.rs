@@ -5,8 +5,8 @@
 //! afterwards (the domain is inherited across `fork` and `exec`). Rather
 //! than in the child's `pre_exec` hook (`spawn.rs`, kept to
 //! async-signal-safe calls), a short-lived thread of its own builds the
-//! ruleset, restricts itself, spawns the agent and exits. The embedding
-//! process's other threads are never restricted.
+//! ruleset, restricts itself, spawns the agent and exits (`isolate.rs`).
+//! The embedding process's other threads are never restricted.
 //!
 //! Landlock can only grant. "Read everything but X" is built by granting
 //! reads on every sibling along the path from `/` down to X: the ancestors
@@ -24,11 +24,9 @@ use landlock::{
     Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-use tokio::process::{Child, Command};
 use tracing::{debug, warn};
 
 use self::rules::{resolved, Rules};
-use crate::CommandError;
 
 /// Device files an agent may open for writing: the null and zero
 /// devices and the terminals. `/dev/ptmx` and `/dev/pts` keep their
@@ -124,6 +122,11 @@ impl Sandbox {
         self.enabled
     }
 
+    /// Whether a run fails where the sandbox cannot be put in force.
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
+
     /// Fail the run ([`CommandError::Sandbox`](crate::CommandError::Sandbox))
     /// instead of running the agent unconfined where Landlock is missing.
     pub fn required(mut self) -> Self {
@@ -195,55 +198,6 @@ impl Sandbox {
         self
     }
 }
-
-/// Starts `cmd` confined by `policy` (writes allowed in `scratch`): a
-/// thread of its own restricts itself, spawns the program and ends. With
-/// the sandbox off the program is spawned here.
-pub(crate) async fn spawn(
-    mut cmd: Command,
-    policy: &Sandbox,
-    scratch: &Path,
-    program: &str,
-) -> Result<(Child, Confinement), CommandError> {
-    let spawn_error = |source| CommandError::Spawn {
-        program: program.to_owned(),
-        source,
-    };
-    if !policy.enabled {
-        return cmd
-            .spawn()
-            .map(|c| (c, Confinement::Off))
-            .map_err(spawn_error);
-    }
-    let policy = policy.clone();
-    let scratch = scratch.to_path_buf();
-    // The child registers with this runtime's process and I/O drivers.
-    let runtime = tokio::runtime::Handle::current();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("korvus-sandbox".to_owned())
-        .spawn(move || {
-            let confinement = confine(&policy, &scratch);
-            let _runtime = runtime.enter();
-            let result = match confinement {
-                Confinement::NotEnforced(reason) if policy.required => Err(Refused(reason)),
-                confinement => Ok(cmd.spawn().map(|child| (child, confinement))),
-            };
-            // The thread ends here, and its restriction with it.
-            let _ = tx.send(result);
-        })
-        .map_err(spawn_error)?;
-    match rx.await {
-        Ok(Ok(spawned)) => spawned.map_err(spawn_error),
-        Ok(Err(Refused(reason))) => Err(CommandError::Sandbox { reason }),
-        Err(_) => Err(spawn_error(std::io::Error::other(
-            "the sandbox thread ended without starting the program",
-        ))),
-    }
-}
-
-/// A required sandbox that is not in force.
-struct Refused(String);
 
 /// How the agent of one run was confined.
 #[derive(Debug, Clone, PartialEq, Eq)]

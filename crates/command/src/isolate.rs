@@ -1,0 +1,241 @@
+//! Starting the agent isolated: a short-lived thread of its own enters the
+//! run's network namespace (opening the egress listeners there), restricts
+//! itself by the [`Sandbox`], spawns the agent — which inherits both — and
+//! ends. The embedding process's other threads are never touched.
+
+use std::path::Path;
+
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::network::proxy::{self, Egress};
+use crate::network::{netns, Network};
+use crate::sandbox::{self, Confinement, Sandbox};
+use crate::spawn::{self, ChildSetup};
+use crate::CommandError;
+
+/// Proxy variables an `allow` namespace's agent gets (both spellings:
+/// programs read one or the other).
+const PROXY_VARS: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// A started agent and how it was isolated.
+#[derive(Debug)]
+pub(crate) struct Started {
+    pub(crate) child: Child,
+    pub(crate) confinement: Confinement,
+    pub(crate) network: Isolation,
+}
+
+/// How the agent of one run was put on the network.
+#[derive(Debug)]
+pub(crate) enum Isolation {
+    /// [`Network::host`].
+    Host,
+    /// In a namespace of its own; with an `allow` policy, its proxy and
+    /// forwarders (running until this is dropped).
+    Isolated {
+        egress: Option<Egress>,
+        note: Option<String>,
+    },
+    /// Not in force: the agent shares the host's network. Says why.
+    NotInForce(String),
+}
+
+impl Isolation {
+    /// The note a run's log gets about its network at the start, if any.
+    pub(crate) fn note(&self) -> Option<String> {
+        match self {
+            Isolation::NotInForce(reason) => Some(format!(
+                "network policy not in force ({reason}): the agent shares the host's network"
+            )),
+            Isolation::Isolated { note, .. } => note.clone(),
+            Isolation::Host => None,
+        }
+    }
+
+    /// The run's egress, whose summary the log gets at the end.
+    pub(crate) fn egress(&self) -> Option<&Egress> {
+        match self {
+            Isolation::Isolated { egress, .. } => egress.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// Starts `cmd` (after `setup` in the child) isolated by `network` and
+/// confined by `policy` (writes allowed in `scratch`). Egress refusals are
+/// sent to `notes`.
+pub(crate) async fn start(
+    cmd: Command,
+    mut setup: ChildSetup,
+    policy: &Sandbox,
+    network: &Network,
+    scratch: &Path,
+    program: &str,
+    notes: mpsc::Sender<String>,
+) -> Result<Started, CommandError> {
+    let spawn_error = |source| CommandError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    if !policy.is_enabled() && network.is_host() {
+        let mut cmd = cmd;
+        spawn::install(&mut cmd, setup);
+        let child = cmd.spawn().map_err(spawn_error)?;
+        return Ok(Started {
+            child,
+            confinement: Confinement::Off,
+            network: Isolation::Host,
+        });
+    }
+    let policy = policy.clone();
+    let network = network.clone();
+    let scratch = scratch.to_path_buf();
+    // The child and the egress tasks register with this runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("korvus-isolate".to_owned())
+        .spawn(move || {
+            let _runtime = runtime.enter();
+            let mut cmd = cmd;
+            let isolation = enter_network(&network, &mut cmd, &mut setup, notes);
+            let result = match isolation {
+                Isolation::NotInForce(reason) if network.is_required() => {
+                    Err(CommandError::Network { reason })
+                }
+                isolation => {
+                    let confinement = sandbox::confine(&policy, &scratch);
+                    match confinement {
+                        Confinement::NotEnforced(reason) if policy.is_required() => {
+                            Err(CommandError::Sandbox { reason })
+                        }
+                        confinement => {
+                            spawn::install(&mut cmd, setup);
+                            Ok(cmd.spawn().map(|child| Started {
+                                child,
+                                confinement,
+                                network: isolation,
+                            }))
+                        }
+                    }
+                }
+            };
+            // The thread ends here, and its namespace and restriction with
+            // it (the agent and the listeners keep the namespace alive).
+            let _ = tx.send(result);
+        })
+        .map_err(spawn_error)?;
+    match rx.await {
+        Ok(Ok(started)) => started.map_err(spawn_error),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(spawn_error(std::io::Error::other(
+            "the starting thread ended without starting the program",
+        ))),
+    }
+}
+
+/// Puts the calling thread (as root) or the agent's child (otherwise) in
+/// a network namespace of its own, as `network` asks.
+fn enter_network(
+    network: &Network,
+    cmd: &mut Command,
+    setup: &mut ChildSetup,
+    notes: mpsc::Sender<String>,
+) -> Isolation {
+    if network.is_host() {
+        return Isolation::Host;
+    }
+    let thread_error = match spawn::unshare_thread_network() {
+        Ok(()) => return in_thread_namespace(network, cmd, notes),
+        Err(e) => e,
+    };
+    debug!(error = %thread_error, "no network namespace for the starting thread");
+    match netns::user_namespaces() {
+        Ok(()) => {
+            setup.own_network = true;
+            let note = network.is_allow().then(|| {
+                format!(
+                    "network policy {network} needs root (the proxy listens inside the \
+                     agent's namespace): the agent ran with no network at all (none) instead"
+                )
+            });
+            if let Some(note) = &note {
+                warn!("{note}");
+            }
+            proxy_vars_removed(cmd);
+            Isolation::Isolated { egress: None, note }
+        }
+        Err(userns) => Isolation::NotInForce(format!(
+            "no network namespace: as this user ({thread_error}), and {userns}"
+        )),
+    }
+}
+
+/// In the starting thread's new namespace: loopback up and, for `allow`,
+/// the proxy and forwarders listening, the agent pointed at the proxy.
+fn in_thread_namespace(
+    network: &Network,
+    cmd: &mut Command,
+    notes: mpsc::Sender<String>,
+) -> Isolation {
+    // The namespace is made: a failure from here on leaves the agent with
+    // no network at all, never the host's.
+    if let Err(e) = netns::loopback_up() {
+        let note = format!("the network namespace's loopback could not be brought up ({e})");
+        warn!("{note}");
+        proxy_vars_removed(cmd);
+        return Isolation::Isolated {
+            egress: None,
+            note: Some(note),
+        };
+    }
+    if !network.is_allow() {
+        proxy_vars_removed(cmd);
+        return Isolation::Isolated {
+            egress: None,
+            note: None,
+        };
+    }
+    let egress = proxy::bind(network.destinations())
+        .and_then(|listeners| Egress::start(listeners, network.destinations(), notes));
+    match egress {
+        Ok(egress) => {
+            for var in PROXY_VARS {
+                cmd.env(var, egress.proxy_url());
+            }
+            cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+            // Node reads the proxy variables only when told to.
+            cmd.env("NODE_USE_ENV_PROXY", "1");
+            Isolation::Isolated {
+                egress: Some(egress),
+                note: None,
+            }
+        }
+        Err(e) => {
+            let note =
+                format!("the egress proxy could not be started ({e}): the agent has no network");
+            warn!("{note}");
+            proxy_vars_removed(cmd);
+            Isolation::Isolated {
+                egress: None,
+                note: Some(note),
+            }
+        }
+    }
+}
+
+/// No proxy variable reaches an agent that has no proxy.
+fn proxy_vars_removed(cmd: &mut Command) {
+    for var in PROXY_VARS {
+        cmd.env_remove(var);
+    }
+}

@@ -1,0 +1,278 @@
+//! The [`Sink`]: turns the agent's output lines into log events and
+//! counters, keeps the stderr tail, and writes korvus's notes about the run.
+
+use std::collections::VecDeque;
+
+use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
+use korvus_runner::RunContext;
+use korvus_store::Counters;
+use serde::Deserialize;
+use tracing::{debug, warn};
+
+use crate::dialect::Decoder;
+
+/// One line of output, cut at the line limit.
+#[derive(Debug)]
+pub(crate) struct Line {
+    pub(crate) text: String,
+    pub(crate) truncated: bool,
+}
+
+/// What one read of the pipes yields.
+#[derive(Debug)]
+pub(crate) enum Chunk {
+    /// Consecutive stdout lines, at most the batch size asked for.
+    Stdout(Vec<Line>),
+    /// One stderr line.
+    Stderr(Line),
+    /// A note of korvus's about the run (e.g. an egress refusal).
+    Note(String),
+}
+
+/// A usage line: `{"type":"usage","input_tokens":…,"output_tokens":…}`.
+#[derive(Debug, Deserialize)]
+struct Usage {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// How much of an agent's output one run stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCaps {
+    /// Events stored from stdout at most.
+    pub max_events: u64,
+    /// Bytes of stdout lines stored at most.
+    pub max_bytes: u64,
+}
+
+impl Default for OutputCaps {
+    /// 100,000 events or 64 MiB per run, whichever comes first.
+    fn default() -> Self {
+        Self {
+            max_events: 100_000,
+            max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Turns output into log events and counters, and keeps the stderr tail.
+pub(crate) struct Sink<'a> {
+    ctx: &'a RunContext,
+    caps: OutputCaps,
+    /// Events and bytes of agent output stored so far.
+    stored: (u64, u64),
+    /// Events and bytes of agent output dropped past a cap.
+    dropped: (u64, u64),
+    counters: Counters,
+    stderr: VecDeque<String>,
+    stderr_cap: usize,
+    stderr_dropped: u64,
+    append_failures: u64,
+    /// The agent's dialect, when it is not korvus's own protocol.
+    decoder: Option<Decoder>,
+}
+
+impl<'a> Sink<'a> {
+    /// A sink for one run that keeps the last `stderr_cap` stderr lines
+    /// and stores agent output up to `caps`; `decoder` reads an agent
+    /// dialect (korvus's own protocol without one).
+    pub(crate) fn new(
+        ctx: &'a RunContext,
+        stderr_cap: usize,
+        caps: OutputCaps,
+        decoder: Option<Decoder>,
+    ) -> Self {
+        Self {
+            ctx,
+            caps,
+            stored: (0, 0),
+            dropped: (0, 0),
+            counters: Counters::default(),
+            stderr: VecDeque::new(),
+            stderr_cap,
+            stderr_dropped: 0,
+            append_failures: 0,
+            decoder,
+        }
+    }
+
+    /// The dialect's decoder, for what it learnt (thread, failure, usage).
+    pub(crate) fn decoder(&self) -> Option<&Decoder> {
+        self.decoder.as_ref()
+    }
+
+    /// The counters gathered from the output.
+    pub(crate) fn into_counters(self) -> Counters {
+        self.counters
+    }
+
+    /// Logs stdout lines as events, or keeps a stderr line in the tail.
+    pub(crate) async fn take(&mut self, chunk: Chunk) {
+        match chunk {
+            Chunk::Stdout(lines) => self.stdout(lines).await,
+            Chunk::Stderr(line) => self.stderr(line),
+            Chunk::Note(text) => self.note(text).await,
+        }
+    }
+
+    async fn stdout(&mut self, lines: Vec<Line>) {
+        let mut events = Vec::with_capacity(lines.len());
+        let mut of_line = Vec::new();
+        for line in lines {
+            let bytes = line.text.len() as u64;
+            // Counters still count past a cap; only storing stops.
+            self.events_for(line, &mut of_line);
+            if of_line.is_empty() {
+                continue;
+            }
+            for event in &of_line {
+                match &event.kind {
+                    EventKind::TurnStart { .. } => {
+                        self.counters.turns = self.counters.turns.saturating_add(1);
+                    }
+                    EventKind::ToolCall { .. } => {
+                        self.counters.tool_calls = self.counters.tool_calls.saturating_add(1);
+                    }
+                    _ => {}
+                }
+            }
+            let n = of_line.len() as u64;
+            if self.stored.0 + n <= self.caps.max_events
+                && self.stored.1 + bytes <= self.caps.max_bytes
+            {
+                self.stored = (self.stored.0 + n, self.stored.1 + bytes);
+                events.append(&mut of_line);
+            } else {
+                self.dropped = (self.dropped.0 + n, self.dropped.1 + bytes);
+                of_line.clear();
+            }
+        }
+        self.append(&events).await;
+    }
+
+    /// The events one stdout line becomes (none for an empty line or a
+    /// usage line, several for some dialect lines).
+    fn events_for(&mut self, line: Line, out: &mut Vec<Event>) {
+        if line.text.trim().is_empty() {
+            return;
+        }
+        if line.truncated {
+            let text = format!("{} [line truncated]", line.text);
+            out.push(Event::now(match self.decoder {
+                Some(_) => EventKind::Note { text },
+                None => EventKind::Message {
+                    role: Role::Assistant,
+                    text,
+                },
+            }));
+            return;
+        }
+        if let Some(decoder) = &mut self.decoder {
+            let decoded = decoder.line(&line.text);
+            // Figures the agent reports: never trusted not to overflow.
+            let c = &mut self.counters;
+            c.input_tokens = c.input_tokens.saturating_add(decoded.usage.input);
+            c.output_tokens = c.output_tokens.saturating_add(decoded.usage.output);
+            out.extend(decoded.events.into_iter().map(Event::now));
+            return;
+        }
+        if line.text.trim_start().starts_with('{') {
+            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
+                if event.at.is_none() {
+                    event = Event::now(event.kind);
+                }
+                out.push(event);
+                return;
+            }
+            if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
+                if usage.kind == "usage" {
+                    let c = &mut self.counters;
+                    c.input_tokens = c.input_tokens.saturating_add(usage.input_tokens);
+                    c.output_tokens = c.output_tokens.saturating_add(usage.output_tokens);
+                    return;
+                }
+            }
+        }
+        out.push(Event::now(EventKind::Message {
+            role: Role::Assistant,
+            text: line.text,
+        }));
+    }
+
+    fn stderr(&mut self, line: Line) {
+        debug!(line = %line.text, "agent stderr");
+        if self.stderr_cap == 0 {
+            self.stderr_dropped += 1;
+            return;
+        }
+        if self.stderr.len() == self.stderr_cap {
+            self.stderr.pop_front();
+            self.stderr_dropped += 1;
+        }
+        let suffix = if line.truncated {
+            " [line truncated]"
+        } else {
+            ""
+        };
+        self.stderr.push_back(format!("{}{suffix}", line.text));
+    }
+
+    /// Appends one note to the log.
+    pub(crate) async fn note(&mut self, text: String) {
+        self.append(&[Event::now(EventKind::Note { text })]).await;
+    }
+
+    /// Appends the stderr tail and the exit summary as notes.
+    pub(crate) async fn finish(&mut self, summary: String) {
+        let mut notes = Vec::new();
+        if self.dropped.0 > 0 {
+            warn!(
+                events = self.dropped.0,
+                bytes = self.dropped.1,
+                "agent output past the cap was not stored"
+            );
+            notes.push(format!(
+                "{DROPPED_PREFIX}output cap reached: {} more event(s) ({} bytes) of agent output were not stored; \
+                 the cap is {} events or {} bytes per run",
+                self.dropped.0, self.dropped.1, self.caps.max_events, self.caps.max_bytes
+            ));
+        }
+        if self.stderr_dropped > 0 {
+            notes.push(format!(
+                "stderr: {} earlier line(s) not kept",
+                self.stderr_dropped
+            ));
+        }
+        notes.extend(self.stderr.drain(..).map(|l| format!("stderr: {l}")));
+        notes.push(summary);
+        let events: Vec<Event> = notes
+            .into_iter()
+            .map(|text| Event::now(EventKind::Note { text }))
+            .collect();
+        self.append(&events).await;
+        if self.append_failures > 0 {
+            warn!(
+                failures = self.append_failures,
+                "some agent events could not be logged"
+            );
+        }
+    }
+
+    async fn append(&mut self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        // A failing log must not stop the agent (its pipes must keep
+        // draining) nor fail a run whose report may be fine: warn once, count.
+        if let Err(e) = self.ctx.log.append(events).await {
+            if self.append_failures == 0 {
+                warn!(error = %e, "agent events not logged");
+            }
+            self.append_failures += events.len() as u64;
+        }
+    }
+}
