@@ -328,3 +328,43 @@ fn limit_flags_reach_the_run_and_bad_ones_are_usage_errors() {
         }
     }
 }
+
+/// korvus not root: `--network none` puts the agent in a user and network
+/// namespace of its own (only `lo`; the agent sees the overflow uid), and
+/// `--network allow=…` — which needs root for its proxy — becomes `none`
+/// with a note saying so; the runs still land their reports.
+#[test]
+fn not_root_the_network_policy_is_a_user_namespace_with_only_loopback() {
+    if !can_make_users() {
+        return;
+    }
+    let user = ThrowawayUser::make();
+    let data = tempfile::tempdir().expect("temp dir");
+    let probe = r#"
+awk -F: 'NR>2 {gsub(/ /, "", $1); print "iface=" $1}' /proc/net/dev
+echo "uid=$(id -u)"
+echo "proxy=${HTTPS_PROXY:-unset}"
+echo '# R' > report.md
+"#;
+    let agent = script(data.path(), "net.sh", probe);
+    user.own(data.path());
+    for (policy, note) in [("none", None), ("allow=127.0.0.1:9", Some("needs root"))] {
+        let mut run = korvus(data.path());
+        run.args(["run", "--network", policy, "--network-required"])
+            .args(["--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .arg("offline");
+        let out = ok(&mut through(&["runuser", "-u", &user.name, "--"], &run));
+        let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+        let ifaces: Vec<&str> = log.split('"').filter(|s| s.starts_with("iface=")).collect();
+        assert_eq!(ifaces, ["iface=lo"], "{policy}:\n{log}");
+        assert!(
+            log.contains("uid=65534"),
+            "{policy}: the overflow uid:\n{log}"
+        );
+        assert!(log.contains("proxy=unset"), "{policy}:\n{log}");
+        if let Some(note) = note {
+            assert!(log.contains(note), "{policy}:\n{log}");
+        }
+    }
+}

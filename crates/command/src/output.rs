@@ -36,7 +36,7 @@ const BATCH_BYTES: usize = 1024 * 1024;
 /// How the output still in the pipes is read after the program exited.
 ///
 /// Everything is read until both pipes reach end of file, so the agent's
-/// own last words are always stored (up to the [`OutputCaps`]). Only a
+/// own last words are always stored (up to the [`OutputCaps`](crate::OutputCaps)). Only a
 /// process that left the agent's process group can hold a pipe open after
 /// the group was killed; for that case two bounds apply, and when one ends
 /// the drain, the log gets a note (beginning with

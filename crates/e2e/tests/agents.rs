@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::FsBlobStore;
-use korvus_command::{AgentUser, CommandRunner, ModelEndpoint, Preset};
+use korvus_command::{AgentUser, CommandRunner, Destination, ModelEndpoint, Network, Preset};
 use korvus_log::{Access, Event, EventKind, LogId, Role, TurnLog};
 use korvus_model_stub::{Api, Mode, Script, StubServer, REPLY};
 use korvus_session::{CreateSession, Manager};
@@ -200,6 +200,36 @@ async fn assert_only_the_thread_kept(rig: &Rig, row: &Session) {
     }
 }
 
+/// The run's egress summary: the agent, in a namespace of its own, reached
+/// the stub through korvus's proxy (both agents honour `HTTP_PROXY`, so
+/// the loopback forwarder is not needed), and nothing was refused.
+async fn assert_reached_through_egress(rig: &Rig, row: &Session, stub: &Destination) {
+    let events = rig.events(row).await;
+    let prefix = format!("egress allow={stub}: ");
+    let summary = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::Note { text } => text.strip_prefix(&prefix).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no egress summary: {events:#?}"));
+    eprintln!("egress: {summary}");
+    let count = |what: &str| -> u64 {
+        summary
+            .split(", ")
+            .find(|part| part.contains(what))
+            .and_then(|part| part.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{what} in {summary:?}"))
+    };
+    assert!(
+        count("admitted") >= 1,
+        "the agent reached the stub through the proxy: {summary}"
+    );
+    assert_eq!(count("forwarded"), 0, "{summary}");
+    assert_eq!(count("refused"), 0, "{summary}");
+}
+
 async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
     let Some(bin) = agent_bin(var) else {
         return;
@@ -218,9 +248,16 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
         .runner(&bin, Some(&endpoint))
         .env("OPENAI_API_KEY", "korvus-stub-key")
         .env("ANTHROPIC_API_KEY", "korvus-stub-key");
+    // The preset's egress policy: only the endpoint.
+    let stub_dest = Destination::from_url(&endpoint.base_url).unwrap();
+    assert_eq!(
+        runner.network_policy(),
+        &Network::allow([stub_dest.clone()])
+    );
     let rig = Rig::new(runner).await;
     let row = rig.run("Why is db-1's disk full?").await;
     assert_one_scripted_turn(&rig, &row, tool).await;
+    assert_reached_through_egress(&rig, &row, &stub_dest).await;
     let requests = stub.requests();
     assert_eq!(requests.len(), 2, "{requests:#?}");
     assert!(requests.iter().all(|r| r.api == api));
@@ -332,4 +369,61 @@ async fn codex_against_a_failing_or_silent_endpoint_ends_in_its_bound() {
         );
         rig.manager.stop().await;
     }
+}
+
+/// Under its preset's `allow([the stub])` policy the real Codex reaches
+/// the stub, and the command the model asks for — a request to another
+/// port of the host's loopback — is refused by korvus's proxy and noted;
+/// the port never sees a connection, and the namespace's IPv4 routing
+/// table (read by the command, not probed) is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_under_allow_reaches_only_its_endpoint() {
+    let Some(bin) = agent_bin("KORVUS_CODEX_BIN") else {
+        return;
+    };
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    other.set_nonblocking(true).unwrap();
+    let port = other.local_addr().unwrap().port();
+    let stub = StubServer::start(Script {
+        command: format!(
+            "echo probe=$(curl -s -m 10 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/); \
+             echo routes=$(tail -n +2 /proc/net/route | wc -l); printf '# R\\n' > report.md"
+        ),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let endpoint = ModelEndpoint {
+        base_url: stub.openai_base_url(),
+        model: None,
+        api_key_var: None,
+    };
+    let rig = Rig::new(Preset::Codex.runner(&bin, Some(&endpoint))).await;
+    let row = rig.run("Probe the network").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let events = rig.events(&row).await;
+    let refusal = format!("egress refused: GET 127.0.0.1:{port} is not allowed");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Note { text } if text.starts_with(&refusal))),
+        "{events:#?}"
+    );
+    let output = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ToolResult { output, .. } => Some(output.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no command result: {events:#?}"));
+    assert!(
+        output.contains("probe=403"),
+        "the proxy's refusal: {output}"
+    );
+    assert!(output.contains("routes=0"), "no IPv4 route: {output}");
+    assert!(
+        other.accept().is_err(),
+        "nothing reached the other port of the host"
+    );
+    rig.manager.stop().await;
 }

@@ -1,28 +1,7 @@
 //! Where an agent's network traffic may go: the [`Network`] policy, and the
 //! namespace and proxy that enforce it.
 //!
-//! - [`Network::host`]: the agent shares the host's network (the default of
-//!   a plain [`CommandRunner`](crate::CommandRunner)).
-//! - [`Network::none`]: the agent runs in a network namespace of its own
-//!   with nothing but its own loopback.
-//! - [`Network::allow`]: the same namespace, whose only way out is an HTTP
-//!   proxy korvus runs for the run (`HTTP_PROXY`/`HTTPS_PROXY` point at
-//!   it). It admits `CONNECT` and absolute-form requests to the listed
-//!   destinations and refuses the rest, each refusal a note in the log. A
-//!   listed destination on the host's loopback (a local model server) is
-//!   also reached directly: a forwarder listens at the same address inside
-//!   the namespace.
-//!
-//! As root a short-lived thread moves itself into a new network namespace
-//! (`unshare(CLONE_NEWNET)`, allowed in a multithreaded process), brings up
-//! its loopback and opens the listeners there before it starts the agent.
-//! Without root a network namespace needs a user namespace, which only a
-//! single-threaded process may create: the agent's child process creates
-//! both before `exec` (the agent then sees its uid as the overflow uid,
-//! usually `nobody`). No proxy can be opened inside a namespace made that
-//! way, so `allow` becomes `none` there; where user namespaces are refused
-//! too the policy is not in force, which a note says — or, when the policy
-//! is [`required`](Network::required), the run fails.
+//! See [`Network`].
 
 pub(crate) mod netns;
 pub(crate) mod proxy;
@@ -31,8 +10,30 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-/// What network an agent may reach (see the [module docs](self) and
-/// `docs/agents.md`).
+/// What network an agent may reach (`docs/agents.md` has the details).
+///
+/// - [`Network::host`]: the agent shares the host's network (the default of
+///   a plain [`CommandRunner`](crate::CommandRunner)).
+/// - [`Network::none`]: the agent runs in a network namespace of its own
+///   with nothing but its own loopback.
+/// - [`Network::allow`]: the same namespace, whose only way out is an HTTP
+///   proxy korvus runs for the run (`HTTP_PROXY`/`HTTPS_PROXY` point at
+///   it). It admits `CONNECT` and absolute-form requests to the listed
+///   destinations and refuses the rest, each refusal a note in the log. A
+///   listed destination on the host's loopback (a local model server) is
+///   also reached directly: a forwarder listens at the same address inside
+///   the namespace.
+///
+/// As root a short-lived thread moves itself into a new network namespace
+/// (`unshare(CLONE_NEWNET)`, allowed in a multithreaded process), brings up
+/// its loopback and opens the listeners there before it starts the agent.
+/// Without root a network namespace needs a user namespace, which only a
+/// single-threaded process may create: the agent's child process creates
+/// both before `exec` (the agent then sees its uid as the overflow uid,
+/// usually `nobody`). No proxy can be opened inside a namespace made that
+/// way, so `allow` becomes `none` there; where user namespaces are refused
+/// too the policy is not in force, which a note says — or, when the policy
+/// is [`required`](Network::required), the run fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Network {
     mode: Mode,
