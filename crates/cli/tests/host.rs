@@ -340,13 +340,20 @@ fn not_root_the_network_policy_is_a_user_namespace_with_only_loopback() {
     }
     let user = ThrowawayUser::make();
     let data = tempfile::tempdir().expect("temp dir");
-    let probe = r#"
-awk -F: 'NR>2 {gsub(/ /, "", $1); print "iface=" $1}' /proc/net/dev
+    // A port of the host's loopback the agent must not reach.
+    let host_port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    host_port.set_nonblocking(true).expect("nonblocking");
+    let probe = format!(
+        r#"
+awk -F: 'NR>2 {{gsub(/ /, "", $1); print "iface=" $1}}' /proc/net/dev
 echo "uid=$(id -u)"
-echo "proxy=${HTTPS_PROXY:-unset}"
+echo "proxy=${{HTTPS_PROXY:-unset}}"
+if curl -s -m 5 http://127.0.0.1:{}/ >/dev/null; then echo host=reached; else echo host=unreachable; fi
 echo '# R' > report.md
-"#;
-    let agent = script(data.path(), "net.sh", probe);
+"#,
+        host_port.local_addr().expect("addr").port()
+    );
+    let agent = script(data.path(), "net.sh", &probe);
     user.own(data.path());
     for (policy, note) in [("none", None), ("allow=127.0.0.1:9", Some("needs root"))] {
         let mut run = korvus(data.path());
@@ -363,6 +370,11 @@ echo '# R' > report.md
             "{policy}: the overflow uid:\n{log}"
         );
         assert!(log.contains("proxy=unset"), "{policy}:\n{log}");
+        assert!(log.contains("host=unreachable"), "{policy}:\n{log}");
+        assert!(
+            host_port.accept().is_err(),
+            "{policy}: nothing reached the host"
+        );
         if let Some(note) = note {
             assert!(log.contains(note), "{policy}:\n{log}");
         }

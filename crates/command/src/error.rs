@@ -51,8 +51,10 @@ pub enum CommandError {
     },
     /// The [`Network`](crate::Network) policy is
     /// [`required`](crate::Network::required) but could not be put in
-    /// force (no network namespace could be made, or, without root, an
-    /// `allow` policy); the program was not started.
+    /// force: no network namespace could be made, so the agent would have
+    /// shared the host's network; the program was not started. (Where the
+    /// namespace is made but has less than asked — without root, `allow`
+    /// becomes `none` — the run goes ahead with a note: it fails closed.)
     #[error("the agent's network policy is required but not in force: {reason}")]
     Network {
         /// Why it is not in force.

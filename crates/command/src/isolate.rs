@@ -205,10 +205,20 @@ fn in_thread_namespace(
             note: None,
         };
     }
-    let egress = proxy::bind(network.destinations())
-        .and_then(|listeners| Egress::start(listeners, network.destinations(), notes));
+    let mut skipped = Vec::new();
+    let egress = proxy::bind(network.destinations()).and_then(|mut listeners| {
+        skipped = std::mem::take(&mut listeners.skipped);
+        Egress::start(listeners, network.destinations(), notes)
+    });
     match egress {
         Ok(egress) => {
+            let note = (!skipped.is_empty()).then(|| {
+                format!(
+                    "egress: no forwarder inside the namespace for {} (reachable through the \
+                     proxy only)",
+                    skipped.join(", ")
+                )
+            });
             for var in PROXY_VARS {
                 cmd.env(var, egress.proxy_url());
             }
@@ -217,7 +227,7 @@ fn in_thread_namespace(
             cmd.env("NODE_USE_ENV_PROXY", "1");
             Isolation::Isolated {
                 egress: Some(egress),
-                note: None,
+                note,
             }
         }
         Err(e) => {

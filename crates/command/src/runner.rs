@@ -356,6 +356,8 @@ impl CommandRunner {
         };
         let setup = ChildSetup {
             join,
+            // Root in a namespace of its own could `setns` back out.
+            drop_admin: self.agent_uid() == 0 && !self.network.is_host(),
             ..ChildSetup::default()
         };
         let sandbox = self.sandbox.for_agent(self.agent_uid());

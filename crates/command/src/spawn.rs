@@ -2,7 +2,7 @@
 //! of the workspace allowed to contain `unsafe` code (tidy fails on any
 //! other).
 //!
-//! Three things must happen in the child before the agent's program runs,
+//! These things must happen in the child before the agent's program runs,
 //! and stable std offers none of them safely:
 //!
 //! - **joining its cgroups**, so no instruction of the agent runs outside
@@ -15,7 +15,10 @@
 //! - **a user and network namespace of its own** when korvus is not root
 //!   and the run's [`Network`](crate::Network) policy isolates it (only a
 //!   single-threaded process may create a user namespace), with its
-//!   loopback brought up.
+//!   loopback brought up;
+//! - **dropping `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`** from the bounding set
+//!   of an agent that runs as root in a network namespace, so it cannot
+//!   `setns` back into the host's network.
 //!
 //! It also holds the two other `unshare` calls: the starting thread's
 //! move into a new network namespace (as root), and the once-per-process
@@ -47,7 +50,7 @@ use std::os::fd::OwnedFd;
 use std::sync::OnceLock;
 
 use rustix::process::{Resource, Rlimit};
-use rustix::thread::UnshareFlags;
+use rustix::thread::{CapabilitySet, UnshareFlags};
 
 use crate::network::netns::loopback_up;
 
@@ -63,19 +66,29 @@ pub(crate) struct ChildSetup {
     /// Create a user and a network namespace (after joining the cgroups
     /// and `setsid`) and bring up the new loopback.
     pub(crate) own_network: bool,
+    /// Drop `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` from the bounding set: an
+    /// agent running as root in a network namespace of its own could
+    /// otherwise `setns` back into the host's, or wire one to it.
+    pub(crate) drop_admin: bool,
 }
 
 /// Installs `setup` as `cmd`'s pre-exec hook. Without anything to do, no
 /// hook is installed (std then keeps its faster `posix_spawn` path).
 pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
     let nofile = ORIGINAL_NOFILE.get().copied();
-    if !setup.new_session && setup.join.is_empty() && nofile.is_none() && !setup.own_network {
+    if !setup.new_session
+        && setup.join.is_empty()
+        && nofile.is_none()
+        && !setup.own_network
+        && !setup.drop_admin
+    {
         return;
     }
     let ChildSetup {
         new_session,
         join,
         own_network,
+        drop_admin,
     } = setup;
     let hook = move || -> std::io::Result<()> {
         for fd in &join {
@@ -94,11 +107,16 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         if own_network {
             own_network_namespace()?;
         }
+        if drop_admin {
+            for cap in [CapabilitySet::SYS_ADMIN, CapabilitySet::NET_ADMIN] {
+                rustix::thread::remove_capability_from_bounding_set(cap).map_err(errno)?;
+            }
+        }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before `exec`. It calls
-    // only `write`, `setsid`, `setrlimit`, `unshare` and the netlink
-    // socket calls (async-signal-safe system calls, made directly by
+    // only `write`, `setsid`, `setrlimit`, `unshare`, `prctl` and the
+    // netlink socket calls (async-signal-safe system calls, made directly by
     // rustix), on descriptors opened before the fork and values moved into
     // it; it allocates nothing (errors are inline errnos) and takes no
     // lock. See the module docs.

@@ -7,16 +7,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use korvus_command::{CommandRunner, Destination, Network};
+use korvus_command::{CommandRunner, Destination, Network, Sandbox};
 use korvus_store::SessionStatus;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::support::{harness, sh};
 
-/// Prints `name=ok:<output>` or `name=failed` for each attempt, then what
-/// the namespace has: its IPv4 main-table routes, the interface of each
-/// IPv6 route, its interfaces, and its proxy variables.
+/// Prints `name=ok:<output>` or `name=failed` for each attempt (the agent
+/// runs as root here: `leave` tries to enter korvus's network namespace), then
+/// what the namespace has: the lines of its IPv4 main routing table (the
+/// header alone: no route), the interface of each IPv6 route, its
+/// interfaces, and its proxy variables.
 const ATTEMPTS: &str = r#"
     try() { if out=$(sh -c "$2" 2>/dev/null); then echo "$1=ok:$out"; else echo "$1=failed"; fi; }
     try proxied 'curl -sf --max-time 10 http://127.0.0.1:$ALLOWED/'
@@ -24,7 +26,9 @@ const ATTEMPTS: &str = r#"
     try direct 'curl -sf --max-time 10 --noproxy "*" http://127.0.0.1:$ALLOWED/'
     try other_proxied 'curl -sf --max-time 10 http://127.0.0.1:$OTHER/'
     try other_direct 'curl -sf --max-time 10 --noproxy "*" http://127.0.0.1:$OTHER/'
-    echo "routes=$(tail -n +2 /proc/net/route | wc -l)"
+    try other_tunnel 'curl -sfp --max-time 10 http://127.0.0.1:$OTHER/'
+    try leave 'nsenter -t $HOST_PID -n true'
+    echo "routefile=$(wc -l < /proc/net/route)"
     awk '{print "v6route=" $NF}' /proc/net/ipv6_route
     awk -F: 'NR>2 {gsub(/ /, "", $1); print "iface=" $1}' /proc/net/dev
     echo "proxy=${HTTPS_PROXY:-unset}"
@@ -59,6 +63,7 @@ fn attempts(network: Network, allowed: u16, other: u16) -> CommandRunner {
     sh(ATTEMPTS)
         .env("ALLOWED", allowed.to_string())
         .env("OTHER", other.to_string())
+        .env("HOST_PID", std::process::id().to_string())
         .network(network)
 }
 
@@ -84,6 +89,8 @@ async fn under_allow_the_agent_reaches_only_the_listed_destination_and_a_refusal
         ("direct", "ok:hello-allowed"),
         ("other_proxied", "failed"),
         ("other_direct", "failed"),
+        ("other_tunnel", "failed"),
+        ("leave", "failed"),
     ] {
         assert!(
             texts.contains(&format!("{attempt}={expected}")),
@@ -95,13 +102,15 @@ async fn under_allow_the_agent_reaches_only_the_listed_destination_and_a_refusal
         0,
         "nothing reached the other port"
     );
-    let refusal = format!("egress refused: GET 127.0.0.1:{other} is not allowed");
-    assert!(
-        texts.iter().any(|t| t.starts_with(&refusal)),
-        "{refusal}: {texts:#?}"
-    );
+    for method in ["GET", "CONNECT"] {
+        let refusal = format!("egress refused: {method} 127.0.0.1:{other} is not allowed");
+        assert!(
+            texts.iter().any(|t| t.starts_with(&refusal)),
+            "{refusal}: {texts:#?}"
+        );
+    }
     let summary = format!(
-        "egress allow=127.0.0.1:{allowed}: 2 connection(s) admitted by the proxy, 1 refused, \
+        "egress allow=127.0.0.1:{allowed}: 2 connection(s) admitted by the proxy, 2 refused, \
          1 forwarded from the namespace's loopback"
     );
     assert!(
@@ -110,7 +119,7 @@ async fn under_allow_the_agent_reaches_only_the_listed_destination_and_a_refusal
     );
     // The namespace's routing tables, read (not probed): no IPv4 route in
     // the main table, every IPv6 route on the loopback, no other interface.
-    assert!(texts.contains(&"routes=0".to_owned()), "{texts:#?}");
+    assert!(texts.contains(&"routefile=1".to_owned()), "{texts:#?}");
     let v6 = lines_with(&texts, "v6route=");
     assert!(v6.iter().all(|dev| *dev == "lo"), "{v6:?}");
     assert_eq!(lines_with(&texts, "iface="), ["lo"]);
@@ -122,13 +131,17 @@ async fn under_allow_the_agent_reaches_only_the_listed_destination_and_a_refusal
 #[tokio::test]
 async fn under_none_the_agent_has_only_its_loopback_and_still_lands_its_report() {
     let (port, seen) = server("hello").await;
-    let h = harness(attempts(Network::none().required(), port, port)).await;
+    // Without the filesystem sandbox (whose ptrace scoping alone already
+    // keeps `nsenter` out of korvus's namespaces), so `leave=failed` shows
+    // the dropped capabilities.
+    let runner = attempts(Network::none().required(), port, port).sandbox(Sandbox::disabled());
+    let h = harness(runner).await;
     let row = h.run("offline").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
     let stored = h.store_artifacts(row.id).await;
     assert!(stored.iter().any(|p| p == "report.md"), "{stored:?}");
     let texts = h.texts(row.id).await;
-    for attempt in ["proxied", "tunnel", "direct"] {
+    for attempt in ["proxied", "tunnel", "direct", "leave"] {
         assert!(
             texts.contains(&format!("{attempt}=failed")),
             "{attempt}: {texts:#?}"
@@ -147,7 +160,8 @@ async fn under_none_the_agent_has_only_its_loopback_and_still_lands_its_report()
 #[tokio::test]
 async fn the_host_policy_adds_no_namespace_and_no_proxy() {
     let (port, seen) = server("hello-host").await;
-    let h = harness(attempts(Network::host(), port, port)).await;
+    let runner = attempts(Network::host(), port, port).sandbox(Sandbox::disabled());
+    let h = harness(runner).await;
     let row = h.run("host").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
     let texts = h.texts(row.id).await;
@@ -157,5 +171,9 @@ async fn the_host_policy_adds_no_namespace_and_no_proxy() {
     );
     assert!(seen.load(Ordering::SeqCst) >= 1);
     assert_eq!(lines_with(&texts, "proxy="), ["unset"]);
+    // The control for `leave` above: a root agent with its capabilities
+    // (no namespace, so none dropped) and no sandbox may enter another
+    // namespace.
+    assert!(texts.contains(&"leave=ok:".to_owned()), "{texts:#?}");
     h.stop().await;
 }

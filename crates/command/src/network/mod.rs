@@ -247,9 +247,13 @@ impl Destination {
     }
 }
 
+/// The longest host name a destination may have (DNS's limit).
+const MAX_HOST: usize = 253;
+
 /// `host[:port]` or `[v6][:port]`.
 fn split_authority(authority: &str) -> Result<(&str, Option<u16>), DestinationError> {
-    let bad = || DestinationError(format!("{authority:?} is not HOST:PORT"));
+    let shown: String = authority.chars().take(80).collect();
+    let bad = || DestinationError(format!("{shown:?} is not HOST:PORT"));
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest.split_once(']').ok_or_else(bad)?;
         match after.strip_prefix(':') {
@@ -266,7 +270,10 @@ fn split_authority(authority: &str) -> Result<(&str, Option<u16>), DestinationEr
             None => (authority, None),
         }
     };
-    if host.is_empty() || host.contains(char::is_whitespace) {
+    // Names and addresses only: nothing an agent sends may carry control
+    // characters or bulk into korvus's notes and logs.
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':');
+    if host.is_empty() || host.len() > MAX_HOST || !host.chars().all(allowed) {
         return Err(bad());
     }
     let port = port

@@ -22,8 +22,8 @@ const LOOPBACK_INDEX: i32 = 1;
 /// one `RTM_NEWLINK` request over a netlink socket.
 ///
 /// Async-signal-safe: it allocates nothing (the request and the answer are
-/// fixed arrays on the stack) and makes only the `socket`, `sendto`,
-/// `recvfrom` and `close` system calls, so the agent's child may call it
+/// fixed arrays on the stack) and makes only the `socket`, `setsockopt`,
+/// `sendto`, `recvfrom` and `close` system calls, so the agent's child may call it
 /// between `fork` and `exec` (`spawn.rs`).
 pub(crate) fn loopback_up() -> Result<(), Errno> {
     let socket = rustix::net::socket_with(
@@ -31,6 +31,13 @@ pub(crate) fn loopback_up() -> Result<(), Errno> {
         SocketType::RAW,
         SocketFlags::CLOEXEC,
         None,
+    )?;
+    // A kernel that never answers must not hang the agent's start (std
+    // waits for the child's `exec`).
+    rustix::net::sockopt::set_socket_timeout(
+        &socket,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(std::time::Duration::from_secs(5)),
     )?;
     let mut request = [0u8; 32];
     // struct nlmsghdr: length, type, flags, sequence, port id.

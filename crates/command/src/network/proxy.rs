@@ -38,6 +38,8 @@ const NOTED_REFUSALS: u64 = 32;
 pub(crate) struct Listeners {
     proxy: StdListener,
     forwarders: Vec<(SocketAddr, StdListener)>,
+    /// Forwarders that could not listen, and why.
+    pub(crate) skipped: Vec<String>,
 }
 
 /// Opens the proxy's socket (`127.0.0.1`, any port) and one forwarder per
@@ -46,20 +48,30 @@ pub(crate) fn bind(allow: &[Destination]) -> std::io::Result<Listeners> {
     let proxy = StdListener::bind((IpAddr::from([127, 0, 0, 1]), 0))?;
     proxy.set_nonblocking(true)?;
     let mut forwarders = Vec::new();
+    let mut skipped = Vec::new();
     for dest in allow {
         for ip in dest.loopback_addrs() {
             let addr = SocketAddr::new(ip, dest.port());
+            if forwarders.iter().any(|(a, _)| *a == addr) {
+                continue;
+            }
             match StdListener::bind(addr) {
                 Ok(l) => {
                     l.set_nonblocking(true)?;
                     forwarders.push((addr, l));
                 }
-                // `::1` where the namespace has no IPv6, or a duplicate.
-                Err(e) => debug!(%addr, error = %e, "no forwarder"),
+                // `::1` where the namespace has no IPv6 (as for `localhost`
+                // on such a host) is expected; anything else is noted.
+                Err(e) if ip.is_ipv6() => debug!(%addr, error = %e, "no forwarder"),
+                Err(e) => skipped.push(format!("{addr} ({e})")),
             }
         }
     }
-    Ok(Listeners { proxy, forwarders })
+    Ok(Listeners {
+        proxy,
+        forwarders,
+        skipped,
+    })
 }
 
 /// What the proxy and forwarders of one run did.
@@ -69,6 +81,8 @@ struct Stats {
     refused: AtomicU64,
     forwarded: AtomicU64,
     failed: AtomicU64,
+    /// Connections dropped past [`MAX_CONNECTIONS`].
+    dropped: AtomicU64,
 }
 
 /// The running proxy and forwarders of one run; dropping it stops them and
@@ -91,43 +105,52 @@ impl Egress {
         notes: mpsc::Sender<String>,
     ) -> std::io::Result<Self> {
         let proxy_addr = listeners.proxy.local_addr()?;
-        let stats = Arc::new(Stats::default());
+        // Every listener registered before any task starts: an error leaves
+        // nothing running.
+        let proxy_listener = TcpListener::from_std(listeners.proxy)?;
+        let forwarders = listeners
+            .forwarders
+            .into_iter()
+            .map(|(addr, l)| TcpListener::from_std(l).map(|l| (addr, l)))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let allow: Arc<[Destination]> = allow.into();
         let policy = super::Network::allow(allow.iter().cloned()).to_string();
-        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        let mut tasks = Vec::new();
-        let proxy = Proxy {
-            allow,
-            notes,
-            stats: Arc::clone(&stats),
+        let mut egress = Self {
+            tasks: Vec::new(),
+            stats: Arc::new(Stats::default()),
+            proxy_url: format!("http://{proxy_addr}"),
             policy: policy.clone(),
         };
-        let listener = TcpListener::from_std(listeners.proxy)?;
-        tasks.push(tokio::spawn(serve(listener, Arc::clone(&limit), {
-            let proxy = Arc::new(proxy);
+        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let proxy = Arc::new(Proxy {
+            allow,
+            notes,
+            stats: Arc::clone(&egress.stats),
+            policy,
+        });
+        let stats = Arc::clone(&egress.stats);
+        egress.tasks.push(tokio::spawn(serve(
+            proxy_listener,
+            Arc::clone(&limit),
+            Arc::clone(&stats),
             move |conn| {
                 let proxy = Arc::clone(&proxy);
                 async move { proxy.handle(conn).await }
-            }
-        })));
-        for (addr, listener) in listeners.forwarders {
-            let listener = TcpListener::from_std(listener)?;
-            let stats = Arc::clone(&stats);
-            tasks.push(tokio::spawn(serve(
+            },
+        )));
+        for (addr, listener) in forwarders {
+            let counted = Arc::clone(&stats);
+            egress.tasks.push(tokio::spawn(serve(
                 listener,
                 Arc::clone(&limit),
+                Arc::clone(&stats),
                 move |conn| {
-                    let stats = Arc::clone(&stats);
+                    let stats = Arc::clone(&counted);
                     async move { forward(conn, addr, &stats).await }
                 },
             )));
         }
-        Ok(Self {
-            tasks,
-            stats,
-            proxy_url: format!("http://{proxy_addr}"),
-            policy,
-        })
+        Ok(egress)
     }
 
     /// The proxy's URL inside the namespace (`http://127.0.0.1:PORT`).
@@ -145,9 +168,15 @@ impl Egress {
         } else {
             String::new()
         };
+        let dropped = s.dropped.load(Ordering::Relaxed);
+        let dropped = if dropped > 0 {
+            format!(", {dropped} dropped past {MAX_CONNECTIONS} at once")
+        } else {
+            String::new()
+        };
         format!(
             "egress {}: {} connection(s) admitted by the proxy, {} refused{extra}, {} forwarded \
-             from the namespace's loopback, {} failed to connect",
+             from the namespace's loopback, {} failed to connect{dropped}",
             self.policy,
             s.admitted.load(Ordering::Relaxed),
             refused,
@@ -167,7 +196,7 @@ impl Drop for Egress {
 
 /// Accepts connections on `listener`, each served by `handle` while fewer
 /// than the limit are open; the connections end with this task.
-async fn serve<F, Fut>(listener: TcpListener, limit: Arc<Semaphore>, handle: F)
+async fn serve<F, Fut>(listener: TcpListener, limit: Arc<Semaphore>, stats: Arc<Stats>, handle: F)
 where
     F: Fn(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -178,7 +207,9 @@ where
             accepted = listener.accept() => match accepted {
                 Ok((conn, _)) => {
                     let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
-                        warn!("egress: too many connections; one dropped");
+                        if stats.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                            warn!(max = MAX_CONNECTIONS, "egress: too many connections at once; dropping the rest");
+                        }
                         continue;
                     };
                     let served = handle(conn);
@@ -226,12 +257,20 @@ impl Proxy {
         let request = match Request::parse(&head.bytes[..head.end]) {
             Ok(r) => r,
             Err(why) => {
+                self.refused(&format!("a request the proxy does not take ({why})"));
                 let _ = reply(&mut conn, "400 Bad Request", why).await;
                 return;
             }
         };
         if !self.allow.iter().any(|d| d.admits(&request.dest)) {
-            self.refuse(&mut conn, &request).await;
+            let what = format!("{} {}", request.method, request.dest);
+            self.refused(&format!("{what} is not allowed by the network policy"));
+            let _ = reply(
+                &mut conn,
+                "403 Forbidden",
+                "korvus egress: destination not allowed",
+            )
+            .await;
             return;
         }
         let target = (request.dest.host().to_owned(), request.dest.port());
@@ -265,22 +304,15 @@ impl Proxy {
         }
     }
 
-    async fn refuse(&self, conn: &mut TcpStream, request: &Request) {
+    /// Counts a refusal; the first [`NOTED_REFUSALS`] are logged and noted.
+    fn refused(&self, what: &str) {
         let n = self.stats.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let what = format!("{} {}", request.method, request.dest);
-        warn!(request = %what, "egress refused");
         if n <= NOTED_REFUSALS {
-            let _ = self.notes.try_send(format!(
-                "egress refused: {what} is not allowed by the network policy ({})",
-                self.policy
-            ));
+            warn!(refused = %what, "egress refused");
+            let _ = self
+                .notes
+                .try_send(format!("egress refused: {what} ({})", self.policy));
         }
-        let _ = reply(
-            conn,
-            "403 Forbidden",
-            "korvus egress: destination not allowed",
-        )
-        .await;
     }
 }
 
@@ -322,7 +354,8 @@ async fn reply(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Resul
 }
 
 /// A proxy request: its destination and, for an absolute-form request, the
-/// head to send upstream (origin-form, without `Proxy-*` headers).
+/// head to send upstream (origin-form, without `Proxy-*` headers, its
+/// `Host` the request's authority whatever the client sent).
 #[derive(Debug)]
 struct Request {
     method: String,
@@ -365,10 +398,11 @@ impl Request {
         };
         let dest = Destination::from_url(&format!("http://{authority}"))
             .map_err(|_| "korvus egress: bad host in the request")?;
-        let mut origin = format!("{method} {path} {version}\r\n");
+        let mut origin = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
         for line in lines.filter(|l| !l.is_empty()) {
-            let name = line.split(':').next().unwrap_or_default();
-            if !name.trim().to_ascii_lowercase().starts_with("proxy-") {
+            let name = line.split(':').next().unwrap_or_default().trim();
+            let name = name.to_ascii_lowercase();
+            if !name.starts_with("proxy-") && name != "host" {
                 origin.push_str(line);
                 origin.push_str("\r\n");
             }
@@ -397,13 +431,13 @@ mod tests {
     #[test]
     fn absolute_requests_go_upstream_in_origin_form_without_proxy_headers() {
         let r = Request::parse(
-            b"POST http://127.0.0.1:9/v1/responses?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: b\r\n\r\n",
+            b"POST http://127.0.0.1:9/v1/responses?x=1 HTTP/1.1\r\nHost: elsewhere.example\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: b\r\nAccept: */*\r\n\r\n",
         )
         .unwrap();
         assert_eq!(r.dest, Destination::new("127.0.0.1", 9));
         assert_eq!(
             String::from_utf8(r.origin.unwrap()).unwrap(),
-            "POST /v1/responses?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
+            "POST /v1/responses?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nAccept: */*\r\n\r\n"
         );
         let r = Request::parse(b"GET http://h?q HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!(r.dest, Destination::new("h", 80));
