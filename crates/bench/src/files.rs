@@ -10,9 +10,7 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::{BlobStore, FsBlobStore};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_harvest::{persist, PersistConfig, PersistOutcome, PersistRequest};
-use korvus_store::{
-    IncidentId, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store,
-};
+use korvus_store::{IncidentId, MemoryStore, NewIncident, NewSession, SessionId, Store};
 
 use crate::report::{Goal, Row};
 use crate::s3stub::{LatencyStub, S3_LATENCY};
@@ -70,7 +68,6 @@ async fn target() -> Result<Target> {
             lease: None,
             id: SessionId::new(),
             incident_id: incident,
-            kind: SessionKind::Initial,
             prompt: "persist".into(),
             workspace_ref: None,
         })

@@ -14,8 +14,7 @@ use korvus_blob::{artifact_key, BlobStore, Durability, FsBlobStore, PutOptions};
 use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_harvest::{sweep, SweepConfig};
 use korvus_store::{
-    Counters, MemoryStore, NewIncident, NewSession, SessionId, SessionKind, SessionStatus,
-    Settlement, Store,
+    Counters, MemoryStore, NewIncident, NewSession, SessionId, SessionStatus, Settlement, Store,
 };
 
 use crate::files::persist_tree;
@@ -155,7 +154,6 @@ async fn orphans(
                 lease: None,
                 id: SessionId::new(),
                 incident_id: incident.id,
-                kind: SessionKind::Initial,
                 prompt: "sweep".into(),
                 workspace_ref: None,
             })

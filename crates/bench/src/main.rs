@@ -38,6 +38,7 @@ mod cancel;
 mod closers;
 mod fanout;
 mod files;
+mod history;
 mod large;
 mod lease;
 mod output;
@@ -167,7 +168,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=15u32 {
+    for n in 1..=16u32 {
         if !wanted(n) {
             continue;
         }
@@ -188,7 +189,8 @@ async fn all(
             12 => large::persist_large(&mut b).await,
             13 => large::sweep_throughput(&mut b).await,
             14 => fanout::fanout(&mut b).await,
-            _ => admission::admission(&mut b).await,
+            15 => admission::admission(&mut b).await,
+            _ => history::create_with_history(&mut b).await,
         };
         match result {
             Ok(r) => {

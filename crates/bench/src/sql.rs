@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::FsBlobStore;
 use korvus_log::{LogHeader, LogId};
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{IncidentId, NewIncident, SessionId, SessionKind, Store};
+use korvus_store::{IncidentId, NewIncident, SessionId, Store};
 use korvus_store_sql::{PgLog, PgPool, PgStore};
 use korvus_testkit::faults::FaultStore;
 use korvus_workspace::ScratchRoot;
@@ -230,7 +230,7 @@ async fn create_latency_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
         }),
     );
     let what = format!(
-        "{} creates per side in {rounds} rounds, interleaved one by one (order alternating), each on a fresh incident, PgStore + PgLog on one 8-connection pool; raw = the same 4 statements (incident, sessions, insert session with seq, insert turn log) via sqlx; runners park until stop",
+        "{} creates per side in {rounds} rounds, interleaved one by one (order alternating), each on a fresh incident, PgStore + PgLog on one 8-connection pool; raw = the same 3 statements (incident, insert session with its seq and kind, insert turn log) via sqlx; runners park until stop",
         rounds * per_round
     );
     Ok(vec![
@@ -280,19 +280,6 @@ async fn create_raw(pool: &PgPool, incident: IncidentId) -> Result<f64> {
     if row.is_none() {
         bail!("incident {incident} vanished");
     }
-    let sessions = sqlx::query(
-        "SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-         exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, created_at, ended_at \
-         FROM sessions WHERE incident_id = $1 ORDER BY seq",
-    )
-    .bind(incident.as_uuid())
-    .fetch_all(pool)
-    .await?;
-    let kind = if sessions.is_empty() {
-        SessionKind::Initial
-    } else {
-        SessionKind::FollowUp
-    };
     let id = SessionId::new();
     let seq: Option<i64> = sqlx::query_scalar(
         "WITH next AS ( \
@@ -301,12 +288,13 @@ async fn create_raw(pool: &PgPool, incident: IncidentId) -> Result<f64> {
          INSERT INTO sessions \
              (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
               revision, created_at) \
-         SELECT $1, $2, next.last_seq, $3, $4, $5, $6, $7, 1, $8 FROM next \
+         SELECT $1, $2, next.last_seq, \
+                CASE WHEN next.last_seq = 1 THEN 'initial' ELSE 'follow_up' END, \
+                $3, $4, $5, $6, 1, $7 FROM next \
          RETURNING seq",
     )
     .bind(id.as_uuid())
     .bind(incident.as_uuid())
-    .bind(kind.as_str())
     .bind("running")
     .bind("measure me")
     .bind(None::<String>)

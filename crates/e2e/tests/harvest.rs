@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use korvus_blob::{BlobKey, Sha256Digest};
 use korvus_harvest::{persist, PersistConfig, PersistRequest};
-use korvus_store::{NewIncident, NewSession, Session, SessionId, SessionKind, Store};
+use korvus_store::{NewIncident, NewSession, Session, SessionId, Store};
 
 use crate::support::{write, Backends};
 
@@ -25,7 +25,6 @@ async fn running_session(store: &dyn Store) -> Session {
             lease: None,
             id: SessionId::new(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "go".into(),
             workspace_ref: None,
         })

@@ -12,7 +12,7 @@ use korvus_blob::{BlobKey, BlobStore};
 use korvus_harvest::{persist, sweep, PersistConfig, PersistOutcome, PersistRequest, SweepConfig};
 use korvus_store::{
     CoordinatedStore, Counters, Lease, NewIncident, NewReport, NewSession, OwnerId, Session,
-    SessionId, SessionKind, SessionStatus, Settlement, Store,
+    SessionId, SessionStatus, Settlement, Store,
 };
 use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
 
@@ -45,7 +45,6 @@ async fn running(store: &dyn Store) -> Session {
             lease: Some(lease),
             id: SessionId::new(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "go".into(),
             workspace_ref: None,
         })

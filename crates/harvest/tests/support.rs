@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use korvus_harvest::{PersistOutcome, PersistRequest};
-use korvus_store::{MemoryStore, NewIncident, NewSession, Session, SessionId, SessionKind, Store};
+use korvus_store::{MemoryStore, NewIncident, NewSession, Session, SessionId, Store};
 
 /// A store with one running session, and a scratch dir.
 pub(crate) struct Env {
@@ -30,7 +30,6 @@ async fn env_with(store: Arc<dyn Store>) -> Env {
             lease: None,
             id: SessionId::new(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "go".into(),
             workspace_ref: None,
         })

@@ -11,7 +11,7 @@ use korvus_blob::{BlobKey, BlobStore, FsBlobStore, PutOptions};
 use korvus_harvest::{persist, sweep, PersistConfig, PersistOutcome, SweepConfig, SweepError};
 use korvus_store::{
     Counters, Lease, MemoryStore, NewIncident, NewReport, NewSession, OwnerId, Session, SessionId,
-    SessionKind, SessionStatus, Settlement, Store,
+    SessionStatus, Settlement, Store,
 };
 use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
 
@@ -42,7 +42,6 @@ async fn session(store: &dyn Store, lease: Option<Lease>) -> Session {
             lease,
             id: SessionId::new(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "go".into(),
             workspace_ref: None,
         })

@@ -96,7 +96,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use korvus_store::{MemoryStore, NewIncident, NewSession, SessionKind, Store};
+    use korvus_store::{MemoryStore, NewIncident, NewSession, Store};
 
     #[tokio::test]
     async fn a_plan_has_one_revision_and_one_fence() {
@@ -114,7 +114,6 @@ mod tests {
                 lease: None,
                 id: SessionId::new(),
                 incident_id: incident.id,
-                kind: SessionKind::Initial,
                 prompt: "p".into(),
                 workspace_ref: None,
             })

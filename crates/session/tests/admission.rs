@@ -397,7 +397,6 @@ async fn a_claimed_session_its_creator_left_half_made_is_settled_not_run() {
             lease: None,
             id: korvus_store::SessionId::new(),
             incident_id: env.incident.id,
-            kind: korvus_store::SessionKind::Initial,
             prompt: "no log yet".into(),
             workspace_ref: None,
         })

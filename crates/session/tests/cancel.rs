@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use korvus_runner::RunOutcome;
 use korvus_session::SessionError;
-use korvus_store::{
-    Coordination, Lease, NewSession, OwnerId, SessionId, SessionKind, SessionStatus, Store,
-};
+use korvus_store::{Coordination, Lease, NewSession, OwnerId, SessionId, SessionStatus, Store};
 
 use crate::support::{writing, Env, ScriptRunner};
 
@@ -23,7 +21,6 @@ async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
             }),
             id: SessionId::new(),
             incident_id: env.incident.id,
-            kind: SessionKind::Initial,
             prompt: "run elsewhere".into(),
             workspace_ref: None,
         })

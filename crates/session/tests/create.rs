@@ -278,3 +278,39 @@ async fn the_row_is_running_in_the_store_while_the_runner_works() {
     assert_eq!(done.status, SessionStatus::Completed);
     manager.stop().await;
 }
+
+/// Two concurrent first creates in a fresh incident, 100 rounds: exactly
+/// one is `initial` — the store decides the kind from the seq it assigns,
+/// and create no longer reads the incident's sessions to guess it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_first_creates_give_exactly_one_initial() {
+    let env = Env::new().await;
+    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
+    for round in 0..100 {
+        let incident = env
+            .store
+            .create_incident(NewIncident {
+                title: format!("round {round}"),
+                workspace: None,
+            })
+            .await
+            .unwrap();
+        let request = |prompt: &str| korvus_session::CreateSession {
+            incident_id: incident.id,
+            prompt: prompt.into(),
+            context: vec![],
+        };
+        let (a, b) = tokio::join!(manager.create(request("a")), manager.create(request("b")));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let kinds = [a.kind, b.kind];
+        assert_eq!(
+            kinds.iter().filter(|k| **k == SessionKind::Initial).count(),
+            1,
+            "round {round}: {kinds:?}"
+        );
+        for s in [&a, &b] {
+            assert_eq!(s.kind, SessionKind::for_seq(s.seq), "round {round}");
+        }
+    }
+    manager.stop().await;
+}

@@ -10,8 +10,7 @@ use korvus_log::MemoryLog;
 use korvus_runner::{ExitReason, RunOutcome};
 use korvus_session::SessionError;
 use korvus_store::{
-    Coordination, Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionKind,
-    SessionStatus, Store,
+    Coordination, Lease, MemoryStore, NewSession, OwnerId, Session, SessionId, SessionStatus, Store,
 };
 use korvus_testkit::faults::{StoreFault, StoreOp};
 
@@ -31,7 +30,6 @@ async fn orphan(env: &Env) -> Session {
             }),
             id: SessionId::new(),
             incident_id: env.incident.id,
-            kind: SessionKind::Initial,
             prompt: "its manager died".into(),
             workspace_ref: None,
         })

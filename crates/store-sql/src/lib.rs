@@ -98,7 +98,7 @@
 //! # #[cfg(feature = "sqlite")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use korvus_store::{NewIncident, NewSession, SessionId, SessionKind, Store};
+//! use korvus_store::{NewIncident, NewSession, SessionId, Store};
 //! use korvus_store_sql::{migrate, open_sqlite, SqliteStore};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -114,7 +114,6 @@
 //!         admission: Default::default(),
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
-//!         kind: SessionKind::Initial,
 //!         prompt: "find out why".into(),
 //!         workspace_ref: None,
 //!     })

@@ -217,9 +217,11 @@ impl StoreDialect for SqliteStore {
              idempotency_key, queued_ms) \
         SELECT $1, i.id, \
                (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE incident_id = i.id), \
-               $3, $4, $5, $6, $7, 1, $8, $9, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $10, \
-               $11, $12, $13, $14, \
-               CASE WHEN $9 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END \
+               CASE WHEN EXISTS (SELECT 1 FROM sessions WHERE incident_id = i.id) \
+                    THEN 'follow_up' ELSE 'initial' END, \
+               $3, $4, $5, $6, 1, $7, $8, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $9, \
+               $10, $11, $12, $13, \
+               CASE WHEN $8 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END \
         FROM incidents AS i WHERE i.id = $2 \
         RETURNING seq, lease_expires_ms";
 

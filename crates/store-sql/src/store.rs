@@ -138,7 +138,6 @@ macro_rules! sql_store {
                     let inserted: Option<(i64, Option<i64>)> = sqlx::query_as(Self::INSERT_SESSION)
                         .bind(new.id.as_uuid())
                         .bind(new.incident_id.as_uuid())
-                        .bind(new.kind.as_str())
                         .bind(SessionStatus::Running.as_str())
                         .bind(&new.prompt)
                         .bind(new.workspace_ref.as_ref().map(|w| &w.repo))
@@ -158,12 +157,14 @@ macro_rules! sql_store {
                     let (seq, expires) = inserted.ok_or_else(|| {
                         StoreError::not_found(Entity::Incident, new.incident_id)
                     })?;
+                    let seq = u32::try_from(seq)
+                        .map_err(|_| unexpected(Self::BACKEND, format!("seq {seq}")))?;
                     Ok(Session {
                         id: new.id,
                         incident_id: new.incident_id,
-                        seq: u32::try_from(seq)
-                            .map_err(|_| unexpected(Self::BACKEND, format!("seq {seq}")))?,
-                        kind: new.kind,
+                        seq,
+                        // The statement stored the kind of this seq.
+                        kind: korvus_store::SessionKind::for_seq(seq),
                         status: SessionStatus::Running,
                         prompt: new.prompt,
                         workspace_ref: new.workspace_ref,

@@ -1,7 +1,7 @@
 //! Seq allocation holds when the creates really run on several connections
 //! at once (the contract case cannot see the pool).
 
-use korvus_store::{Coordination, NewSession, SessionId, SessionKind, Store};
+use korvus_store::{Coordination, NewSession, SessionId, Store};
 use korvus_store_sql::{PgStore, SqliteStore};
 use korvus_testkit::store::incident;
 
@@ -15,7 +15,6 @@ async fn hundred_creates(store: &dyn Store) {
             lease: None,
             id: SessionId::new(),
             incident_id: inc.id,
-            kind: SessionKind::FollowUp,
             prompt: format!("p{i}"),
             workspace_ref: None,
         })
@@ -85,7 +84,6 @@ async fn postgres_a_stale_report_racing_a_takeover_writes_nothing() {
             lease: None,
             id: SessionId::new(),
             incident_id: inc.id,
-            kind: SessionKind::Initial,
             prompt: "raced".into(),
             workspace_ref: None,
         })

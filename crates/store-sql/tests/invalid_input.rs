@@ -2,8 +2,7 @@
 //! the database sees it, the same on both backends.
 
 use korvus_store::{
-    validate, ContextRef, NewIncident, NewSession, SessionId, SessionKind, Store, StoreError,
-    WorkspaceRef,
+    validate, ContextRef, NewIncident, NewSession, SessionId, Store, StoreError, WorkspaceRef,
 };
 use korvus_store_sql::{PgStore, SqliteStore};
 use korvus_testkit::store::{incident, new_artifact, session};
@@ -38,7 +37,6 @@ async fn refused_before_the_database(store: &dyn Store) {
                 lease: None,
                 id: SessionId::new(),
                 incident_id: inc.id,
-                kind: SessionKind::Initial,
                 prompt: "fine".into(),
                 workspace_ref: Some(WorkspaceRef {
                     repo: "/srv/repo".into(),

@@ -32,7 +32,7 @@
 //! # Example
 //!
 //! ```
-//! use korvus_store::{MemoryStore, NewIncident, NewSession, SessionId, SessionKind, Store};
+//! use korvus_store::{MemoryStore, NewIncident, NewSession, SessionId, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> korvus_store::Result<()> {
 //! let store = MemoryStore::new();
@@ -45,7 +45,6 @@
 //!         admission: Default::default(),
 //!         id: SessionId::new(),
 //!         incident_id: incident.id,
-//!         kind: SessionKind::Initial,
 //!         prompt: "find out why".into(),
 //!         workspace_ref: None,
 //!     })

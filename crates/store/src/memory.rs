@@ -195,7 +195,7 @@ impl Store for MemoryStore {
             id: new.id,
             incident_id: new.incident_id,
             seq,
-            kind: new.kind,
+            kind: crate::SessionKind::for_seq(seq),
             status: SessionStatus::Running,
             prompt: new.prompt,
             workspace_ref: new.workspace_ref,

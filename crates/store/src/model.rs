@@ -185,6 +185,14 @@ string_enum!(
     }
 );
 
+impl SessionKind {
+    /// The kind of the session numbered `seq` in its incident (1: initial);
+    /// stores decide it in the insert that assigns the seq.
+    pub fn for_seq(seq: u32) -> Self {
+        [SessionKind::Initial, SessionKind::FollowUp][usize::from(seq > 1)]
+    }
+}
+
 string_enum!(
     /// What an artifact holds.
     ArtifactKind, "artifact kind" {
@@ -372,10 +380,9 @@ impl Session {
 pub struct NewSession {
     /// Caller-minted id (UUID v7).
     pub id: SessionId,
-    /// The incident; must exist.
+    /// The incident; must exist. The store numbers the session in it
+    /// (`seq`) and decides its [`SessionKind`] from that number.
     pub incident_id: IncidentId,
-    /// Initial or follow-up.
-    pub kind: SessionKind,
     /// The prompt.
     pub prompt: String,
     /// The pinned repository, if any.

@@ -22,7 +22,7 @@ mod terminal;
 
 use korvus_store::{
     ArtifactId, ArtifactKind, Counters, Incident, NewArtifact, NewIncident, NewReport, NewSession,
-    Session, SessionId, SessionKind, SessionStatus, Settlement, Store, WorkspaceRef,
+    Session, SessionId, SessionStatus, Settlement, Store, WorkspaceRef,
 };
 
 pub use self::artifacts::{artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing};
@@ -45,9 +45,10 @@ pub use self::reports::{
 };
 pub use self::sessions::{
     a_stale_fence_settles_nothing, admission_round_trips_and_idempotency_keys_are_unique,
-    concurrent_creates_get_seqs_one_to_hundred, each_new_run_increments_the_fence,
-    reopen_has_exactly_one_winner, reopen_of_a_running_session_is_not_finished,
-    session_insert_rules, settle_sets_and_clears_ended_at,
+    concurrent_creates_get_seqs_one_to_hundred, concurrent_first_creates_have_one_initial,
+    each_new_run_increments_the_fence, reopen_has_exactly_one_winner,
+    reopen_of_a_running_session_is_not_finished, session_insert_rules,
+    settle_sets_and_clears_ended_at,
 };
 pub use self::terminal::{
     a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
@@ -84,7 +85,6 @@ pub(crate) fn new_session(incident: &Incident, prompt: &str) -> NewSession {
         lease: None,
         id: SessionId::new(),
         incident_id: incident.id,
-        kind: SessionKind::Initial,
         prompt: prompt.into(),
         workspace_ref: incident.workspace.clone(),
     }

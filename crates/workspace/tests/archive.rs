@@ -8,7 +8,7 @@ use std::process::Command;
 
 use flate2::read::GzDecoder;
 use korvus_blob::{artifact_key, BlobKey, BlobStore, MemoryBlobStore, Sha256Digest};
-use korvus_store::{ArtifactKind, MemoryStore, NewIncident, NewSession, SessionKind, Store};
+use korvus_store::{ArtifactKind, MemoryStore, NewIncident, NewSession, Store};
 use korvus_workspace::{
     archive, archive_with, store_archive, ArchiveConfig, WorkspaceError, ARCHIVE_PATH,
     DEFAULT_ARCHIVE_MAX_BYTES,
@@ -169,7 +169,6 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
             lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "p".into(),
             workspace_ref: None,
         })
@@ -234,7 +233,6 @@ async fn a_failed_upload_writes_no_row() {
             lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "p".into(),
             workspace_ref: None,
         })
@@ -377,7 +375,6 @@ async fn a_streamed_archive_round_trips_through_the_blob_store() {
             lease: None,
             id: s.dir.session_id(),
             incident_id: incident.id,
-            kind: SessionKind::Initial,
             prompt: "p".into(),
             workspace_ref: None,
         })

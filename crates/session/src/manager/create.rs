@@ -6,7 +6,7 @@ use korvus_runner::ExitReason;
 use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
     Admission, Artifact, ArtifactId, ArtifactKind, ContextRef, Incident, IncidentId,
-    IncidentStatus, NewSession, Priority, Session, SessionId, SessionKind, Store, StoreError,
+    IncidentStatus, NewSession, Priority, Session, SessionId, Store, StoreError,
 };
 use tracing::{error, info, info_span, Instrument};
 
@@ -174,11 +174,6 @@ impl Manager {
                 incident: incident.id,
             });
         }
-        let kind = if inner.store.list_sessions(incident.id).await?.is_empty() {
-            SessionKind::Initial
-        } else {
-            SessionKind::FollowUp
-        };
         let (refs, inherited) = resolve_refs(&*inner.store, &incident, &request.context).await?;
         let id = SessionId::new();
         let span = info_span!("session", session_id = %id, incident_id = %incident.id);
@@ -210,7 +205,6 @@ impl Manager {
                     lease: Some(inner.lease()),
                     id,
                     incident_id: incident.id,
-                    kind,
                     prompt: request.prompt,
                     workspace_ref: incident.workspace.clone(),
                 })
@@ -232,12 +226,12 @@ impl Manager {
             };
             let Some(slot) = slot else {
                 let session = inner.enqueue(session).await;
-                info!(seq = session.seq, kind = %kind, queued = session.is_queued(), "session created and queued");
+                info!(seq = session.seq, kind = %session.kind, queued = session.is_queued(), "session created and queued");
                 inner.slots.set_waiting(true);
                 inner.slots.nudge();
                 return Ok(session);
             };
-            info!(seq = session.seq, kind = %kind, "session created");
+            info!(seq = session.seq, kind = %session.kind, "session created");
             let plan = Plan::new(session.clone(), session.revision, incident, inherited, None);
             this.launch(plan, log, guard, slot);
             Ok(session)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use korvus_store::{
-    exit_reason, ContinueFrom, CoordinatedStore, Lease, NewSession, OwnerId, Session, SessionKind,
+    exit_reason, ContinueFrom, CoordinatedStore, Lease, NewSession, OwnerId, Session,
     SessionStatus, StoreError,
 };
 
@@ -38,7 +38,6 @@ async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Session {
             lease: Some(lease),
             id: korvus_store::SessionId::new(),
             incident_id: inc.id,
-            kind: SessionKind::Initial,
             prompt: "leased".into(),
             workspace_ref: None,
         })

@@ -35,16 +35,16 @@ pub async fn concurrent_creates_get_seqs_one_to_hundred(store: &dyn Store) {
 }
 
 /// A new session is born running at revision 1 with its fields intact; a
-/// duplicate id is a conflict; seqs are per incident.
+/// duplicate id is a conflict; seqs are per incident; the store decides the
+/// kind from the seq (1: `initial`, later: `follow_up`).
 pub async fn session_insert_rules(store: &dyn Store) {
     let inc = incident(store).await;
     let other = incident(store).await;
-    let mut new = new_session(&inc, "why is the disk full? ünïcödé");
-    new.kind = SessionKind::FollowUp;
+    let new = new_session(&inc, "why is the disk full? ünïcödé");
     let s = store.create_session(new.clone()).await.unwrap();
     assert_eq!(s.id, new.id);
     assert_eq!(s.seq, 1);
-    assert_eq!(s.kind, SessionKind::FollowUp);
+    assert_eq!(s.kind, SessionKind::Initial);
     assert_eq!(s.status, SessionStatus::Running);
     assert_eq!(s.prompt, new.prompt);
     assert_eq!(s.workspace_ref, inc.workspace);
@@ -57,8 +57,47 @@ pub async fn session_insert_rules(store: &dyn Store) {
         Err(StoreError::Conflict { entity, .. }) => assert_eq!(entity, Entity::Session),
         other => panic!("duplicate session id: expected Conflict, got {other:?}"),
     }
-    assert_eq!(session(store, &other).await.seq, 1, "seq is per incident");
-    assert_eq!(session(store, &inc).await.seq, 2);
+    let first_of_other = session(store, &other).await;
+    assert_eq!(first_of_other.seq, 1, "seq is per incident");
+    assert_eq!(first_of_other.kind, SessionKind::Initial);
+    let second = session(store, &inc).await;
+    assert_eq!(second.seq, 2);
+    assert_eq!(second.kind, SessionKind::FollowUp);
+    assert_eq!(
+        store.get_session(second.id).await.unwrap().kind,
+        SessionKind::FollowUp
+    );
+}
+
+/// Two concurrent first creates in a fresh incident, 100 rounds: exactly
+/// one is `initial` (the store decides the kind inside the insert, from the
+/// seq it assigns), and the seqs are 1 and 2.
+pub async fn concurrent_first_creates_have_one_initial(store: &dyn Store) {
+    for round in 0..100 {
+        let inc = incident(store).await;
+        let (a, b) = futures::join!(
+            store.create_session(new_session(&inc, "a")),
+            store.create_session(new_session(&inc, "b"))
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let initial = [&a, &b]
+            .iter()
+            .filter(|s| s.kind == SessionKind::Initial)
+            .count();
+        assert_eq!(initial, 1, "round {round}: {a:?} {b:?}");
+        let mut seqs = [a.seq, b.seq];
+        seqs.sort_unstable();
+        assert_eq!(seqs, [1, 2], "round {round}");
+        for s in [&a, &b] {
+            let want = if s.seq == 1 {
+                SessionKind::Initial
+            } else {
+                SessionKind::FollowUp
+            };
+            assert_eq!(s.kind, want, "round {round}");
+            assert_eq!(store.get_session(s.id).await.unwrap().kind, want);
+        }
+    }
 }
 
 /// Settling to a terminal status sets `ended_at` and copies the outcome;
