@@ -12,6 +12,7 @@
 //! and sessions per second. Figures are reported, not gated: 4 replicas
 //! and PostgreSQL on 2 cores measure contention.
 
+use korvus_store::StoreExt as _;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -166,7 +167,7 @@ async fn one(replicas: usize, n: usize, max: usize, work: Duration) -> Result<Sa
     }
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let sessions = store.list_sessions(incident.id).await?;
+        let sessions = store.all_sessions(incident.id).await?;
         if sessions.iter().all(|s| s.status.is_terminal()) {
             break;
         }

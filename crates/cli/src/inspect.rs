@@ -1,6 +1,7 @@
 //! `incident`, `show`, `ls`, `cat`, `export`, `migrate`: commands that read
 //! (or set up) rows without running an agent.
 
+use korvus_store::StoreExt as _;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +11,8 @@ use anyhow::{bail, Context, Result};
 use korvus_blob::BlobKey;
 use korvus_log::{export_jsonl, Access, EventKind, LogId, DROPPED_PREFIX};
 use korvus_store::{
-    Artifact, IncidentId, IncidentStatus, NewIncident, SessionId, SessionStatus, WorkspaceRef,
+    Artifact, Cursor, IncidentId, IncidentStatus, NewIncident, Page, Session, SessionId,
+    SessionStatus, WorkspaceRef,
 };
 
 use crate::compose::Backends;
@@ -149,7 +151,7 @@ pub(crate) async fn incident(global: &Global, command: IncidentCommand) -> Resul
             println!("{}", incident.id);
         }
         IncidentCommand::Ls => {
-            for i in backends.store.list_incidents().await? {
+            for i in backends.store.all_incidents().await? {
                 println!("{}  {:<6}  {}", i.id, i.status, i.title);
             }
         }
@@ -238,7 +240,7 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
     if let Some(ended) = s.ended_at {
         println!("ended      {ended}");
     }
-    let reports = backends.store.list_reports(id).await?;
+    let reports = backends.store.all_reports(id).await?;
     // The session's total is the sum of its reports (each carries its
     // run's counters); the row holds the last run's only.
     let total = reports
@@ -282,7 +284,7 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             }
         }
     }
-    let mut artifacts = backends.store.list_session_artifacts(id).await?;
+    let mut artifacts = backends.store.all_session_artifacts(id).await?;
     artifacts.sort_by(|a, b| (a.revision, &a.path).cmp(&(b.revision, &b.path)));
     println!("artifacts");
     for a in &artifacts {
@@ -315,7 +317,7 @@ async fn failure_cause(
     s: &korvus_store::Session,
     facts: &LogFacts,
 ) -> Option<String> {
-    let reports = backends.store.list_reports(s.id).await.ok()?;
+    let reports = backends.store.all_reports(s.id).await.ok()?;
     let detail = reports
         .iter()
         .rfind(|r| r.revision == s.revision)
@@ -383,70 +385,103 @@ fn counters_text(c: &korvus_store::Counters) -> String {
     )
 }
 
-pub(crate) async fn ls(global: &Global, only: Option<&str>) -> Result<ExitCode> {
+/// `korvus ls`: one page of incidents, each with its first page of
+/// sessions (or, with `--incident`, one page of that incident's sessions):
+/// a bounded number of queries, whatever the history.
+pub(crate) async fn ls(
+    global: &Global,
+    only: Option<&str>,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let only = only
-        .map(|i| parse_id::<IncidentId>(i, "incident"))
-        .transpose()?;
-    let mut incidents = backends.store.list_incidents().await?;
-    incidents.sort_by_key(|i| i.created_at);
+    let cursor = after.map(Cursor::parse).transpose()?;
+    let page = |c: Option<Cursor>| match c {
+        Some(c) => Page::after(c, limit),
+        None => Page::first(limit),
+    };
     let orphans = backends.store.expired_leases().await?;
-    if incidents.is_empty() {
+    let (incidents, next_incidents, session_page) = match only {
+        Some(id) => {
+            let id = parse_id::<IncidentId>(id, "incident")?;
+            let incident = backends.store.get_incident(id).await?;
+            (vec![incident], None, page(cursor))
+        }
+        None => {
+            let paged = backends.store.list_incidents(page(cursor)).await?;
+            (paged.items, paged.next, Page::first(limit))
+        }
+    };
+    if incidents.is_empty() && after.is_none() {
         println!(
             "no incidents yet in {}; `korvus demo` runs a first session, \
              `korvus incident create` starts one",
             backends.place()
         );
     }
-    let shown: Vec<_> = incidents
-        .iter()
-        .filter(|i| only.is_none_or(|o| o == i.id))
-        .collect();
-    if !shown.is_empty() {
+    if !incidents.is_empty() {
         println!(
             "{:<46} {:<4} {:<10} {:<36} created (UTC)",
             "incident / session", "seq", "kind", "status (exit reason)"
         );
     }
-    for i in shown {
+    for i in &incidents {
         let state = if i.status == IncidentStatus::Closed {
             " (closed)"
         } else {
             ""
         };
         println!("incident {}  {}{state}", i.id, i.title);
-        for s in backends.store.list_sessions(i.id).await? {
-            // A running row whose cancel was asked for but not yet done.
-            let pending = if s.cancel_requested && s.status == SessionStatus::Running {
-                "  (cancel requested)"
-            } else {
-                ""
-            };
-            // Who runs an active session, and whether its lease is live.
-            let lease = if s.status == SessionStatus::Running && !s.is_idle() {
-                let expired = orphans.iter().any(|(o, _)| *o == s.id);
-                format!("  [{}]", crate::session::lease_text(&s, expired))
-            } else {
-                String::new()
-            };
-            // One status column: the exit reason only where it says more.
-            let status = match s.exit_reason.as_deref() {
-                Some(reason) if reason != s.status.as_str() => format!("{} ({reason})", s.status),
-                _ if s.is_queued() => format!("{} (queued)", s.status),
-                _ => s.status.to_string(),
-            };
+        let sessions = backends
+            .store
+            .list_sessions(i.id, session_page.clone())
+            .await?;
+        for s in &sessions.items {
+            print_session_line(s, &orphans);
+        }
+        if let Some(next) = sessions.next {
             println!(
-                "  session {}  #{:<3} {:<10} {:<36} {}{pending}{lease}",
-                s.id,
-                s.seq,
-                s.kind,
-                status,
-                s.created_at.format("%Y-%m-%d %H:%M:%S")
+                "  … more sessions: korvus ls --incident {} --after {next}",
+                i.id
             );
         }
     }
+    if let Some(next) = next_incidents {
+        println!("… more incidents: korvus ls --after {next}");
+    }
     backends.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One session's line in `korvus ls`.
+fn print_session_line(s: &Session, orphans: &[(SessionId, u64)]) {
+    // A running row whose cancel was asked for but not yet done.
+    let pending = if s.cancel_requested && s.status == SessionStatus::Running {
+        "  (cancel requested)"
+    } else {
+        ""
+    };
+    // Who runs an active session, and whether its lease is live.
+    let lease = if s.status == SessionStatus::Running && !s.is_idle() {
+        let expired = orphans.iter().any(|(o, _)| *o == s.id);
+        format!("  [{}]", crate::session::lease_text(s, expired))
+    } else {
+        String::new()
+    };
+    // One status column: the exit reason only where it says more.
+    let status = match s.exit_reason.as_deref() {
+        Some(reason) if reason != s.status.as_str() => format!("{} ({reason})", s.status),
+        _ if s.is_queued() => format!("{} (queued)", s.status),
+        _ => s.status.to_string(),
+    };
+    println!(
+        "  session {}  #{:<3} {:<10} {:<36} {}{pending}{lease}",
+        s.id,
+        s.seq,
+        s.kind,
+        status,
+        s.created_at.format("%Y-%m-%d %H:%M:%S")
+    );
 }
 
 pub(crate) async fn cat(
@@ -459,7 +494,7 @@ pub(crate) async fn cat(
     let id = find_session(&backends, session).await?.id;
     let key = match path {
         None => {
-            let reports = backends.store.list_reports(id).await?;
+            let reports = backends.store.all_reports(id).await?;
             let revisions: Vec<String> = reports.iter().map(|r| r.revision.to_string()).collect();
             let report = match revision {
                 Some(rev) => reports.iter().find(|r| r.revision == rev),
@@ -482,7 +517,7 @@ pub(crate) async fn cat(
                 .with_context(|| format!("report revision {} has no report.md", report.revision))?
         }
         Some(path) => {
-            let artifacts = backends.store.list_session_artifacts(id).await?;
+            let artifacts = backends.store.all_session_artifacts(id).await?;
             artifacts
                 .iter()
                 .filter(|a| a.path == path && revision.is_none_or(|r| a.revision == r))

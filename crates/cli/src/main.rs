@@ -210,11 +210,18 @@ enum Command {
         /// Session id.
         session: String,
     },
-    /// List incidents and their sessions.
+    /// List incidents and their sessions, a page at a time (incidents
+    /// oldest first, each with its first sessions).
     Ls {
-        /// Only this incident.
+        /// Only this incident (its sessions paged by --limit and --after).
         #[arg(long)]
         incident: Option<String>,
+        /// Rows per page: incidents, or with --incident its sessions.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+        /// Start after this cursor (printed at the end of the page before).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
     },
     /// Print a session's report, or one of its artifacts.
     Cat {
@@ -423,7 +430,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reopen(args) => session::reopen(&global, args).await,
         Command::Reply(args) => session::reply(&global, args).await,
         Command::Show { session } => inspect::show(&global, &session).await,
-        Command::Ls { incident } => inspect::ls(&global, incident.as_deref()).await,
+        Command::Ls {
+            incident,
+            limit,
+            after,
+        } => inspect::ls(&global, incident.as_deref(), limit, after.as_deref()).await,
         Command::Cat {
             session,
             path,

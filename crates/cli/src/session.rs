@@ -1,6 +1,7 @@
 //! `run`, `reopen`, `cancel`, `reap`: commands that drive sessions, and the
 //! live view they share.
 
+use korvus_store::StoreExt as _;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::process::ExitCode;
@@ -542,7 +543,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
     );
     let reports = backends
         .store
-        .list_reports(row.id)
+        .all_reports(row.id)
         .await
         .context("cannot list reports")?;
     let Some(report) = reports.iter().max_by_key(|r| r.revision) else {
@@ -559,7 +560,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
     }
     let artifacts = backends
         .store
-        .list_session_artifacts(row.id)
+        .all_session_artifacts(row.id)
         .await
         .context("cannot list artifacts")?;
     let mut this: Vec<_> = artifacts

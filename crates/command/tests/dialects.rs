@@ -5,7 +5,8 @@
 use korvus_command::Dialect;
 use korvus_log::{EventKind, Role};
 use korvus_runner::exit;
-use korvus_store::{SessionStatus, Store};
+use korvus_store::SessionStatus;
+use korvus_store::StoreExt as _;
 
 use crate::support::{harness, sh};
 
@@ -67,7 +68,7 @@ async fn codex_lines_become_turns_calls_messages_and_usage_across_a_reopen() {
         }));
     // Without a kept thread total (native resume keeps one with the
     // revision) a run counts the running total from zero: 300/30.
-    let reports = h.store.list_reports(row.id).await.expect("reports");
+    let reports = h.store.all_reports(row.id).await.expect("reports");
     assert_eq!(reports.len(), 2);
     assert_eq!(
         (

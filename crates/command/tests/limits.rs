@@ -5,6 +5,7 @@
 //! outlives its settle, however it ends; required limits that cannot be had
 //! fail the run before its program starts.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -194,7 +195,7 @@ async fn a_full_scratch_dir_ends_disk_quota_exceeded_within_a_poll() {
     // stopped (the summary note, written once its processes are gone):
     // writing 100 MiB, one poll (100 ms), one walk of a two-file tree.
     // Landing the files afterwards is not the limit's business.
-    let row = h.store.list_sessions(h.incident).await.expect("sessions")[0].clone();
+    let row = h.store.all_sessions(h.incident).await.expect("sessions")[0].clone();
     let events = h.events(row.id).await;
     let texts = h.texts(row.id).await;
     let writing: i64 = texts

@@ -1,6 +1,7 @@
 //! The protocol: stdin, environment, manifest, stdout lines, stderr notes.
 
 use korvus_log::{EventKind, Role};
+use korvus_store::StoreExt as _;
 use korvus_store::{SessionStatus, Store};
 
 use crate::support::{harness, harness_with, sh};
@@ -193,7 +194,7 @@ async fn the_report_lands_and_resume_gets_the_message() {
     .await;
     let row = h.run("first").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
-    let reports = h.store.list_reports(row.id).await.expect("reports");
+    let reports = h.store.all_reports(row.id).await.expect("reports");
     assert_eq!(reports.len(), 1);
     assert!(reports[0].markdown_key.is_some());
 
@@ -205,7 +206,7 @@ async fn the_report_lands_and_resume_gets_the_message() {
         texts.contains(&"resumed with: and now?".to_owned()),
         "{texts:?}"
     );
-    let reports = h.store.list_reports(row.id).await.expect("reports");
+    let reports = h.store.all_reports(row.id).await.expect("reports");
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[1].revision, 2);
     h.stop().await;

@@ -1,5 +1,6 @@
 //! A manager around a `CommandRunner` running a shell script.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,7 +136,7 @@ impl Harness {
     /// Paths of the session's stored artifacts.
     pub(crate) async fn store_artifacts(&self, id: SessionId) -> Vec<String> {
         self.store
-            .list_session_artifacts(id)
+            .all_session_artifacts(id)
             .await
             .expect("artifacts")
             .into_iter()

@@ -3,6 +3,7 @@
 //! replica of another pool, and a queued session cancelled from another
 //! replica ends `cancelled` with its report row, its runner never called.
 
+use korvus_store::StoreExt as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,7 +83,7 @@ async fn queue_across_replicas(
     // report row, its runner never called.
     let cancelled = b.cancel(queued[0].id).await.unwrap();
     assert_eq!(cancelled.status, SessionStatus::Cancelled);
-    let reports = store.list_reports(queued[0].id).await.unwrap();
+    let reports = store.all_reports(queued[0].id).await.unwrap();
     assert_eq!(reports.len(), 1);
     assert!(reports[0]
         .detail
@@ -195,7 +196,7 @@ async fn per_key_cap_across_replicas(
     let mut peak = std::collections::HashMap::<String, usize>::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let rows = store.list_sessions(incident.id).await.unwrap();
+        let rows = store.all_sessions(incident.id).await.unwrap();
         let mut now = std::collections::HashMap::<String, usize>::new();
         for s in rows.iter().filter(|s| s.is_active() && s.owner.is_some()) {
             *now.entry(s.admission.queue_key.clone().unwrap_or_default())

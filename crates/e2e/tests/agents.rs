@@ -166,7 +166,7 @@ async fn assert_one_scripted_turn(rig: &Rig, row: &Session, tool: &str) {
         (1, 1, 200, 20),
         "{row:?}"
     );
-    let reports = korvus_store::Store::list_reports(&*rig.store, row.id)
+    let reports = korvus_store::StoreExt::all_reports(&*rig.store, row.id)
         .await
         .unwrap();
     assert!(reports[0].markdown_key.is_some(), "{reports:?}");
@@ -176,7 +176,7 @@ async fn assert_one_scripted_turn(rig: &Rig, row: &Session, tool: &str) {
 /// `agent_state` artifacts; nothing else of its home (no `auth.json`, no
 /// credentials) was stored.
 async fn assert_only_the_thread_kept(rig: &Rig, row: &Session) {
-    let artifacts = korvus_store::Store::list_session_artifacts(&*rig.store, row.id)
+    let artifacts = korvus_store::StoreExt::all_session_artifacts(&*rig.store, row.id)
         .await
         .unwrap();
     let mut state: Vec<&str> = artifacts
@@ -297,7 +297,7 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
         "the resumed agent sent its first turn back: {:#?}",
         requests[2]
     );
-    let reports = korvus_store::Store::list_reports(&*rig.store, row.id)
+    let reports = korvus_store::StoreExt::all_reports(&*rig.store, row.id)
         .await
         .unwrap();
     let c = &reports[1].counters;

@@ -13,6 +13,7 @@
 //!   already in the log (epochs never go down along a log);
 //! - no agent process left running.
 
+use korvus_store::StoreExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -206,7 +207,7 @@ async fn three_replicas_killed_and_restarted_for_ten_rounds_lose_nothing() {
     // replicas within ttl + period.
     let deadline = Instant::now() + Duration::from_secs(120);
     let sessions = loop {
-        let sessions = store.list_sessions(incident).await.unwrap();
+        let sessions = store.all_sessions(incident).await.unwrap();
         let running = sessions
             .iter()
             .filter(|s| s.status == SessionStatus::Running)
@@ -233,7 +234,7 @@ async fn three_replicas_killed_and_restarted_for_ten_rounds_lose_nothing() {
     let mut owner_lost = 0;
     let mut stale = Vec::new();
     for s in &sessions {
-        let reports = store.list_reports(s.id).await.unwrap();
+        let reports = store.all_reports(s.id).await.unwrap();
         let revisions: Vec<u32> = reports.iter().map(|r| r.revision).collect();
         assert_eq!(revisions, (1..=s.revision).collect::<Vec<_>>(), "{s:?}");
         let last = reports.last().unwrap();
@@ -253,7 +254,7 @@ async fn three_replicas_killed_and_restarted_for_ten_rounds_lose_nothing() {
                 stale.push(format!("report {}/{} fence {}", s.id, r.revision, r.fence));
             }
         }
-        for a in store.list_session_artifacts(s.id).await.unwrap() {
+        for a in store.all_session_artifacts(s.id).await.unwrap() {
             if a.fence > s.fence {
                 stale.push(format!("artifact {} fence {}", a.id, a.fence));
             }

@@ -2,6 +2,7 @@
 //! that once left a row `running` or without a report row now end in one
 //! terminal status with one report row per revision.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,11 +80,11 @@ impl Embedded {
     /// No row running (but a live `awaiting_user`), exactly one report row
     /// per revision, and no scratch dir left behind.
     async fn assert_closed(&self) {
-        for s in self.store.list_sessions(self.incident).await.unwrap() {
+        for s in self.store.all_sessions(self.incident).await.unwrap() {
             if s.status == SessionStatus::Running {
                 assert_eq!(s.exit_reason.as_deref(), Some(exit::AWAITING_USER));
             }
-            let reports = self.store.list_reports(s.id).await.unwrap();
+            let reports = self.store.all_reports(s.id).await.unwrap();
             let mut revisions: Vec<u32> = reports.iter().map(|r| r.revision).collect();
             revisions.dedup();
             assert_eq!(revisions.len(), reports.len(), "one row per revision");
@@ -259,7 +260,7 @@ async fn a_role_the_database_would_refuse_is_refused_before_any_row() {
         }))
         .build();
     let first = one(&env, &manager).await;
-    let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].id;
+    let art = env.store.all_session_artifacts(first.id).await.unwrap()[0].id;
     for role in ["nul\0role".to_owned(), "r".repeat(200)] {
         let mut req = env.request("bad role");
         req.context = vec![ContextRequest {
@@ -272,7 +273,7 @@ async fn a_role_the_database_would_refuse_is_refused_before_any_row() {
             "{err:?}"
         );
     }
-    let sessions = env.store.list_sessions(env.incident).await.unwrap();
+    let sessions = env.store.all_sessions(env.incident).await.unwrap();
     assert_eq!(sessions.len(), 1, "no seq used up");
     manager.stop().await;
     env.assert_closed().await;
@@ -336,7 +337,7 @@ async fn a_session_waiting_for_the_user_is_cancelled_or_answered_on_any_replica(
     let replica = env.builder(asks_then_answers()).build();
     let cancelled = replica.cancel(waiting.id).await.unwrap();
     assert_eq!(cancelled.status, SessionStatus::Cancelled);
-    assert_eq!(env.store.list_reports(waiting.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(waiting.id).await.unwrap().len(), 1);
     let continued = replica.send_message(answered.id, "db-1").await.unwrap();
     assert_eq!(continued.revision, 2);
     let done = settled(&replica, &continued).await;
@@ -361,7 +362,7 @@ async fn send_message_racing_cancel_has_exactly_one_winner() {
         );
         let now = settled(&manager, &row).await;
         assert!(now.status.is_terminal(), "round {round}: {now:?}");
-        let reports = env.store.list_reports(row.id).await.unwrap().len();
+        let reports = env.store.all_reports(row.id).await.unwrap().len();
         match sent {
             Ok(_) => assert_eq!(reports, 2, "round {round}"),
             Err(SessionError::NotAwaitingUser { .. }) => {

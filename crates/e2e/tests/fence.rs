@@ -5,6 +5,7 @@
 //! (another log service on the same database); A's late settle is refused
 //! and B's row stays as B left it.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,10 +104,10 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
     let row = store.get_session(session.id).await.unwrap();
     assert_eq!(row, done, "B's row is untouched");
     // A's report row was refused too: every row is B's.
-    let reports = store.list_reports(session.id).await.unwrap();
+    let reports = store.all_reports(session.id).await.unwrap();
     assert!(!reports.is_empty());
     assert!(reports.iter().all(|r| r.fence == 2), "{reports:?}");
-    let artifacts = store.list_session_artifacts(session.id).await.unwrap();
+    let artifacts = store.all_session_artifacts(session.id).await.unwrap();
     assert!(artifacts.iter().all(|a| a.fence == 2), "{artifacts:?}");
     b.stop().await;
 }

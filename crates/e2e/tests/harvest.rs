@@ -1,6 +1,7 @@
 //! The persist phase on the production backends: bytes to S3 (moto), rows
 //! on PostgreSQL.
 
+use korvus_store::StoreExt as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -65,7 +66,7 @@ async fn persists_to_s3_with_rows_on_postgres() {
     assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
     assert_eq!(outcome.stored.len(), 21);
     assert!(outcome.rows_written);
-    let rows = b.store.list_session_artifacts(session.id).await.unwrap();
+    let rows = b.store.all_session_artifacts(session.id).await.unwrap();
     assert_eq!(rows.len(), 21, "21 files; the manifest is not an artifact");
     let manifest = BlobKey::new(outcome.manifest_key.clone().unwrap()).unwrap();
     assert!(b.blobs.head(&manifest).await.is_ok());

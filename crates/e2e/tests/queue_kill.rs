@@ -15,6 +15,7 @@
 //!   completes on the survivor; only the runs it had started end
 //!   `owner_lost`.
 
+use korvus_store::StoreExt as _;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -234,7 +235,7 @@ async fn a_killed_replicas_unstarted_claims_run_once_on_the_other_and_the_cap_ho
     let mut started_there = Vec::new();
     let mut killed_at = None;
     let sessions = loop {
-        let sessions = store.list_sessions(incident).await.unwrap();
+        let sessions = store.all_sessions(incident).await.unwrap();
         let running = sessions
             .iter()
             .filter(|s| s.is_active() && s.started_at.is_some())
@@ -254,7 +255,7 @@ async fn a_killed_replicas_unstarted_claims_run_once_on_the_other_and_the_cap_ho
             drop(victim.take());
             killed_at = Some(Instant::now());
             // The dead replica's rows are frozen until a reaper acts.
-            for s in store.list_sessions(incident).await.unwrap() {
+            for s in store.all_sessions(incident).await.unwrap() {
                 if s.is_active() && s.owner.map(|o| o.to_string()) == Some(victim_owner.clone()) {
                     if s.started_at.is_none() {
                         unstarted.insert(s.id, None);
@@ -287,7 +288,7 @@ async fn a_killed_replicas_unstarted_claims_run_once_on_the_other_and_the_cap_ho
     );
     let mut owner_lost = 0;
     for s in &sessions {
-        let reports = store.list_reports(s.id).await.unwrap();
+        let reports = store.all_reports(s.id).await.unwrap();
         assert_eq!(reports.len(), 1, "one report row: {s:?} {reports:?}");
         let runs = agent_runs(&logs, s.id).await;
         assert!(runs <= 1, "the agent ran {runs} times for {s:?}");

@@ -1,6 +1,7 @@
 //! The session lifecycle on the production backends: PostgreSQL (`PgStore`,
 //! `PgLog`) and S3 (moto), with a real scratch root and `GitSeeder`.
 
+use korvus_store::StoreExt as _;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -108,7 +109,7 @@ async fn postgres_s3_git_end_to_end() {
     let key = BlobKey::new(report.markdown_key.expect("markdown key")).unwrap();
     let doc = b.blobs.get(&key).await.unwrap();
     assert_eq!(&doc.bytes[..], b"# Disk full\n\nThe WAL grew.\n");
-    let arts = b.store.list_session_artifacts(s.id).await.unwrap();
+    let arts = b.store.all_session_artifacts(s.id).await.unwrap();
     let paths: Vec<&str> = arts.iter().map(|a| a.path.as_str()).collect();
     assert!(
         paths.contains(&"report.md") && paths.contains(&"evidence/df.txt"),
@@ -208,9 +209,9 @@ async fn postgres_s3_reopen_restores_and_races() {
         let done = settled(&manager, &s).await;
         assert_eq!(done.status, SessionStatus::Completed);
     }
-    let reports = b.store.list_reports(s.id).await.unwrap();
+    let reports = b.store.all_reports(s.id).await.unwrap();
     assert_eq!(reports.len(), 11, "one revision per round");
-    let arts = b.store.list_session_artifacts(s.id).await.unwrap();
+    let arts = b.store.all_session_artifacts(s.id).await.unwrap();
     assert_eq!(
         arts.iter().filter(|a| a.path == "same.txt").count(),
         1,

@@ -3,6 +3,7 @@
 //! large file streams up in parts; persists racing applied sweeps never
 //! lose a referenced object.
 
+use korvus_store::StoreExt as _;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -102,13 +103,13 @@ async fn land(store: &dyn Store, s: &Session, outcome: &PersistOutcome, status: 
 /// Every key the rows of `id` reference.
 async fn referenced(store: &dyn Store, id: SessionId) -> Vec<String> {
     let mut keys: Vec<String> = store
-        .list_session_artifacts(id)
+        .all_session_artifacts(id)
         .await
         .unwrap()
         .into_iter()
         .map(|a| a.blob_key)
         .collect();
-    for r in store.list_reports(id).await.unwrap() {
+    for r in store.all_reports(id).await.unwrap() {
         keys.extend(r.markdown_key);
         keys.extend(r.manifest_key);
     }
@@ -135,7 +136,7 @@ async fn orphans_on_s3_go_once_old_and_a_large_file_streams_in_parts() {
     land(&*b.store, &landed, &outcome, SessionStatus::Completed).await;
     let keep = referenced(&*b.store, landed.id).await;
     assert_eq!(keep.len(), 4);
-    let big_row = b.store.list_session_artifacts(landed.id).await.unwrap();
+    let big_row = b.store.all_session_artifacts(landed.id).await.unwrap();
     let big_row = big_row.iter().find(|a| a.path == "data/big.bin").unwrap();
     let blob = b
         .blobs

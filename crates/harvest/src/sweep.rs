@@ -8,6 +8,7 @@
 //! grace period (which outlasts any persist still on its way to writing
 //! its rows) and no live run may still write a row for its session.
 
+use korvus_store::StoreExt as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
@@ -250,11 +251,11 @@ impl SessionRows {
         };
         let mut referenced = BTreeSet::new();
         if session.is_some() {
-            for report in store.list_reports(id).await.map_err(err)? {
+            for report in store.all_reports(id).await.map_err(err)? {
                 referenced.extend(report.markdown_key);
                 referenced.extend(report.manifest_key);
             }
-            for artifact in store.list_session_artifacts(id).await.map_err(err)? {
+            for artifact in store.all_session_artifacts(id).await.map_err(err)? {
                 referenced.insert(artifact.blob_key);
             }
         }

@@ -55,7 +55,7 @@ async fn files_land_bytes_first_rows_second_with_derived_keys() {
     assert_eq!(paths(&outcome), ["out/data.csv", "report.md"]);
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     assert_eq!(rows.len(), 2, "two files; the manifest is not an artifact");
@@ -138,7 +138,7 @@ async fn failed_upload_gets_no_row_and_the_rest_land() {
     assert!(outcome.error_text().unwrap().contains("injected failure"));
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     let row_paths: Vec<&str> = rows.iter().map(|a| a.path.as_str()).collect();
@@ -167,7 +167,7 @@ async fn transient_row_failures_are_retried_until_the_store_heals() {
     );
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     assert_eq!(rows.len(), 2);
@@ -229,7 +229,7 @@ async fn hanging_blob_store_is_bounded_by_the_timeout() {
     assert!(matches!(outcome.report, ReportFile::Failed { .. }));
     assert!(env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap()
         .is_empty());
@@ -252,7 +252,7 @@ async fn files_are_stored_even_when_the_caller_is_cancelled() {
     for _ in 0..200 {
         if !env
             .store
-            .list_session_artifacts(env.session.id)
+            .all_session_artifacts(env.session.id)
             .await
             .unwrap()
             .is_empty()
@@ -263,7 +263,7 @@ async fn files_are_stored_even_when_the_caller_is_cancelled() {
     }
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     assert!(rows.iter().any(|a| a.path == "report.md"), "{rows:?}");
@@ -280,7 +280,7 @@ async fn unchanged_restored_file_is_not_uploaded_again() {
     assert_eq!(first.stored.len(), 3);
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     let restored: BTreeMap<WorkspacePath, RestoredFile> = rows
@@ -329,7 +329,7 @@ async fn unchanged_restored_file_is_not_uploaded_again() {
     );
     let changed = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap()
         .into_iter()

@@ -3,6 +3,7 @@
 //! empty report, a report whose artifact row was not written, and the
 //! bounded detail text of a degraded phase.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ async fn manifest(env: &Env, blobs: &dyn BlobStore) -> serde_json::Value {
 
 async fn row_paths(env: &Env) -> Vec<String> {
     env.store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap()
         .into_iter()

@@ -171,7 +171,7 @@ async fn one_barrier_per_phase_and_none_failed_means_no_rows() {
     assert!(outcome.error_text().unwrap().contains("durable"));
     let rows = env
         .store
-        .list_session_artifacts(env.session.id)
+        .all_session_artifacts(env.session.id)
         .await
         .unwrap();
     assert!(rows.is_empty(), "{rows:?}");

@@ -3,6 +3,7 @@
 //! foreign keys stay; a persist racing sweeps never loses a referenced
 //! object.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -247,13 +248,13 @@ async fn persists_racing_sweeps_never_lose_a_referenced_object() {
     assert!(sweeps > 0);
     for id in landed {
         let mut wanted: Vec<String> = store
-            .list_session_artifacts(id)
+            .all_session_artifacts(id)
             .await
             .unwrap()
             .into_iter()
             .map(|a| a.blob_key)
             .collect();
-        for r in store.list_reports(id).await.unwrap() {
+        for r in store.all_reports(id).await.unwrap() {
             wanted.extend(r.markdown_key);
             wanted.extend(r.manifest_key);
         }

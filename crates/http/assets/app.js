@@ -34,7 +34,7 @@ function notice(text) {
 
 function show(...nodes) {
   const main = document.getElementById('main');
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined));
 }
 
 async function api(method, path, body) {
@@ -54,6 +54,19 @@ async function api(method, path, body) {
     throw new Error((data && data.error) || response.status + ' ' + response.statusText);
   }
   return data;
+}
+
+// A list route answers one page: {items, next}. Walks every page.
+async function apiAll(path) {
+  let items = [];
+  let after = null;
+  do {
+    const query = '?limit=1000' + (after ? '&after=' + encodeURIComponent(after) : '');
+    const page = await api('GET', path + query);
+    items = items.concat(page.items);
+    after = page.next;
+  } while (after);
+  return items;
 }
 
 function statusOf(session) {
@@ -149,7 +162,8 @@ function markdown(source) {
 // ---- pages -----------------------------------------------------------------
 
 async function incidentsPage() {
-  const incidents = await api('GET', 'incidents');
+  const first = await api('GET', 'incidents?limit=100');
+  const incidents = first.items;
   const title = el('input', { type: 'text', id: 'new-incident-title', placeholder: 'What happened?' });
   const form = el('form', {
     onsubmit: async (e) => {
@@ -158,17 +172,30 @@ async function incidentsPage() {
       location.hash = '#/incidents/' + incident.id;
     },
   }, title, el('button', { id: 'create-incident' }, 'New incident'));
-  const rows = incidents.map((i) => el('tr', null,
+  const row = (i) => el('tr', null,
     el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
     el('td', null, i.status),
-    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString())));
+    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString()));
+  const table = el('table', { id: 'incidents' }, ...incidents.map(row));
+  // Further pages on demand: the list may be long.
+  let next = first.next;
+  const more = el('button', {
+    id: 'more-incidents',
+    onclick: async () => {
+      const page = await api('GET', 'incidents?limit=100&after=' + encodeURIComponent(next));
+      table.append(...page.items.map(row));
+      next = page.next;
+      if (!next) more.remove();
+    },
+  }, 'More incidents');
   show(el('h1', null, 'Incidents'), form,
-    rows.length ? el('table', { id: 'incidents' }, ...rows) : el('p', { class: 'muted' }, 'No incidents yet.'));
+    incidents.length ? table : el('p', { class: 'muted' }, 'No incidents yet.'),
+    next ? more : null);
 }
 
 async function incidentPage(id) {
   const [incident, sessions] = await Promise.all([
-    api('GET', 'incidents/' + id), api('GET', 'incidents/' + id + '/sessions')]);
+    api('GET', 'incidents/' + id), apiAll('incidents/' + id + '/sessions')]);
   const prompt = el('input', { type: 'text', id: 'new-session-prompt', placeholder: 'Ask the agent…' });
   const form = el('form', {
     onsubmit: async (e) => {
@@ -266,7 +293,7 @@ async function sessionPage(id) {
 }
 
 async function loadReport(id, target) {
-  const reports = await api('GET', 'sessions/' + id + '/reports');
+  const reports = await apiAll('sessions/' + id + '/reports');
   const newest = reports.filter((r) => r.markdown_key).pop();
   if (!newest) return;
   const response = await fetch(base + 'api/sessions/' + id + '/reports/' + newest.revision, { credentials: 'same-origin' });
@@ -278,7 +305,7 @@ async function loadReport(id, target) {
 }
 
 async function loadArtifacts(id, target) {
-  const list = await api('GET', 'sessions/' + id + '/artifacts');
+  const list = await apiAll('sessions/' + id + '/artifacts');
   const rows = list.map((a) => el('tr', null,
     el('td', null, el('a', { href: base + 'api/artifacts/' + a.id + '/content', download: '', class: 'artifact-link' }, a.path)),
     el('td', null, a.kind), el('td', null, 'rev ' + a.revision), el('td', { class: 'muted' }, a.size_bytes + ' B')));

@@ -77,6 +77,7 @@ mod download;
 mod error;
 mod events;
 pub mod guard;
+mod pages;
 mod routes;
 mod view;
 

@@ -2,17 +2,19 @@
 //! [`Manager`](korvus_session::Manager) or its store. No lifecycle rule
 //! lives here: what may happen to a session is the manager's to decide.
 
-use axum::extract::{Path, State};
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::Json;
 use korvus_session::{ContextRequest, CreateOptions, CreateSession};
 use korvus_store::{
     Artifact, ArtifactId, ArtifactKind, Entity, Incident, IncidentId, NewIncident, Priority,
-    Report, Session, SessionId, StoreError, StoreExt, WorkspaceRef,
+    Session, SessionId, StoreError, StoreExt, WorkspaceRef,
 };
 use serde::Deserialize;
 
 use crate::error::{parse_id, ApiError, ApiJson};
+use crate::pages::{self, PageQuery};
 use crate::AppState;
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -87,8 +89,14 @@ pub(crate) async fn create_incident(
     Ok((StatusCode::CREATED, Json(incident)))
 }
 
-pub(crate) async fn list_incidents(State(app): State<AppState>) -> Result<Json<Vec<Incident>>> {
-    Ok(Json(app.manager.store().list_incidents().await?))
+pub(crate) async fn list_incidents(
+    State(app): State<AppState>,
+    uri: OriginalUri,
+    Query(query): Query<PageQuery>,
+) -> Result<Response> {
+    let page = query.page()?;
+    let paged = app.manager.store().list_incidents(page.clone()).await?;
+    Ok(pages::respond(&uri, &page, paged))
 }
 
 pub(crate) async fn get_incident(
@@ -159,12 +167,16 @@ pub(crate) async fn create_session(
 pub(crate) async fn list_sessions(
     State(app): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Session>>> {
+    uri: OriginalUri,
+    Query(query): Query<PageQuery>,
+) -> Result<Response> {
     let id: IncidentId = parse_id("incident", &id)?;
+    let page = query.page()?;
     let store = app.manager.store();
     // An unknown incident is a 404, not an empty list.
     store.get_incident(id).await?;
-    Ok(Json(store.list_sessions(id).await?))
+    let paged = store.list_sessions(id, page.clone()).await?;
+    Ok(pages::respond(&uri, &page, paged))
 }
 
 pub(crate) async fn get_session(
@@ -204,23 +216,32 @@ pub(crate) async fn send_message(
 pub(crate) async fn list_reports(
     State(app): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Report>>> {
+    uri: OriginalUri,
+    Query(query): Query<PageQuery>,
+) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
+    let page = query.page()?;
     let store = app.manager.store();
     store.get_session(id).await?;
-    Ok(Json(store.list_reports(id).await?))
+    let paged = store.list_reports(id, page.clone()).await?;
+    Ok(pages::respond(&uri, &page, paged))
 }
 
+/// A page of the artifacts users may see: rows of a hidden kind are left
+/// out of the page they fall in, so a page may hold fewer than `limit`.
 pub(crate) async fn list_artifacts(
     State(app): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Artifact>>> {
+    uri: OriginalUri,
+    Query(query): Query<PageQuery>,
+) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
+    let page = query.page()?;
     let store = app.manager.store();
     store.get_session(id).await?;
-    let mut artifacts = store.list_session_artifacts(id).await?;
-    artifacts.retain(is_served);
-    Ok(Json(artifacts))
+    let mut paged = store.list_session_artifacts(id, page.clone()).await?;
+    paged.items.retain(is_served);
+    Ok(pages::respond(&uri, &page, paged))
 }
 
 /// Whether an artifact is served to users: a real agent's kept state

@@ -48,7 +48,8 @@ async fn agent_files_download_as_sandboxed_attachments() {
 
     let artifacts = get(&app, &format!("/api/sessions/{sid}/artifacts"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     let by_path = |p: &str| -> Value {
         artifacts
             .as_array()
@@ -110,7 +111,8 @@ async fn a_large_artifact_is_streamed_with_its_length() {
     settled(&env, &sid).await;
     let artifacts = get(&app, &format!("/api/sessions/{sid}/artifacts"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     let dump = artifacts
         .as_array()
         .unwrap()

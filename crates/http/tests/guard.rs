@@ -5,6 +5,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use korvus_http::guard::{Guard, COOKIE, CSRF_HEADER};
+use korvus_store::StoreExt as _;
 use serde_json::json;
 
 use crate::support::{call, writing, Answer, Env};
@@ -110,7 +111,7 @@ async fn every_refusal_has_its_status_and_code_and_writes_nothing() {
         .await
         .assert_error(StatusCode::FORBIDDEN, "host_not_allowed");
     assert_eq!(
-        env.store.list_incidents().await.unwrap().len(),
+        env.store.all_incidents().await.unwrap().len(),
         1,
         "nothing written"
     );
@@ -179,7 +180,7 @@ async fn the_browser_exchanges_the_token_for_a_cookie_and_sends_a_csrf_token() {
         .await
         .assert_error(StatusCode::FORBIDDEN, "csrf_failed");
     assert_eq!(
-        env.store.list_incidents().await.unwrap().len(),
+        env.store.all_incidents().await.unwrap().len(),
         1,
         "nothing written"
     );

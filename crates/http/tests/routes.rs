@@ -1,6 +1,7 @@
 //! The JSON routes: a whole lifecycle, and every refusal with its status,
 //! code, and nothing written.
 
+use korvus_store::StoreExt as _;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
@@ -23,7 +24,7 @@ async fn a_session_is_created_followed_to_its_report_and_reopened() {
     let incident = created.json();
     let iid = incident["id"].as_str().unwrap().to_owned();
     assert_eq!(incident["status"], "open");
-    let listed = get(&app, "/api/incidents").await.json();
+    let listed = get(&app, "/api/incidents").await.json()["items"].clone();
     assert_eq!(listed.as_array().unwrap().len(), 2);
     assert_eq!(
         get(&app, &format!("/api/incidents/{iid}")).await.json()["title"],
@@ -46,19 +47,22 @@ async fn a_session_is_created_followed_to_its_report_and_reopened() {
     );
     let sessions = get(&app, &format!("/api/incidents/{iid}/sessions"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     assert_eq!(sessions[0]["id"], sid.as_str());
 
     let reports = get(&app, &format!("/api/sessions/{sid}/reports"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     assert_eq!(reports.as_array().unwrap().len(), 1);
     let md = get(&app, &format!("/api/sessions/{sid}/reports/1")).await;
     assert_eq!(md.status, StatusCode::OK);
     assert_eq!(md.text(), "# Findings\n\nWAL.\n");
     let artifacts = get(&app, &format!("/api/sessions/{sid}/artifacts"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     let note = artifacts
         .as_array()
         .unwrap()
@@ -91,7 +95,8 @@ async fn a_session_is_created_followed_to_its_report_and_reopened() {
     assert_eq!(settled(&env, &sid).await["revision"], 2);
     let reports = get(&app, &format!("/api/sessions/{sid}/reports"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     assert_eq!(reports.as_array().unwrap().len(), 2);
 
     let closed = post(&app, &format!("/api/incidents/{iid}/close"), json!({})).await;
@@ -195,9 +200,9 @@ async fn bad_requests_get_a_typed_error_and_write_nothing() {
     post(&app, "/api/incidents", json!({"title": ""}))
         .await
         .assert_error(StatusCode::BAD_REQUEST, "invalid_input");
-    let nothing = env.store.list_sessions(iid).await.unwrap();
+    let nothing = env.store.all_sessions(iid).await.unwrap();
     assert!(nothing.is_empty(), "a refused request wrote {nothing:?}");
-    assert_eq!(env.store.list_incidents().await.unwrap().len(), 1);
+    assert_eq!(env.store.all_incidents().await.unwrap().len(), 1);
 
     let unknown = uuid_like();
     for uri in [
@@ -286,7 +291,7 @@ async fn creates_with_one_idempotency_key_answer_one_session() {
     let row = answers[0].json();
     assert_eq!(row["admission"]["priority"], 7);
     assert_eq!(row["admission"]["idempotency_key"], "deploy-42");
-    let listed = get(&app, &uri).await.json();
+    let listed = get(&app, &uri).await.json()["items"].clone();
     assert_eq!(listed.as_array().unwrap().len(), 1);
 
     call(&app, keyed("something else"))
@@ -327,21 +332,12 @@ async fn a_create_past_the_queue_bound_is_429_with_retry_after_and_writes_nothin
     let queued = call(&app, create("waits")).await;
     assert_eq!(queued.status, StatusCode::CREATED, "{}", queued.text());
     assert!(queued.json()["id"].is_string());
-    let before = env
-        .store
-        .list_sessions(env.incident.id)
-        .await
-        .unwrap()
-        .len();
+    let before = env.store.all_sessions(env.incident.id).await.unwrap().len();
     let full = call(&app, create("one too many")).await;
     full.assert_error(StatusCode::TOO_MANY_REQUESTS, "queue_full");
     assert_eq!(full.headers[axum::http::header::RETRY_AFTER], "5");
     assert_eq!(
-        env.store
-            .list_sessions(env.incident.id)
-            .await
-            .unwrap()
-            .len(),
+        env.store.all_sessions(env.incident.id).await.unwrap().len(),
         before,
         "nothing written"
     );
@@ -369,7 +365,7 @@ async fn an_agents_kept_state_is_neither_listed_nor_served() {
     assert_eq!(settled(&env, &sid).await["status"], "completed");
     let stored = env
         .store
-        .list_session_artifacts(sid.parse().unwrap())
+        .all_session_artifacts(sid.parse().unwrap())
         .await
         .unwrap();
     let state = stored
@@ -379,7 +375,8 @@ async fn an_agents_kept_state_is_neither_listed_nor_served() {
     assert_eq!(state.path, ".korvus/agent/state.json");
     let listed = get(&app, &format!("/api/sessions/{sid}/artifacts"))
         .await
-        .json();
+        .json()["items"]
+        .clone();
     assert!(
         listed
             .as_array()

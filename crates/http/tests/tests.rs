@@ -7,5 +7,6 @@ mod support;
 mod downloads;
 mod events;
 mod guard;
+mod pages;
 mod routes;
 mod view;

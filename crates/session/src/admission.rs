@@ -20,6 +20,7 @@
 //! for the next manager, and a claim made while it began to stop is given
 //! back.
 
+use korvus_store::StoreExt as _;
 use std::sync::{Arc, Weak};
 
 use korvus_log::{Access, EventKind, LogId, Role};
@@ -259,7 +260,7 @@ impl Manager {
                 _ => None,
             })
             .ok_or(SessionError::MessageRequired)?;
-        let own = store.list_session_artifacts(row.id).await?;
+        let own = store.all_session_artifacts(row.id).await?;
         let revision = store.next_report_revision(row.id).await?.max(row.revision);
         Ok((revision, Some(Resume { message, own })))
     }

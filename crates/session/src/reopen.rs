@@ -1,6 +1,7 @@
 //! [`Manager::reopen`]: one more iteration of a finished session, and the
 //! interrupted-turn closers that repair its log first.
 
+use korvus_store::StoreExt as _;
 use std::collections::HashMap;
 
 use korvus_log::{Access, Event, EventKind, LogError, LogHandle, LogId, Role};
@@ -403,7 +404,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         .iter()
         .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
         .collect();
-    let own = inner.store().list_session_artifacts(id).await?;
+    let own = inner.store().all_session_artifacts(id).await?;
     Ok(Reading {
         incident,
         log,

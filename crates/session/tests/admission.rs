@@ -3,6 +3,7 @@
 //! free up — by this manager or another of its pool; `stop` leaves them
 //! queued; a queued session is cancelled without its runner.
 
+use korvus_store::StoreExt as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,7 +81,7 @@ async fn creates_past_max_running_are_queued_and_all_complete_within_the_cap() {
     for s in &sessions {
         let row = settled(&manager, s).await;
         assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
-        assert_eq!(env.store.list_reports(s.id).await.unwrap().len(), 1);
+        assert_eq!(env.store.all_reports(s.id).await.unwrap().len(), 1);
     }
     assert_eq!(gauge.calls.load(Ordering::SeqCst), 40);
     let peak = gauge.peak.load(Ordering::SeqCst);
@@ -175,7 +176,7 @@ async fn a_queued_session_is_cancelled_with_its_report_and_never_runs() {
         cancelled.exit_reason.as_deref(),
         Some(exit_reason::CANCELLED)
     );
-    let reports = env.store.list_reports(waiting.id).await.unwrap();
+    let reports = env.store.all_reports(waiting.id).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
         reports[0]
@@ -239,7 +240,7 @@ async fn concurrent_creates_with_one_idempotency_key_get_one_session() {
     for r in &rows {
         assert_eq!(r.as_ref().unwrap().id, first, "{r:?}");
     }
-    let all = env.store.list_sessions(env.incident.id).await.unwrap();
+    let all = env.store.all_sessions(env.incident.id).await.unwrap();
     assert_eq!(all.len(), 1, "one row");
     match manager
         .create_with(env.request("another prompt"), keyed())
@@ -412,7 +413,7 @@ async fn a_claimed_session_its_creator_left_half_made_is_settled_not_run() {
     assert_eq!(done.status, SessionStatus::Failed, "{done:?}");
     assert_eq!(done.exit_reason.as_deref(), Some("owner_lost"));
     assert_eq!(gauge.calls.load(Ordering::SeqCst), 0, "never run");
-    assert_eq!(env.store.list_reports(row.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(row.id).await.unwrap().len(), 1);
     manager.stop().await;
     env.assert_safe().await;
 }
@@ -508,12 +509,7 @@ async fn a_create_past_a_keys_queue_bound_is_queue_full_and_writes_nothing() {
         let s = keyed("t1", &format!("waits {i}")).await.unwrap();
         assert!(s.is_queued(), "{s:?}");
     }
-    let before = env
-        .store
-        .list_sessions(env.incident.id)
-        .await
-        .unwrap()
-        .len();
+    let before = env.store.all_sessions(env.incident.id).await.unwrap().len();
     match keyed("t1", "one too many").await {
         Err(korvus_session::SessionError::QueueFull { key, limit, .. }) => {
             assert_eq!((key.as_deref(), limit), (Some("t1"), 2));
@@ -521,11 +517,7 @@ async fn a_create_past_a_keys_queue_bound_is_queue_full_and_writes_nothing() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        env.store
-            .list_sessions(env.incident.id)
-            .await
-            .unwrap()
-            .len(),
+        env.store.all_sessions(env.incident.id).await.unwrap().len(),
         before,
         "nothing written"
     );
@@ -584,7 +576,7 @@ async fn a_reopen_with_no_free_slot_is_queued_and_resumed_with_its_message() {
         .map(|(ctx, m)| (ctx.revision, m.clone()))
         .collect();
     assert_eq!(resumed, [(1, None), (2, Some("second message".to_owned()))]);
-    assert_eq!(env.store.list_reports(first.id).await.unwrap().len(), 2);
+    assert_eq!(env.store.all_reports(first.id).await.unwrap().len(), 2);
     settled(&manager, &hold).await;
     manager.stop().await;
     env.assert_safe().await;

@@ -1,6 +1,7 @@
 //! Cancelling a session: the replica running it ends it; any other replica
 //! asks it to through the store.
 
+use korvus_store::StoreExt as _;
 use std::time::Duration;
 
 use korvus_runner::RunOutcome;
@@ -40,7 +41,7 @@ async fn an_orphan_is_taken_over_and_cancelled_at_once_with_its_report_row() {
     assert_eq!(row.exit_reason.as_deref(), Some("cancelled"));
     assert_eq!(row.fence, orphan.fence + 1, "taken over");
     assert_eq!(row.owner, None);
-    let reports = env.store.list_reports(orphan.id).await.unwrap();
+    let reports = env.store.all_reports(orphan.id).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(
         (reports[0].revision, reports[0].exit_reason.as_str()),

@@ -2,6 +2,7 @@
 //! row for the revision, within the documented bounds — whatever the runner,
 //! the backends or the operator do.
 
+use korvus_store::StoreExt as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 /// The row is terminal and its revision has exactly one report row.
 async fn assert_closed(env: &Env, row: &Session) {
     assert!(row.status.is_terminal(), "{row:?}");
-    let reports = env.store.list_reports(row.id).await.unwrap();
+    let reports = env.store.all_reports(row.id).await.unwrap();
     let of_revision = reports
         .iter()
         .filter(|r| r.revision == row.revision)
@@ -92,7 +93,7 @@ async fn context_refs_that_cannot_be_inserted_still_land_a_report_row() {
     let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     let first = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &first).await;
-    let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].id;
+    let art = env.store.all_session_artifacts(first.id).await.unwrap()[0].id;
     env.store
         .fault(StoreOp::InsertContextRefs, StoreFault::Fail);
     let mut req = env.request("with a ref");
@@ -101,7 +102,7 @@ async fn context_refs_that_cannot_be_inserted_still_land_a_report_row() {
         role: String::new(),
     }];
     assert!(manager.create(req).await.is_err());
-    let sessions = env.store.list_sessions(env.incident.id).await.unwrap();
+    let sessions = env.store.all_sessions(env.incident.id).await.unwrap();
     let row = sessions.iter().find(|s| s.id != first.id).unwrap();
     assert_eq!(row.exit_reason.as_deref(), Some(exit::CONTEXT_REFS_FAILED));
     assert_closed(&env, row).await;
@@ -362,7 +363,7 @@ async fn a_turn_log_that_cannot_be_created_still_lands_a_report_row() {
     .await;
     let manager = quick(&env, writing(&[("report.md", "# R\n")])).build();
     assert!(manager.create(env.request("no log")).await.is_err());
-    let row = env.store.list_sessions(env.incident.id).await.unwrap()[0].clone();
+    let row = env.store.all_sessions(env.incident.id).await.unwrap()[0].clone();
     assert_eq!(row.exit_reason.as_deref(), Some(exit::TURN_LOG_FAILED));
     assert_closed(&env, &row).await;
     manager.stop().await;

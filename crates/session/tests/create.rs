@@ -5,6 +5,7 @@
 use korvus_blob::{BlobKey, BlobStore};
 use korvus_runner::{exit, RunOutcome};
 use korvus_session::{ContextRequest, SessionError};
+use korvus_store::StoreExt as _;
 use korvus_store::{ArtifactId, Counters, NewIncident, SessionKind, SessionStatus, Store};
 use korvus_testkit::faults::StoreOp;
 
@@ -77,7 +78,7 @@ async fn refuses_blank_prompt_closed_incident_and_after_stop() {
     ));
     assert!(env
         .store
-        .list_sessions(env.incident.id)
+        .all_sessions(env.incident.id)
         .await
         .unwrap()
         .is_empty());
@@ -89,7 +90,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let first = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &first).await;
-    let art = env.store.list_session_artifacts(first.id).await.unwrap()[0].clone();
+    let art = env.store.all_session_artifacts(first.id).await.unwrap()[0].clone();
     let other = env
         .store
         .create_incident(NewIncident {
@@ -103,7 +104,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     req.incident_id = other.id;
     let foreign = other_manager.create(req).await.unwrap();
     settled(&other_manager, &foreign).await;
-    let foreign_art = env.store.list_session_artifacts(foreign.id).await.unwrap()[0].id;
+    let foreign_art = env.store.all_session_artifacts(foreign.id).await.unwrap()[0].id;
     let before = env.store.count(StoreOp::CreateSession);
     let cases = [
         vec![ContextRequest {
@@ -184,7 +185,7 @@ async fn inherited_context_is_written_read_only_at_its_manifest_path() {
         .build();
     let first = producer.create(env.request("first")).await.unwrap();
     settled(&producer, &first).await;
-    let arts = env.store.list_session_artifacts(first.id).await.unwrap();
+    let arts = env.store.all_session_artifacts(first.id).await.unwrap();
     let notes = arts.iter().find(|a| a.path == "notes.txt").unwrap();
     let runner = ScriptRunner::new(|ctx, _| async move {
         let f = &ctx.inherited[0];
@@ -233,7 +234,7 @@ async fn the_report_template_is_copied_read_only_and_named_to_the_run() {
     // The template is korvus's, not the agent's output: it is not stored.
     let paths: Vec<String> = env
         .store
-        .list_session_artifacts(s.id)
+        .all_session_artifacts(s.id)
         .await
         .unwrap()
         .into_iter()
@@ -272,7 +273,7 @@ async fn the_row_is_running_in_the_store_while_the_runner_works() {
     let stored = env.store.get_session(s.id).await.unwrap();
     assert_eq!(stored.status, SessionStatus::Running);
     assert_eq!(stored.ended_at, None);
-    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    assert!(env.store.all_reports(s.id).await.unwrap().is_empty());
     release.notify_one();
     let done = settled(&manager, &s).await;
     assert_eq!(done.status, SessionStatus::Completed);

@@ -2,6 +2,7 @@
 //! exactly once after landing — also when the run was cancelled or
 //! panicked. Uses the `mock` feature's `MockDocsSearch`/`MockDocsClient`.
 
+use korvus_store::StoreExt as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -39,9 +40,9 @@ fn docs(store: Arc<dyn Store>, pins: usize, released: &Arc<Released>) -> MockDoc
                 client: Arc::new(client),
                 release: Box::pin(async move {
                     released.times.fetch_add(1, Ordering::SeqCst);
-                    let incidents = store.list_incidents().await.unwrap();
+                    let incidents = store.all_incidents().await.unwrap();
                     for incident in incidents {
-                        for s in store.list_sessions(incident.id).await.unwrap() {
+                        for s in store.all_sessions(incident.id).await.unwrap() {
                             if store.get_report(s.id, s.revision).await.is_ok() {
                                 released.after_report.store(true, Ordering::SeqCst);
                             }

@@ -2,6 +2,7 @@
 //! and blob stores. Every path ends in a terminal row (or one awaiting the
 //! user) and no row points at missing bytes.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ async fn runner_error_settles_failed_with_files_kept() {
     let row = one(&env, &manager).await;
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(row.exit_reason.as_deref(), Some(exit::RUNNER_FAILED));
-    let arts = env.store.list_session_artifacts(row.id).await.unwrap();
+    let arts = env.store.all_session_artifacts(row.id).await.unwrap();
     assert!(
         arts.iter().any(|a| a.path == "partial.txt"),
         "files of a failed run are kept"
@@ -110,7 +111,7 @@ async fn runner_panic_settles_failed_panicked_and_the_process_lives() {
     let row = one(&env, &manager).await;
     assert_eq!(row.status, SessionStatus::Failed);
     assert_eq!(row.exit_reason.as_deref(), Some(exit::PANICKED));
-    let arts = env.store.list_session_artifacts(row.id).await.unwrap();
+    let arts = env.store.all_session_artifacts(row.id).await.unwrap();
     assert!(arts.iter().any(|a| a.path == "before-panic.txt"));
     env.assert_safe().await;
     manager.stop().await;
@@ -177,7 +178,7 @@ async fn a_hanging_seeder_obeys_cancel_and_stop() {
     // for the revision, for the next manager to run.
     let row = env.store.get_session(s.id).await.unwrap();
     assert!(row.is_queued(), "{row:?}");
-    assert!(env.store.list_reports(s.id).await.unwrap().is_empty());
+    assert!(env.store.all_reports(s.id).await.unwrap().is_empty());
     let next = env.builder(writing(&[("report.md", "# R\n")])).build();
     assert_eq!(
         crate::support::settled(&next, &s).await.status,
@@ -233,7 +234,7 @@ async fn report_upload_failure_lands_a_row_without_key() {
     assert_eq!(row.exit_reason.as_deref(), Some(exit::REPORT_UPLOAD_FAILED));
     let report = env.store.get_report(row.id, 1).await.unwrap();
     assert_eq!(report.markdown_key, None);
-    let arts = env.store.list_session_artifacts(row.id).await.unwrap();
+    let arts = env.store.all_session_artifacts(row.id).await.unwrap();
     assert!(arts.iter().any(|a| a.path == "ok.txt"));
     assert!(
         !arts.iter().any(|a| a.path == "report.md"),
@@ -262,7 +263,7 @@ async fn artifact_row_failure_lands_a_report_row_without_a_document_and_says_why
     assert!(detail.contains("artifact rows not written"), "{detail}");
     assert!(env
         .store
-        .list_session_artifacts(row.id)
+        .all_session_artifacts(row.id)
         .await
         .unwrap()
         .is_empty());
@@ -451,7 +452,7 @@ async fn a_start_that_cannot_be_recorded_calls_no_runner_and_queues_the_session_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(seen.lock().unwrap().is_empty(), "no runner was called");
-    let reports = env.store.list_reports(s.id).await.unwrap();
+    let reports = env.store.all_reports(s.id).await.unwrap();
     assert!(reports.is_empty(), "{reports:?}");
     assert_eq!(env.store.count(StoreOp::SettleSession), 0);
     let row = env.store.get_session(s.id).await.unwrap();
@@ -463,7 +464,7 @@ async fn a_start_that_cannot_be_recorded_calls_no_runner_and_queues_the_session_
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
     assert!(row.started_at.is_some());
     assert_eq!(seen.lock().unwrap().len(), 1, "one runner call");
-    assert_eq!(env.store.list_reports(s.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(s.id).await.unwrap().len(), 1);
     manager.stop().await;
     env.assert_safe().await;
 }

@@ -2,12 +2,13 @@
 //! row alone, cancelled by one conditional transition, continued with
 //! `send_message`, and exactly one winner when the two race.
 
+use korvus_store::StoreExt as _;
 use std::time::Duration;
 
 use futures::StreamExt;
 use korvus_runner::{exit, ExitReason, RunOutcome};
 use korvus_session::{Manager, SessionError};
-use korvus_store::{Counters, Session, SessionStatus, Store};
+use korvus_store::{Counters, Session, SessionStatus};
 
 use crate::support::{settled, write_files, Env, ScriptRunner};
 
@@ -51,7 +52,7 @@ async fn cancel_of_a_session_waiting_for_the_user_ends_it_without_a_second_repor
     assert_eq!(cancelled.status, SessionStatus::Cancelled);
     assert_eq!(cancelled.exit_reason.as_deref(), Some(exit::CANCELLED));
     assert!(cancelled.ended_at.is_some());
-    let reports = env.store.list_reports(row.id).await.unwrap();
+    let reports = env.store.all_reports(row.id).await.unwrap();
     assert_eq!(reports.len(), 1, "the burst's report row is the only one");
     assert!(matches!(
         manager.cancel(row.id).await,
@@ -97,7 +98,7 @@ async fn send_message_continues_a_waiting_session_with_the_next_revision() {
     assert_eq!(done.status, SessionStatus::Completed);
     let revisions: Vec<u32> = env
         .store
-        .list_reports(row.id)
+        .all_reports(row.id)
         .await
         .unwrap()
         .iter()
@@ -152,7 +153,7 @@ async fn send_message_racing_cancel_has_exactly_one_winner() {
             }
             (Err(SessionError::NotAwaitingUser { .. }), SessionStatus::Cancelled) => {
                 assert!(cancelled.is_ok(), "round {round}");
-                let reports = env.store.list_reports(row.id).await.unwrap();
+                let reports = env.store.all_reports(row.id).await.unwrap();
                 assert_eq!(reports.len(), 1, "round {round}: the loser wrote nothing");
             }
             other => panic!("round {round}: {other:?} / {cancelled:?}"),

@@ -2,6 +2,7 @@
 //! takeover, the manager's own judgement of a lapsed lease, and the reaper
 //! that ends orphans — only once its own heartbeats were healthy for a ttl.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,13 +81,13 @@ async fn the_reaper_waits_for_a_healthy_ttl_then_settles_the_orphan_owner_lost_o
         Some(ExitReason::OWNER_LOST.as_str())
     );
     assert_eq!(row.fence, dead.fence + 1);
-    let reports = env.store.list_reports(dead.id).await.unwrap();
+    let reports = env.store.all_reports(dead.id).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].exit_reason, "owner_lost");
     assert_eq!(reports[0].fence, row.fence);
     // Exactly once: later periods find nothing to take over.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(env.store.list_reports(dead.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(dead.id).await.unwrap().len(), 1);
     manager.stop().await;
 }
 
@@ -134,10 +135,10 @@ async fn a_run_taken_over_elsewhere_is_cancelled_and_writes_nothing() {
     assert!(!a.live_runs().contains(session.id));
     let row = env.store.get_session(session.id).await.unwrap();
     assert_eq!(row, taken, "B's row is untouched");
-    assert!(env.store.list_reports(session.id).await.unwrap().is_empty());
+    assert!(env.store.all_reports(session.id).await.unwrap().is_empty());
     assert!(env
         .store
-        .list_session_artifacts(session.id)
+        .all_session_artifacts(session.id)
         .await
         .unwrap()
         .is_empty());
@@ -180,7 +181,7 @@ async fn a_run_whose_lease_may_have_lapsed_is_stopped_and_still_lands_lease_lost
     assert!(report.markdown_key.is_some(), "the document is kept");
     assert_eq!(
         env.store
-            .list_session_artifacts(session.id)
+            .all_session_artifacts(session.id)
             .await
             .unwrap()
             .len(),
@@ -254,7 +255,7 @@ async fn a_claim_whose_manager_died_before_its_runner_goes_back_to_the_queue_and
         .filter(|(ctx, _)| ctx.session.id == queued.id)
         .count();
     assert_eq!(calls, 1, "the runner was called once");
-    let reports = env.store.list_reports(queued.id).await.unwrap();
+    let reports = env.store.all_reports(queued.id).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].exit_reason, "completed");
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The order in which a run becomes visible: files, then the report row,
 //! then the terminal status, so whoever sees the terminal row sees the rest.
 
+use korvus_store::StoreExt as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use korvus_testkit::faults::{FaultBlobStore, FaultStore};
 
 use korvus_runner::{exit, RunOutcome};
 use korvus_session::ContextRequest;
-use korvus_store::{Counters, SessionStatus, Store};
+use korvus_store::{Counters, SessionStatus};
 use korvus_testkit::faults::{StoreFault, StoreOp};
 
 use crate::support::{log_turn, settled, writing, Env, ScriptRunner};
@@ -129,7 +130,7 @@ async fn persist_then_report_row_then_terminal_status() {
         };
         assert!(before, "{key} put out of order: {puts:?} / {calls:?}");
     }
-    let report_row = env.store.list_reports(s.id).await.unwrap();
+    let report_row = env.store.all_reports(s.id).await.unwrap();
     let manifest = &puts
         .iter()
         .find(|(k, _)| k.contains("/manifests/"))
@@ -167,7 +168,7 @@ async fn a_watcher_released_by_the_settle_signal_reads_the_terminal_row() {
         );
     }
     manager.wait().await;
-    for s in env.store.list_sessions(env.incident.id).await.unwrap() {
+    for s in env.store.all_sessions(env.incident.id).await.unwrap() {
         assert!(s.status.is_terminal(), "wait returned mid-write");
     }
     manager.stop().await;
@@ -179,7 +180,7 @@ async fn ref_insert_failure_settles_failed_never_running() {
     let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;
-    let art = env.store.list_session_artifacts(s.id).await.unwrap()[0].id;
+    let art = env.store.all_session_artifacts(s.id).await.unwrap()[0].id;
     env.store
         .fault(StoreOp::InsertContextRefs, StoreFault::Fail);
     let mut req = env.request("refs fail");
@@ -188,7 +189,7 @@ async fn ref_insert_failure_settles_failed_never_running() {
         role: "input".into(),
     }];
     assert!(manager.create(req).await.is_err());
-    let rows = env.store.list_sessions(env.incident.id).await.unwrap();
+    let rows = env.store.all_sessions(env.incident.id).await.unwrap();
     let failed = rows.iter().find(|r| r.prompt == "refs fail").unwrap();
     assert_eq!(failed.status, SessionStatus::Failed);
     assert_eq!(

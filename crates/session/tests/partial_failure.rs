@@ -4,6 +4,7 @@
 //! cannot hold up `stop`, a cancel reaches the current run, and a reopen
 //! degrades when the log is missing.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,13 +91,13 @@ async fn a_forced_cancel_during_a_run_stays_cancelled_whatever_the_run_returns()
             row, forced,
             "the row is the forced cancel's, ended_at included"
         );
-        let reports = env.store.list_reports(session.id).await.unwrap();
+        let reports = env.store.all_reports(session.id).await.unwrap();
         assert_eq!(reports.len(), 1, "{reports:?}");
         assert_eq!(reports[0].exit_reason, "cancelled");
         assert!(reports[0].detail.as_deref().unwrap().contains("operator"));
         assert!(env
             .store
-            .list_session_artifacts(session.id)
+            .all_session_artifacts(session.id)
             .await
             .unwrap()
             .is_empty());
@@ -139,10 +140,10 @@ async fn a_forced_cancel_elsewhere_stops_the_owners_run_within_a_period() {
         cancelled.elapsed()
     );
     assert_eq!(env.store.get_session(session.id).await.unwrap(), forced);
-    assert_eq!(env.store.list_reports(session.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(session.id).await.unwrap().len(), 1);
     assert!(env
         .store
-        .list_session_artifacts(session.id)
+        .all_session_artifacts(session.id)
         .await
         .unwrap()
         .is_empty());
@@ -183,7 +184,7 @@ async fn an_outage_past_the_lease_loses_nothing_when_nobody_took_over() {
     assert!(report.markdown_key.is_some(), "the document landed");
     let paths: Vec<String> = env
         .store
-        .list_session_artifacts(session.id)
+        .all_session_artifacts(session.id)
         .await
         .unwrap()
         .into_iter()
@@ -238,11 +239,11 @@ async fn an_outage_during_which_another_replica_took_over_refuses_every_write_of
     assert!(eventually(|| !a.live_runs().contains(session.id)).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(memory.get_session(session.id).await.unwrap(), taken);
-    let reports = memory.list_reports(session.id).await.unwrap();
+    let reports = memory.all_reports(session.id).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].exit_reason, "owner_lost");
     assert!(memory
-        .list_session_artifacts(session.id)
+        .all_session_artifacts(session.id)
         .await
         .unwrap()
         .is_empty());
@@ -267,7 +268,7 @@ async fn a_hanging_heartbeat_does_not_hold_up_stop() {
         .expect("stop returns within its bound");
     let row = env.store.get_session(session.id).await.unwrap();
     assert!(row.status.is_terminal(), "{row:?}");
-    assert_eq!(env.store.list_reports(session.id).await.unwrap().len(), 1);
+    assert_eq!(env.store.all_reports(session.id).await.unwrap().len(), 1);
 }
 
 /// A replica whose local run of a session is stale (the session was

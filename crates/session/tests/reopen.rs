@@ -2,6 +2,7 @@
 //! revision each time, its own output restored, interrupted turns closed,
 //! and the stream reopener told before `reopen` returns.
 
+use korvus_store::StoreExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ async fn eight_concurrent_reopens_have_one_winner_each_round() {
             }
         }
         settled(&manager, &s).await;
-        let reports = env.store.list_reports(s.id).await.unwrap();
+        let reports = env.store.all_reports(s.id).await.unwrap();
         assert_eq!(
             reports.len() as u32,
             round + 2,
@@ -72,7 +73,7 @@ async fn a_revision_whose_report_row_failed_is_not_reused() {
     settled(&manager, &s).await;
     let revisions: Vec<u32> = env
         .store
-        .list_reports(s.id)
+        .all_reports(s.id)
         .await
         .unwrap()
         .iter()
@@ -189,7 +190,7 @@ async fn own_output_is_restored_and_unchanged_files_are_not_stored_again() {
     let manager = env.builder(runner).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;
-    let first = env.store.list_session_artifacts(s.id).await.unwrap();
+    let first = env.store.all_session_artifacts(s.id).await.unwrap();
     let same_key = first
         .iter()
         .find(|a| a.path == "data/same.txt")
@@ -204,7 +205,7 @@ async fn own_output_is_restored_and_unchanged_files_are_not_stored_again() {
         1,
         "not uploaded again"
     );
-    let all = env.store.list_session_artifacts(s.id).await.unwrap();
+    let all = env.store.all_session_artifacts(s.id).await.unwrap();
     let changed: Vec<u32> = all
         .iter()
         .filter(|a| a.path == "data/changed.txt")

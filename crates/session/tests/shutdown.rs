@@ -2,6 +2,7 @@
 //! what is queued — past the slots, or caught before its run started), and
 //! `wait` joins runs without cancelling them.
 
+use korvus_store::StoreExt as _;
 use std::time::Duration;
 
 use korvus_runner::RunOutcome;
@@ -42,14 +43,14 @@ async fn two_hundred_creates_racing_stop_leave_nothing_running() {
         // stop caught before its run started, is queued (unowned, never
         // started, nothing written for it) for the next manager of the
         // pool.
-        let rows = env.store.list_sessions(env.incident.id).await.unwrap();
+        let rows = env.store.all_sessions(env.incident.id).await.unwrap();
         for r in &rows {
             assert!(
                 r.status.is_terminal() || r.is_queued(),
                 "round {round}: {r:?} left running"
             );
             if r.is_queued() {
-                let reports = env.store.list_reports(r.id).await.unwrap();
+                let reports = env.store.all_reports(r.id).await.unwrap();
                 assert!(reports.is_empty(), "round {round}: {reports:?}");
             }
         }

@@ -1,6 +1,7 @@
 //! Shared test scaffolding: a scriptable runner and an environment of real
 //! in-memory backends wrapped in fault injectors.
 
+use korvus_store::StoreExt as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,7 +105,7 @@ impl Env {
     /// The invariants every fault path must keep: no row running (unless
     /// waiting for the user) and no row pointing at missing bytes.
     pub(crate) async fn assert_safe(&self) {
-        for s in self.store.list_sessions(self.incident.id).await.unwrap() {
+        for s in self.store.all_sessions(self.incident.id).await.unwrap() {
             if s.status == SessionStatus::Running {
                 assert_eq!(
                     s.exit_reason.as_deref(),
@@ -114,7 +115,7 @@ impl Env {
                 );
             }
             assert_eq!(s.ended_at.is_some(), s.status.is_terminal());
-            for r in self.store.list_reports(s.id).await.unwrap() {
+            for r in self.store.all_reports(s.id).await.unwrap() {
                 if let Some(key) = r.markdown_key {
                     let key = BlobKey::new(key).unwrap();
                     assert!(
@@ -126,7 +127,7 @@ impl Env {
         }
         for a in self
             .store
-            .list_incident_artifacts(self.incident.id)
+            .all_incident_artifacts(self.incident.id)
             .await
             .unwrap()
         {

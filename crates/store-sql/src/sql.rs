@@ -47,7 +47,11 @@ statements! {
     /// `list_incidents`: ids are UUID v7, which both engines order
     /// bytewise (PostgreSQL as uuid, SQLite as a BLOB), so id order is
     /// creation order.
-    LIST_INCIDENTS = concat!("SELECT ", incident_columns!(), " FROM incidents ORDER BY id");
+    LIST_INCIDENTS = concat!(
+        "SELECT ",
+        incident_columns!(),
+        " FROM incidents WHERE id > $1 ORDER BY id LIMIT $2"
+    );
 
     /// `close_incident`. Binds `$1` id, `$2` closed.
     CLOSE_INCIDENT = concat!(
@@ -76,7 +80,7 @@ statements! {
     LIST_SESSIONS = concat!(
         "SELECT ",
         session_columns!(),
-        " FROM sessions WHERE incident_id = $1 ORDER BY seq"
+        " FROM sessions WHERE incident_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
     );
 
     /// The settle: writes the outcome and ends the lease, only while the
@@ -157,7 +161,7 @@ statements! {
     LIST_REPORTS = concat!(
         "SELECT ",
         report_columns!(),
-        " FROM reports WHERE session_id = $1 ORDER BY revision"
+        " FROM reports WHERE session_id = $1 AND revision > $2 ORDER BY revision LIMIT $3"
     );
 
     /// `next_report_revision`, widened before the `+ 1` so the largest
@@ -186,14 +190,14 @@ statements! {
     LIST_SESSION_ARTIFACTS = concat!(
         "SELECT ",
         artifact_columns!(),
-        " FROM artifacts WHERE session_id = $1 ORDER BY id"
+        " FROM artifacts WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
 
     /// `list_incident_artifacts`. Binds `$1` incident.
     LIST_INCIDENT_ARTIFACTS = concat!(
         "SELECT ",
         artifact_columns!(),
-        " FROM artifacts WHERE incident_id = $1 ORDER BY id"
+        " FROM artifacts WHERE incident_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
 
     // Turn logs.

@@ -56,7 +56,7 @@ macro_rules! sql_store {
             use korvus_store::{
                 constraint, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity, Incident,
                 IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
-                Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
+                Page, Paged, Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
                 Store, StoreError,
             };
 
@@ -113,12 +113,15 @@ macro_rules! sql_store {
                         .into_model(Self::BACKEND)
                 }
 
-                async fn list_incidents(&self) -> Result<Vec<Incident>> {
+                async fn list_incidents(&self, page: Page) -> Result<Paged<Incident>> {
                     let rows: Vec<IncidentRow> = sqlx::query_as(sql::LIST_INCIDENTS)
+                    .bind(page.after_id()?)
+                    .bind(page.fetch())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, IncidentRow::into_model)
+                    let rows = rows::all(Self::BACKEND, rows, IncidentRow::into_model)?;
+                    Ok(page.finish(rows, |i| i.id.to_string()))
                 }
 
                 async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
@@ -203,13 +206,20 @@ macro_rules! sql_store {
                     row.map(|r| r.into_model(Self::BACKEND)).transpose()
                 }
 
-                async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+                async fn list_sessions(
+                    &self,
+                    incident: IncidentId,
+                    page: Page,
+                ) -> Result<Paged<Session>> {
                     let rows: Vec<SessionRow> = sqlx::query_as(sql::LIST_SESSIONS)
                     .bind(incident.as_uuid())
+                    .bind(i64::from(page.after_number()?))
+                    .bind(page.fetch())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, SessionRow::into_model)
+                    let rows = rows::all(Self::BACKEND, rows, SessionRow::into_model)?;
+                    Ok(page.finish(rows, |s| s.seq.to_string()))
                 }
 
                 async fn insert_context_refs(
@@ -306,13 +316,16 @@ macro_rules! sql_store {
                     row.ok_or_else(not_found)?.into_model(Self::BACKEND)
                 }
 
-                async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+                async fn list_reports(&self, session: SessionId, page: Page) -> Result<Paged<Report>> {
                     let rows: Vec<ReportRow> = sqlx::query_as(sql::LIST_REPORTS)
                     .bind(session.as_uuid())
+                    .bind(i64::from(page.after_number()?))
+                    .bind(page.fetch())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, ReportRow::into_model)
+                    let rows = rows::all(Self::BACKEND, rows, ReportRow::into_model)?;
+                    Ok(page.finish(rows, |r| r.revision.to_string()))
                 }
 
                 async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
@@ -351,25 +364,33 @@ macro_rules! sql_store {
                 async fn list_session_artifacts(
                     &self,
                     session: SessionId,
-                ) -> Result<Vec<Artifact>> {
+                    page: Page,
+                ) -> Result<Paged<Artifact>> {
                     let rows: Vec<ArtifactRow> = sqlx::query_as(sql::LIST_SESSION_ARTIFACTS)
                     .bind(session.as_uuid())
+                    .bind(page.after_id()?)
+                    .bind(page.fetch())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                    let rows = rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?;
+                    Ok(page.finish(rows, |a| a.id.to_string()))
                 }
 
                 async fn list_incident_artifacts(
                     &self,
                     incident: IncidentId,
-                ) -> Result<Vec<Artifact>> {
+                    page: Page,
+                ) -> Result<Paged<Artifact>> {
                     let rows: Vec<ArtifactRow> = sqlx::query_as(sql::LIST_INCIDENT_ARTIFACTS)
                     .bind(incident.as_uuid())
+                    .bind(page.after_id()?)
+                    .bind(page.fetch())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                    let rows = rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?;
+                    Ok(page.finish(rows, |a| a.id.to_string()))
                 }
             }
         };

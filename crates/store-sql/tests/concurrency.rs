@@ -1,6 +1,7 @@
 //! Seq allocation holds when the creates really run on several connections
 //! at once (the contract case cannot see the pool).
 
+use korvus_store::StoreExt as _;
 use korvus_store::{Coordination, NewSession, SessionId, Store};
 use korvus_store_sql::{PgStore, SqliteStore};
 use korvus_testkit::store::incident;
@@ -140,6 +141,6 @@ async fn postgres_a_stale_report_racing_a_takeover_writes_nothing() {
         (stands.exit_reason.as_str(), stands.fence),
         ("owner_lost", 2)
     );
-    assert_eq!(store.list_reports(s.id).await.unwrap(), vec![stands]);
+    assert_eq!(store.all_reports(s.id).await.unwrap(), vec![stands]);
     db.drop_db().await;
 }

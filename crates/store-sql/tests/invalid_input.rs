@@ -1,6 +1,7 @@
 //! Bad input beyond the contract's cases: every text field is checked before
 //! the database sees it, the same on both backends.
 
+use korvus_store::StoreExt as _;
 use korvus_store::{
     validate, ContextRef, NewIncident, NewSession, SessionId, Store, StoreError, WorkspaceRef,
 };
@@ -68,8 +69,8 @@ async fn refused_before_the_database(store: &dyn Store) {
     let mut bad_size = new_artifact(&s, "c.md", 1);
     bad_size.size_bytes = u64::MAX;
     assert_invalid(store.create_artifacts(vec![bad_size]).await, "size_bytes");
-    assert_eq!(store.list_session_artifacts(s.id).await.unwrap().len(), 1);
-    assert_eq!(store.list_sessions(inc.id).await.unwrap().len(), 1);
+    assert_eq!(store.all_session_artifacts(s.id).await.unwrap().len(), 1);
+    assert_eq!(store.all_sessions(inc.id).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

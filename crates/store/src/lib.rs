@@ -72,6 +72,7 @@ pub mod exit_reason;
 mod lease;
 mod memory;
 mod model;
+mod page;
 mod report;
 mod store;
 pub mod validate;
@@ -87,6 +88,7 @@ pub use crate::model::{
     NewArtifact, NewIncident, NewSession, ParseEnumError, Session, SessionContextRef, SessionId,
     SessionKind, SessionStatus, WorkspaceRef,
 };
+pub use crate::page::{walk, Cursor, Page, Paged, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use crate::report::{NewReport, Report};
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;

@@ -1,6 +1,7 @@
 //! [`MemoryStore`]: the whole [`Store`] contract in process memory.
 
 mod lease;
+mod pages;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI64;
@@ -12,8 +13,8 @@ use chrono::Utc;
 use crate::{
     constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity,
     Incident, IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
-    Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store,
-    StoreError,
+    Page, Paged, Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
+    Store, StoreError,
 };
 
 /// A [`Store`] that keeps every row in memory, behind one lock.
@@ -147,9 +148,8 @@ impl Store for MemoryStore {
             .ok_or_else(|| StoreError::not_found(Entity::Incident, id))
     }
 
-    async fn list_incidents(&self) -> Result<Vec<Incident>> {
-        // Ids are UUID v7, so id order is creation order.
-        Ok(self.lock().incidents.values().cloned().collect())
+    async fn list_incidents(&self, page: Page) -> Result<Paged<Incident>> {
+        self.incidents_page(&page)
     }
 
     async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
@@ -237,16 +237,8 @@ impl Store for MemoryStore {
             .cloned())
     }
 
-    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
-        let inner = self.lock();
-        let mut sessions: Vec<Session> = inner
-            .sessions
-            .values()
-            .filter(|s| s.incident_id == incident)
-            .cloned()
-            .collect();
-        sessions.sort_by_key(|s| s.seq);
-        Ok(sessions)
+    async fn list_sessions(&self, incident: IncidentId, page: Page) -> Result<Paged<Session>> {
+        self.sessions_page(incident, &page)
     }
 
     async fn insert_context_refs(
@@ -407,13 +399,8 @@ impl Store for MemoryStore {
             .ok_or_else(|| StoreError::not_found(Entity::Report, format!("{session}/{revision}")))
     }
 
-    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
-        Ok(self
-            .lock()
-            .reports
-            .range((session, 0)..=(session, u32::MAX))
-            .map(|(_, r)| r.clone())
-            .collect())
+    async fn list_reports(&self, session: SessionId, page: Page) -> Result<Paged<Report>> {
+        self.reports_page(session, &page)
     }
 
     async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
@@ -468,24 +455,19 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
-        // Artifact ids are UUID v7: id order is creation order.
-        Ok(self
-            .lock()
-            .artifacts
-            .values()
-            .filter(|a| a.session_id == session)
-            .cloned()
-            .collect())
+    async fn list_session_artifacts(
+        &self,
+        session: SessionId,
+        page: Page,
+    ) -> Result<Paged<Artifact>> {
+        self.artifacts_page(&page, |a| a.session_id == session)
     }
 
-    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
-        Ok(self
-            .lock()
-            .artifacts
-            .values()
-            .filter(|a| a.incident_id == incident)
-            .cloned()
-            .collect())
+    async fn list_incident_artifacts(
+        &self,
+        incident: IncidentId,
+        page: Page,
+    ) -> Result<Paged<Artifact>> {
+        self.artifacts_page(&page, |a| a.incident_id == incident)
     }
 }

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 
 use crate::{
     Artifact, ArtifactId, ContextRef, Incident, IncidentId, Lease, NewArtifact, NewIncident,
-    NewReport, NewSession, Report, Result, Session, SessionContextRef, SessionId, Settlement,
+    NewReport, NewSession, Page, Paged, Report, Result, Session, SessionContextRef, SessionId,
+    Settlement,
 };
 
 /// Durable rows of the session layer: incidents, sessions, reports, artifacts and
@@ -41,11 +42,13 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `NotFound` when no such incident exists.
     async fn get_incident(&self, id: IncidentId) -> Result<Incident>;
 
-    /// Lists every incident, oldest first.
+    /// One page of the incidents, by id (UUID v7: roughly oldest first;
+    /// see [`Page`] for what a walk guarantees).
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn list_incidents(&self) -> Result<Vec<Incident>>;
+    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// I/O failure.
+    async fn list_incidents(&self, page: Page) -> Result<Paged<Incident>>;
 
     /// Marks an incident closed. Idempotent: closing a closed incident returns it.
     ///
@@ -81,11 +84,13 @@ pub trait Store: Send + Sync + Debug + 'static {
         key: &str,
     ) -> Result<Option<Session>>;
 
-    /// Lists the sessions of an incident in `seq` order (empty for an unknown incident).
+    /// One page of an incident's sessions in `seq` order (empty for an
+    /// unknown incident).
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>>;
+    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// I/O failure.
+    async fn list_sessions(&self, incident: IncidentId, page: Page) -> Result<Paged<Session>>;
 
     /// Attaches context refs to a session, all or nothing, keeping request order
     /// (positions continue after any refs the session already has).
@@ -195,11 +200,12 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `NotFound` when that revision does not exist.
     async fn get_report(&self, session: SessionId, revision: u32) -> Result<Report>;
 
-    /// Lists a session's reports by revision.
+    /// One page of a session's reports by revision.
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>>;
+    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// I/O failure.
+    async fn list_reports(&self, session: SessionId, page: Page) -> Result<Paged<Report>>;
 
     /// The revision the next report of this session must use: one more than the
     /// highest stored, or 1.
@@ -230,17 +236,28 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// `Backend` on I/O failure.
     async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>>;
 
-    /// Lists the artifacts a session produced, oldest first.
+    /// One page of the artifacts a session produced, by id (roughly oldest
+    /// first).
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>>;
+    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// I/O failure.
+    async fn list_session_artifacts(
+        &self,
+        session: SessionId,
+        page: Page,
+    ) -> Result<Paged<Artifact>>;
 
-    /// Lists every artifact of an incident, oldest first.
+    /// One page of an incident's artifacts, by id (roughly oldest first).
     ///
     /// # Errors
-    /// `Backend` on I/O failure.
-    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>>;
+    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// I/O failure.
+    async fn list_incident_artifacts(
+        &self,
+        incident: IncidentId,
+        page: Page,
+    ) -> Result<Paged<Artifact>>;
 }
 
 /// What [`Store::continue_session`] continues a session from.
@@ -264,6 +281,47 @@ pub trait StoreExt: Store {
             .await?
             .pop()
             .ok_or_else(|| crate::StoreError::not_found(crate::Entity::Artifact, id))
+    }
+
+    /// Every incident, walked page by page ([`walk`](crate::walk)): for
+    /// callers that know the list is small.
+    ///
+    /// # Errors
+    /// As [`Store::list_incidents`].
+    async fn all_incidents(&self) -> Result<Vec<Incident>> {
+        crate::walk(|p| self.list_incidents(p)).await
+    }
+
+    /// Every session of an incident, in `seq` order, page by page.
+    ///
+    /// # Errors
+    /// As [`Store::list_sessions`].
+    async fn all_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+        crate::walk(|p| self.list_sessions(incident, p)).await
+    }
+
+    /// Every report of a session, by revision, page by page.
+    ///
+    /// # Errors
+    /// As [`Store::list_reports`].
+    async fn all_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+        crate::walk(|p| self.list_reports(session, p)).await
+    }
+
+    /// Every artifact of a session, by id, page by page.
+    ///
+    /// # Errors
+    /// As [`Store::list_session_artifacts`].
+    async fn all_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+        crate::walk(|p| self.list_session_artifacts(session, p)).await
+    }
+
+    /// Every artifact of an incident, by id, page by page.
+    ///
+    /// # Errors
+    /// As [`Store::list_incident_artifacts`].
+    async fn all_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
+        crate::walk(|p| self.list_incident_artifacts(incident, p)).await
     }
 }
 

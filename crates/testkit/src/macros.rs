@@ -39,6 +39,8 @@ macro_rules! __with_cases {
             report_detail_round_trips_and_is_bounded,
             identical_second_report_is_a_conflict_and_keeps_the_first,
             artifacts_batch_is_all_or_nothing,
+            every_list_walks_page_by_page,
+            a_cursor_of_another_list_is_invalid_input,
             artifacts_are_listed_and_fetched,
         ]);
     };

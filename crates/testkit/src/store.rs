@@ -16,6 +16,7 @@ mod context_refs;
 mod errors;
 mod idle;
 mod incidents;
+mod pages;
 mod reports;
 mod sessions;
 mod terminal;
@@ -37,6 +38,7 @@ pub use self::idle::{
     idle_transitions_refuse_terminal_and_active_rows,
 };
 pub use self::incidents::incidents_round_trip;
+pub use self::pages::{a_cursor_of_another_list_is_invalid_input, every_list_walks_page_by_page};
 pub use self::reports::{
     a_stale_fence_writes_no_artifact_rows, a_stale_fence_writes_no_report_row,
     identical_second_report_is_a_conflict_and_keeps_the_first,

@@ -1,5 +1,6 @@
 //! `workspace.tar.gz`: packing, unpacking, storing.
 
+use korvus_store::StoreExt as _;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
@@ -202,7 +203,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
     assert_eq!(blob.bytes, packed.read_bytes().await.unwrap());
     assert_eq!(blob.meta.content_type.as_deref(), Some("application/gzip"));
     assert_eq!(
-        store.list_session_artifacts(session.id).await.unwrap(),
+        store.all_session_artifacts(session.id).await.unwrap(),
         [row]
     );
 
@@ -247,7 +248,7 @@ async fn a_failed_upload_writes_no_row() {
         "{err:?}"
     );
     assert!(store
-        .list_session_artifacts(session.id)
+        .all_session_artifacts(session.id)
         .await
         .unwrap()
         .is_empty());
@@ -316,7 +317,7 @@ async fn an_archive_over_its_cap_is_a_typed_error_and_nothing_is_stored() {
     }
     assert!(blobs.list(None).await.unwrap().is_empty());
     assert!(store
-        .list_session_artifacts(s.dir.session_id())
+        .all_session_artifacts(s.dir.session_id())
         .await
         .unwrap()
         .is_empty());

@@ -3,6 +3,7 @@
 //! and an operator's forced cancel is a fenced transition of its own.
 
 use futures::future::join;
+use korvus_store::StoreExt as _;
 use korvus_store::{
     exit_reason, ContinueFrom, CoordinatedStore, Lease, OwnerId, Session, SessionStatus,
     Settlement, StoreError,
@@ -96,7 +97,7 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(
     assert_eq!(report.detail.as_deref(), Some(detail.as_str()));
     assert_eq!(report.markdown_key, None);
     assert_eq!(report.fence, row.fence);
-    assert_eq!(store.list_reports(s.id).await.unwrap(), vec![report]);
+    assert_eq!(store.all_reports(s.id).await.unwrap(), vec![report]);
     // Other cases may leave requests of their own on a shared store.
     assert!(!store
         .cancel_requests()
@@ -171,7 +172,7 @@ async fn the_old_runs_writes_are_refused(
         "a forced cancel of a terminal row",
     );
     assert_eq!(&store.get_session(s.id).await.unwrap(), row);
-    assert_eq!(store.list_reports(s.id).await.unwrap().len(), 1);
+    assert_eq!(store.all_reports(s.id).await.unwrap().len(), 1);
 }
 
 /// A report row the run wrote before a forced cancel stands; an idle row
@@ -189,7 +190,7 @@ pub async fn a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows(
         .await
         .unwrap();
     assert_eq!(stands, written);
-    assert_eq!(store.list_reports(own.id).await.unwrap(), vec![written]);
+    assert_eq!(store.all_reports(own.id).await.unwrap(), vec![written]);
 
     let idle = session(store, &inc).await;
     store

@@ -3,6 +3,7 @@
 //! expire. A lease with a ttl of zero is expired at once: that is how these
 //! cases make an orphan without waiting.
 
+use korvus_store::StoreExt as _;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -305,7 +306,7 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
     assert!(settled.ended_at.is_some());
     assert_eq!(stands.exit_reason, "owner_lost");
     assert_eq!(stands.fence, a.fence);
-    assert_eq!(store.list_reports(a.id).await.unwrap(), vec![stands]);
+    assert_eq!(store.all_reports(a.id).await.unwrap(), vec![stands]);
 
     // The dead run wrote its row before it died: that row stands.
     let b = leased(store, expired(OwnerId::new())).await;
@@ -317,7 +318,7 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
         .unwrap();
     assert_eq!(settled.status, SessionStatus::Failed);
     assert_eq!(stands, own);
-    assert_eq!(store.list_reports(b.id).await.unwrap(), vec![own]);
+    assert_eq!(store.all_reports(b.id).await.unwrap(), vec![own]);
 
     // A stale fence: nothing written.
     let c = leased(store, expired(OwnerId::new())).await;
@@ -329,7 +330,7 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
             .await,
         Err(StoreError::Fenced { .. })
     ));
-    assert!(store.list_reports(c.id).await.unwrap().is_empty());
+    assert!(store.all_reports(c.id).await.unwrap().is_empty());
     assert_eq!(
         store.get_session(c.id).await.unwrap().status,
         SessionStatus::Running
@@ -347,7 +348,7 @@ pub async fn settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing(
         store.settle_with_report(d.id, lost(&d), foreign).await,
         Err(StoreError::Constraint { .. })
     ));
-    assert!(store.list_reports(d.id).await.unwrap().is_empty());
+    assert!(store.all_reports(d.id).await.unwrap().is_empty());
     assert_eq!(
         store.get_session(d.id).await.unwrap().status,
         SessionStatus::Running

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use korvus_store::{
     Artifact, ArtifactId, ContextRef, ContinueFrom, CoordinatedStore, Coordination, Incident,
-    IncidentId, Lease, NewArtifact, NewIncident, NewReport, NewSession, Report, Result, Session,
-    SessionContextRef, SessionId, Settlement, Store, StoreError,
+    IncidentId, Lease, NewArtifact, NewIncident, NewReport, NewSession, Page, Paged, Report,
+    Result, Session, SessionContextRef, SessionId, Settlement, Store, StoreError,
 };
 
 /// One [`Store`] or [`Coordination`] method, for choosing faults and
@@ -184,9 +184,9 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.enter(StoreOp::GetIncident).await?;
         self.inner.get_incident(id).await
     }
-    async fn list_incidents(&self) -> Result<Vec<Incident>> {
+    async fn list_incidents(&self, page: Page) -> Result<Paged<Incident>> {
         self.enter(StoreOp::ListIncidents).await?;
-        self.inner.list_incidents().await
+        self.inner.list_incidents(page).await
     }
     async fn close_incident(&self, id: IncidentId) -> Result<Incident> {
         self.enter(StoreOp::CloseIncident).await?;
@@ -208,9 +208,9 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.enter(StoreOp::SessionByIdempotencyKey).await?;
         self.inner.session_by_idempotency_key(incident, key).await
     }
-    async fn list_sessions(&self, incident: IncidentId) -> Result<Vec<Session>> {
+    async fn list_sessions(&self, incident: IncidentId, page: Page) -> Result<Paged<Session>> {
         self.enter(StoreOp::ListSessions).await?;
-        self.inner.list_sessions(incident).await
+        self.inner.list_sessions(incident, page).await
     }
     async fn insert_context_refs(
         &self,
@@ -249,9 +249,9 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.enter(StoreOp::GetReport).await?;
         self.inner.get_report(session, revision).await
     }
-    async fn list_reports(&self, session: SessionId) -> Result<Vec<Report>> {
+    async fn list_reports(&self, session: SessionId, page: Page) -> Result<Paged<Report>> {
         self.enter(StoreOp::ListReports).await?;
-        self.inner.list_reports(session).await
+        self.inner.list_reports(session, page).await
     }
     async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
         self.enter(StoreOp::NextReportRevision).await?;
@@ -265,13 +265,21 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.enter(StoreOp::GetArtifacts).await?;
         self.inner.get_artifacts(ids).await
     }
-    async fn list_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+    async fn list_session_artifacts(
+        &self,
+        session: SessionId,
+        page: Page,
+    ) -> Result<Paged<Artifact>> {
         self.enter(StoreOp::ListSessionArtifacts).await?;
-        self.inner.list_session_artifacts(session).await
+        self.inner.list_session_artifacts(session, page).await
     }
-    async fn list_incident_artifacts(&self, incident: IncidentId) -> Result<Vec<Artifact>> {
+    async fn list_incident_artifacts(
+        &self,
+        incident: IncidentId,
+        page: Page,
+    ) -> Result<Paged<Artifact>> {
         self.enter(StoreOp::ListIncidentArtifacts).await?;
-        self.inner.list_incident_artifacts(incident).await
+        self.inner.list_incident_artifacts(incident, page).await
     }
 }
 

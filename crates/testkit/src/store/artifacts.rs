@@ -1,5 +1,6 @@
 //! Artifact rows: all-or-nothing batches, listing and fetching.
 
+use korvus_store::StoreExt as _;
 use korvus_store::{ArtifactId, ArtifactKind, Entity, Store, StoreError};
 
 use super::{incident, new_artifact, session};
@@ -21,7 +22,7 @@ pub async fn artifacts_batch_is_all_or_nothing(store: &dyn Store) {
         other => panic!("expected Conflict, got {other:?}"),
     }
     assert!(store.get_artifacts(&[fresh_id]).await.unwrap().is_empty());
-    assert_eq!(store.list_session_artifacts(s.id).await.unwrap().len(), 1);
+    assert_eq!(store.all_session_artifacts(s.id).await.unwrap().len(), 1);
     assert!(store.create_artifacts(Vec::new()).await.unwrap().is_empty());
 }
 
@@ -48,17 +49,14 @@ pub async fn artifacts_are_listed_and_fetched(store: &dyn Store) {
         .await
         .unwrap();
     let ids: Vec<ArtifactId> = store
-        .list_session_artifacts(a.id)
+        .all_session_artifacts(a.id)
         .await
         .unwrap()
         .iter()
         .map(|x| x.id)
         .collect();
     assert_eq!(ids, vec![stored_a[0].id, stored_a[1].id]);
-    assert_eq!(
-        store.list_incident_artifacts(inc.id).await.unwrap().len(),
-        3
-    );
+    assert_eq!(store.all_incident_artifacts(inc.id).await.unwrap().len(), 3);
     let got = store
         .get_artifacts(&[stored_b[0].id, ArtifactId::new(), stored_a[0].id])
         .await

@@ -1,6 +1,7 @@
 //! What a store answers to bad input and unknown ids: typed errors naming
 //! the field or entity, and nothing written.
 
+use korvus_store::StoreExt as _;
 use korvus_store::{
     validate, ArtifactId, ContinueFrom, Counters, Entity, IncidentId, NewIncident, SessionId,
     SessionStatus, Store, StoreError,
@@ -18,7 +19,7 @@ fn assert_invalid(result: Result<impl std::fmt::Debug, StoreError>, field: &str)
 /// NUL bytes, over-long text and out-of-range counters are typed errors
 /// naming the field, and nothing is written.
 pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
-    let before = store.list_incidents().await.unwrap().len();
+    let before = store.all_incidents().await.unwrap().len();
     let title = format!("nul\0title {}", uuid::Uuid::now_v7());
     assert_invalid(
         store
@@ -47,7 +48,7 @@ pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
             .await,
         "title",
     );
-    assert_eq!(store.list_incidents().await.unwrap().len(), before);
+    assert_eq!(store.all_incidents().await.unwrap().len(), before);
 
     let inc = incident(store).await;
     let bad = new_session(&inc, "prompt with \0 inside");
@@ -59,7 +60,7 @@ pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
         store.get_session(bad_id).await,
         Err(StoreError::NotFound { .. })
     ));
-    assert!(store.list_sessions(inc.id).await.unwrap().is_empty());
+    assert!(store.all_sessions(inc.id).await.unwrap().is_empty());
 
     let s = session(store, &inc).await;
     let mut huge = settlement(SessionStatus::Completed, "completed");
@@ -81,7 +82,7 @@ pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
     let mut rep = new_report(&s, 1);
     rep.exit_reason = "x".repeat(validate::MAX_EXIT_REASON_BYTES + 1);
     assert_invalid(store.create_report(rep).await, "exit_reason");
-    assert!(store.list_reports(s.id).await.unwrap().is_empty());
+    assert!(store.all_reports(s.id).await.unwrap().is_empty());
 }
 
 fn assert_not_found(result: Result<impl std::fmt::Debug, StoreError>, entity: Entity) {
@@ -137,7 +138,7 @@ pub async fn unknown_ids_are_not_found(store: &dyn Store) {
         .unwrap()
         .is_empty());
     assert!(store
-        .list_sessions(IncidentId::new())
+        .all_sessions(IncidentId::new())
         .await
         .unwrap()
         .is_empty());

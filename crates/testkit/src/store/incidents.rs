@@ -1,5 +1,6 @@
 //! Incident rows: create, read, list and close.
 
+use korvus_store::StoreExt as _;
 use korvus_store::{IncidentStatus, Store};
 
 use super::incident;
@@ -12,7 +13,7 @@ pub async fn incidents_round_trip(store: &dyn Store) {
     assert_eq!(got.id, created.id);
     assert_eq!(got.title, created.title);
     assert_eq!(got.workspace, created.workspace);
-    let listed = store.list_incidents().await.unwrap();
+    let listed = store.all_incidents().await.unwrap();
     assert!(listed.iter().any(|i| i.id == created.id));
     let closed = store.close_incident(created.id).await.unwrap();
     assert_eq!(closed.status, IncidentStatus::Closed);

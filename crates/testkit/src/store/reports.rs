@@ -1,6 +1,7 @@
 //! Report rows: unique revisions per session, and the composite key that
 //! ties a report or artifact to a session of its own incident.
 
+use korvus_store::StoreExt as _;
 use korvus_store::{constraint, validate, ContinueFrom, Entity, SessionStatus, Store, StoreError};
 
 use super::{incident, new_artifact, new_report, session};
@@ -25,7 +26,7 @@ pub async fn reports_are_unique_per_revision(store: &dyn Store) {
     r3.exit_reason = "report_author_failed".into();
     store.create_report(r3).await.unwrap();
     assert_eq!(store.next_report_revision(s.id).await.unwrap(), 4);
-    let listed = store.list_reports(s.id).await.unwrap();
+    let listed = store.all_reports(s.id).await.unwrap();
     assert_eq!(
         listed.iter().map(|r| r.revision).collect::<Vec<_>>(),
         vec![1, 3]
@@ -60,9 +61,9 @@ pub async fn report_for_another_incidents_session_is_refused(store: &dyn Store) 
         }
         other => panic!("expected Constraint, got {other:?}"),
     }
-    assert!(store.list_reports(s.id).await.unwrap().is_empty());
+    assert!(store.all_reports(s.id).await.unwrap().is_empty());
     assert!(store
-        .list_incident_artifacts(other.id)
+        .all_incident_artifacts(other.id)
         .await
         .unwrap()
         .is_empty());
@@ -88,7 +89,7 @@ pub async fn report_detail_round_trips_and_is_bounded(store: &dyn Store) {
     assert_eq!(stored.detail.as_deref(), Some(detail.as_str()));
     assert_eq!(store.get_report(s.id, 2).await.unwrap(), stored);
     assert_eq!(
-        store.list_reports(s.id).await.unwrap(),
+        store.all_reports(s.id).await.unwrap(),
         vec![without, stored]
     );
 
@@ -126,7 +127,7 @@ pub async fn identical_second_report_is_a_conflict_and_keeps_the_first(store: &d
         Err(StoreError::Conflict { .. })
     ));
     assert_eq!(store.get_report(s.id, 1).await.unwrap(), first);
-    assert_eq!(store.list_reports(s.id).await.unwrap(), vec![first]);
+    assert_eq!(store.all_reports(s.id).await.unwrap(), vec![first]);
 }
 
 /// A report row is written only under the session's current fence: after
@@ -155,7 +156,7 @@ pub async fn a_stale_fence_writes_no_report_row(store: &dyn Store) {
         ),
         "{late:?}"
     );
-    assert!(store.list_reports(s.id).await.unwrap().is_empty());
+    assert!(store.all_reports(s.id).await.unwrap().is_empty());
     let report = store.create_report(new_report(&reopened, 2)).await.unwrap();
     assert_eq!(report.fence, 2);
     assert_eq!(store.get_report(s.id, 2).await.unwrap(), report);
@@ -186,7 +187,7 @@ pub async fn a_stale_fence_writes_no_artifact_rows(store: &dyn Store) {
         "{late:?}"
     );
     assert!(store
-        .list_incident_artifacts(inc.id)
+        .all_incident_artifacts(inc.id)
         .await
         .unwrap()
         .is_empty());
@@ -198,7 +199,7 @@ pub async fn a_stale_fence_writes_no_artifact_rows(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(stored.iter().map(|a| a.fence).collect::<Vec<_>>(), [1, 2]);
-    let listed = store.list_session_artifacts(s.id).await.unwrap();
+    let listed = store.all_session_artifacts(s.id).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].fence, 2);
 }

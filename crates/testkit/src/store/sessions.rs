@@ -2,6 +2,7 @@
 //! single-winner reopen.
 
 use futures::future::join_all;
+use korvus_store::StoreExt as _;
 use korvus_store::{
     Admission, ContinueFrom, Counters, Entity, Priority, Session, SessionId, SessionKind,
     SessionStatus, Store, StoreError,
@@ -21,7 +22,7 @@ pub async fn concurrent_creates_get_seqs_one_to_hundred(store: &dyn Store) {
     seqs.sort_unstable();
     assert_eq!(seqs, (1..=100).collect::<Vec<u32>>());
     let listed: Vec<u32> = store
-        .list_sessions(inc.id)
+        .all_sessions(inc.id)
         .await
         .unwrap()
         .iter()
@@ -298,7 +299,7 @@ pub async fn admission_round_trips_and_idempotency_keys_are_unique(store: &dyn S
     assert_eq!(s.admission, admission);
     assert_eq!(s.started_at, None);
     assert_eq!(store.get_session(s.id).await.unwrap(), s);
-    assert_eq!(store.list_sessions(inc.id).await.unwrap(), vec![s.clone()]);
+    assert_eq!(store.all_sessions(inc.id).await.unwrap(), vec![s.clone()]);
     assert_eq!(session(store, &inc).await.admission, Admission::default());
 
     let mut again = new_session(&inc, "keyed, again");

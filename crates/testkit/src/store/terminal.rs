@@ -4,6 +4,7 @@
 //! the coordination suite, which has `settle_with_report` and
 //! `force_cancel`.)
 
+use korvus_store::StoreExt as _;
 use korvus_store::{exit_reason, SessionStatus, Store};
 
 use super::{incident, new_artifact, new_report, not_active, session, settlement_at};
@@ -49,8 +50,8 @@ pub async fn a_terminal_or_idle_row_refuses_every_write_of_its_run(store: &dyn S
             "an artifact row of a terminal row",
         );
         assert_eq!(store.get_session(s.id).await.unwrap(), done);
-        assert!(store.list_reports(s.id).await.unwrap().is_empty());
-        assert!(store.list_session_artifacts(s.id).await.unwrap().is_empty());
+        assert!(store.all_reports(s.id).await.unwrap().is_empty());
+        assert!(store.all_session_artifacts(s.id).await.unwrap().is_empty());
     }
 
     // Idle: the run is over too; only an answer or a cancel moves it on.
