@@ -50,7 +50,7 @@ fn big_tree(dir: &Path, count: usize, size: usize) -> Result<()> {
 }
 
 /// A `kB` field of `/proc/self/status`, in MiB.
-fn status_mib(field: &str) -> Result<f64> {
+pub(crate) fn status_mib(field: &str) -> Result<f64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let line = status
         .lines()
@@ -65,7 +65,7 @@ fn status_mib(field: &str) -> Result<f64> {
 }
 
 /// Resets the process's peak resident set (`VmHWM`) to its current size.
-fn reset_peak() -> Result<()> {
+pub(crate) fn reset_peak() -> Result<()> {
     std::fs::write("/proc/self/clear_refs", "5").context("resetting VmHWM")
 }
 

@@ -36,13 +36,16 @@ use tracing_subscriber::layer::SubscriberExt;
 mod admission;
 mod cancel;
 mod closers;
+mod export;
 mod fanout;
 mod files;
 mod history;
 mod large;
 mod lease;
 mod output;
+mod pages;
 mod pg;
+mod reconnect;
 mod report;
 mod runners;
 mod s3stub;
@@ -168,7 +171,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=16u32 {
+    for n in 1..=19u32 {
         if !wanted(n) {
             continue;
         }
@@ -190,7 +193,10 @@ async fn all(
             13 => large::sweep_throughput(&mut b).await,
             14 => fanout::fanout(&mut b).await,
             15 => admission::admission(&mut b).await,
-            _ => history::create_with_history(&mut b).await,
+            16 => history::create_with_history(&mut b).await,
+            17 => pages::first_pages(&mut b).await,
+            18 => export::export_download(&mut b).await,
+            _ => reconnect::sse_reconnect(&mut b).await,
         };
         match result {
             Ok(r) => {

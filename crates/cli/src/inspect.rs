@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use korvus_blob::BlobKey;
-use korvus_log::{export_jsonl, Access, EventKind, LogId, DROPPED_PREFIX};
+use korvus_log::{Access, EventKind, JsonlExport, LogId, DROPPED_PREFIX};
 use korvus_store::{
     Artifact, Cursor, IncidentId, IncidentStatus, NewIncident, Page, Session, SessionId,
     SessionStatus, WorkspaceRef,
@@ -552,16 +552,36 @@ pub(crate) async fn export(
         .open(LogId::from_uuid(id.as_uuid()), Access::Read)
         .await
         .with_context(|| format!("cannot open the log of session {id}"))?;
-    let bytes = export_jsonl(&log).await.context("cannot export the log")?;
-    match output {
-        Some(path) => std::fs::write(path, &bytes)
-            .with_context(|| format!("cannot write {}", path.display()))?,
-        None => {
-            use std::io::Write as _;
-            std::io::stdout()
-                .write_all(&bytes)
-                .context("cannot write to stdout")?;
+    // A chunk of events at a time: memory stays bounded whatever the log's
+    // length. A file is written beside its name and renamed into place once
+    // whole, so a failed export never leaves a short file that looks whole.
+    let mut export = JsonlExport::new(&log);
+    let (mut sink, partial): (Box<dyn std::io::Write>, Option<PathBuf>) = match output {
+        Some(path) => {
+            let partial = path.with_extension("jsonl.partial");
+            let file = std::fs::File::create(&partial)
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            (Box::new(std::io::BufWriter::new(file)), Some(partial))
         }
+        None => (Box::new(std::io::stdout().lock()), None),
+    };
+    let written = async {
+        while let Some(chunk) = export.next_chunk().await.context("cannot export the log")? {
+            sink.write_all(&chunk).context("cannot write the export")?;
+        }
+        sink.flush().context("cannot write the export")
+    }
+    .await;
+    drop(sink);
+    if written.is_err() {
+        if let Some(partial) = &partial {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+    written?;
+    if let (Some(partial), Some(path)) = (partial, output) {
+        std::fs::rename(&partial, path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     backends.close().await;
     Ok(ExitCode::SUCCESS)

@@ -132,7 +132,7 @@ fn sigterm_cancels_running_sessions_lands_their_reports_and_exits_cleanly() {
     let mut server = Server::start(data.path(), None, "0.5");
     let (status, incidents) = server.call("GET", "/api/incidents", None);
     assert_eq!(status, 200);
-    let incident = incidents[0]["id"]
+    let incident = incidents["items"][0]["id"]
         .as_str()
         .expect("the demo incident")
         .to_owned();

@@ -8,12 +8,12 @@
 //! renderable type) and `Content-Security-Policy: sandbox` (should it be
 //! rendered anyway, it runs in an opaque origin without script).
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use korvus_blob::BlobKey;
-use korvus_log::{export_jsonl, Access, LogId};
+use korvus_log::{Access, JsonlExport, LogId};
 use korvus_store::{ArtifactId, SessionId};
 use tokio_util::io::ReaderStream;
 
@@ -48,7 +48,7 @@ pub(crate) async fn report_markdown(
     let (body, len) = blob(&app, &key).await?;
     Ok(attachment(
         body,
-        len,
+        Some(len),
         "text/markdown; charset=utf-8",
         &format!("report-{revision}.md"),
     ))
@@ -63,10 +63,14 @@ pub(crate) async fn artifact_content(
     let artifact = crate::routes::served_artifact(&app, id).await?;
     let (body, len) = blob(&app, &artifact.blob_key).await?;
     let name = artifact.path.rsplit('/').next().unwrap_or("artifact");
-    Ok(attachment(body, len, &artifact.content_type, name))
+    Ok(attachment(body, Some(len), &artifact.content_type, name))
 }
 
-/// `GET /api/sessions/{id}/log`: the turn log as JSON lines.
+/// `GET /api/sessions/{id}/log`: the turn log as JSON lines, streamed a
+/// chunk of events at a time (no `Content-Length`: memory per download is
+/// one chunk, whatever the log's length). A read failing mid-way ends the
+/// body early with an error, so the client sees a cut download, never a
+/// short one that looks whole.
 pub(crate) async fn log_export(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -79,13 +83,20 @@ pub(crate) async fn log_export(
         .open(LogId::from_uuid(id.as_uuid()), Access::Read)
         .await
         .map_err(korvus_session::SessionError::from)?;
-    let bytes = export_jsonl(&handle)
-        .await
-        .map_err(korvus_session::SessionError::from)?;
-    let len = bytes.len() as u64;
+    let chunks = futures::stream::unfold(Some(JsonlExport::new(handle)), |export| async move {
+        let mut export = export?;
+        match export.next_chunk().await {
+            Ok(Some(chunk)) => Some((Ok(Bytes::from(chunk)), Some(export))),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(error = %e, "log export failed mid-way; the download is cut");
+                Some((Err(std::io::Error::other(e)), None))
+            }
+        }
+    });
     Ok(attachment(
-        Body::from(bytes),
-        len,
+        Body::from_stream(chunks),
+        None,
         "application/x-ndjson",
         &format!("session-{id}.jsonl"),
     ))
@@ -121,15 +132,14 @@ async fn blob(app: &AppState, key: &str) -> Result<(Body, u64)> {
 }
 
 /// A download response with the headers described in the module docs.
-fn attachment(body: Body, len: u64, content_type: &str, name: &str) -> Response {
+fn attachment(body: Body, len: Option<u64>, content_type: &str, name: &str) -> Response {
     let content_type = HeaderValue::from_str(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     let disposition = HeaderValue::from_str(&content_disposition(name))
         .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
-    (
+    let mut response = (
         [
             (header::CONTENT_TYPE, content_type),
-            (header::CONTENT_LENGTH, HeaderValue::from(len)),
             (header::CONTENT_DISPOSITION, disposition),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
@@ -146,7 +156,13 @@ fn attachment(body: Body, len: u64, content_type: &str, name: &str) -> Response 
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    if let Some(len) = len {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    response
 }
 
 /// `attachment; filename="…"; filename*=UTF-8''…` for an agent-chosen name:

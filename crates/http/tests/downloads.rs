@@ -134,3 +134,37 @@ async fn a_large_artifact_is_streamed_with_its_length() {
         .all(|(i, b)| *b == (i % 251) as u8));
     env.manager.stop().await;
 }
+
+/// The log download streams: a log of several export chunks (3,000 events)
+/// comes without a `Content-Length`, and its bytes are the whole export.
+#[tokio::test]
+async fn a_long_log_is_streamed_and_equals_the_whole_export() {
+    let runner = crate::support::writing(&[("report.md", "# R\n")], 3_000);
+    let env = Env::new(runner).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        serde_json::json!({"prompt": "long"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    settled(&env, &sid).await;
+    let log = get(&app, &format!("/api/sessions/{sid}/log")).await;
+    assert_eq!(log.status, StatusCode::OK);
+    assert!(log.headers.get("content-length").is_none(), "streamed");
+    let handle = env
+        .manager
+        .turn_log()
+        .open(
+            korvus_log::LogId::from_uuid(sid.parse::<korvus_store::SessionId>().unwrap().as_uuid()),
+            korvus_log::Access::Read,
+        )
+        .await
+        .unwrap();
+    let whole = korvus_log::export_jsonl(&handle).await.unwrap();
+    assert!(whole.iter().filter(|b| **b == b'\n').count() > 3_000);
+    assert_eq!(log.text().into_bytes(), whole);
+    env.manager.stop().await;
+}

@@ -1,15 +1,82 @@
-//! The logical log as JSON lines, the same bytes from every backend.
+//! The logical log as JSON lines, the same bytes from every backend, read
+//! and written a chunk at a time ([`JsonlExport`]) or whole
+//! ([`export_jsonl`]).
+
+use std::borrow::Borrow;
 
 use crate::{LogError, LogHandle, Result};
 
-/// Events read per round trip while exporting.
-const CHUNK: u64 = 1024;
+/// Events read per round trip, and per chunk, while exporting.
+pub const EXPORT_CHUNK_EVENTS: u64 = 1024;
 
-/// Serialises a log — its header line, then one compact JSON event per line —
-/// reading through `handle` (a read handle is enough).
+/// An export in progress: the header line, then the events
+/// [`EXPORT_CHUNK_EVENTS`] at a time, each a compact JSON object on a line
+/// of its own. Memory is bounded by one chunk whatever the log's length,
+/// so a download or `korvus export` of any log streams.
 ///
 /// The output is byte-identical across backends for the same header and
-/// events: it is produced here from parsed values, never copied from storage.
+/// events: it is produced here from parsed values, never copied from
+/// storage.
+#[derive(Debug)]
+pub struct JsonlExport<H> {
+    handle: H,
+    offset: u64,
+    header_done: bool,
+    done: bool,
+}
+
+impl<H: Borrow<LogHandle>> JsonlExport<H> {
+    /// An export of the log `handle` reads (a read handle is enough; it can
+    /// be owned, borrowed or shared).
+    pub fn new(handle: H) -> Self {
+        Self {
+            handle,
+            offset: 0,
+            header_done: false,
+            done: false,
+        }
+    }
+
+    /// The next chunk of the export: the header line first, then up to
+    /// [`EXPORT_CHUNK_EVENTS`] event lines; `None` once every event is out.
+    ///
+    /// # Errors
+    /// Whatever [`LogHandle::read`] returns; the export cannot go on then.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads, and a cancelled call is simply repeated.
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let handle = self.handle.borrow();
+        if !self.header_done {
+            let mut out =
+                serde_json::to_vec(handle.header()).map_err(|e| LogError::backend("export", e))?;
+            out.push(b'\n');
+            self.header_done = true;
+            return Ok(Some(out));
+        }
+        if self.done {
+            return Ok(None);
+        }
+        let events = handle.read(self.offset, Some(EXPORT_CHUNK_EVENTS)).await?;
+        if (events.len() as u64) < EXPORT_CHUNK_EVENTS {
+            self.done = true;
+        }
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for e in &events {
+            serde_json::to_writer(&mut out, e).map_err(|e| LogError::backend("export", e))?;
+            out.push(b'\n');
+        }
+        self.offset += events.len() as u64;
+        Ok(Some(out))
+    }
+}
+
+/// Serialises a whole log into memory — its header line, then one compact
+/// JSON event per line — reading through `handle`. For logs known to be
+/// small; otherwise use [`JsonlExport`].
 ///
 /// # Errors
 /// Whatever [`LogHandle::read`] returns.
@@ -17,19 +84,10 @@ const CHUNK: u64 = 1024;
 /// # Cancel safety
 /// Cancel-safe: it only reads.
 pub async fn export_jsonl(handle: &LogHandle) -> Result<Vec<u8>> {
-    let mut out =
-        serde_json::to_vec(handle.header()).map_err(|e| LogError::backend("export", e))?;
-    out.push(b'\n');
-    let mut offset = 0;
-    loop {
-        let events = handle.read(offset, Some(CHUNK)).await?;
-        for e in &events {
-            serde_json::to_writer(&mut out, e).map_err(|e| LogError::backend("export", e))?;
-            out.push(b'\n');
-        }
-        offset += events.len() as u64;
-        if (events.len() as u64) < CHUNK {
-            return Ok(out);
-        }
+    let mut export = JsonlExport::new(handle);
+    let mut out = Vec::new();
+    while let Some(chunk) = export.next_chunk().await? {
+        out.extend_from_slice(&chunk);
     }
+    Ok(out)
 }

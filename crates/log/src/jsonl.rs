@@ -17,6 +17,7 @@ use crate::jsonl_file::{
     blocking, claim_epoch_file, cut_torn_tail, io_err, lock_writer, read_epoch_file, read_header,
     revision_of, serialise, BACKEND,
 };
+use crate::jsonl_index::{Indexes, LineIndex};
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
     TurnLog, Writers,
@@ -40,6 +41,7 @@ pub struct JsonlLog {
     dir: PathBuf,
     writers: Writers,
     buffers: Buffers,
+    indexes: Indexes,
 }
 
 impl JsonlLog {
@@ -54,6 +56,7 @@ impl JsonlLog {
             dir,
             writers: Writers::new(),
             buffers: Buffers::default(),
+            indexes: Indexes::default(),
         })
     }
 
@@ -95,66 +98,62 @@ struct JsonlIo {
 #[derive(Debug)]
 struct IoState {
     file: File,
-    /// Byte offset of each event line this handle has indexed.
-    starts: Vec<u64>,
-    /// Byte offset just past the last indexed line.
-    indexed_end: u64,
+    /// The log's line index, shared with the service's other handles.
+    index: Arc<Mutex<LineIndex>>,
     closed: bool,
 }
 
 impl IoState {
-    /// The number of complete events, indexing the lines not yet indexed.
+    /// The number of complete events (counting lines appended since the
+    /// index last looked, without parsing them).
     fn count(&mut self, id: LogId) -> Result<u64> {
-        self.read(id, u64::MAX, None)?;
-        Ok(self.starts.len() as u64)
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        index.extend(id, &self.file)?;
+        Ok(index.count())
     }
 
-    /// Reads events `offset..offset+len` (or to the end), indexing new complete
-    /// lines as it goes.
+    /// Reads events `offset..offset+len` (or to the end): seeks to the
+    /// nearest indexed line, skips to `offset` without parsing, and parses
+    /// only the lines returned.
     fn read(&mut self, id: LogId, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
-        let known = self.starts.len() as u64;
-        let (mut index, pos) = if offset < known {
-            (offset, self.starts[offset as usize])
-        } else {
-            (known, self.indexed_end)
+        let (pos, skip, available) = {
+            let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+            index.extend(id, &self.file)?;
+            let count = index.count();
+            if offset >= count {
+                return Ok(Vec::new());
+            }
+            let (pos, skip) = index.seek_point(offset);
+            (pos, skip, count - offset)
         };
+        let want = len.map_or(available, |l| l.min(available));
         let mut reader = BufReader::with_capacity(64 * 1024, &self.file);
         reader
             .seek(SeekFrom::Start(pos))
             .map_err(|e| io_err(id, e))?;
-        let mut pos = pos;
-        let mut out = Vec::new();
+        let mut at = offset - skip;
+        let mut out = Vec::with_capacity(want.min(4096) as usize);
         let mut line = Vec::new();
-        loop {
-            if len.is_some_and(|l| out.len() as u64 >= l) {
-                break;
-            }
+        while (out.len() as u64) < want {
             line.clear();
             let n = reader
                 .read_until(b'\n', &mut line)
                 .map_err(|e| io_err(id, e))?;
             if n == 0 || line.last() != Some(&b'\n') {
-                // End of file, or a torn final line: the log ends before it.
-                break;
+                return Err(LogError::Corrupt {
+                    id,
+                    detail: format!("the file ends before event {at}, which was counted"),
+                });
             }
-            let wanted = index >= offset;
-            let is_new = index >= self.starts.len() as u64;
-            if wanted || is_new {
+            if at >= offset {
                 let event: Event =
                     serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
                         id,
-                        detail: format!("event {index} does not parse: {e}"),
+                        detail: format!("event {at} does not parse: {e}"),
                     })?;
-                if is_new {
-                    self.starts.push(pos);
-                    self.indexed_end = pos + n as u64;
-                }
-                if wanted {
-                    out.push(event);
-                }
+                out.push(event);
             }
-            pos += n as u64;
-            index += 1;
+            at += 1;
         }
         Ok(out)
     }
@@ -165,7 +164,7 @@ impl JsonlIo {
         id: LogId,
         read: File,
         write: Option<WriteSide>,
-        first_event: u64,
+        index: Arc<Mutex<LineIndex>>,
         epoch_file: PathBuf,
         buffers: &Buffers,
     ) -> Self {
@@ -178,8 +177,7 @@ impl JsonlIo {
             id,
             state: Arc::new(Mutex::new(IoState {
                 file: read,
-                starts: Vec::new(),
-                indexed_end: first_event,
+                index,
                 closed: false,
             })),
             writer,
@@ -354,6 +352,7 @@ impl TurnLog for JsonlLog {
         let mut line = serde_json::to_vec(&header).map_err(|e| LogError::backend(BACKEND, e))?;
         line.push(b'\n');
         let claim = self.writers.claim(id)?;
+        let indexes = self.indexes.clone();
         let file = blocking(move || {
             let mut file = OpenOptions::new()
                 .append(true)
@@ -375,17 +374,18 @@ impl TurnLog for JsonlLog {
             // Reads get a file description of their own: appends move the
             // writer's offset, which must not move a reader's.
             let read = File::open(&path).map_err(|e| LogError::backend(BACKEND, e))?;
-            Ok((read, file, line.len() as u64))
+            let index = indexes.of(id, &read, line.len() as u64)?;
+            Ok((read, file, index))
         })
         .await;
-        let (read, write, first_event) = file?;
+        let (read, write, index) = file?;
         Ok(LogHandle::writer(
             header,
             Arc::new(JsonlIo::new(
                 id,
                 read,
                 Some(WriteSide::new(write, Some(0), 0)),
-                first_event,
+                index,
                 self.epoch_path(id),
                 &self.buffers,
             )),
@@ -401,7 +401,8 @@ impl TurnLog for JsonlLog {
             Access::Write => Some(self.writers.claim(id)?),
             Access::Read => None,
         };
-        let (header, read, write, first_event) = blocking(move || {
+        let indexes = self.indexes.clone();
+        let (header, read, write, index) = blocking(move || {
             let write = match access {
                 Access::Write => {
                     let mut file = OpenOptions::new()
@@ -419,14 +420,15 @@ impl TurnLog for JsonlLog {
             };
             let read = File::open(&path).map_err(|e| io_err(id, e))?;
             let (header, first_event) = read_header(id, &read)?;
-            Ok((header, read, write, first_event))
+            let index = indexes.of(id, &read, first_event)?;
+            Ok((header, read, write, index))
         })
         .await?;
         let io = Arc::new(JsonlIo::new(
             id,
             read,
             write,
-            first_event,
+            index,
             self.epoch_path(id),
             &self.buffers,
         ));

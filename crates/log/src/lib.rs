@@ -57,12 +57,13 @@ mod handle;
 mod jsonl;
 mod jsonl_buffer;
 mod jsonl_file;
+mod jsonl_index;
 mod memory;
 mod seam;
 
 pub use crate::error::{FlushError, LogError, Result};
 pub use crate::event::{Event, EventKind, LogHeader, LogId, Role};
-pub use crate::export::export_jsonl;
+pub use crate::export::{export_jsonl, JsonlExport, EXPORT_CHUNK_EVENTS};
 pub use crate::handle::{AppendHook, LogHandle, APPEND_ATTEMPTS, APPEND_BACKOFF, DROPPED_PREFIX};
 pub use crate::jsonl::JsonlLog;
 pub use crate::memory::MemoryLog;

@@ -70,6 +70,40 @@ mod across_backends {
         let file = std::fs::read(jsonl.dir().join(format!("{id}.jsonl"))).unwrap();
         assert_eq!(file, exports[0], "the JSONL file is the export format");
     }
+
+    /// A streamed export comes a chunk of events at a time — the header,
+    /// then at most `EXPORT_CHUNK_EVENTS` lines per chunk — and its chunks
+    /// put together are the whole export.
+    #[tokio::test]
+    async fn a_streamed_export_comes_in_bounded_chunks_and_equals_the_whole() {
+        use korvus_log::{JsonlExport, EXPORT_CHUNK_EVENTS};
+        let memory = MemoryLog::new();
+        let id = fresh_id();
+        let w = memory.create(LogHeader::new(id)).await.unwrap();
+        let events: Vec<_> = (1..=700).flat_map(sample_events).collect();
+        let total = events.len() as u64;
+        assert!(total > 2 * EXPORT_CHUNK_EVENTS, "{total}");
+        w.append(&events).await.unwrap();
+        w.close().await.unwrap();
+        let r = memory.open(id, Access::Read).await.unwrap();
+        let mut export = JsonlExport::new(&r);
+        let mut chunks = Vec::new();
+        while let Some(chunk) = export.next_chunk().await.unwrap() {
+            chunks.push(chunk);
+        }
+        assert!(export.next_chunk().await.unwrap().is_none(), "stays ended");
+        let lines: Vec<u64> = chunks
+            .iter()
+            .map(|c| c.iter().filter(|b| **b == b'\n').count() as u64)
+            .collect();
+        assert_eq!(lines[0], 1, "the header alone first");
+        assert!(
+            lines[1..].iter().all(|n| *n <= EXPORT_CHUNK_EVENTS),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1..].iter().sum::<u64>(), total);
+        assert_eq!(chunks.concat(), export_jsonl(&r).await.unwrap());
+    }
 }
 
 mod jsonl_format {
@@ -144,6 +178,47 @@ mod jsonl_format {
             r.read(0, None).await,
             Err(LogError::Corrupt { .. })
         ));
+    }
+
+    /// Readers start anywhere in a long log: from every offset around the
+    /// index's marks (every 256 events), a new handle reads exactly the
+    /// events written there, and a handle opened later sees the lines
+    /// appended since (the index is shared, not stale).
+    #[tokio::test]
+    async fn reads_from_any_offset_of_a_long_log_match_what_was_written() {
+        let logs = fixture().await;
+        let id = fresh_id();
+        let w = logs.create(LogHeader::new(id)).await.unwrap();
+        let events: Vec<_> = (0..1_000)
+            .map(|i| {
+                Event::new(EventKind::Note {
+                    text: format!("event {i}"),
+                })
+            })
+            .collect();
+        w.append(&events).await.unwrap();
+        w.flush().await.unwrap();
+        for offset in [0u64, 1, 255, 256, 257, 511, 512, 513, 998, 999, 1000, 1001] {
+            let r = logs.open(id, Access::Read).await.unwrap();
+            let got = r.read(offset, Some(3)).await.unwrap();
+            let from = (offset as usize).min(events.len());
+            let to = (from + 3).min(events.len());
+            assert_eq!(got, events[from..to], "offset {offset}");
+            assert_eq!(r.len().await.unwrap(), 1_000);
+        }
+        let more: Vec<_> = (0..300)
+            .map(|i| {
+                Event::new(EventKind::Note {
+                    text: format!("later {i}"),
+                })
+            })
+            .collect();
+        w.append(&more).await.unwrap();
+        w.close().await.unwrap();
+        let r = logs.open(id, Access::Read).await.unwrap();
+        assert_eq!(r.len().await.unwrap(), 1_300);
+        assert_eq!(r.read(1_299, None).await.unwrap(), more[299..]);
+        assert_eq!(r.read(1_024, Some(1)).await.unwrap(), more[24..25]);
     }
 
     #[tokio::test]

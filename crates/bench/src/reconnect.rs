@@ -1,0 +1,161 @@
+//! Benchmark 19: a Server-Sent Events reconnect at the end of a long
+//! `JsonlLog`. `GET /api/sessions/{id}/events?after=n` of a finished
+//! session whose log holds 1,000,000 events (20,000 under `--quick`),
+//! asking for the last event (it gets that event and `end`), against the
+//! same for a session whose log holds 100 events, through `korvus-http`'s
+//! router in process, one `JsonlLog` service behind both.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use korvus_log::{Event, EventKind, JsonlLog, LogHeader, LogId, Role, TurnLog};
+use korvus_session::Manager;
+use korvus_store::{
+    Admission, Counters, IncidentId, Lease, MemoryStore, NewIncident, NewSession, OwnerId,
+    SessionId, SessionStatus, Settlement, Store,
+};
+use tower::ServiceExt;
+
+use crate::report::{quantile, Goal, Row};
+use crate::runners::ParkedRunner;
+use crate::sql::ms;
+use crate::Bench;
+
+const SHORT: u64 = 100;
+
+pub(crate) async fn sse_reconnect(b: &mut Bench) -> Result<Vec<Row>> {
+    let long = if b.quick { 20_000 } else { 1_000_000 };
+    let dir = b.work.join("reconnect");
+    std::fs::create_dir_all(&dir)?;
+    let logs = Arc::new(JsonlLog::open_dir(&dir)?);
+    let store = Arc::new(MemoryStore::new());
+    let incident = store
+        .create_incident(NewIncident {
+            title: "reconnect".into(),
+            workspace: None,
+        })
+        .await?
+        .id;
+    let long_id = finished(&store, &logs, incident, long).await?;
+    let short_id = finished(&store, &logs, incident, SHORT).await?;
+    let manager = Manager::builder(store, Arc::new(ParkedRunner { barrier: None }))
+        .turn_log(logs)
+        .build();
+    let router = korvus_http::Api::default()
+        .view(false)
+        .router(manager.clone());
+    let path = |id: SessionId, n: u64| format!("/api/sessions/{id}/events?after={}", n - 2);
+    // The first reconnect of each pays for indexing its log once.
+    let cold_long = reconnect(&router, &path(long_id, long)).await?;
+    let cold_short = reconnect(&router, &path(short_id, SHORT)).await?;
+    let (rounds, per_round) = if b.quick { (2, 5) } else { (10, 20) };
+    let mut pairs = Vec::new();
+    for round in 0..rounds {
+        let (mut ours, mut base) = (Vec::new(), Vec::new());
+        for i in 0..per_round {
+            if (round + i) % 2 == 0 {
+                ours.push(reconnect(&router, &path(long_id, long)).await?);
+                base.push(reconnect(&router, &path(short_id, SHORT)).await?);
+            } else {
+                base.push(reconnect(&router, &path(short_id, SHORT)).await?);
+                ours.push(reconnect(&router, &path(long_id, long)).await?);
+            }
+        }
+        pairs.push((quantile(&base, 0.5), quantile(&ours, 0.5)));
+    }
+    manager.stop().await;
+    b.details.insert(
+        "19_sse_reconnect".into(),
+        serde_json::json!({ "cold_long_ms": cold_long, "cold_short_ms": cold_short }),
+    );
+    Ok(vec![Row::paired(
+        format!("19 SSE reconnect at the end of a {long}-event JsonlLog"),
+        format!("{SHORT}-event log"),
+        format!("{long}-event log"),
+        "ms",
+        &pairs,
+        Goal::RatioAtMost { max: 2.0 },
+    )
+    .note(format!(
+        "GET …/events?after=n−2 of a finished session (the last event, then end), through \
+         korvus-http's router in process; p50 of {per_round} per round; the first reconnect of each \
+         log, which indexes it once, took {cold_long:.1} ms (long) and {cold_short:.1} ms (short)"
+    ))])
+}
+
+/// A finished session of `incident` whose log holds `events` events.
+async fn finished(
+    store: &MemoryStore,
+    logs: &JsonlLog,
+    incident: IncidentId,
+    events: u64,
+) -> Result<SessionId> {
+    let id = SessionId::new();
+    let session = store
+        .create_session(NewSession {
+            id,
+            incident_id: incident,
+            prompt: "long".into(),
+            workspace_ref: None,
+            lease: Some(Lease {
+                owner: OwnerId::new(),
+                ttl: Duration::from_secs(3600),
+            }),
+            admission: Admission::default(),
+        })
+        .await?;
+    let w = logs
+        .create(LogHeader::new(LogId::from_uuid(id.as_uuid())))
+        .await?;
+    let batch: Vec<Event> = (0..events.min(1000))
+        .map(|i| {
+            Event::new(EventKind::Message {
+                role: Role::Assistant,
+                text: format!("line {i} of a long agent's output"),
+            })
+        })
+        .collect();
+    let mut written = 0;
+    while written < events {
+        let n = (events - written).min(batch.len() as u64) as usize;
+        w.append(&batch[..n]).await?;
+        written += n as u64;
+    }
+    w.close().await?;
+    store
+        .settle_session(
+            id,
+            Settlement {
+                status: SessionStatus::Completed,
+                exit_reason: Some("completed".into()),
+                counters: Counters::default(),
+                fence: session.fence,
+            },
+        )
+        .await?;
+    Ok(id)
+}
+
+async fn reconnect(router: &axum::Router, path: &str) -> Result<f64> {
+    let t = Instant::now();
+    let response = router
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty())?)
+        .await?;
+    if response.status() != StatusCode::OK {
+        bail!("{path}: {}", response.status());
+    }
+    let body = tokio::time::timeout(
+        Duration::from_secs(60),
+        axum::body::to_bytes(response.into_body(), usize::MAX),
+    )
+    .await??;
+    let text = String::from_utf8_lossy(&body);
+    if !text.contains("event: end") {
+        bail!("{path}: the stream did not end: {text:.300}");
+    }
+    Ok(ms(t.elapsed()))
+}
