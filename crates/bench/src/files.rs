@@ -47,13 +47,13 @@ fn make_tree(dir: &Path, count: usize, size: usize) -> Result<Vec<PathBuf>> {
 
 /// A store holding one incident and one running session, for the rows of
 /// a persist phase (the artifact rows' foreign keys need both).
-struct Target {
-    store: Arc<MemoryStore>,
-    incident: IncidentId,
-    session: SessionId,
+pub(crate) struct Target {
+    pub(crate) store: Arc<MemoryStore>,
+    pub(crate) incident: IncidentId,
+    pub(crate) session: SessionId,
 }
 
-async fn target() -> Result<Target> {
+pub(crate) async fn target() -> Result<Target> {
     let store = Arc::new(MemoryStore::new());
     let incident = store
         .create_incident(NewIncident {

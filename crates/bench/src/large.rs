@@ -26,7 +26,7 @@ use crate::Bench;
 const S3_VAR: &str = "KORVUS_TEST_S3_ENDPOINT";
 
 /// Writes `count` files of `size` bytes, 1 MiB at a time.
-fn big_tree(dir: &Path, count: usize, size: usize) -> Result<()> {
+pub(crate) fn big_tree(dir: &Path, count: usize, size: usize) -> Result<()> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let mut block = vec![0u8; 1024 * 1024];

@@ -47,6 +47,7 @@ mod pages;
 mod pg;
 mod reconnect;
 mod report;
+mod restore;
 mod runners;
 mod s3stub;
 mod scale;
@@ -171,7 +172,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=19u32 {
+    for n in 1..=20u32 {
         if !wanted(n) {
             continue;
         }
@@ -196,7 +197,8 @@ async fn all(
             16 => history::create_with_history(&mut b).await,
             17 => pages::first_pages(&mut b).await,
             18 => export::export_download(&mut b).await,
-            _ => reconnect::sse_reconnect(&mut b).await,
+            19 => reconnect::sse_reconnect(&mut b).await,
+            _ => restore::restore_large(&mut b).await,
         };
         match result {
             Ok(r) => {

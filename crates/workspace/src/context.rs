@@ -3,16 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
-use bytes::Bytes;
-use korvus_blob::{BlobKey, BlobStore, Sha256Digest};
+use korvus_blob::{BlobStore, Sha256Digest};
 use korvus_store::{Artifact, ArtifactId, ArtifactKind, IncidentId};
 
 use crate::error::blocking;
+use crate::fetch;
 use crate::fsutil::{
-    make_dir, make_parents, set_dir_modes, write_new_file, DIR_MODE, READ_ONLY_DIR_MODE,
-    READ_ONLY_FILE_MODE, WRITABLE_FILE_MODE,
+    make_dir, set_dir_modes, DIR_MODE, READ_ONLY_DIR_MODE, READ_ONLY_FILE_MODE, WRITABLE_FILE_MODE,
 };
 use crate::{
     context_path, is_read_only, Result, ScratchDir, WorkspaceError, WorkspacePath, CONTEXT_DIR,
@@ -113,15 +111,9 @@ pub async fn materialize_context(
     for (i, artifact) in artifacts.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let path = context_path(n, &artifact.path);
-        let written = match fetch_verified(artifact, blobs).await {
-            Ok((bytes, sha256)) => {
-                let size_bytes = bytes.len() as u64;
-                write_file(dir.path(), &path, bytes, READ_ONLY_FILE_MODE)
-                    .await
-                    .map(|()| (sha256, size_bytes))
-            }
-            Err(e) => Err(e),
-        };
+        let written = fetch::to_file(artifact, blobs, dir.path(), &path, READ_ONLY_FILE_MODE)
+            .await
+            .map(|f| (f.sha256, f.size_bytes));
         match written {
             Ok((sha256, size_bytes)) => outcome.written.push(ContextFile {
                 n,
@@ -271,12 +263,9 @@ pub async fn restore_own_output(
             outcome.refused.push(refuse(RefuseReason::ReadOnly));
             continue;
         }
-        let result = match fetch_verified(artifact, blobs).await {
-            Ok((bytes, sha256)) => write_file(dir.path(), &path, bytes, WRITABLE_FILE_MODE)
-                .await
-                .map(|()| sha256),
-            Err(e) => Err(e),
-        };
+        let result = fetch::to_file(artifact, blobs, dir.path(), &path, WRITABLE_FILE_MODE)
+            .await
+            .map(|f| f.sha256);
         match result {
             Ok(sha256) => {
                 outcome.restored.insert(
@@ -295,38 +284,4 @@ pub async fn restore_own_output(
         }
     }
     outcome
-}
-
-/// Fetches an artifact's bytes and checks them against the row's digest.
-async fn fetch_verified(
-    artifact: &Artifact,
-    blobs: &dyn BlobStore,
-) -> Result<(Bytes, Sha256Digest)> {
-    let fetch_err = |source| WorkspaceError::Blob {
-        op: "fetched",
-        key: artifact.blob_key.clone(),
-        source,
-    };
-    let key = BlobKey::new(artifact.blob_key.as_str()).map_err(fetch_err)?;
-    let blob = blobs.get(&key).await.map_err(fetch_err)?;
-    let sha256 = Sha256Digest::of(&blob.bytes);
-    if artifact.sha256.parse::<Sha256Digest>().ok() != Some(sha256) {
-        return Err(WorkspaceError::DigestMismatch {
-            artifact: artifact.id,
-        });
-    }
-    Ok((blob.bytes, sha256))
-}
-
-/// Writes a new file at `path` below `root`, creating parents (0700).
-async fn write_file(root: &Path, path: &WorkspacePath, bytes: Bytes, mode: u32) -> Result<()> {
-    let root = root.to_path_buf();
-    let rel = path.to_relative_path();
-    blocking(move || {
-        let target = root.join(&rel);
-        make_parents(&root, &rel)
-            .map_err(|e| WorkspaceError::io("create directory for", &target, e))?;
-        write_new_file(&target, &bytes, mode).map_err(|e| WorkspaceError::io("write", &target, e))
-    })
-    .await
 }

@@ -1,8 +1,8 @@
 //! Small blocking filesystem helpers that never follow symlinks.
 
-use std::fs::{self, DirBuilder, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, DirBuilder, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
 use crate::{Result, WorkspaceError};
@@ -46,20 +46,6 @@ pub(crate) fn make_parents(base: &Path, rel: &Path) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Writes a new file (never replacing or following anything at `path`) and
-/// leaves it with exactly `mode`. A file created with mode 0444 can still be
-/// written through the descriptor that created it.
-pub(crate) fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.set_permissions(Permissions::from_mode(mode))?;
-    file.sync_all()
 }
 
 /// Sets `mode` on `path` and, for directories, on every directory below it

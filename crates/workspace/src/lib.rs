@@ -96,6 +96,7 @@ mod agents;
 mod archive;
 mod context;
 mod error;
+mod fetch;
 mod fsutil;
 mod path;
 mod remove;

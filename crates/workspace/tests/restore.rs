@@ -206,4 +206,37 @@ async fn a_corrupted_blob_or_a_path_clash_is_a_per_file_failure() {
         WorkspaceError::DigestMismatch { .. }
     ));
     assert!(matches!(out.failed[1].cause, WorkspaceError::Io { .. }));
+    // The mismatched bytes were written as they streamed in, then removed.
+    assert!(!s.dir.path().join("bad.md").exists());
+    assert_eq!(fs::read_to_string(s.dir.path().join("x")).unwrap(), "file");
+}
+
+/// A file of several read chunks (1 MiB each) is streamed into place byte
+/// for byte, with its digest, and a context file the same way.
+#[tokio::test]
+async fn a_file_larger_than_a_chunk_is_restored_whole() {
+    let s = scratch().await;
+    let blobs = MemoryBlobStore::new();
+    let me = s.dir.session_id();
+    let body: String = (0..3_600_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let big = artifact(
+        &blobs,
+        IncidentId::new(),
+        me,
+        ArtifactKind::AgentOutput,
+        "big.txt",
+        1,
+        &body,
+    )
+    .await;
+    let out = restore_own_output(&s.dir, &[big.clone()], &[], &blobs).await;
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    let restored = &out.restored[&wp("big.txt")];
+    assert_eq!(restored.sha256.to_hex(), big.sha256);
+    assert_eq!(
+        fs::read_to_string(s.dir.path().join("big.txt")).unwrap(),
+        body
+    );
 }
