@@ -97,7 +97,7 @@ pub use crate::persist::{
 pub use crate::sweep::{
     sweep, Orphan, SweepConfig, SweepError, SweepReport, DEFAULT_CLOCK_SKEW, DEFAULT_SWEEP_GRACE,
 };
-pub use crate::walk::{SkipReason, Skipped, DEFAULT_MAX_FILES};
+pub use crate::walk::{SkipReason, Skipped, DEFAULT_MAX_FILES, MAX_LISTED_SKIPS};
 /// The shared file names this crate relies on, defined once in
 /// `korvus-workspace` and re-exported for callers of the harvest.
 pub use korvus_workspace::{HARVEST_MANIFEST, REPORT_FILE};

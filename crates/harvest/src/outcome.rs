@@ -125,8 +125,12 @@ pub struct PersistOutcome {
     pub stored: Vec<StoredFile>,
     /// Files equal to their restored artifact, not stored again.
     pub unchanged: Vec<UnchangedFile>,
-    /// Entries left out, each with its reason.
+    /// Entries left out, each with its reason: the first
+    /// [`MAX_LISTED_SKIPS`](crate::MAX_LISTED_SKIPS).
     pub skipped: Vec<Skipped>,
+    /// Entries left out past those listed in `skipped`, counted only (a
+    /// scratch dir of millions of entries is walked whole, but not listed).
+    pub skipped_unlisted: u64,
     /// Files that failed, each with its cause.
     pub failed: Vec<FailedFile>,
     /// The root `report.md`.
@@ -155,6 +159,7 @@ impl PersistOutcome {
             stored: Vec::new(),
             unchanged: Vec::new(),
             skipped: Vec::new(),
+            skipped_unlisted: 0,
             failed: Vec::new(),
             report: ReportFile::Absent,
             rows_written: false,
@@ -241,7 +246,7 @@ impl fmt::Display for PersistOutcome {
             "stored {}, unchanged {}, skipped {}, failed {}",
             self.stored.len(),
             self.unchanged.len(),
-            self.skipped.len(),
+            self.skipped.len() as u64 + self.skipped_unlisted,
             self.failed.len()
         )
     }

@@ -20,7 +20,9 @@ use crate::agent_state::agent_state_candidates;
 use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
-use crate::walk::{apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk};
+use crate::walk::{
+    apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk, WalkLimits,
+};
 use crate::DEFAULT_MAX_FILES;
 
 /// The default of [`PersistConfig::report_max_bytes`]: 8 MiB. A report is
@@ -300,7 +302,11 @@ impl Phase {
         let prefixes = self.request.skip_prefixes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
         let walked = tokio::task::spawn_blocking(move || {
-            let mut walk = harvest_candidates(&scratch, &prefixes);
+            let limits = WalkLimits {
+                max_bytes,
+                max_files,
+            };
+            let mut walk = harvest_candidates(&scratch, &prefixes, limits);
             apply_size_limits(&mut walk, max_bytes);
             apply_cap(&mut walk, max_files);
             walk.candidates.extend(agent_state_candidates(&scratch));
@@ -329,6 +335,7 @@ impl Phase {
             .any(|c| c.path.as_str() == REPORT_FILE);
         self.progress.update(|o| {
             o.skipped = walk.skipped.clone();
+            o.skipped_unlisted = walk.unlisted;
             if has_report {
                 o.report = ReportFile::Failed {
                     cause: format!("{REPORT_FILE} was not stored before the phase ended"),

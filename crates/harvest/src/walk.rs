@@ -84,13 +84,42 @@ pub struct Skipped {
     pub reason: SkipReason,
 }
 
+/// Skipped entries a harvest lists one by one, with their reasons; past it
+/// they are only counted ([`PersistOutcome::skipped_unlisted`](crate::PersistOutcome::skipped_unlisted)),
+/// so a scratch dir of millions of entries costs the walk the same memory
+/// as one of a thousand.
+pub const MAX_LISTED_SKIPS: usize = 1_000;
+
 /// What the walk found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Walk {
     /// Files to store, in walk (lexical) order.
     pub candidates: Vec<Candidate>,
-    /// Everything left out, with the reason.
+    /// Entries left out, with the reason: the first [`MAX_LISTED_SKIPS`].
     pub skipped: Vec<Skipped>,
+    /// Entries left out past [`MAX_LISTED_SKIPS`], counted only.
+    pub unlisted: u64,
+}
+
+impl Walk {
+    /// Records a skipped entry: listed while there is room, else counted.
+    pub(crate) fn skip(&mut self, skipped: Skipped) {
+        if self.skipped.len() < MAX_LISTED_SKIPS {
+            self.skipped.push(skipped);
+        } else {
+            self.unlisted += 1;
+        }
+    }
+}
+
+/// The bounds a walk applies while it goes, so what it holds stays small
+/// whatever the scratch dir holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WalkLimits {
+    /// Files over this size are skipped (not the root `report.md`).
+    pub max_bytes: u64,
+    /// Files kept besides the root `report.md`; later ones are over the cap.
+    pub max_files: usize,
 }
 
 fn kind_of(ft: &std::fs::FileType) -> &'static str {
@@ -121,8 +150,13 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// re-checks the size of what it actually reads.
 ///
 /// Blocking: call it from `spawn_blocking` in async code.
-pub(crate) fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]) -> Walk {
+pub(crate) fn harvest_candidates(
+    scratch: &Path,
+    skip_prefixes: &[WorkspacePath],
+    limits: WalkLimits,
+) -> Walk {
     let mut walk = Walk::default();
+    let mut others = 0usize;
     let mut entries = WalkDir::new(scratch)
         .min_depth(1)
         .follow_links(false)
@@ -137,7 +171,7 @@ pub(crate) fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]
                     .and_then(|p| p.strip_prefix(scratch).ok())
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                walk.skipped.push(Skipped {
+                walk.skip(Skipped {
                     path,
                     reason: SkipReason::Unreadable {
                         error: err.to_string(),
@@ -150,7 +184,7 @@ pub(crate) fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]
         let text = rel.to_string_lossy().into_owned();
         let is_dir = entry.file_type().is_dir();
         let mut skip = |reason| {
-            walk.skipped.push(Skipped {
+            walk.skip(Skipped {
                 path: text.clone(),
                 reason,
             })
@@ -186,14 +220,34 @@ pub(crate) fn harvest_candidates(scratch: &Path, skip_prefixes: &[WorkspacePath]
             });
             continue;
         }
-        match entry.metadata() {
-            Ok(md) => walk.candidates.push(Candidate {
-                path,
-                size: md.len(),
-            }),
-            Err(err) => skip(SkipReason::Unreadable {
-                error: err.to_string(),
-            }),
+        let size = match entry.metadata() {
+            Ok(md) => md.len(),
+            Err(err) => {
+                skip(SkipReason::Unreadable {
+                    error: err.to_string(),
+                });
+                continue;
+            }
+        };
+        // The size limits and the cap are applied as the walk goes (as
+        // `apply_size_limits` and `apply_cap` would after it), so the walk
+        // never holds more than the cap's worth of candidates.
+        if path.as_str() == REPORT_FILE {
+            walk.candidates.push(Candidate { path, size });
+        } else if size == 0 {
+            skip(SkipReason::Empty);
+        } else if size > limits.max_bytes {
+            skip(SkipReason::TooLarge {
+                size,
+                limit: limits.max_bytes,
+            });
+        } else if others < limits.max_files {
+            others += 1;
+            walk.candidates.push(Candidate { path, size });
+        } else {
+            skip(SkipReason::OverCap {
+                cap: limits.max_files,
+            });
         }
     }
     walk
@@ -214,17 +268,19 @@ pub(crate) fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
         .drain(..)
         .partition(|c| c.path.as_str() == REPORT_FILE || (c.size > 0 && c.size <= max_bytes));
     walk.candidates = keep;
-    walk.skipped.extend(drop.into_iter().map(|c| Skipped {
-        path: c.path.as_str().to_owned(),
-        reason: if c.size == 0 {
-            SkipReason::Empty
-        } else {
-            SkipReason::TooLarge {
-                size: c.size,
-                limit: max_bytes,
-            }
-        },
-    }));
+    for c in drop {
+        walk.skip(Skipped {
+            path: c.path.as_str().to_owned(),
+            reason: if c.size == 0 {
+                SkipReason::Empty
+            } else {
+                SkipReason::TooLarge {
+                    size: c.size,
+                    limit: max_bytes,
+                }
+            },
+        });
+    }
 }
 
 /// Trims `walk` to at most `cap` candidates, keeping walk order, and always
@@ -257,219 +313,13 @@ pub(crate) fn apply_cap(walk: &mut Walk, cap: usize) {
         }
     }
     walk.candidates = kept;
-    walk.skipped.extend(trimmed.into_iter().map(|c| Skipped {
-        path: c.path.as_str().to_owned(),
-        reason: SkipReason::OverCap { cap },
-    }));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cand(p: &str) -> Candidate {
-        Candidate {
-            path: WorkspacePath::new(p).unwrap(),
-            size: 1,
-        }
-    }
-
-    #[test]
-    fn cap_keeps_report_wherever_it_sorts() {
-        let mut walk = Walk {
-            candidates: vec![
-                cand("a"),
-                cand("b"),
-                cand("c"),
-                cand(REPORT_FILE),
-                cand("z"),
-            ],
-            skipped: vec![],
-        };
-        apply_cap(&mut walk, 2);
-        let kept: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(kept, ["a", REPORT_FILE]);
-        assert_eq!(walk.skipped.len(), 3);
-        assert!(walk
-            .skipped
-            .iter()
-            .all(|s| s.reason == SkipReason::OverCap { cap: 2 }));
-    }
-
-    #[test]
-    fn size_limits_keep_the_root_report_whatever_its_size() {
-        let sized = |p: &str, size| Candidate {
-            path: WorkspacePath::new(p).unwrap(),
-            size,
-        };
-        let mut walk = Walk {
-            candidates: vec![
-                sized("empty.txt", 0),
-                sized("big.txt", 11),
-                sized("ok.txt", 10),
-                sized(REPORT_FILE, 0),
-                sized("sub/report.md", 11),
-            ],
-            skipped: vec![],
-        };
-        apply_size_limits(&mut walk, 10);
-        let kept: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(kept, ["ok.txt", REPORT_FILE]);
-        let left: Vec<&str> = walk.skipped.iter().map(|s| s.path.as_str()).collect();
-        assert_eq!(left, ["empty.txt", "big.txt", "sub/report.md"]);
-    }
-
-    #[test]
-    fn cap_does_nothing_under_the_limit_and_nested_report_is_not_special() {
-        let mut walk = Walk {
-            candidates: vec![cand("a"), cand("sub/report.md")],
-            skipped: vec![],
-        };
-        apply_cap(&mut walk, 2);
-        assert_eq!(walk.candidates.len(), 2);
-        apply_cap(&mut walk, 1);
-        assert_eq!(walk.candidates[0].path.as_str(), "a");
+    for c in trimmed {
+        walk.skip(Skipped {
+            path: c.path.as_str().to_owned(),
+            reason: SkipReason::OverCap { cap },
+        });
     }
 }
 
 #[cfg(test)]
-mod hostile_workspaces {
-    //! The walk over hostile workspaces: every skip counted with its
-    //! reason, read-only prefixes pruned, unreadable subtrees passed over,
-    //! the cap.
-
-    use std::path::Path;
-
-    use korvus_testkit::fixtures::HostileWorkspace;
-
-    use super::*;
-
-    fn write(root: &Path, rel: &str, bytes: &[u8]) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
-
-    #[test]
-    fn hostile_workspace_skips_are_counted_with_reasons() {
-        let scratch = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        let layout = HostileWorkspace::new()
-            .with_many_files(10_000)
-            .build(scratch.path(), outside.path());
-        let mut walk = harvest_candidates(scratch.path(), &[]);
-        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        // Every regular file is a candidate (empty and over-size ones too:
-        // the persist phase skips those after reading).
-        for rel in &layout.regular {
-            assert!(found.contains(&rel.as_str()), "{rel} missing");
-        }
-        assert!(found.contains(&"empty.txt") && found.contains(&"big.bin"));
-        assert_eq!(found.len(), layout.regular.len() + 2);
-        let mut sorted = found.clone();
-        sorted.sort();
-        assert_eq!(found, sorted, "lexical order");
-        let reason_of = |p: &str| {
-            walk.skipped
-                .iter()
-                .find(|s| s.path == p)
-                .map(|s| s.reason.clone())
-                .unwrap_or_else(|| panic!("{p} not reported as skipped"))
-        };
-        for link in &layout.symlinks {
-            assert_eq!(
-                reason_of(link),
-                SkipReason::NotRegular {
-                    kind: "symlink".into()
-                }
-            );
-        }
-        assert_eq!(
-            reason_of(&layout.fifo),
-            SkipReason::NotRegular {
-                kind: "fifo".into()
-            }
-        );
-        for hidden in &layout.hidden {
-            assert_eq!(reason_of(hidden), SkipReason::Hidden);
-        }
-        assert_eq!(reason_of(".env"), SkipReason::Hidden);
-        assert!(
-            !walk.skipped.iter().any(|s| s.path.starts_with(".git/")),
-            "never descended"
-        );
-        assert_eq!(reason_of("new\nline.txt"), SkipReason::InvalidName);
-        assert_eq!(
-            walk.skipped
-                .iter()
-                .filter(|s| s.reason == SkipReason::InvalidName)
-                .count(),
-            2,
-            "the non-UTF-8 name too"
-        );
-        assert!(found.contains(&layout.deep.as_str()), "40-level deep path");
-
-        apply_cap(&mut walk, 64);
-        assert_eq!(walk.candidates.len(), 64);
-        assert!(walk
-            .candidates
-            .iter()
-            .any(|c| c.path.as_str() == "report.md"));
-        let over = walk
-            .skipped
-            .iter()
-            .filter(|s| s.reason == SkipReason::OverCap { cap: 64 })
-            .count();
-        assert_eq!(over, layout.regular.len() + 2 - 64);
-    }
-
-    #[test]
-    fn read_only_prefixes_are_pruned() {
-        let scratch = tempfile::tempdir().unwrap();
-        write(scratch.path(), "skills/a/SKILL.md", b"x");
-        write(scratch.path(), "context/1-in.md", b"x");
-        write(scratch.path(), "skillsets/kept.md", b"x");
-        let prefixes = korvus_workspace::read_only_prefixes(&korvus_workspace::default_trees());
-        let walk = harvest_candidates(scratch.path(), &prefixes);
-        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(found, ["skillsets/kept.md"]);
-        let ro: Vec<&str> = walk
-            .skipped
-            .iter()
-            .filter(|s| s.reason == SkipReason::ReadOnly)
-            .map(|s| s.path.as_str())
-            .collect();
-        assert_eq!(ro, ["context", "skills"]);
-    }
-
-    #[test]
-    fn unreadable_subtree_is_skipped_and_the_walk_goes_on() {
-        use std::os::unix::fs::PermissionsExt;
-        let scratch = tempfile::tempdir().unwrap();
-        write(scratch.path(), "locked/inner.txt", b"x");
-        write(scratch.path(), "open.txt", b"x");
-        let locked = scratch.path().join("locked");
-        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
-        let walk = harvest_candidates(scratch.path(), &[]);
-        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let found: Vec<&str> = walk.candidates.iter().map(|c| c.path.as_str()).collect();
-        assert!(found.contains(&"open.txt"));
-        if is_root() {
-            // Root ignores mode bits: the subtree is readable, so it is harvested.
-            assert!(found.contains(&"locked/inner.txt"));
-        } else {
-            assert!(walk
-                .skipped
-                .iter()
-                .any(|s| matches!(s.reason, SkipReason::Unreadable { .. })));
-        }
-    }
-
-    fn is_root() -> bool {
-        std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false)
-    }
-}
+mod tests;
