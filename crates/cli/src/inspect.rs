@@ -151,8 +151,17 @@ pub(crate) async fn incident(global: &Global, command: IncidentCommand) -> Resul
             println!("{}", incident.id);
         }
         IncidentCommand::Ls => {
-            for i in backends.store.all_incidents().await? {
-                println!("{}  {:<6}  {}", i.id, i.status, i.title);
+            // Page by page: printed as read, never held whole.
+            let mut page = Page::first(korvus_store::MAX_PAGE_SIZE);
+            loop {
+                let paged = backends.store.list_incidents(page).await?;
+                for i in &paged.items {
+                    println!("{}  {:<6}  {}", i.id, i.status, i.title);
+                }
+                match paged.next {
+                    Some(next) => page = Page::after(next, korvus_store::MAX_PAGE_SIZE),
+                    None => break,
+                }
             }
         }
         IncidentCommand::Close { incident } => {
@@ -553,13 +562,28 @@ pub(crate) async fn export(
         .await
         .with_context(|| format!("cannot open the log of session {id}"))?;
     // A chunk of events at a time: memory stays bounded whatever the log's
-    // length. A file is written beside its name and renamed into place once
-    // whole, so a failed export never leaves a short file that looks whole.
+    // length. A file is written under a name of its own beside it and renamed
+    // into place once whole, so a failed export never leaves a short file that looks whole.
     let mut export = JsonlExport::new(&log);
     let (mut sink, partial): (Box<dyn std::io::Write>, Option<PathBuf>) = match output {
         Some(path) => {
-            let partial = path.with_extension("jsonl.partial");
-            let file = std::fs::File::create(&partial)
+            // A name of this export's own beside the target, created new:
+            // never another file truncated, never two exports colliding.
+            let name = path
+                .file_name()
+                .map_or_else(|| "export".to_owned(), |n| n.to_string_lossy().into_owned());
+            let unique = format!(
+                ".{name}.{}.{}.partial",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            );
+            let partial = path.with_file_name(unique);
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&partial)
                 .with_context(|| format!("cannot write {}", partial.display()))?;
             (Box::new(std::io::BufWriter::new(file)), Some(partial))
         }
@@ -580,7 +604,10 @@ pub(crate) async fn export(
     }
     written?;
     if let (Some(partial), Some(path)) = (partial, output) {
-        std::fs::rename(&partial, path)
+        // Durable before it takes the name.
+        std::fs::File::open(&partial)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| std::fs::rename(&partial, path))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     backends.close().await;

@@ -1,7 +1,6 @@
 //! `korvus serve`: the HTTP API and the live web view of `korvus-http` on
 //! the selected backends, behind a token.
 
-use korvus_store::StoreExt as _;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -212,7 +211,11 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
     let runner = args.confine.apply(runner, backends)?;
     std::fs::write(&agent, crate::demo::AGENT)
         .with_context(|| format!("cannot write {}", agent.display()))?;
-    if backends.store.all_incidents().await?.is_empty() {
+    let first = backends
+        .store
+        .list_incidents(korvus_store::Page::first(1))
+        .await?;
+    if first.items.is_empty() {
         let repo = dir.join("repo");
         crate::demo::build_repo(&repo).await?;
         let incident = backends

@@ -394,7 +394,7 @@ pub(crate) async fn logged_events(backends: &Backends, id: SessionId) -> u64 {
         .open(LogId::from_uuid(id.as_uuid()), Access::Read)
         .await
     {
-        Ok(log) => log.read(0, None).await.map_or(0, |e| e.len() as u64),
+        Ok(log) => log.len().await.unwrap_or(0),
         Err(_) => 0,
     }
 }

@@ -182,10 +182,17 @@ async function incidentsPage() {
   const more = el('button', {
     id: 'more-incidents',
     onclick: async () => {
-      const page = await api('GET', 'incidents?limit=100&after=' + encodeURIComponent(next));
-      table.append(...page.items.map(row));
-      next = page.next;
-      if (!next) more.remove();
+      more.disabled = true;
+      try {
+        const page = await api('GET', 'incidents?limit=100&after=' + encodeURIComponent(next));
+        table.append(...page.items.map(row));
+        next = page.next;
+        if (!next) more.remove();
+      } catch (err) {
+        more.replaceWith(el('p', { class: 'error' }, err.message));
+      } finally {
+        more.disabled = false;
+      }
     },
   }, 'More incidents');
   show(el('h1', null, 'Incidents'), form,

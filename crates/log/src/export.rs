@@ -6,13 +6,22 @@ use std::borrow::Borrow;
 
 use crate::{LogError, LogHandle, Result};
 
-/// Events read per round trip, and per chunk, while exporting.
+/// Events in one chunk of an export, at most.
 pub const EXPORT_CHUNK_EVENTS: u64 = 1024;
 
-/// An export in progress: the header line, then the events
-/// [`EXPORT_CHUNK_EVENTS`] at a time, each a compact JSON object on a line
-/// of its own. Memory is bounded by one chunk whatever the log's length,
-/// so a download or `korvus export` of any log streams.
+/// Bytes after which a chunk ends early (events can be large: a line of an
+/// agent's output may be 256 KiB).
+pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Events read per round trip while filling a chunk.
+const READ_EVENTS: u64 = 16;
+
+/// An export in progress: the header line, then the events in chunks of at
+/// most [`EXPORT_CHUNK_EVENTS`] (ending early past [`EXPORT_CHUNK_BYTES`]),
+/// each event a compact JSON object on a line of its own. Memory is
+/// bounded by one chunk (and the 16 events read at a time to fill it)
+/// whatever the log's length, so a download or `korvus export` of any log
+/// streams.
 ///
 /// The output is byte-identical across backends for the same header and
 /// events: it is produced here from parsed values, never copied from
@@ -38,7 +47,8 @@ impl<H: Borrow<LogHandle>> JsonlExport<H> {
     }
 
     /// The next chunk of the export: the header line first, then up to
-    /// [`EXPORT_CHUNK_EVENTS`] event lines; `None` once every event is out.
+    /// [`EXPORT_CHUNK_EVENTS`] event lines (fewer once the chunk passes
+    /// [`EXPORT_CHUNK_BYTES`]); `None` once every event is out.
     ///
     /// # Errors
     /// Whatever [`LogHandle::read`] returns; the export cannot go on then.
@@ -54,23 +64,22 @@ impl<H: Borrow<LogHandle>> JsonlExport<H> {
             self.header_done = true;
             return Ok(Some(out));
         }
-        if self.done {
-            return Ok(None);
-        }
-        let events = handle.read(self.offset, Some(EXPORT_CHUNK_EVENTS)).await?;
-        if (events.len() as u64) < EXPORT_CHUNK_EVENTS {
-            self.done = true;
-        }
-        if events.is_empty() {
-            return Ok(None);
-        }
         let mut out = Vec::new();
-        for e in &events {
-            serde_json::to_writer(&mut out, e).map_err(|e| LogError::backend("export", e))?;
-            out.push(b'\n');
+        let mut in_chunk = 0u64;
+        while !self.done && in_chunk < EXPORT_CHUNK_EVENTS && out.len() < EXPORT_CHUNK_BYTES {
+            let want = READ_EVENTS.min(EXPORT_CHUNK_EVENTS - in_chunk);
+            let events = handle.read(self.offset, Some(want)).await?;
+            if (events.len() as u64) < want {
+                self.done = true;
+            }
+            for e in &events {
+                serde_json::to_writer(&mut out, e).map_err(|e| LogError::backend("export", e))?;
+                out.push(b'\n');
+            }
+            self.offset += events.len() as u64;
+            in_chunk += events.len() as u64;
         }
-        self.offset += events.len() as u64;
-        Ok(Some(out))
+        Ok((!out.is_empty()).then_some(out))
     }
 }
 

@@ -121,9 +121,13 @@ impl Indexes {
         let file = (meta.dev(), meta.ino());
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = map.get(&id) {
+            // The same file, still at least as long as what was counted
+            // (a file rewritten shorter in place starts a fresh index; one
+            // rewritten in place at the same length or longer cannot be
+            // told apart — logs are only ever appended to).
             let same = {
                 let i = index.lock().unwrap_or_else(|p| p.into_inner());
-                i.file == file && i.marks.first() == Some(&first_event)
+                i.file == file && i.marks.first() == Some(&first_event) && meta.len() >= i.end
             };
             if same {
                 return Ok(Arc::clone(index));

@@ -14,7 +14,9 @@ WHERE id = $1;
 -- LIST_INCIDENTS (shared)
 SELECT id, title, status, workspace_repo, workspace_commit, created_at
 FROM incidents
-ORDER BY id;
+WHERE id > $1
+ORDER BY id
+LIMIT $2;
 
 -- CLOSE_INCIDENT (shared)
 UPDATE incidents
@@ -40,8 +42,9 @@ WHERE id = $1;
 -- LIST_SESSIONS (shared)
 SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key
 FROM sessions
-WHERE incident_id = $1
-ORDER BY seq;
+WHERE incident_id = $1 AND seq > $2
+ORDER BY seq
+LIMIT $3;
 
 -- SETTLE (shared)
 UPDATE sessions
@@ -92,8 +95,9 @@ WHERE session_id = $1 AND revision = $2;
 -- LIST_REPORTS (shared)
 SELECT session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key
 FROM reports
-WHERE session_id = $1
-ORDER BY revision;
+WHERE session_id = $1 AND revision > $2
+ORDER BY revision
+LIMIT $3;
 
 -- NEXT_REPORT_REVISION (shared)
 SELECT CAST((SELECT COALESCE(MAX(revision), 0) FROM reports WHERE session_id = $1) AS BIGINT) + 1
@@ -109,14 +113,16 @@ ON CONFLICT (session_id, revision) DO NOTHING;
 -- LIST_SESSION_ARTIFACTS (shared)
 SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
 FROM artifacts
-WHERE session_id = $1
-ORDER BY id;
+WHERE session_id = $1 AND id > $2
+ORDER BY id
+LIMIT $3;
 
 -- LIST_INCIDENT_ARTIFACTS (shared)
 SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
 FROM artifacts
-WHERE incident_id = $1
-ORDER BY id;
+WHERE incident_id = $1 AND id > $2
+ORDER BY id
+LIMIT $3;
 
 -- INSERT_LOG (shared)
 INSERT INTO turn_logs (id, header, size_bytes)

@@ -44,9 +44,10 @@ statements! {
     /// `get_incident`. Binds `$1` id.
     SELECT_INCIDENT = concat!("SELECT ", incident_columns!(), " FROM incidents WHERE id = $1");
 
-    /// `list_incidents`: ids are UUID v7, which both engines order
-    /// bytewise (PostgreSQL as uuid, SQLite as a BLOB), so id order is
-    /// creation order.
+    /// `list_incidents`, one page: ids are UUID v7, which both engines
+    /// order bytewise (PostgreSQL as uuid, SQLite as a BLOB), so id order is
+    /// roughly creation order. Binds `$1` the id after which the page
+    /// starts (the nil UUID first), `$2` the limit + 1.
     LIST_INCIDENTS = concat!(
         "SELECT ",
         incident_columns!(),
@@ -76,7 +77,9 @@ statements! {
     /// Binds `$1` id.
     SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = $1";
 
-    /// `list_sessions`. Binds `$1` incident.
+    /// `list_sessions`, one page. Binds `$1` incident, `$2` the seq after
+    /// which the page starts (0 first), `$3` the rows to fetch (the
+    /// limit + 1).
     LIST_SESSIONS = concat!(
         "SELECT ",
         session_columns!(),
@@ -157,7 +160,8 @@ statements! {
         " FROM reports WHERE session_id = $1 AND revision = $2"
     );
 
-    /// `list_reports`. Binds `$1` session.
+    /// `list_reports`, one page. Binds `$1` session, `$2` the revision
+    /// after which the page starts (0 first), `$3` the limit + 1.
     LIST_REPORTS = concat!(
         "SELECT ",
         report_columns!(),
@@ -186,14 +190,17 @@ statements! {
 
     // Artifacts.
 
-    /// `list_session_artifacts`. Binds `$1` session.
+    /// `list_session_artifacts`, one page. Binds `$1` session, `$2` the id
+    /// after which the page starts (the nil UUID first), `$3` the limit + 1.
     LIST_SESSION_ARTIFACTS = concat!(
         "SELECT ",
         artifact_columns!(),
         " FROM artifacts WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
 
-    /// `list_incident_artifacts`. Binds `$1` incident.
+    /// `list_incident_artifacts`, one page. Binds `$1` incident, `$2` the
+    /// id after which the page starts (the nil UUID first), `$3` the
+    /// limit + 1.
     LIST_INCIDENT_ARTIFACTS = concat!(
         "SELECT ",
         artifact_columns!(),

@@ -46,7 +46,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// see [`Page`] for what a walk guarantees).
     ///
     /// # Errors
-    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// `InvalidInput` (`cursor`) for a cursor not of this list's form; `Backend` on
     /// I/O failure.
     async fn list_incidents(&self, page: Page) -> Result<Paged<Incident>>;
 
@@ -88,7 +88,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// unknown incident).
     ///
     /// # Errors
-    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// `InvalidInput` (`cursor`) for a cursor not of this list's form; `Backend` on
     /// I/O failure.
     async fn list_sessions(&self, incident: IncidentId, page: Page) -> Result<Paged<Session>>;
 
@@ -203,7 +203,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// One page of a session's reports by revision.
     ///
     /// # Errors
-    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// `InvalidInput` (`cursor`) for a cursor not of this list's form; `Backend` on
     /// I/O failure.
     async fn list_reports(&self, session: SessionId, page: Page) -> Result<Paged<Report>>;
 
@@ -240,7 +240,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// first).
     ///
     /// # Errors
-    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// `InvalidInput` (`cursor`) for a cursor not of this list's form; `Backend` on
     /// I/O failure.
     async fn list_session_artifacts(
         &self,
@@ -251,7 +251,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// One page of an incident's artifacts, by id (roughly oldest first).
     ///
     /// # Errors
-    /// `InvalidInput` (`cursor`) for a cursor of another list; `Backend` on
+    /// `InvalidInput` (`cursor`) for a cursor not of this list's form; `Backend` on
     /// I/O failure.
     async fn list_incident_artifacts(
         &self,

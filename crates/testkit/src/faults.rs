@@ -251,6 +251,12 @@ mod blob_faults {
         Fail,
         /// Never return.
         Hang,
+        /// For `get_stream`: the stream yields this many bytes, then fails
+        /// with an I/O error (elsewhere: as [`BlobFault::Fail`]).
+        FailAfter(u64),
+        /// For `get_stream`: the stream yields this many bytes, then never
+        /// yields again (elsewhere: as [`BlobFault::Hang`]).
+        HangAfter(u64),
     }
 
     #[derive(Debug, Default)]
@@ -338,11 +344,11 @@ mod blob_faults {
         async fn apply(faults: Option<BlobFault>, key: &BlobKey) -> Result<()> {
             match faults {
                 None => Ok(()),
-                Some(BlobFault::Fail) => Err(BlobError::backend(
+                Some(BlobFault::Fail | BlobFault::FailAfter(_)) => Err(BlobError::backend(
                     "fault-blob",
                     format!("injected failure for {key}"),
                 )),
-                Some(BlobFault::Hang) => std::future::pending().await,
+                Some(BlobFault::Hang | BlobFault::HangAfter(_)) => std::future::pending().await,
             }
         }
 
@@ -350,6 +356,40 @@ mod blob_faults {
             list.iter()
                 .find(|(needle, _)| key.as_str().contains(needle.as_str()))
                 .map(|(_, f)| *f)
+        }
+    }
+
+    /// A stream that yields `left` bytes of `inner`, then fails or hangs.
+    struct Midway {
+        inner: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+        left: u64,
+        fail: bool,
+    }
+
+    impl tokio::io::AsyncRead for Midway {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.left == 0 {
+                return if self.fail {
+                    std::task::Poll::Ready(Err(std::io::Error::other("injected read failure")))
+                } else {
+                    std::task::Poll::Pending
+                };
+            }
+            let room = buf
+                .remaining()
+                .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+            let mut limited = tokio::io::ReadBuf::new(&mut buf.initialize_unfilled()[..room]);
+            let polled = self.inner.as_mut().poll_read(cx, &mut limited);
+            let n = limited.filled().len();
+            if let std::task::Poll::Ready(Ok(())) = polled {
+                buf.advance(n);
+                self.left -= n as u64;
+            }
+            polled
         }
     }
 
@@ -380,10 +420,10 @@ mod blob_faults {
             let fault = self.state.lock().unwrap().barrier_fault;
             if let Some(fault) = fault {
                 match fault {
-                    BlobFault::Fail => {
+                    BlobFault::Fail | BlobFault::FailAfter(_) => {
                         return Err(BlobError::backend("fault-blob", "injected barrier failure"))
                     }
-                    BlobFault::Hang => std::future::pending().await,
+                    BlobFault::Hang | BlobFault::HangAfter(_) => std::future::pending().await,
                 }
             }
             self.inner.barrier().await?;
@@ -399,8 +439,26 @@ mod blob_faults {
 
         async fn get_stream(&self, key: &BlobKey) -> Result<BlobReader> {
             let fault = Self::find(&self.state.lock().unwrap().get_faults, key);
-            Self::apply(fault, key).await?;
-            self.inner.get_stream(key).await
+            let midway = match fault {
+                Some(BlobFault::FailAfter(n)) => Some((n, true)),
+                Some(BlobFault::HangAfter(n)) => Some((n, false)),
+                other => {
+                    Self::apply(other, key).await?;
+                    None
+                }
+            };
+            let reader = self.inner.get_stream(key).await?;
+            Ok(match midway {
+                None => reader,
+                Some((left, fail)) => BlobReader {
+                    meta: reader.meta,
+                    body: Box::pin(Midway {
+                        inner: reader.body,
+                        left,
+                        fail,
+                    }),
+                },
+            })
         }
 
         async fn head(&self, key: &BlobKey) -> Result<BlobMeta> {

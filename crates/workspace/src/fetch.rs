@@ -1,9 +1,11 @@
 //! An artifact's bytes into a new file of the scratch dir, streamed: read
 //! from the blob store a chunk at a time, written and hashed on a blocking
-//! thread as they arrive, checked against the row's digest at the end. The
-//! memory a file costs is a few chunks, whatever its size; a file whose
-//! bytes do not match (or that fails half-way) is removed, never left
-//! behind looking whole.
+//! thread as they arrive, checked against the row's digest by that thread
+//! once the reader says the bytes are all there. The memory a file costs
+//! is a few chunks, whatever its size. A file is kept only when the reader
+//! said it was whole and the digest matched: one whose bytes do not match,
+//! whose read failed half-way, or whose restore was cancelled (the reader
+//! dropped without saying so) is removed, never left behind looking whole.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
@@ -16,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use crate::error::{blocking, Result, WorkspaceError};
+use crate::error::{Result, WorkspaceError};
 use crate::fsutil::make_parents;
 use crate::path::WorkspacePath;
 
@@ -53,20 +55,30 @@ pub(crate) async fn to_file(
     };
     let key = BlobKey::new(artifact.blob_key.as_str()).map_err(fetch_err)?;
     let mut reader = blobs.get_stream(&key).await.map_err(fetch_err)?;
-    let target = root.join(path.to_relative_path());
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
+    let (tx, rx) = mpsc::channel::<Piece>(IN_FLIGHT);
     let writer = {
-        let (root, rel, target) = (root.to_path_buf(), path.to_relative_path(), target.clone());
-        tokio::task::spawn_blocking(move || write_chunks(&root, &rel, &target, mode, rx))
+        let job = Job {
+            root: root.to_path_buf(),
+            rel: path.to_relative_path(),
+            mode,
+            expected: artifact.sha256.parse::<Sha256Digest>().ok(),
+            artifact: artifact.id,
+        };
+        tokio::task::spawn_blocking(move || job.run(rx))
     };
     let mut read_error = None;
     loop {
         let mut chunk = vec![0u8; CHUNK];
         match read_full(&mut reader.body, &mut chunk).await {
-            Ok(0) => break,
+            Ok(0) => {
+                // Only now is the file whole; dropping `tx` without this
+                // (a failed read, a cancelled restore) removes it.
+                let _ = tx.send(Piece::End).await;
+                break;
+            }
             Ok(n) => {
                 chunk.truncate(n);
-                if tx.send(chunk).await.is_err() {
+                if tx.send(Piece::Bytes(chunk)).await.is_err() {
                     break; // The writer failed; its error says why.
                 }
             }
@@ -80,27 +92,61 @@ pub(crate) async fn to_file(
     let written = writer
         .await
         .map_err(|source| WorkspaceError::Task { source })?;
-    // The writer removes a file it created and then failed on; a file it
-    // wrote whole but whose bytes are wrong or cut short is removed here.
-    let failure = match (read_error, written) {
-        (None, Ok(fetched))
-            if artifact.sha256.parse::<Sha256Digest>().ok() == Some(fetched.sha256) =>
-        {
-            return Ok(fetched);
-        }
-        (None, Err(e)) => return Err(e),
-        (Some(e), Err(_)) => return Err(fetch_err(BlobError::backend("read", e))),
-        (Some(e), Ok(_)) => fetch_err(BlobError::backend("read", e)),
-        (None, Ok(_)) => WorkspaceError::DigestMismatch {
-            artifact: artifact.id,
-        },
-    };
-    let _ = blocking(move || {
+    match read_error {
+        // The writer saw no end, removed the file and says so; the read
+        // error is the cause.
+        Some(e) => Err(fetch_err(BlobError::backend("read", e))),
+        None => written,
+    }
+}
+
+/// What the reader hands the writing thread.
+enum Piece {
+    /// The next bytes of the file.
+    Bytes(Vec<u8>),
+    /// Every byte was read.
+    End,
+}
+
+/// One file for the writing thread.
+struct Job {
+    root: PathBuf,
+    rel: PathBuf,
+    mode: u32,
+    expected: Option<Sha256Digest>,
+    artifact: korvus_store::ArtifactId,
+}
+
+impl Job {
+    /// Creates the file, writes and hashes what arrives, and keeps the
+    /// file only when the reader said it was whole and the digest
+    /// matches; removes it otherwise.
+    fn run(self, rx: mpsc::Receiver<Piece>) -> Result<Fetched> {
+        let target = self.root.join(&self.rel);
+        let result = write_chunks(&self.root, &self.rel, &target, self.mode, rx);
+        let outcome = match result {
+            Ok(Some(fetched)) if Some(fetched.sha256) == self.expected => return Ok(fetched),
+            Ok(Some(_)) => Err(WorkspaceError::DigestMismatch {
+                artifact: self.artifact,
+            }),
+            Ok(None) => Err(WorkspaceError::io(
+                "write",
+                &target,
+                std::io::Error::other("the restore ended before every byte arrived"),
+            )),
+            // Not created (it may be someone else's file): nothing to remove.
+            Err(Created::No(e)) => return Err(e),
+            Err(Created::Yes(e)) => Err(e),
+        };
         let _ = std::fs::remove_file(&target);
-        Ok(())
-    })
-    .await;
-    Err(failure)
+        outcome
+    }
+}
+
+/// A failure of [`write_chunks`], and whether the file had been created.
+enum Created {
+    No(WorkspaceError),
+    Yes(WorkspaceError),
 }
 
 /// Reads until `buf` is full or the body ends; the bytes read.
@@ -119,43 +165,45 @@ async fn read_full(
     Ok(filled)
 }
 
-/// On a blocking thread: creates the file (never replacing or following
-/// anything at `target`; a file of mode 0444 can still be written through
-/// the descriptor that created it), writes and hashes each chunk as it
-/// arrives, then leaves it with exactly `mode` and `fsync`s it.
+/// Creates the file (never replacing or following anything at `target`;
+/// a file of mode 0444 can still be written through the descriptor that
+/// created it), writes and hashes each chunk as it arrives, and once the
+/// reader says the bytes are all there leaves it with exactly `mode` and
+/// `fsync`s it. `None`: the reader went away before the end.
 fn write_chunks(
     root: &Path,
     rel: &Path,
-    target: &PathBuf,
+    target: &Path,
     mode: u32,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) -> Result<Fetched> {
+    mut rx: mpsc::Receiver<Piece>,
+) -> std::result::Result<Option<Fetched>, Created> {
     let io = |e| WorkspaceError::io("write", target, e);
-    make_parents(root, rel).map_err(|e| WorkspaceError::io("create directory for", target, e))?;
+    make_parents(root, rel)
+        .map_err(|e| Created::No(WorkspaceError::io("create directory for", target, e)))?;
     let mut file: File = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(target)
-        .map_err(io)?;
+        .map_err(|e| Created::No(io(e)))?;
     let mut hasher = Sha256::new();
     let mut size_bytes = 0u64;
-    let written = (|| {
-        while let Some(chunk) = rx.blocking_recv() {
-            hasher.update(&chunk);
-            file.write_all(&chunk)?;
-            size_bytes += chunk.len() as u64;
+    loop {
+        match rx.blocking_recv() {
+            Some(Piece::Bytes(chunk)) => {
+                hasher.update(&chunk);
+                file.write_all(&chunk).map_err(|e| Created::Yes(io(e)))?;
+                size_bytes += chunk.len() as u64;
+            }
+            Some(Piece::End) => break,
+            None => return Ok(None),
         }
-        file.set_permissions(Permissions::from_mode(mode))?;
-        file.sync_all()
-    })();
-    if let Err(e) = written {
-        drop(file);
-        let _ = std::fs::remove_file(target);
-        return Err(io(e));
     }
-    Ok(Fetched {
+    file.set_permissions(Permissions::from_mode(mode))
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Created::Yes(io(e)))?;
+    Ok(Some(Fetched {
         sha256: Sha256Digest::from_bytes(hasher.finalize().into()),
         size_bytes,
-    })
+    }))
 }

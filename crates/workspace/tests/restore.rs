@@ -231,7 +231,7 @@ async fn a_file_larger_than_a_chunk_is_restored_whole() {
         &body,
     )
     .await;
-    let out = restore_own_output(&s.dir, &[big.clone()], &[], &blobs).await;
+    let out = restore_own_output(&s.dir, std::slice::from_ref(&big), &[], &blobs).await;
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     let restored = &out.restored[&wp("big.txt")];
     assert_eq!(restored.sha256.to_hex(), big.sha256);
@@ -239,4 +239,52 @@ async fn a_file_larger_than_a_chunk_is_restored_whole() {
         fs::read_to_string(s.dir.path().join("big.txt")).unwrap(),
         body
     );
+}
+
+/// A read that fails half-way through a file, and a restore cancelled
+/// half-way (its future dropped, as a reopen's cancel does), leave no file
+/// behind: the writer keeps a file only when the reader said it was whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_cut_short_by_a_failed_read_or_a_cancel_is_removed() {
+    use korvus_testkit::faults::BlobFault;
+    let body: String = (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    for fault in [
+        BlobFault::FailAfter(1_500_000),
+        BlobFault::HangAfter(1_500_000),
+    ] {
+        let s = scratch().await;
+        let blobs = fault_blobs();
+        let me = s.dir.session_id();
+        let a = artifact(
+            &blobs,
+            IncidentId::new(),
+            me,
+            ArtifactKind::AgentOutput,
+            "cut.txt",
+            1,
+            &body,
+        )
+        .await;
+        blobs.fault_get(&a.id.to_string(), fault);
+        let restore = restore_own_output(&s.dir, std::slice::from_ref(&a), &[], &blobs);
+        match tokio::time::timeout(std::time::Duration::from_secs(2), restore).await {
+            Ok(out) => {
+                assert_eq!(fault, BlobFault::FailAfter(1_500_000));
+                assert!(out.restored.is_empty());
+                assert!(matches!(out.failed[0].cause, WorkspaceError::Blob { .. }));
+            }
+            Err(_) => assert_eq!(fault, BlobFault::HangAfter(1_500_000), "cancelled"),
+        }
+        let path = s.dir.path().join("cut.txt");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while path.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{fault:?}: a cut-short file was left behind"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }

@@ -188,7 +188,10 @@ mod hostile_workspaces {
         };
         let walk = harvest_candidates(scratch.path(), &[], limits);
         assert_eq!(walk.candidates.len(), 65, "64 files and the report");
-        assert!(walk.candidates.iter().any(|c| c.path.as_str() == REPORT_FILE));
+        assert!(walk
+            .candidates
+            .iter()
+            .any(|c| c.path.as_str() == REPORT_FILE));
         assert_eq!(walk.skipped.len(), MAX_LISTED_SKIPS);
         let seen = walk.candidates.len() as u64 + walk.skipped.len() as u64 + walk.unlisted;
         assert!(
