@@ -53,6 +53,7 @@ mod s3stub;
 mod scale;
 mod sql;
 mod turnlog;
+mod walk;
 
 use crate::pg::StatementCounter;
 use crate::report::{Report, Row};
@@ -172,7 +173,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=20u32 {
+    for n in 1..=21u32 {
         if !wanted(n) {
             continue;
         }
@@ -198,7 +199,8 @@ async fn all(
             17 => pages::first_pages(&mut b).await,
             18 => export::export_download(&mut b).await,
             19 => reconnect::sse_reconnect(&mut b).await,
-            _ => restore::restore_large(&mut b).await,
+            20 => restore::restore_large(&mut b).await,
+            _ => walk::many_empty_files(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -229,28 +229,43 @@ pub(crate) fn harvest_candidates(
                 continue;
             }
         };
-        // The size limits and the cap are applied as the walk goes (as
-        // `apply_size_limits` and `apply_cap` would after it), so the walk
-        // never holds more than the cap's worth of candidates.
-        if path.as_str() == REPORT_FILE {
-            walk.candidates.push(Candidate { path, size });
-        } else if size == 0 {
-            skip(SkipReason::Empty);
-        } else if size > limits.max_bytes {
-            skip(SkipReason::TooLarge {
-                size,
-                limit: limits.max_bytes,
-            });
-        } else if others < limits.max_files {
-            others += 1;
-            walk.candidates.push(Candidate { path, size });
-        } else {
-            skip(SkipReason::OverCap {
-                cap: limits.max_files,
-            });
-        }
+        walk.consider(Candidate { path, size }, limits, &mut others);
     }
     walk
+}
+
+impl Walk {
+    /// Keeps a regular file as a candidate or skips it, applying the size
+    /// limits and the cap as the walk goes (as `apply_size_limits` and
+    /// `apply_cap` would after it), so the walk never holds more than the
+    /// cap's worth of candidates. `others`: candidates kept so far besides
+    /// the root report.
+    fn consider(&mut self, file: Candidate, limits: WalkLimits, others: &mut usize) {
+        let reason = if file.path.as_str() == REPORT_FILE {
+            None
+        } else if file.size == 0 {
+            Some(SkipReason::Empty)
+        } else if file.size > limits.max_bytes {
+            Some(SkipReason::TooLarge {
+                size: file.size,
+                limit: limits.max_bytes,
+            })
+        } else if *others < limits.max_files {
+            *others += 1;
+            None
+        } else {
+            Some(SkipReason::OverCap {
+                cap: limits.max_files,
+            })
+        };
+        match reason {
+            None => self.candidates.push(file),
+            Some(reason) => self.skip(Skipped {
+                path: file.path.as_str().to_owned(),
+                reason,
+            }),
+        }
+    }
 }
 
 /// Moves empty files and files over `max_bytes` (by their walked size) from

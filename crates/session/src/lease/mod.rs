@@ -200,6 +200,8 @@ impl Inner {
     /// elsewhere after a forced cancel). Runs registered after `sent`, and
     /// runs whose own row merely settled, are left alone.
     async fn cancel_taken_over(&self, sent: Instant, held: &[(SessionId, u64)]) {
+        // A set: the check is O(runs + held) per heartbeat, not their product.
+        let held: std::collections::HashSet<(SessionId, u64)> = held.iter().copied().collect();
         for (session, run) in self.live().snapshot() {
             if run.registered > sent
                 || run.cancel.is_cancelled()
