@@ -5,18 +5,15 @@
 //! `korvus export`'s (`JsonlExport`), compared by length and checksum.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use korvus_log::{
-    Access, Event, EventKind, JsonlExport, JsonlLog, LogHeader, LogId, Role, TurnLog,
-};
+use korvus_log::{Access, JsonlExport, JsonlLog, LogId, TurnLog};
 use korvus_session::Manager;
-use korvus_store::{
-    Admission, Lease, MemoryStore, NewIncident, NewSession, OwnerId, SessionId, Store,
-};
+use korvus_store::{MemoryStore, NewIncident, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::fixtures::{leased_session, long_log};
 use crate::large::{reset_peak, status_mib};
 use crate::report::{Goal, Row};
 use crate::runners::ParkedRunner;
@@ -37,35 +34,12 @@ pub(crate) async fn export_download(b: &mut Bench) -> Result<Vec<Row>> {
             workspace: None,
         })
         .await?;
-    let id = SessionId::new();
-    store
-        .create_session(NewSession {
-            id,
-            incident_id: incident.id,
-            prompt: "long".into(),
-            workspace_ref: None,
-            lease: Some(Lease {
-                owner: OwnerId::new(),
-                ttl: Duration::from_secs(3600),
-            }),
-            admission: Admission::default(),
-        })
-        .await?;
+    let id = leased_session(&*store, incident.id, "long".into())
+        .await?
+        .id;
     let log_id = LogId::from_uuid(id.as_uuid());
     let fill = Instant::now();
-    let w = logs.create(LogHeader::new(log_id)).await?;
-    let batch: Vec<Event> = (0..1000)
-        .map(|i| {
-            Event::new(EventKind::Message {
-                role: Role::Assistant,
-                text: format!("line {i} of a long agent's output, as a real one prints"),
-            })
-        })
-        .collect();
-    for _ in 0..events / 1000 {
-        w.append(&batch).await?;
-    }
-    w.close().await?;
+    long_log(&logs, log_id, events).await?;
     let fill_secs = fill.elapsed().as_secs_f64();
     // The reference: what `korvus export` writes, checksummed as it streams.
     let reader = logs.open(log_id, Access::Read).await?;

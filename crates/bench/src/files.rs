@@ -53,6 +53,28 @@ pub(crate) struct Target {
     pub(crate) session: SessionId,
 }
 
+impl Target {
+    /// The persist phase of revision 1 of this target's session, from the
+    /// scratch dir `src`, with the default configuration.
+    pub(crate) async fn persist(&self, blobs: Arc<dyn BlobStore>, src: &Path) -> PersistOutcome {
+        persist(
+            self.store.clone(),
+            Some(blobs),
+            &PersistConfig::default(),
+            PersistRequest {
+                incident: self.incident,
+                session: self.session,
+                revision: 1,
+                fence: 1,
+                scratch: Some(src.to_path_buf()),
+                skip_prefixes: Vec::new(),
+                restored: Default::default(),
+            },
+        )
+        .await
+    }
+}
+
 pub(crate) async fn target() -> Result<Target> {
     let store = Arc::new(MemoryStore::new());
     let incident = store
@@ -88,21 +110,7 @@ pub(crate) async fn persist_tree(
 ) -> Result<f64> {
     let target = target().await?;
     let t = Instant::now();
-    let outcome = persist(
-        target.store,
-        Some(blobs),
-        &PersistConfig::default(),
-        PersistRequest {
-            incident: target.incident,
-            session: target.session,
-            revision: 1,
-            fence: 1,
-            scratch: Some(src.to_path_buf()),
-            skip_prefixes: Vec::new(),
-            restored: Default::default(),
-        },
-    )
-    .await;
+    let outcome = target.persist(blobs, src).await;
     let elapsed = ms(t.elapsed());
     check(&outcome, files)?;
     Ok(elapsed)

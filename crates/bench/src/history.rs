@@ -5,17 +5,16 @@
 //! assigns), so its time must not grow with k.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
 use korvus_log::TurnLog;
 use korvus_session::{CreateSession, Manager};
-use korvus_store::{
-    Admission, IncidentId, Lease, NewIncident, NewSession, OwnerId, SessionId, Store,
-};
+use korvus_store::{IncidentId, NewIncident, Store};
 use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteLog, SqliteStore};
 use serde_json::json;
 
+use crate::fixtures::leased_session;
 use crate::pg::Db;
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
@@ -135,22 +134,9 @@ async fn prefilled<S: Store + ?Sized>(store: &S, k: usize) -> Result<IncidentId>
             workspace: None,
         })
         .await?;
-    let lease = Lease {
-        owner: OwnerId::new(),
-        ttl: Duration::from_secs(3600),
-    };
     let prompt = "x".repeat(PROMPT_BYTES);
     for _ in 0..k {
-        store
-            .create_session(NewSession {
-                id: SessionId::new(),
-                incident_id: incident.id,
-                prompt: prompt.clone(),
-                workspace_ref: None,
-                lease: Some(lease),
-                admission: Admission::default(),
-            })
-            .await?;
+        leased_session(store, incident.id, prompt.clone()).await?;
     }
     Ok(incident.id)
 }

@@ -39,6 +39,7 @@ mod closers;
 mod export;
 mod fanout;
 mod files;
+mod fixtures;
 mod history;
 mod large;
 mod lease;

@@ -6,21 +6,17 @@
 //! and PostgreSQL.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use korvus_log::TurnLog;
 use korvus_session::Manager;
-use korvus_store::{
-    Admission, CoordinatedStore, IncidentId, Lease, NewIncident, NewSession, OwnerId, SessionId,
-};
+use korvus_store::{CoordinatedStore, IncidentId, NewIncident};
 use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteLog, SqliteStore};
 use serde_json::json;
-use tower::ServiceExt;
 
+use crate::fixtures::{get_ok, leased_session};
 use crate::pg::Db;
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
@@ -188,21 +184,8 @@ async fn filled(
         .buffer_unordered(8)
         .try_for_each(|_| async { Ok(()) })
         .await?;
-    let lease = Lease {
-        owner: OwnerId::new(),
-        ttl: Duration::from_secs(3600),
-    };
     for _ in 0..sessions {
-        store
-            .create_session(NewSession {
-                id: SessionId::new(),
-                incident_id: target,
-                prompt: "x".repeat(256),
-                workspace_ref: None,
-                lease: Some(lease),
-                admission: Admission::default(),
-            })
-            .await?;
+        leased_session(&*store, target, "x".repeat(256)).await?;
     }
     let manager = Manager::builder(store, Arc::new(ParkedRunner { barrier: None }))
         .turn_log(log)
@@ -219,14 +202,7 @@ async fn filled(
 
 async fn get(router: &axum::Router, path: &str) -> Result<f64> {
     let t = Instant::now();
-    let response = router
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty())?)
-        .await?;
-    if response.status() != StatusCode::OK {
-        bail!("{path}: {}", response.status());
-    }
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
+    let body = get_ok(router, path).await?;
     if body.is_empty() {
         bail!("{path}: empty answer");
     }

@@ -6,19 +6,16 @@
 //! router in process, one `JsonlLog` service behind both.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use korvus_log::{Event, EventKind, JsonlLog, LogHeader, LogId, Role, TurnLog};
+use korvus_log::{JsonlLog, LogId};
 use korvus_session::Manager;
 use korvus_store::{
-    Admission, Counters, IncidentId, Lease, MemoryStore, NewIncident, NewSession, OwnerId,
-    SessionId, SessionStatus, Settlement, Store,
+    Counters, IncidentId, MemoryStore, NewIncident, SessionId, SessionStatus, Settlement, Store,
 };
-use tower::ServiceExt;
 
+use crate::fixtures::{get_ok, leased_session, long_log};
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
 use crate::sql::ms;
@@ -93,41 +90,11 @@ async fn finished(
     incident: IncidentId,
     events: u64,
 ) -> Result<SessionId> {
-    let id = SessionId::new();
-    let session = store
-        .create_session(NewSession {
-            id,
-            incident_id: incident,
-            prompt: "long".into(),
-            workspace_ref: None,
-            lease: Some(Lease {
-                owner: OwnerId::new(),
-                ttl: Duration::from_secs(3600),
-            }),
-            admission: Admission::default(),
-        })
-        .await?;
-    let w = logs
-        .create(LogHeader::new(LogId::from_uuid(id.as_uuid())))
-        .await?;
-    let batch: Vec<Event> = (0..events.min(1000))
-        .map(|i| {
-            Event::new(EventKind::Message {
-                role: Role::Assistant,
-                text: format!("line {i} of a long agent's output"),
-            })
-        })
-        .collect();
-    let mut written = 0;
-    while written < events {
-        let n = (events - written).min(batch.len() as u64) as usize;
-        w.append(&batch[..n]).await?;
-        written += n as u64;
-    }
-    w.close().await?;
+    let session = leased_session(store, incident, "long".into()).await?;
+    long_log(logs, LogId::from_uuid(session.id.as_uuid()), events).await?;
     store
         .settle_session(
-            id,
+            session.id,
             Settlement {
                 status: SessionStatus::Completed,
                 exit_reason: Some("completed".into()),
@@ -136,23 +103,12 @@ async fn finished(
             },
         )
         .await?;
-    Ok(id)
+    Ok(session.id)
 }
 
 async fn reconnect(router: &axum::Router, path: &str) -> Result<f64> {
     let t = Instant::now();
-    let response = router
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty())?)
-        .await?;
-    if response.status() != StatusCode::OK {
-        bail!("{path}: {}", response.status());
-    }
-    let body = tokio::time::timeout(
-        Duration::from_secs(60),
-        axum::body::to_bytes(response.into_body(), usize::MAX),
-    )
-    .await??;
+    let body = get_ok(router, path).await?;
     let text = String::from_utf8_lossy(&body);
     if !text.contains("event: end") {
         bail!("{path}: the stream did not end: {text:.300}");

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use korvus_blob::FsBlobStore;
-use korvus_harvest::{persist, PersistConfig, PersistRequest};
 use korvus_store::StoreExt as _;
 use korvus_workspace::{restore_own_output, ScratchRoot};
 
@@ -24,21 +23,7 @@ pub(crate) async fn restore_large(b: &mut Bench) -> Result<Vec<Row>> {
     big_tree(&src, 1, size)?;
     let blobs = Arc::new(FsBlobStore::open(b.work.join("restore-blobs"))?);
     let t = target().await?;
-    let outcome = persist(
-        t.store.clone(),
-        Some(blobs.clone()),
-        &PersistConfig::default(),
-        PersistRequest {
-            incident: t.incident,
-            session: t.session,
-            revision: 1,
-            fence: 1,
-            scratch: Some(src.clone()),
-            skip_prefixes: Vec::new(),
-            restored: Default::default(),
-        },
-    )
-    .await;
+    let outcome = t.persist(blobs.clone(), &src).await;
     if outcome.stored.len() != 1 || !outcome.rows_written {
         bail!(
             "persist failed: {}",

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use korvus_blob::FsBlobStore;
-use korvus_harvest::{persist, PersistConfig, PersistRequest, ReportFile, MAX_LISTED_SKIPS};
+use korvus_harvest::{ReportFile, MAX_LISTED_SKIPS};
 
 use crate::files::target;
 use crate::large::{reset_peak, status_mib};
@@ -45,21 +45,7 @@ pub(crate) async fn many_empty_files(b: &mut Bench) -> Result<Vec<Row>> {
     reset_peak()?;
     let before = status_mib("VmRSS:")?;
     let started = Instant::now();
-    let outcome = persist(
-        t.store.clone(),
-        Some(blobs),
-        &PersistConfig::default(),
-        PersistRequest {
-            incident: t.incident,
-            session: t.session,
-            revision: 1,
-            fence: 1,
-            scratch: Some(src.clone()),
-            skip_prefixes: Vec::new(),
-            restored: Default::default(),
-        },
-    )
-    .await;
+    let outcome = t.persist(blobs, &src).await;
     let took = ms(started.elapsed());
     let peak = status_mib("VmHWM:")?;
     let counted = outcome.skipped.len() as u64 + outcome.skipped_unlisted;
