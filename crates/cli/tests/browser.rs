@@ -150,6 +150,36 @@ fn the_view_mounted_under_a_prefix_lists_incidents_and_follows_a_session() {
     );
 }
 
+/// A list longer than a page: the view shows the first 100 incidents and
+/// appends the rest when asked, then the button goes.
+#[test]
+fn a_long_incident_list_shows_a_page_and_loads_the_next_on_demand() {
+    let data = tempfile::tempdir().unwrap();
+    let downloads = tempfile::tempdir().unwrap();
+    // The demo incident, and 100 more.
+    let server = Server::start(data.path(), None, "0.2");
+    for i in 0..100 {
+        let body = format!(r#"{{"title": "incident {i}"}}"#);
+        let (status, _) = server.call("POST", "/api/incidents", Some(&body));
+        assert_eq!(status, 201);
+    }
+    let Some(d) = browser(downloads.path()) else {
+        return;
+    };
+    d.goto(&format!("{}/#token={TOKEN}", server.base));
+    d.wait_for(
+        "the first page of incidents",
+        "return document.querySelectorAll('.incident-link').length === 100 \
+         && document.querySelector('#more-incidents')",
+    );
+    d.click("#more-incidents");
+    d.wait_for(
+        "the next page appended and the button gone",
+        "return document.querySelectorAll('.incident-link').length === 101 \
+         && !document.querySelector('#more-incidents')",
+    );
+}
+
 const HOSTILE_AGENT: &str = r#"cat > report.md <<'EOF'
 # Hostile report
 

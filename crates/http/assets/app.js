@@ -161,30 +161,18 @@ function markdown(source) {
 
 // ---- pages -----------------------------------------------------------------
 
-async function incidentsPage() {
-  const first = await api('GET', 'incidents?limit=100');
-  const incidents = first.items;
-  const title = el('input', { type: 'text', id: 'new-incident-title', placeholder: 'What happened?' });
-  const form = el('form', {
-    onsubmit: async (e) => {
-      e.preventDefault();
-      const incident = await api('POST', 'incidents', { title: title.value });
-      location.hash = '#/incidents/' + incident.id;
-    },
-  }, title, el('button', { id: 'create-incident' }, 'New incident'));
-  const row = (i) => el('tr', null,
-    el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
-    el('td', null, i.status),
-    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString()));
-  const table = el('table', { id: 'incidents' }, ...incidents.map(row));
-  // Further pages on demand: the list may be long.
+// The first page of a list as a table (or a note when it is empty), and a
+// button that appends the next pages on demand: a list may be long.
+async function pagedTable(path, id, row, moreLabel, emptyText) {
+  const first = await api('GET', path + '?limit=100');
+  const table = el('table', { id }, ...first.items.map(row));
   let next = first.next;
   const more = el('button', {
-    id: 'more-incidents',
+    id: 'more-' + id,
     onclick: async () => {
       more.disabled = true;
       try {
-        const page = await api('GET', 'incidents?limit=100&after=' + encodeURIComponent(next));
+        const page = await api('GET', path + '?limit=100&after=' + encodeURIComponent(next));
         table.append(...page.items.map(row));
         next = page.next;
         if (!next) more.remove();
@@ -194,15 +182,34 @@ async function incidentsPage() {
         more.disabled = false;
       }
     },
-  }, 'More incidents');
-  show(el('h1', null, 'Incidents'), form,
-    incidents.length ? table : el('p', { class: 'muted' }, 'No incidents yet.'),
-    next ? more : null);
+  }, moreLabel);
+  return [first.items.length ? table : el('p', { class: 'muted' }, emptyText), next ? more : null];
+}
+
+async function incidentsPage() {
+  const row = (i) => el('tr', null,
+    el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
+    el('td', null, i.status),
+    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString()));
+  const [list, more] = await pagedTable('incidents', 'incidents', row, 'More incidents', 'No incidents yet.');
+  const title = el('input', { type: 'text', id: 'new-incident-title', placeholder: 'What happened?' });
+  const form = el('form', {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const incident = await api('POST', 'incidents', { title: title.value });
+      location.hash = '#/incidents/' + incident.id;
+    },
+  }, title, el('button', { id: 'create-incident' }, 'New incident'));
+  show(el('h1', null, 'Incidents'), form, list, more);
 }
 
 async function incidentPage(id) {
-  const [incident, sessions] = await Promise.all([
-    api('GET', 'incidents/' + id), apiAll('incidents/' + id + '/sessions')]);
+  const row = (s) => el('tr', null,
+    el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq + ' ' + s.prompt)),
+    el('td', null, statusBadge(s)));
+  const [incident, [list, more]] = await Promise.all([
+    api('GET', 'incidents/' + id),
+    pagedTable('incidents/' + id + '/sessions', 'sessions', row, 'More sessions', 'No sessions yet.')]);
   const prompt = el('input', { type: 'text', id: 'new-session-prompt', placeholder: 'Ask the agent…' });
   const form = el('form', {
     onsubmit: async (e) => {
@@ -211,12 +218,8 @@ async function incidentPage(id) {
       location.hash = '#/sessions/' + session.id;
     },
   }, prompt, el('button', { id: 'create-session' }, 'Start session'));
-  const rows = sessions.map((s) => el('tr', null,
-    el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq + ' ' + s.prompt)),
-    el('td', null, statusBadge(s))));
   show(el('h1', null, incident.title), el('p', { class: 'muted' }, 'Incident ' + incident.status),
-    incident.status === 'open' ? form : null,
-    rows.length ? el('table', { id: 'sessions' }, ...rows) : el('p', { class: 'muted' }, 'No sessions yet.'));
+    incident.status === 'open' ? form : null, list, more);
 }
 
 function describe(event) {
