@@ -14,7 +14,7 @@ use korvus_runner::testing::ScriptRunner;
 use korvus_runner::{ExitReason, RunOutcome};
 use korvus_session::{CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident};
-use korvus_store_sql::{migrate, open_sqlite, PgStore, SqliteStore};
+use korvus_store_sql::{PgStore, SqliteStore};
 use tokio::sync::mpsc;
 
 use crate::pg::Db;
@@ -126,9 +126,7 @@ async fn measure(
 pub(crate) async fn cancel_latency(b: &mut Bench) -> Result<Vec<Row>> {
     let runs = if b.quick { 5 } else { 40 };
     let dir = b.work.join("cancel");
-    std::fs::create_dir_all(&dir)?;
-    let sqlite = open_sqlite(&dir.join("korvus.db")).await?;
-    migrate(&sqlite).await?;
+    let sqlite = crate::fixtures::sqlite(&dir.join("korvus.db")).await?;
     let mut rows = measure(
         "SQLite",
         Arc::new(SqliteStore::new(sqlite.clone())),

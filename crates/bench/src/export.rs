@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use korvus_log::{Access, JsonlExport, JsonlLog, LogId, TurnLog};
+use korvus_log::{Access, JsonlExport, LogId, TurnLog};
 use korvus_session::Manager;
-use korvus_store::{MemoryStore, NewIncident, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::fixtures::{leased_session, long_log};
+use crate::fixtures::{leased_session, logs_and_incident, long_log};
 use crate::large::{reset_peak, status_mib};
 use crate::report::{Goal, Row};
 use crate::runners::ParkedRunner;
@@ -24,19 +23,8 @@ const DOWNLOADS: usize = 8;
 
 pub(crate) async fn export_download(b: &mut Bench) -> Result<Vec<Row>> {
     let events = if b.quick { 20_000 } else { 1_000_000 };
-    let dir = b.work.join("export");
-    std::fs::create_dir_all(&dir)?;
-    let logs = Arc::new(JsonlLog::open_dir(&dir)?);
-    let store = Arc::new(MemoryStore::new());
-    let incident = store
-        .create_incident(NewIncident {
-            title: "export".into(),
-            workspace: None,
-        })
-        .await?;
-    let id = leased_session(&*store, incident.id, "long".into())
-        .await?
-        .id;
+    let (logs, store, incident) = logs_and_incident(&b.work.join("export"), "export").await?;
+    let id = leased_session(&*store, incident, "long".into()).await?.id;
     let log_id = LogId::from_uuid(id.as_uuid());
     let fill = Instant::now();
     long_log(&logs, log_id, events).await?;

@@ -8,7 +8,18 @@ use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
 use korvus_log::{Event, EventKind, JsonlLog, LogHeader, LogId, Role, TurnLog};
 use korvus_store::{Admission, IncidentId, Lease, NewSession, OwnerId, Session, SessionId, Store};
+use korvus_store_sql::{migrate, open_sqlite, SqlitePool};
 use tower::ServiceExt;
+
+/// A migrated SQLite database at `path` (its directory created).
+pub(crate) async fn sqlite(path: &std::path::Path) -> Result<SqlitePool> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let pool = open_sqlite(path).await?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
 
 /// A session of `incident` leased for an hour by an owner that never runs
 /// it: no manager claims or takes it over while a benchmark measures.
@@ -30,6 +41,29 @@ pub(crate) async fn leased_session<S: Store + ?Sized>(
             admission: Admission::default(),
         })
         .await?)
+}
+
+/// A `JsonlLog` in `dir` and a memory store holding one incident titled
+/// `title`.
+pub(crate) async fn logs_and_incident(
+    dir: &std::path::Path,
+    title: &str,
+) -> Result<(
+    std::sync::Arc<JsonlLog>,
+    std::sync::Arc<korvus_store::MemoryStore>,
+    IncidentId,
+)> {
+    std::fs::create_dir_all(dir)?;
+    let logs = std::sync::Arc::new(JsonlLog::open_dir(dir)?);
+    let store = std::sync::Arc::new(korvus_store::MemoryStore::new());
+    let incident = store
+        .create_incident(korvus_store::NewIncident {
+            title: title.to_owned(),
+            workspace: None,
+        })
+        .await?
+        .id;
+    Ok((logs, store, incident))
 }
 
 /// Writes a log `id` of `events` one-line agent messages, 1,000 per append,

@@ -9,16 +9,16 @@ use std::time::Instant;
 
 use anyhow::Result;
 use korvus_log::TurnLog;
-use korvus_session::{CreateSession, Manager};
+use korvus_session::Manager;
 use korvus_store::{IncidentId, NewIncident, Store};
-use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteLog, SqliteStore};
+use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
 use serde_json::json;
 
 use crate::fixtures::leased_session;
 use crate::pg::Db;
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
-use crate::sql::ms;
+use crate::sql::create_ours;
 use crate::Bench;
 
 /// Bytes of each pre-filled session's prompt (create used to read them
@@ -26,10 +26,7 @@ use crate::Bench;
 const PROMPT_BYTES: usize = 1024;
 
 pub(crate) async fn create_with_history(b: &mut Bench) -> Result<Vec<Row>> {
-    let dir = b.work.join("history");
-    std::fs::create_dir_all(&dir)?;
-    let sqlite = open_sqlite(&dir.join("korvus.db")).await?;
-    migrate(&sqlite).await?;
+    let sqlite = crate::fixtures::sqlite(&b.work.join("history").join("korvus.db")).await?;
     let mut rows = measure(
         b,
         "SQLite",
@@ -76,7 +73,7 @@ async fn measure<S: korvus_store::CoordinatedStore + 'static>(
         .turn_log(log)
         .build();
     for incident in &incidents {
-        create(&manager, *incident).await?;
+        create_ours(&manager, *incident).await?;
     }
     // p50 of each round, per k; the order of the ks rotates within a round.
     let mut p50: Vec<Vec<f64>> = vec![Vec::new(); ks.len()];
@@ -85,7 +82,7 @@ async fn measure<S: korvus_store::CoordinatedStore + 'static>(
         for i in 0..per_round {
             for j in 0..ks.len() {
                 let at = (j + i + round) % ks.len();
-                times[at].push(create(&manager, incidents[at]).await?);
+                times[at].push(create_ours(&manager, incidents[at]).await?);
             }
         }
         for (at, t) in times.iter().enumerate() {
@@ -139,16 +136,4 @@ async fn prefilled<S: Store + ?Sized>(store: &S, k: usize) -> Result<IncidentId>
         leased_session(store, incident.id, prompt.clone()).await?;
     }
     Ok(incident.id)
-}
-
-async fn create(manager: &Manager, incident: IncidentId) -> Result<f64> {
-    let t = Instant::now();
-    manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt: "measure me".into(),
-            context: vec![],
-        })
-        .await?;
-    Ok(ms(t.elapsed()))
 }

@@ -20,7 +20,7 @@ use korvus_runner::testing::ScriptRunner;
 use korvus_runner::{ExitReason, RunOutcome};
 use korvus_session::{CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionStatus};
-use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteStore};
+use korvus_store_sql::{PgLog, PgStore, SqliteStore};
 use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
 
 use crate::pg::Db;
@@ -148,9 +148,7 @@ async fn orphans(name: &str, store: Arc<dyn CoordinatedStore>, runs: usize) -> R
 pub(crate) async fn orphan_latency(b: &mut Bench) -> Result<Vec<Row>> {
     let runs = if b.quick { 3 } else { 12 };
     let dir = b.work.join("orphans");
-    std::fs::create_dir_all(&dir)?;
-    let sqlite = open_sqlite(&dir.join("korvus.db")).await?;
-    migrate(&sqlite).await?;
+    let sqlite = crate::fixtures::sqlite(&dir.join("korvus.db")).await?;
     let mut rows = orphans("SQLite", Arc::new(SqliteStore::new(sqlite.clone())), runs).await?;
     sqlite.close().await;
     let pg = Db::create("orphans").await?;

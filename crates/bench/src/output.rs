@@ -19,7 +19,7 @@ use korvus_command::{CommandRunner, OutputCaps};
 use korvus_log::{Access, EventKind, JsonlLog, LogId, TurnLog};
 use korvus_session::{CreateSession, Manager};
 use korvus_store::{MemoryStore, NewIncident, SessionStatus, Store};
-use korvus_store_sql::{migrate, open_sqlite, PgLog, SqliteLog};
+use korvus_store_sql::{PgLog, SqliteLog};
 use korvus_workspace::ScratchRoot;
 
 use crate::pg::Db;
@@ -114,8 +114,7 @@ pub(crate) async fn agent_output(b: &mut Bench) -> Result<Vec<Row>> {
     std::fs::create_dir_all(&dir)?;
     let pg = Db::create("output").await?;
     let pool = pg.pool(4).await?;
-    let sqlite = open_sqlite(&dir.join("log.db")).await?;
-    migrate(&sqlite).await?;
+    let sqlite = crate::fixtures::sqlite(&dir.join("log.db")).await?;
     let backends: [(&str, Arc<dyn TurnLog>); 3] = [
         ("JsonlLog", Arc::new(JsonlLog::open_dir(dir.join("jsonl"))?)),
         ("SqliteLog", Arc::new(SqliteLog::new(sqlite.clone()))),

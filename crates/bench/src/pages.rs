@@ -13,10 +13,10 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use korvus_log::TurnLog;
 use korvus_session::Manager;
 use korvus_store::{CoordinatedStore, IncidentId, NewIncident};
-use korvus_store_sql::{migrate, open_sqlite, PgLog, PgStore, SqliteLog, SqliteStore};
+use korvus_store_sql::{PgLog, PgStore, SqliteLog, SqliteStore};
 use serde_json::json;
 
-use crate::fixtures::{get_ok, leased_session};
+use crate::fixtures::{get_ok, leased_session, sqlite};
 use crate::pg::Db;
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
@@ -43,15 +43,8 @@ pub(crate) async fn first_pages(b: &mut Bench) -> Result<Vec<Row>> {
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     {
-        let open = |name: &str| {
-            let path = dir.join(name);
-            async move {
-                let pool = open_sqlite(&path).await?;
-                migrate(&pool).await?;
-                anyhow::Ok(pool)
-            }
-        };
-        let (big, small) = (open("big.db").await?, open("small.db").await?);
+        let big = sqlite(&dir.join("big.db")).await?;
+        let small = sqlite(&dir.join("small.db")).await?;
         let side = |pool: &korvus_store_sql::SqlitePool| {
             (
                 Arc::new(SqliteStore::new(pool.clone())) as Arc<dyn CoordinatedStore>,

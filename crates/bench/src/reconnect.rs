@@ -12,10 +12,10 @@ use anyhow::{bail, Result};
 use korvus_log::{JsonlLog, LogId};
 use korvus_session::Manager;
 use korvus_store::{
-    Counters, IncidentId, MemoryStore, NewIncident, SessionId, SessionStatus, Settlement, Store,
+    Counters, IncidentId, MemoryStore, SessionId, SessionStatus, Settlement, Store,
 };
 
-use crate::fixtures::{get_ok, leased_session, long_log};
+use crate::fixtures::{get_ok, leased_session, logs_and_incident, long_log};
 use crate::report::{quantile, Goal, Row};
 use crate::runners::ParkedRunner;
 use crate::sql::ms;
@@ -25,17 +25,7 @@ const SHORT: u64 = 100;
 
 pub(crate) async fn sse_reconnect(b: &mut Bench) -> Result<Vec<Row>> {
     let long = if b.quick { 20_000 } else { 1_000_000 };
-    let dir = b.work.join("reconnect");
-    std::fs::create_dir_all(&dir)?;
-    let logs = Arc::new(JsonlLog::open_dir(&dir)?);
-    let store = Arc::new(MemoryStore::new());
-    let incident = store
-        .create_incident(NewIncident {
-            title: "reconnect".into(),
-            workspace: None,
-        })
-        .await?
-        .id;
+    let (logs, store, incident) = logs_and_incident(&b.work.join("reconnect"), "reconnect").await?;
     let long_id = finished(&store, &logs, incident, long).await?;
     let short_id = finished(&store, &logs, incident, SHORT).await?;
     let manager = Manager::builder(store, Arc::new(ParkedRunner { barrier: None }))

@@ -254,7 +254,8 @@ async fn create_latency_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
     ])
 }
 
-async fn create_ours(manager: &Manager, incident: IncidentId) -> Result<f64> {
+/// One `Manager::create` in `incident`, timed.
+pub(crate) async fn create_ours(manager: &Manager, incident: IncidentId) -> Result<f64> {
     let t = Instant::now();
     manager
         .create(CreateSession {

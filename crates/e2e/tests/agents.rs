@@ -326,6 +326,18 @@ async fn real_claude_code_runs_a_session_through_the_stub() {
     .await;
 }
 
+/// A scripted model server on 127.0.0.1 and the Codex endpoint pointing at
+/// it (no key); the server lives as long as the returned handle.
+async fn codex_stub(script: Script) -> (StubServer, ModelEndpoint) {
+    let stub = StubServer::start(script).await.unwrap();
+    let endpoint = ModelEndpoint {
+        base_url: stub.openai_base_url(),
+        model: None,
+        api_key_var: None,
+    };
+    (stub, endpoint)
+}
+
 /// A model endpoint that fails every request, or never answers: the
 /// session ends with a specific exit reason within its bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,17 +357,11 @@ async fn codex_against_a_failing_or_silent_endpoint_ends_in_its_bound() {
         ),
         (Mode::Silent, "stalled", 5, Duration::from_secs(60)),
     ] {
-        let stub = StubServer::start(Script {
+        let (_stub, endpoint) = codex_stub(Script {
             mode,
             ..Script::default()
         })
-        .await
-        .unwrap();
-        let endpoint = ModelEndpoint {
-            base_url: stub.openai_base_url(),
-            model: None,
-            api_key_var: None,
-        };
+        .await;
         let limits = korvus_command::Limits::default().stall(Some(Duration::from_secs(stall)));
         let rig = Rig::new(Preset::Codex.runner(&bin, Some(&endpoint)).limits(limits)).await;
         let started = std::time::Instant::now();
@@ -384,20 +390,14 @@ async fn real_codex_under_allow_reaches_only_its_endpoint() {
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     other.set_nonblocking(true).unwrap();
     let port = other.local_addr().unwrap().port();
-    let stub = StubServer::start(Script {
+    let (_stub, endpoint) = codex_stub(Script {
         command: format!(
             "echo probe=$(curl -s -m 10 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/); \
              echo routes=$(tail -n +2 /proc/net/route | wc -l); printf '# R\\n' > report.md"
         ),
         ..Script::default()
     })
-    .await
-    .unwrap();
-    let endpoint = ModelEndpoint {
-        base_url: stub.openai_base_url(),
-        model: None,
-        api_key_var: None,
-    };
+    .await;
     let rig = Rig::new(Preset::Codex.runner(&bin, Some(&endpoint))).await;
     let row = rig.run("Probe the network").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
