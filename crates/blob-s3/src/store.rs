@@ -2,6 +2,7 @@
 //! listings are here; the write path (single and multipart uploads) is in
 //! [`upload`].
 
+mod list;
 mod upload;
 
 use std::fmt;
@@ -323,68 +324,32 @@ impl BlobStore for S3BlobStore {
     /// # Cancel safety
     /// Cancel-safe: nothing changes.
     async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> Result<Vec<BlobMeta>> {
-        // `a/b` must list `a/b` and `a/b/…` but not `a/bc`: ask for `a/b`
-        // and keep whole-segment matches.
-        let search = match (&self.settings.key_prefix, prefix) {
-            (Some(base), Some(p)) => format!("{base}/{p}"),
-            (Some(base), None) => format!("{base}/"),
-            (None, Some(p)) => p.to_string(),
-            (None, None) => String::new(),
-        };
-        let mut found = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut request = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.settings.bucket)
-                .max_keys(self.settings.list_page_size)
-                .set_continuation_token(token.take());
-            if !search.is_empty() {
-                request = request.prefix(&search);
-            }
-            let page = request
-                .send()
-                .await
-                .map_err(|e| BlobError::backend("s3", Failure::from_sdk("ListObjectsV2", &e)))?;
-            for object in page.contents() {
-                let Some(key) = object.key().and_then(|k| self.store_key(k)) else {
-                    continue;
-                };
-                if prefix.is_some_and(|p| !key.is_under(p)) {
-                    continue;
-                }
-                found.push(BlobMeta {
-                    key,
-                    size: object
-                        .size()
-                        .and_then(|n| u64::try_from(n).ok())
-                        .unwrap_or(0),
-                    content_type: None,
-                    sha256: None,
-                    last_modified: object.last_modified().and_then(to_system_time),
-                });
-            }
-            if page.is_truncated() != Some(true) {
-                break;
-            }
-            match page.next_continuation_token() {
-                Some(next) => token = Some(next.to_owned()),
-                None => {
-                    return Err(BlobError::backend(
-                        "s3",
-                        Failure::plain(
-                            "ListObjectsV2",
-                            "a truncated page has no continuation token",
-                        ),
-                    ))
-                }
-            }
-        }
-        // S3 lists in UTF-8 byte order, which is `BlobKey`'s order too; sort
-        // anyway, since not every S3-compatible server keeps to it.
-        found.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(found)
+        self.list_all(prefix).await
+    }
+
+    /// Asks `ListObjectsV2` for the page from the cursor (`StartAfter`),
+    /// never more keys than `limit`; more requests only when objects of
+    /// the answer are dropped (not whole-segment matches, not valid keys).
+    ///
+    /// # Errors
+    /// `Backend`; `InvalidKey` when `after` is too long under the store's
+    /// key prefix.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn list_page<'a>(
+        &self,
+        prefix: Option<&'a BlobKey>,
+        after: Option<&'a BlobKey>,
+        limit: usize,
+    ) -> Result<Vec<BlobMeta>> {
+        self.list_from(prefix, after, limit).await
+    }
+
+    /// `DeleteObjects`, 1,000 keys a request, quiet (the server answers
+    /// only the failures); a missing key counts as deleted.
+    async fn delete_many(&self, keys: &[BlobKey]) -> Vec<(BlobKey, BlobError)> {
+        self.delete_batches(keys).await
     }
 }
 

@@ -13,6 +13,7 @@ use cap_std::fs::{Dir, OpenOptions};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use crate::fs_list::{self, modified};
 use crate::{
     Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, Durability, PutOptions,
     Result, Sha256Digest,
@@ -197,11 +198,6 @@ fn write_meta(root: &Dir, key: &BlobKey, options: PutOptions, size: u64) -> Resu
     write_atomic(root, &meta_path(key), &meta, sync).map_err(backend)
 }
 
-/// The modification time of a file's metadata, when the platform has one.
-fn modified(md: &cap_std::fs::Metadata) -> Option<SystemTime> {
-    md.modified().ok().map(cap_std::time::SystemTime::into_std)
-}
-
 fn read_meta(root: &Dir, key: &BlobKey, size: u64) -> Option<MetaFile> {
     let bytes = root.read(meta_path(key)).ok()?;
     serde_json::from_slice::<MetaFile>(&bytes)
@@ -226,33 +222,6 @@ fn blob_meta(
         sha256,
         last_modified,
     }
-}
-
-/// A listed file: key, size, modification time.
-type Found = (String, u64, Option<SystemTime>);
-
-/// Collects every regular file under `dir` (relative key `prefix`), never
-/// following symlinks.
-fn walk(dir: &Dir, prefix: &str, out: &mut Vec<Found>) -> io::Result<()> {
-    for entry in dir.entries()? {
-        let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue; // not UTF-8: cannot be a BlobKey segment
-        };
-        let key = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let file_type = entry.file_type()?;
-        if file_type.is_dir() {
-            walk(&entry.open_dir()?, &key, out)?;
-        } else if file_type.is_file() {
-            let md = entry.metadata()?;
-            out.push((key, md.len(), modified(&md)));
-        }
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -412,37 +381,74 @@ impl BlobStore for FsBlobStore {
         .await
     }
 
+    async fn delete_many(&self, keys: &[BlobKey]) -> Vec<(BlobKey, BlobError)> {
+        // One blocking task for the batch, not one per key.
+        let keys = keys.to_vec();
+        let failed = keys.clone();
+        let removed = self
+            .blocking(move |root| {
+                let mut failed = Vec::new();
+                for key in keys {
+                    for path in [object_path(&key), meta_path(&key)] {
+                        match root.remove_file(&path) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                            Err(e) => {
+                                failed.push((key, backend(e)));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(failed)
+            })
+            .await;
+        removed.unwrap_or_else(|e| {
+            let cause = e.to_string();
+            failed
+                .into_iter()
+                .map(|k| (k, backend(cause.clone())))
+                .collect()
+        })
+    }
+
     async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> Result<Vec<BlobMeta>> {
         let prefix = prefix.cloned();
         self.blocking(move |root| {
             let objects = root.open_dir(OBJECTS).map_err(backend)?;
-            let mut found = Vec::new();
-            match &prefix {
-                None => walk(&objects, "", &mut found).map_err(backend)?,
-                Some(p) => match objects.symlink_metadata(p.as_str()) {
-                    Ok(md) if md.is_dir() => {
-                        let dir = objects.open_dir(p.as_str()).map_err(backend)?;
-                        walk(&dir, p.as_str(), &mut found).map_err(backend)?;
-                    }
-                    Ok(md) if md.is_file() => found.push((p.to_string(), md.len(), modified(&md))),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    // A path component that is a file or a symlink: nothing under it.
-                    Err(_) => {}
-                },
-            }
-            // Directory order is not key order ("a/b-x" sorts before "a/b/c").
-            found.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut out = Vec::with_capacity(found.len());
-            for (key, size, mtime) in found {
-                let Ok(key) = BlobKey::new(key) else { continue };
-                let meta = read_meta(root, &key, size);
-                out.push(blob_meta(&key, size, mtime, meta));
-            }
-            Ok(out)
+            let found = fs_list::all(&objects, prefix.as_ref()).map_err(backend)?;
+            Ok(metas(root, found))
         })
         .await
     }
+
+    async fn list_page<'a>(
+        &self,
+        prefix: Option<&'a BlobKey>,
+        after: Option<&'a BlobKey>,
+        limit: usize,
+    ) -> Result<Vec<BlobMeta>> {
+        let prefix = prefix.cloned();
+        let after = after.map(ToString::to_string);
+        self.blocking(move |root| {
+            let objects = root.open_dir(OBJECTS).map_err(backend)?;
+            let found = fs_list::page(&objects, prefix.as_ref(), after.as_deref(), limit)
+                .map_err(backend)?;
+            Ok(metas(root, found))
+        })
+        .await
+    }
+}
+
+/// The metadata of listed files, in their order.
+fn metas(root: &Dir, found: Vec<fs_list::Found>) -> Vec<BlobMeta> {
+    let mut out = Vec::with_capacity(found.len());
+    for (key, size, mtime) in found {
+        let Ok(key) = BlobKey::new(key) else { continue };
+        let meta = read_meta(root, &key, size);
+        out.push(blob_meta(&key, size, mtime, meta));
+    }
+    out
 }
 
 /// Size of the chunks `put_stream` copies.

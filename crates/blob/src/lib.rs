@@ -48,6 +48,7 @@
 mod body;
 mod error;
 mod fs;
+mod fs_list;
 mod key;
 mod memory;
 mod store;
@@ -64,4 +65,5 @@ pub use crate::memory::MemoryBlobStore;
 pub use crate::store::MockBlobStore;
 pub use crate::store::{
     Blob, BlobMeta, BlobReader, BlobStore, Durability, ParseDigestError, PutOptions, Sha256Digest,
+    DELETE_MANY_CONCURRENCY,
 };

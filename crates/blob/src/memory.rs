@@ -1,6 +1,7 @@
 //! [`MemoryBlobStore`]: objects in process memory.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -70,5 +71,42 @@ impl BlobStore for MemoryBlobStore {
             .filter(|(k, _)| prefix.is_none_or(|p| k.is_under(p)))
             .map(|(_, b)| b.meta.clone())
             .collect())
+    }
+
+    async fn list_page<'a>(
+        &self,
+        prefix: Option<&'a BlobKey>,
+        after: Option<&'a BlobKey>,
+        limit: usize,
+    ) -> Result<Vec<BlobMeta>> {
+        let objects = self.objects();
+        // Keys under `p` are `p` and those from `p/` on (`p-x` sorts in
+        // between): start at the later of `p` and the cursor, stop at the
+        // first key past `p/` that is not under it.
+        let start = match (prefix, after) {
+            (Some(p), Some(a)) if a < p => Bound::Included(p),
+            (_, Some(a)) => Bound::Excluded(a),
+            (Some(p), None) => Bound::Included(p),
+            (None, None) => Bound::Unbounded,
+        };
+        let block_end = prefix.map(|p| format!("{p}/"));
+        Ok(objects
+            .range::<BlobKey, _>((start, Bound::Unbounded))
+            .take_while(|(k, _)| match (prefix, &block_end) {
+                (Some(p), Some(end)) => k.is_under(p) || k.as_str() <= end.as_str(),
+                _ => true,
+            })
+            .filter(|(k, _)| prefix.is_none_or(|p| k.is_under(p)))
+            .take(limit)
+            .map(|(_, b)| b.meta.clone())
+            .collect())
+    }
+
+    async fn delete_many(&self, keys: &[BlobKey]) -> Vec<(BlobKey, BlobError)> {
+        let mut objects = self.objects();
+        for key in keys {
+            objects.remove(key);
+        }
+        Vec::new()
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncRead;
 
-use crate::{BlobBody, BlobKey, Result};
+use crate::{BlobBody, BlobError, BlobKey, Result};
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,4 +271,61 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// `Backend` on I/O failure.
     async fn list<'a>(&self, prefix: Option<&'a BlobKey>) -> Result<Vec<BlobMeta>>;
+
+    /// One page of [`list`](Self::list): at most `limit` objects at or
+    /// under `prefix` whose keys sort after `after` (from the first when
+    /// `None`), sorted by key. A page shorter than `limit` is the last;
+    /// a walk passes each page's last key as the next `after`. Memory is
+    /// bounded by the page: the backends here never read the whole
+    /// listing for one (the filesystem holds, at each directory level on
+    /// the way to the cursor, that directory's names).
+    ///
+    /// A walk sees every object that exists from its start to its end
+    /// exactly once; one written or deleted while it runs may or may not
+    /// be seen (a key that sorts before the cursor is not).
+    ///
+    /// The default implementation filters [`list`](Self::list), holding
+    /// the whole listing; backends override it.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing changes.
+    async fn list_page<'a>(
+        &self,
+        prefix: Option<&'a BlobKey>,
+        after: Option<&'a BlobKey>,
+        limit: usize,
+    ) -> Result<Vec<BlobMeta>> {
+        let mut listed = self.list(prefix).await?;
+        listed.retain(|m| after.is_none_or(|a| m.key > *a));
+        listed.truncate(limit);
+        Ok(listed)
+    }
+
+    /// Removes every key of `keys` (a missing key counts as removed) and
+    /// returns those it could not, each with its cause: empty when every
+    /// key is gone. Backends that remove many keys per request do (S3:
+    /// `DeleteObjects`, 1,000 keys a request); the default deletes one
+    /// key per call, [`DELETE_MANY_CONCURRENCY`] calls at a time.
+    ///
+    /// # Cancel safety
+    /// A dropped call may have removed some keys and not others.
+    async fn delete_many(&self, keys: &[BlobKey]) -> Vec<(BlobKey, BlobError)> {
+        let mut failed = Vec::new();
+        for chunk in keys.chunks(DELETE_MANY_CONCURRENCY) {
+            let results = futures::future::join_all(chunk.iter().map(|k| self.delete(k))).await;
+            for (key, result) in chunk.iter().zip(results) {
+                if let Err(e) = result {
+                    failed.push((key.clone(), e));
+                }
+            }
+        }
+        failed
+    }
 }
+
+/// Deletes in flight at once in the default
+/// [`BlobStore::delete_many`].
+pub const DELETE_MANY_CONCURRENCY: usize = 16;

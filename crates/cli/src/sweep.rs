@@ -30,10 +30,12 @@ pub(crate) async fn sweep(global: &Global, apply: bool, grace: Duration) -> Resu
         SystemTime::now(),
     )
     .await
-    .context("sweep failed; nothing was deleted")?;
+    .context(
+        "sweep failed; orphans of the pages listed before the failure may have been deleted",
+    )?;
     print_report(&report, grace);
     backends.close().await;
-    Ok(if report.failed.is_empty() {
+    Ok(if report.failed_count == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -48,7 +50,7 @@ fn print_report(report: &SweepReport, grace: Duration) {
     };
     println!(
         "{} orphan blob(s), {} {verb}: unreferenced, older than {}s, no live run",
-        report.orphans.len(),
+        report.orphan_count,
         human_bytes(report.orphan_bytes),
         grace.as_secs()
     );
@@ -60,13 +62,13 @@ fn print_report(report: &SweepReport, grace: Duration) {
             orphan.age_secs
         );
     }
-    if report.orphans.len() > LISTED {
-        println!("  … and {} more", report.orphans.len() - LISTED);
+    if report.orphan_count > LISTED as u64 {
+        println!("  … and {} more", report.orphan_count - LISTED as u64);
     }
     println!(
         "kept {} of {} listed: {} referenced, {} younger than the grace period, \
          {} of live runs, {} outside korvus's key layout",
-        report.listed - report.orphans.len() as u64,
+        report.listed - report.orphan_count,
         report.listed,
         report.referenced,
         report.young,
@@ -76,6 +78,16 @@ fn print_report(report: &SweepReport, grace: Duration) {
     for (key, cause) in &report.failed {
         println!("  NOT deleted {key}: {cause}");
     }
+    if report.failed_count > report.failed.len() as u64 {
+        println!(
+            "  … and {} more not deleted",
+            report.failed_count - report.failed.len() as u64
+        );
+    }
+    println!(
+        "{} page(s) listed, {} batch delete(s)",
+        report.pages, report.delete_batches
+    );
     if !report.applied {
         println!("dry run: `korvus sweep --apply` deletes the orphans");
     }

@@ -96,6 +96,7 @@ pub use crate::persist::{
 };
 pub use crate::sweep::{
     sweep, Orphan, SweepConfig, SweepError, SweepReport, DEFAULT_CLOCK_SKEW, DEFAULT_SWEEP_GRACE,
+    MAX_REPORTED, SWEEP_PAGE,
 };
 pub use crate::walk::{SkipReason, Skipped, DEFAULT_MAX_FILES, MAX_LISTED_SKIPS};
 /// The shared file names this crate relies on, defined once in

@@ -9,11 +9,10 @@
 //! its rows) and no live run may still write a row for its session.
 
 use korvus_store::StoreExt as _;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use chrono::Utc;
-use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -28,8 +27,13 @@ pub const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// store's clock (S3 stamps objects with the server's): 5 minutes.
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
 
-/// Deletes in flight at once.
-const DELETE_CONCURRENCY: usize = 16;
+/// Keys listed per page, and most orphans deleted per batch: the
+/// sweeper's memory is bounded by a page whatever the store holds.
+pub const SWEEP_PAGE: usize = 1000;
+
+/// Orphans (and failed deletes) a [`SweepReport`] lists one by one; the
+/// rest are counted.
+pub const MAX_REPORTED: usize = 1000;
 
 /// How a sweep judges keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +77,12 @@ pub enum SweepError {
         /// The least grace allowed.
         floor: Duration,
     },
-    /// Listing the blob store failed; nothing was deleted.
+    /// Listing a page of the blob store failed; orphans of the pages
+    /// before it may have been deleted, none after.
     #[error("listing the blob store failed")]
     List(#[source] BlobError),
-    /// Reading a session's rows failed; nothing was deleted.
+    /// Reading a session's rows failed; orphans of the pages before it
+    /// may have been deleted, none of its page or after.
     #[error("reading the rows of session {session} failed")]
     Store {
         /// The session.
@@ -103,16 +109,23 @@ pub struct SweepReport {
     /// Kept: not in korvus's key layout (`incidents/<id>/sessions/<id>/…`);
     /// the sweeper never touches them.
     pub foreign: u64,
-    /// The orphans: unreferenced, older than the grace period, no live run.
-    /// Deleted when the sweep applied, else what it would delete.
+    /// The orphans: unreferenced, older than the grace period, no live
+    /// run. Deleted when the sweep applied, else what it would delete.
+    pub orphan_count: u64,
+    /// The first [`MAX_REPORTED`] orphans, in key order.
     pub orphans: Vec<Orphan>,
-    /// Bytes of the orphans.
+    /// Bytes of all the orphans.
     pub orphan_bytes: u64,
-    /// Orphans whose delete failed, with the cause (kept; the next sweep
-    /// retries them).
+    /// Orphans whose delete failed (kept; the next sweep retries them).
+    pub failed_count: u64,
+    /// The first [`MAX_REPORTED`] failed deletes, with the cause.
     pub failed: Vec<(String, String)>,
     /// Whether the orphans were deleted.
     pub applied: bool,
+    /// Pages listed (`list_page` calls, [`SWEEP_PAGE`] keys each).
+    pub pages: u64,
+    /// Batch deletes made (`delete_many` calls, one per page with orphans).
+    pub delete_batches: u64,
 }
 
 /// One unreferenced, old key.
@@ -126,16 +139,17 @@ pub struct Orphan {
     pub age_secs: u64,
 }
 
-/// Lists every key under `incidents/`, reads the rows of every session
-/// that has keys, and deletes (with `config.apply`) the keys no row
-/// references that are older than `config.grace` and whose session has no
-/// live run; `now` is this host's clock.
+/// Walks every key under `incidents/` a page at a time; after listing a
+/// page, reads the rows of each session with keys in it and deletes (with
+/// `config.apply`, one batch per page) the keys no row references that
+/// are older than `config.grace` and whose session has no live run; `now`
+/// is this host's clock.
 ///
 /// # Errors
 /// [`SweepError::GraceTooShort`] before anything is read;
-/// [`SweepError::List`] or [`SweepError::Store`] before anything is
-/// deleted. A failed delete is reported in [`SweepReport::failed`], not an
-/// error.
+/// [`SweepError::List`] or [`SweepError::Store`] stop the sweep, with the
+/// orphans of the pages before it deleted. A failed delete is reported in
+/// [`SweepReport::failed`], not an error.
 ///
 /// # Cancel safety
 /// A dropped sweep may have deleted some orphans and not others; every
@@ -153,54 +167,91 @@ pub async fn sweep(
             floor,
         });
     }
-    // 1. List first …
     let root = BlobKey::new("incidents").expect("a valid key");
-    let listed = blobs.list(Some(&root)).await.map_err(SweepError::List)?;
     let mut report = SweepReport {
-        listed: listed.len() as u64,
         applied: config.apply,
         ..SweepReport::default()
     };
-    let mut by_session: BTreeMap<SessionId, Vec<BlobMeta>> = BTreeMap::new();
-    for meta in listed {
-        match session_of(&meta.key) {
-            Some(session) => by_session.entry(session).or_default().push(meta),
-            None => report.foreign += 1,
-        }
-    }
-    // 2. … then read the references, session by session.
-    let mut orphans = Vec::new();
-    for (session, metas) in by_session {
-        let rows = SessionRows::read(store, session).await?;
-        for meta in metas {
-            match rows.judge(&meta, config, now) {
-                Verdict::Referenced => report.referenced += 1,
-                Verdict::Young => report.young += 1,
-                Verdict::Live => report.live += 1,
-                Verdict::Orphan(age) => orphans.push((meta, age)),
+    let mut after: Option<BlobKey> = None;
+    loop {
+        // 1. List first …
+        let page = blobs
+            .list_page(Some(&root), after.as_ref(), SWEEP_PAGE)
+            .await
+            .map_err(SweepError::List)?;
+        report.pages += 1;
+        let last = page.len() < SWEEP_PAGE;
+        after = page.last().map(|m| m.key.clone());
+        // 2. … then read the references of this page's sessions.
+        let orphans = judge_page(store, page, config, now, &mut report).await?;
+        if config.apply && !orphans.is_empty() {
+            report.delete_batches += 1;
+            for (key, e) in blobs.delete_many(&orphans).await {
+                warn!(%key, error = %e, "orphan blob not deleted");
+                report.failed_count += 1;
+                if report.failed.len() < MAX_REPORTED {
+                    report
+                        .failed
+                        .push((key.to_string(), crate::outcome::error_chain(&e)));
+                }
             }
         }
-    }
-    report.orphan_bytes = orphans.iter().map(|(m, _)| m.size).sum();
-    report.orphans = orphans
-        .iter()
-        .map(|(m, age)| Orphan {
-            key: m.key.to_string(),
-            size: m.size,
-            age_secs: age.as_secs(),
-        })
-        .collect();
-    if config.apply {
-        report.failed = delete_all(blobs, orphans.into_iter().map(|(m, _)| m.key)).await;
+        if last {
+            break;
+        }
     }
     info!(
         listed = report.listed,
-        orphans = report.orphans.len(),
+        orphans = report.orphan_count,
         orphan_bytes = report.orphan_bytes,
         applied = report.applied,
+        pages = report.pages,
         "blob sweep done"
     );
     Ok(report)
+}
+
+/// Judges one page of keys, reading each session's rows once (a session
+/// whose keys span pages is read again for the next page, after it was
+/// listed); counts into `report` and returns the page's orphans.
+async fn judge_page(
+    store: &dyn Store,
+    page: Vec<BlobMeta>,
+    config: &SweepConfig,
+    now: SystemTime,
+    report: &mut SweepReport,
+) -> Result<Vec<BlobKey>, SweepError> {
+    let mut orphans = Vec::new();
+    let mut rows: Option<(SessionId, SessionRows)> = None;
+    for meta in page {
+        report.listed += 1;
+        let Some(session) = session_of(&meta.key) else {
+            report.foreign += 1;
+            continue;
+        };
+        if rows.as_ref().is_none_or(|(id, _)| *id != session) {
+            rows = Some((session, SessionRows::read(store, session).await?));
+        }
+        let (_, current) = rows.as_ref().expect("read above");
+        match current.judge(&meta, config, now) {
+            Verdict::Referenced => report.referenced += 1,
+            Verdict::Young => report.young += 1,
+            Verdict::Live => report.live += 1,
+            Verdict::Orphan(age) => {
+                report.orphan_count += 1;
+                report.orphan_bytes += meta.size;
+                if report.orphans.len() < MAX_REPORTED {
+                    report.orphans.push(Orphan {
+                        key: meta.key.to_string(),
+                        size: meta.size,
+                        age_secs: age.as_secs(),
+                    });
+                }
+                orphans.push(meta.key);
+            }
+        }
+    }
+    Ok(orphans)
 }
 
 /// The session of a key in korvus's layout
@@ -295,26 +346,6 @@ impl SessionRows {
         }
         Verdict::Orphan(age)
     }
-}
-
-/// Deletes `keys`, a few at a time; returns the ones that failed.
-async fn delete_all(
-    blobs: &dyn BlobStore,
-    keys: impl Iterator<Item = BlobKey>,
-) -> Vec<(String, String)> {
-    stream::iter(keys)
-        .map(|key| async move {
-            let result = blobs.delete(&key).await;
-            (key, result)
-        })
-        .buffer_unordered(DELETE_CONCURRENCY)
-        .filter_map(|(key, result)| async move {
-            let e = result.err()?;
-            warn!(%key, error = %e, "orphan blob not deleted");
-            Some((key.to_string(), crate::outcome::error_chain(&e)))
-        })
-        .collect()
-        .await
 }
 
 #[cfg(test)]

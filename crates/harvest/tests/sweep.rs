@@ -265,3 +265,44 @@ async fn persists_racing_sweeps_never_lose_a_referenced_object() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_sweep_walks_page_by_page_and_deletes_a_batch_per_page() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let blobs: Arc<dyn BlobStore> = Arc::new(korvus_blob::MemoryBlobStore::new());
+    let landed = session(&*store, None).await;
+    let files: &[(&str, &[u8])] = &[("report.md", b"# R\n"), ("a.txt", b"a")];
+    let outcome = persist_files(Arc::clone(&store), Arc::clone(&blobs), &landed, files).await;
+    land(&*store, &landed, &outcome).await;
+    let referenced = keys(&*blobs).await;
+    // Two sessions with no rows at all, one spanning a page boundary.
+    let incident = landed.incident_id;
+    let mut orphans = 0;
+    for n in [1500, 1000] {
+        let session = SessionId::new();
+        for i in 0..n {
+            let key = format!("incidents/{incident}/sessions/{session}/artifacts/000001/f{i:05}");
+            let key = BlobKey::new(key).unwrap();
+            let body = Bytes::from(format!("{i}"));
+            let options = PutOptions::for_bytes("text/plain", &body);
+            blobs.put(&key, body, options).await.unwrap();
+            orphans += 1;
+        }
+    }
+    let later = SystemTime::now() + 2 * DAY;
+    let dry = sweep(&*store, &*blobs, &config(false), later)
+        .await
+        .unwrap();
+    assert_eq!(dry.listed, orphans + 3);
+    assert_eq!((dry.orphan_count, dry.referenced), (orphans, 3));
+    assert_eq!(dry.orphans.len(), korvus_harvest::MAX_REPORTED);
+    assert_eq!((dry.pages, dry.delete_batches), (3, 0), "{dry:?}");
+    assert_eq!(keys(&*blobs).await.len() as u64, orphans + 3);
+    let applied = sweep(&*store, &*blobs, &config(true), later).await.unwrap();
+    assert_eq!(applied.orphan_count, orphans);
+    assert_eq!((applied.pages, applied.delete_batches), (3, 3));
+    assert_eq!((applied.failed_count, applied.failed.len()), (0, 0));
+    assert_eq!(keys(&*blobs).await, referenced);
+    let again = sweep(&*store, &*blobs, &config(true), later).await.unwrap();
+    assert_eq!((again.listed, again.orphan_count, again.pages), (3, 0, 1));
+}

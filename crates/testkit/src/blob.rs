@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::stream::{self, StreamExt};
 use korvus_blob::{
     BlobBody, BlobError, BlobKey, BlobStore, Durability, PutOptions, Sha256Digest, MAX_KEY_BYTES,
 };
@@ -18,16 +17,19 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 crate::__with_cases!(blob, [crate::__gen_run_all], (blob, BlobStore,));
 
+mod listing;
+pub use self::listing::*;
+
 /// A fresh prefix `contract/<uuid v7>` so cases never see each other's keys.
 pub fn fresh_prefix() -> BlobKey {
     BlobKey::new(format!("contract/{}", uuid::Uuid::now_v7())).expect("valid prefix")
 }
 
-fn key(prefix: &BlobKey, rest: &str) -> BlobKey {
+pub(crate) fn key(prefix: &BlobKey, rest: &str) -> BlobKey {
     prefix.join(rest).expect("valid key")
 }
 
-async fn put(store: &dyn BlobStore, key: &BlobKey, bytes: &[u8], content_type: &str) {
+pub(crate) async fn put(store: &dyn BlobStore, key: &BlobKey, bytes: &[u8], content_type: &str) {
     store
         .put(
             key,
@@ -155,58 +157,6 @@ pub async fn checksum_mismatch_is_refused(store: &dyn BlobStore) {
         Err(BlobError::NotFound { .. })
     ));
     assert!(store.list(Some(&p)).await.unwrap().is_empty());
-}
-
-/// `list(a/b)` lists `a/b` and `a/b/…`, never `a/bc` or `a/b-c`.
-pub async fn list_matches_whole_segments(store: &dyn BlobStore) {
-    let p = fresh_prefix();
-    for rest in ["a/b/1", "a/b/c/2", "a/bc/3", "a/b-c", "a/b.txt", "ab/4"] {
-        put(store, &key(&p, rest), rest.as_bytes(), "text/plain").await;
-    }
-    let listed: Vec<String> = store
-        .list(Some(&key(&p, "a/b")))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key.as_str()[p.as_str().len() + 1..].to_owned())
-        .collect();
-    assert_eq!(listed, vec!["a/b/1", "a/b/c/2"]);
-    let all = store.list(Some(&p)).await.unwrap();
-    assert_eq!(all.len(), 6);
-    assert!(all.iter().all(|m| m.size > 0));
-    assert!(store
-        .list(Some(&key(&p, "nothing")))
-        .await
-        .unwrap()
-        .is_empty());
-    let everything = store.list(None).await.unwrap();
-    assert!(all
-        .iter()
-        .all(|m| everything.iter().any(|e| e.key == m.key)));
-}
-
-/// 1,000 keys under one prefix are all listed, sorted by key.
-pub async fn list_of_a_thousand_keys_is_complete_and_sorted(store: &dyn BlobStore) {
-    let p = fresh_prefix();
-    let keys: Vec<BlobKey> = (0..1000)
-        .map(|i| key(&p, &format!("d{}/k{i}", i % 7)))
-        .collect();
-    stream::iter(keys.iter())
-        .for_each_concurrent(16, |k| async move {
-            put(store, k, k.as_str().as_bytes(), "text/plain").await;
-        })
-        .await;
-    let listed: Vec<BlobKey> = store
-        .list(Some(&p))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
-    let mut expected = keys.clone();
-    expected.sort();
-    assert_eq!(listed.len(), 1000);
-    assert_eq!(listed, expected);
 }
 
 /// Hostile keys are refused as `InvalidKey` when the key is built, so no

@@ -102,6 +102,8 @@ macro_rules! __with_cases {
             checksum_mismatch_is_refused,
             list_matches_whole_segments,
             list_of_a_thousand_keys_is_complete_and_sorted,
+            list_page_walks_what_list_lists,
+            delete_many_removes_every_key,
             hostile_keys_are_refused_before_io,
             put_stream_round_trips_a_large_body,
             put_stream_failing_half_way_stores_nothing,
