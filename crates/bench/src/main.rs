@@ -20,7 +20,14 @@
 //! 12. persisting two 1 GiB files: extra resident memory and time;
 //! 13. the orphan-blob sweeper's throughput;
 //! 14. Server-Sent Events fan-out: a thousand subscribers of one session;
-//! 15. admission: a burst of creates worked off by 1, 2 and 4 replicas.
+//! 15. admission: a burst of creates worked off by 1, 2 and 4 replicas;
+//! 16. `create` in an incident with a long history;
+//! 17. the first page of each list route over large tables;
+//! 18. concurrent turn-log exports: resident memory per download;
+//! 19. an SSE reconnect at the end of a long `JsonlLog`;
+//! 20. restoring a large artifact on reopen: extra resident memory;
+//! 21. an agent that leaves 5,000,000 empty files;
+//! 22. the sweeper over 1,000,000 orphan keys (Fs and an S3 stand-in).
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -50,9 +57,11 @@ mod reconnect;
 mod report;
 mod restore;
 mod runners;
+mod s3listing;
 mod s3stub;
 mod scale;
 mod sql;
+mod sweep;
 mod turnlog;
 mod walk;
 
@@ -174,7 +183,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=21u32 {
+    for n in 1..=22u32 {
         if !wanted(n) {
             continue;
         }
@@ -201,7 +210,8 @@ async fn all(
             18 => export::export_download(&mut b).await,
             19 => reconnect::sse_reconnect(&mut b).await,
             20 => restore::restore_large(&mut b).await,
-            _ => walk::many_empty_files(&mut b).await,
+            21 => walk::many_empty_files(&mut b).await,
+            _ => sweep::sweep_at_scale(&mut b).await,
         };
         match result {
             Ok(r) => {
