@@ -20,10 +20,9 @@
 //! for the next manager, and a claim made while it began to stop is given
 //! back.
 
-use korvus_store::StoreExt as _;
 use std::sync::{Arc, Weak};
 
-use korvus_log::{Access, EventKind, LogId, Role};
+use korvus_log::{Access, LogId};
 use korvus_runner::ExitReason;
 use korvus_store::{Artifact, Session};
 use tracing::{debug, error, info, info_span, warn, Instrument};
@@ -239,7 +238,7 @@ impl Manager {
 
     /// The revision and the resume of a claimed continue: its message is
     /// the last user message of its log (appended before it was queued),
-    /// its own output every artifact it stored so far, its revision the
+    /// its own output the newest artifact of each path it stored, its revision the
     /// next report revision (never one a failed report row left behind).
     async fn read_continue(
         &self,
@@ -247,20 +246,10 @@ impl Manager {
         log: &korvus_log::LogHandle,
     ) -> crate::Result<(u32, Option<Resume>)> {
         let store = &self.inner.store();
-        let message = log
-            .read(0, None)
+        let message = crate::closers::last_user_message(log)
             .await?
-            .into_iter()
-            .rev()
-            .find_map(|e| match e.kind {
-                EventKind::Message {
-                    role: Role::User,
-                    text,
-                } => Some(text),
-                _ => None,
-            })
             .ok_or(SessionError::MessageRequired)?;
-        let own = store.all_session_artifacts(row.id).await?;
+        let own = store.latest_session_artifacts(row.id).await?;
         let revision = store.next_report_revision(row.id).await?.max(row.revision);
         Ok((revision, Some(Resume { message, own })))
     }

@@ -91,6 +91,7 @@
 mod admission;
 mod cancel_poll;
 mod cleanup;
+mod closers;
 mod error;
 mod execute;
 mod land;
@@ -108,6 +109,7 @@ pub mod testing;
 mod watch;
 mod write;
 
+pub use crate::closers::interrupted_turn_closers;
 pub use crate::error::{Result, SessionError};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
@@ -115,7 +117,6 @@ pub use crate::manager::{
     DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
     DEFAULT_RUN_TIMEOUT,
 };
-pub use crate::reopen::interrupted_turn_closers;
 #[cfg(feature = "mock")]
 pub use crate::reopener::MockStreamReopener;
 pub use crate::reopener::StreamReopener;

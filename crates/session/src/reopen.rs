@@ -1,112 +1,17 @@
 //! [`Manager::reopen`]: one more iteration of a finished session, and the
 //! interrupted-turn closers that repair its log first.
 
-use korvus_store::StoreExt as _;
 use std::collections::HashMap;
 
 use korvus_log::{Access, Event, EventKind, LogError, LogHandle, LogId, Role};
 use korvus_store::{Artifact, ContinueFrom, Incident, Session, SessionId};
-use tracing::{error, info, info_span, warn, Instrument};
+use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
 
 use crate::manager::{join_detached, log_header, Inner};
 use crate::run::{Plan, Resume, RunKey};
 use crate::{Manager, Result, SessionError};
-
-/// The events that close every turn started but not ended and every tool
-/// call without a result, in the order they must be appended: failed tool
-/// results first (oldest call first), then turn ends (innermost turn first),
-/// each marked interrupted.
-///
-/// Computed from the log itself, so it is idempotent: once the closers are
-/// appended, the same log yields none.
-///
-/// ```
-/// use korvus_log::{Event, EventKind};
-/// use korvus_session::interrupted_turn_closers;
-///
-/// let log = vec![
-///     Event::new(EventKind::TurnStart { turn: 1 }),
-///     Event::new(EventKind::ToolCall { call_id: "c1".into(), tool: "sh".into(), input: Default::default() }),
-/// ];
-/// let closers = interrupted_turn_closers(&log);
-/// assert_eq!(closers.len(), 2);
-/// let mut repaired = log.clone();
-/// repaired.extend(closers);
-/// assert!(interrupted_turn_closers(&repaired).is_empty());
-/// ```
-pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
-    // One pass, linear in the log's length: a log of a long session holds
-    // hundreds of thousands of events.
-    let mut turns: OpenSet<u64> = OpenSet::default();
-    // Call ids are borrowed from the log; only the open ones are copied.
-    let mut calls: OpenSet<&str> = OpenSet::default();
-    for e in events {
-        match &e.kind {
-            EventKind::TurnStart { turn } => turns.open(*turn),
-            EventKind::TurnEnd { turn, .. } => turns.close(turn),
-            EventKind::ToolCall { call_id, .. } => calls.open(call_id),
-            EventKind::ToolResult { call_id, .. } => calls.close(&call_id.as_str()),
-            _ => {}
-        }
-    }
-    let (turns, calls) = (turns.into_open(), calls.into_open());
-    let mut closers: Vec<Event> = calls
-        .into_iter()
-        .map(|call_id| {
-            Event::now(EventKind::ToolResult {
-                call_id: call_id.to_owned(),
-                ok: false,
-                output: serde_json::json!({ "error": "interrupted" }),
-            })
-        })
-        .collect();
-    closers.extend(turns.into_iter().rev().map(|turn| {
-        Event::now(EventKind::TurnEnd {
-            turn,
-            interrupted: true,
-        })
-    }));
-    closers
-}
-
-/// Things opened in order and closed by key; an end closes every open
-/// entry with its key (a log may repeat a turn number or a call id).
-struct OpenSet<K> {
-    entries: Vec<Option<K>>,
-    open: HashMap<K, Vec<usize>>,
-}
-
-impl<K> Default for OpenSet<K> {
-    fn default() -> Self {
-        Self {
-            entries: Vec::new(),
-            open: HashMap::new(),
-        }
-    }
-}
-
-impl<K: std::hash::Hash + Eq + Clone> OpenSet<K> {
-    fn open(&mut self, key: K) {
-        self.open
-            .entry(key.clone())
-            .or_default()
-            .push(self.entries.len());
-        self.entries.push(Some(key));
-    }
-
-    fn close(&mut self, key: &K) {
-        for at in self.open.remove(key).unwrap_or_default() {
-            self.entries[at] = None;
-        }
-    }
-
-    /// What is still open, in the order it was opened.
-    fn into_open(self) -> Vec<K> {
-        self.entries.into_iter().flatten().collect()
-    }
-}
 
 /// How a session is continued with a new message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,7 +293,14 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
             ),
         })]
     } else {
-        interrupted_turn_closers(&log.read(0, None).await?)
+        let read = crate::closers::closers_of(&log).await?;
+        debug!(
+            from = read.from,
+            len = read.len,
+            closers = read.closers.len(),
+            "closers computed from the log since its last repair"
+        );
+        read.closers
     };
     let next_revision = inner.store().next_report_revision(id).await?;
     let refs = inner.store().list_context_refs(id).await?;
@@ -404,7 +316,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         .iter()
         .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
         .collect();
-    let own = inner.store().all_session_artifacts(id).await?;
+    let own = inner.store().latest_session_artifacts(id).await?;
     Ok(Reading {
         incident,
         log,
@@ -413,73 +325,4 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         inherited,
         own,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call(id: usize) -> Event {
-        Event::new(EventKind::ToolCall {
-            call_id: format!("c{id}"),
-            tool: "sh".into(),
-            input: Default::default(),
-        })
-    }
-
-    fn result(id: usize) -> Event {
-        Event::new(EventKind::ToolResult {
-            call_id: format!("c{id}"),
-            ok: true,
-            output: Default::default(),
-        })
-    }
-
-    #[test]
-    fn closers_of_a_long_log_in_one_pass() {
-        // 400,000 events: 200,000 calls, every other one answered, inside
-        // one open turn. (The earlier quadratic version took minutes here.)
-        let mut log = vec![Event::new(EventKind::TurnStart { turn: 1 })];
-        for id in 0..200_000 {
-            log.push(call(id));
-            if id % 2 == 0 {
-                log.push(result(id));
-            }
-        }
-        log.extend((0..100_000).map(|_| Event::new(EventKind::Note { text: "n".into() })));
-        let closers = interrupted_turn_closers(&log);
-        assert_eq!(closers.len(), 100_000 + 1);
-        assert!(
-            matches!(&closers[0].kind, EventKind::ToolResult { call_id, ok: false, .. } if call_id == "c1")
-        );
-        assert!(matches!(
-            closers.last().map(|e| &e.kind),
-            Some(EventKind::TurnEnd {
-                turn: 1,
-                interrupted: true
-            })
-        ));
-    }
-
-    #[test]
-    fn an_end_closes_every_open_entry_with_its_key() {
-        let log = vec![
-            Event::new(EventKind::TurnStart { turn: 1 }),
-            Event::new(EventKind::TurnStart { turn: 2 }),
-            Event::new(EventKind::TurnStart { turn: 1 }),
-            call(7),
-            call(7),
-            Event::new(EventKind::TurnEnd {
-                turn: 1,
-                interrupted: false,
-            }),
-            result(7),
-        ];
-        let closers = interrupted_turn_closers(&log);
-        assert_eq!(closers.len(), 1);
-        assert!(matches!(
-            closers[0].kind,
-            EventKind::TurnEnd { turn: 2, .. }
-        ));
-    }
 }

@@ -117,6 +117,12 @@ WHERE session_id = $1 AND id > $2
 ORDER BY id
 LIMIT $3;
 
+-- LATEST_SESSION_ARTIFACTS (shared)
+SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
+FROM (SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence, ROW_NUMBER() OVER (PARTITION BY kind, path ORDER BY revision DESC, created_at DESC, id DESC) AS newest FROM artifacts WHERE session_id = $1) AS latest
+WHERE newest = 1
+ORDER BY path, id;
+
 -- LIST_INCIDENT_ARTIFACTS (shared)
 SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
 FROM artifacts

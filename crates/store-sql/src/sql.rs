@@ -198,6 +198,18 @@ statements! {
         " FROM artifacts WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
 
+    /// `latest_session_artifacts`: the newest row of each kind and path
+    /// (greatest revision, then `created_at`, then id). Binds `$1` session.
+    LATEST_SESSION_ARTIFACTS = concat!(
+        "SELECT ",
+        artifact_columns!(),
+        " FROM (SELECT ",
+        artifact_columns!(),
+        ", ROW_NUMBER() OVER (PARTITION BY kind, path \
+         ORDER BY revision DESC, created_at DESC, id DESC) AS newest \
+         FROM artifacts WHERE session_id = $1) AS latest WHERE newest = 1 ORDER BY path, id"
+    );
+
     /// `list_incident_artifacts`, one page. Binds `$1` incident, `$2` the
     /// id after which the page starts (the nil UUID first), `$3` the
     /// limit + 1.

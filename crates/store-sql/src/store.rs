@@ -377,6 +377,18 @@ macro_rules! sql_store {
                     Ok(page.finish(rows, |a| a.id.to_string()))
                 }
 
+                async fn latest_session_artifacts(
+                    &self,
+                    session: SessionId,
+                ) -> Result<Vec<Artifact>> {
+                    let rows: Vec<ArtifactRow> = sqlx::query_as(sql::LATEST_SESSION_ARTIFACTS)
+                    .bind(session.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                }
+
                 async fn list_incident_artifacts(
                     &self,
                     incident: IncidentId,

@@ -258,6 +258,48 @@ pub trait Store: Send + Sync + Debug + 'static {
         incident: IncidentId,
         page: Page,
     ) -> Result<Paged<Artifact>>;
+
+    /// The newest artifact of each kind and path a session produced —
+    /// what a reopen restores — sorted by path, then id. The newest is
+    /// the one with the greatest (revision, `created_at`, id); rows of
+    /// earlier revisions are not returned.
+    ///
+    /// A provided method: the default walks
+    /// [`list_session_artifacts`](Self::list_session_artifacts) keeping
+    /// the newest per kind and path (memory bounded by the session's
+    /// paths, every row read); the SQL backends select them in the query.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn latest_session_artifacts(&self, session: SessionId) -> Result<Vec<Artifact>> {
+        let mut newest: std::collections::HashMap<(crate::ArtifactKind, String), Artifact> =
+            std::collections::HashMap::new();
+        let mut page = Page::first(crate::MAX_PAGE_SIZE);
+        loop {
+            let paged = self.list_session_artifacts(session, page).await?;
+            for a in paged.items {
+                let slot = newest.entry((a.kind, a.path.clone()));
+                match slot {
+                    std::collections::hash_map::Entry::Occupied(mut held) => {
+                        let h = held.get();
+                        if (a.revision, a.created_at, a.id) > (h.revision, h.created_at, h.id) {
+                            held.insert(a);
+                        }
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(a);
+                    }
+                }
+            }
+            match paged.next {
+                Some(next) => page = Page::after(next, crate::MAX_PAGE_SIZE),
+                None => break,
+            }
+        }
+        let mut latest: Vec<Artifact> = newest.into_values().collect();
+        latest.sort_by(|a, b| a.path.cmp(&b.path).then(a.id.cmp(&b.id)));
+        Ok(latest)
+    }
 }
 
 /// What [`Store::continue_session`] continues a session from.

@@ -42,6 +42,7 @@ macro_rules! __with_cases {
             every_list_walks_page_by_page,
             a_cursor_of_another_list_is_invalid_input,
             artifacts_are_listed_and_fetched,
+            latest_session_artifacts_keep_the_newest_per_path,
         ]);
     };
     (coordination, [$($cb:tt)+], ($($args:tt)*)) => {

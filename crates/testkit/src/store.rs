@@ -26,7 +26,10 @@ use korvus_store::{
     Session, SessionId, SessionStatus, Settlement, Store, WorkspaceRef,
 };
 
-pub use self::artifacts::{artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing};
+pub use self::artifacts::{
+    artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing,
+    latest_session_artifacts_keep_the_newest_per_path,
+};
 pub use self::context_refs::{
     context_refs_keep_request_order, cross_incident_context_ref_is_refused,
     duplicate_context_ref_is_a_conflict,

@@ -63,3 +63,66 @@ pub async fn artifacts_are_listed_and_fetched(store: &dyn Store) {
         .unwrap();
     assert_eq!(got, vec![stored_b[0].clone(), stored_a[0].clone()]);
 }
+
+/// `latest_session_artifacts` answers the newest row of each kind and
+/// path (greatest revision, then creation, then id), by path, and leaves
+/// out every older revision and other sessions' rows.
+pub async fn latest_session_artifacts_keep_the_newest_per_path(store: &dyn Store) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    let other = session(store, &inc).await;
+    let rev1 = store
+        .create_artifacts(vec![
+            new_artifact(&s, "a.txt", 1),
+            new_artifact(&s, "b.txt", 1),
+        ])
+        .await
+        .unwrap();
+    let mut state = new_artifact(&s, "a.txt", 2);
+    state.kind = ArtifactKind::AgentState;
+    let rev2 = store
+        .create_artifacts(vec![
+            new_artifact(&s, "a.txt", 2),
+            new_artifact(&s, "c.txt", 2),
+            state,
+        ])
+        .await
+        .unwrap();
+    // Two rows of one path in one revision and one batch: the greater id.
+    let (d1, d2) = (new_artifact(&s, "d.txt", 2), new_artifact(&s, "d.txt", 2));
+    let newer_d = d1.id.max(d2.id);
+    store.create_artifacts(vec![d1, d2]).await.unwrap();
+    // An older revision written later still loses to the newer revision.
+    store
+        .create_artifacts(vec![new_artifact(&s, "c.txt", 1)])
+        .await
+        .unwrap();
+    store
+        .create_artifacts(vec![new_artifact(&other, "a.txt", 9)])
+        .await
+        .unwrap();
+    let latest = store.latest_session_artifacts(s.id).await.unwrap();
+    let got: Vec<(&str, ArtifactKind, u32, ArtifactId)> = latest
+        .iter()
+        .map(|a| (a.path.as_str(), a.kind, a.revision, a.id))
+        .collect();
+    let mut a_rows = vec![
+        ("a.txt", ArtifactKind::AgentOutput, 2, rev2[0].id),
+        ("a.txt", ArtifactKind::AgentState, 2, rev2[2].id),
+    ];
+    a_rows.sort_by_key(|r| r.3);
+    let mut expected = a_rows;
+    expected.extend([
+        ("b.txt", ArtifactKind::AgentOutput, 1, rev1[1].id),
+        ("c.txt", ArtifactKind::AgentOutput, 2, rev2[1].id),
+        ("d.txt", ArtifactKind::AgentOutput, 2, newer_d),
+    ]);
+    assert_eq!(got, expected);
+    assert!(latest.iter().all(|a| a.session_id == s.id));
+    let none = session(store, &inc).await;
+    assert!(store
+        .latest_session_artifacts(none.id)
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -1,0 +1,503 @@
+//! The interrupted-turn closers a continue appends before its message,
+//! and what it reads of the session's log to find them.
+//!
+//! **What is kept where.** Turns nest and tool calls sit inside them, so
+//! what is open at the end of a log depends, in general, on all of it.
+//! But every continue (`reopen`, `send_message`) claims the log for its
+//! new fence — a new *epoch*, stamped on each event it appends — and its
+//! first events close everything then open and carry the user's message
+//! (the *repair*). Epochs only grow along a log (an older writer's
+//! appends are refused once a newer one claimed it), so the start of an
+//! epoch is found by binary search, and from the start of the newest
+//! epoch that begins with a repair nothing earlier is open: the closers
+//! are computed from there on, a page at a time, holding only what is
+//! open. Epochs that do not begin with a repair (a queued continue's
+//! claimer, whose repair is the epoch before) send the search one epoch
+//! further back; a log with no repair (never continued, or written
+//! before epochs) is read whole — still a page at a time.
+//!
+//! The message a claimed continue resumes with is the last user message
+//! of its log: read backwards from the end, a page at a time.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use korvus_log::{Event, EventKind, LogHandle, Role};
+
+/// Events read per request while scanning a log.
+const READ_PAGE: u64 = 1024;
+
+/// Events read per request while reading a log backwards.
+const TAIL_PAGE: u64 = 256;
+
+/// The events that close every turn started but not ended and every tool
+/// call without a result, in the order they must be appended: failed tool
+/// results first (oldest call first), then turn ends (innermost turn first),
+/// each marked interrupted.
+///
+/// Computed from the log itself, so it is idempotent: once the closers are
+/// appended, the same log yields none.
+///
+/// ```
+/// use korvus_log::{Event, EventKind};
+/// use korvus_session::interrupted_turn_closers;
+///
+/// let log = vec![
+///     Event::new(EventKind::TurnStart { turn: 1 }),
+///     Event::new(EventKind::ToolCall { call_id: "c1".into(), tool: "sh".into(), input: Default::default() }),
+/// ];
+/// let closers = interrupted_turn_closers(&log);
+/// assert_eq!(closers.len(), 2);
+/// let mut repaired = log.clone();
+/// repaired.extend(closers);
+/// assert!(interrupted_turn_closers(&repaired).is_empty());
+/// ```
+pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
+    // One pass, linear in the log's length: a log of a long session holds
+    // hundreds of thousands of events. Call ids are borrowed from the log.
+    let mut scan = Scan::<&str>::default();
+    for e in events {
+        match &e.kind {
+            EventKind::TurnStart { turn } => scan.turns.open(*turn),
+            EventKind::TurnEnd { turn, .. } => scan.turns.close(turn),
+            EventKind::ToolCall { call_id, .. } => scan.calls.open(call_id.as_str()),
+            EventKind::ToolResult { call_id, .. } => scan.calls.close(call_id.as_str()),
+            _ => {}
+        }
+    }
+    scan.finish()
+}
+
+/// What is open so far: turns by number, tool calls by id.
+struct Scan<C> {
+    turns: OpenSet<u64>,
+    calls: OpenSet<C>,
+}
+
+impl<C> Default for Scan<C> {
+    fn default() -> Self {
+        Self {
+            turns: OpenSet::default(),
+            calls: OpenSet::default(),
+        }
+    }
+}
+
+impl Scan<String> {
+    /// Takes the next events of a log read page by page (ids copied only
+    /// while their call is open).
+    fn feed(&mut self, events: &[Event]) {
+        for e in events {
+            match &e.kind {
+                EventKind::TurnStart { turn } => self.turns.open(*turn),
+                EventKind::TurnEnd { turn, .. } => self.turns.close(turn),
+                EventKind::ToolCall { call_id, .. } => self.calls.open(call_id.clone()),
+                EventKind::ToolResult { call_id, .. } => self.calls.close(call_id.as_str()),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<C: AsRef<str> + Hash + Eq + Clone> Scan<C> {
+    /// The closers of what is still open: failed results (oldest call
+    /// first), then turn ends (innermost, i.e. latest opened, first).
+    fn finish(self) -> Vec<Event> {
+        let (turns, calls) = (self.turns.into_open(), self.calls.into_open());
+        let mut closers: Vec<Event> = calls
+            .into_iter()
+            .map(|call_id| {
+                Event::now(EventKind::ToolResult {
+                    call_id: call_id.as_ref().to_owned(),
+                    ok: false,
+                    output: serde_json::json!({ "error": "interrupted" }),
+                })
+            })
+            .collect();
+        closers.extend(turns.into_iter().rev().map(|turn| {
+            Event::now(EventKind::TurnEnd {
+                turn,
+                interrupted: true,
+            })
+        }));
+        closers
+    }
+}
+
+/// Things opened in order and closed by key; an end closes every open
+/// entry with its key (a log may repeat a turn number or a call id).
+/// Holds only what is open — each with the position it was opened at —
+/// so a long log of closed turns costs nothing.
+struct OpenSet<K> {
+    next: u64,
+    open: HashMap<K, Vec<u64>>,
+}
+
+impl<K> Default for OpenSet<K> {
+    fn default() -> Self {
+        Self {
+            next: 0,
+            open: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> OpenSet<K> {
+    fn open(&mut self, key: K) {
+        self.open.entry(key).or_default().push(self.next);
+        self.next += 1;
+    }
+
+    fn close<Q: Hash + Eq + ?Sized>(&mut self, key: &Q)
+    where
+        K: Borrow<Q>,
+    {
+        self.open.remove(key);
+    }
+
+    /// What is still open, in the order it was opened.
+    fn into_open(self) -> Vec<K>
+    where
+        K: Clone,
+    {
+        let mut open: Vec<(u64, K)> = self
+            .open
+            .into_iter()
+            .flat_map(|(key, at)| at.into_iter().map(move |a| (a, key.clone())))
+            .collect();
+        open.sort_unstable_by_key(|(at, _)| *at);
+        open.into_iter().map(|(_, key)| key).collect()
+    }
+}
+
+/// The closers of a session's log, and how much of it was read.
+#[derive(Debug)]
+pub(crate) struct LogClosers {
+    pub(crate) closers: Vec<Event>,
+    /// Where the scan began (0: the whole log).
+    pub(crate) from: u64,
+    /// The log's length when read.
+    pub(crate) len: u64,
+}
+
+/// The closers of `log`: what is open from the start of its newest
+/// repair to its end, read a page at a time.
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn closers_of(log: &LogHandle) -> korvus_log::Result<LogClosers> {
+    let len = log.len().await?;
+    let from = balanced_start(log, len).await?;
+    let mut scan = Scan::<String>::default();
+    let mut at = from;
+    while at < len {
+        let page = log.read(at, Some(READ_PAGE.min(len - at))).await?;
+        if page.is_empty() {
+            break;
+        }
+        at += page.len() as u64;
+        scan.feed(&page);
+    }
+    Ok(LogClosers {
+        closers: scan.finish(),
+        from,
+        len,
+    })
+}
+
+/// The epoch of the event at `at` (0 for one written before epochs, or
+/// none there).
+async fn epoch_at(log: &LogHandle, at: u64) -> korvus_log::Result<u64> {
+    let event = log.read(at, Some(1)).await?;
+    Ok(event.first().and_then(|e| e.epoch).unwrap_or(0))
+}
+
+/// The offset from which nothing earlier is open: the start of the
+/// newest epoch that begins with a repair, else 0.
+async fn balanced_start(log: &LogHandle, len: u64) -> korvus_log::Result<u64> {
+    let mut end = len;
+    while end > 0 {
+        let epoch = epoch_at(log, end - 1).await?;
+        if epoch == 0 {
+            return Ok(0);
+        }
+        // The first event in 0..end of this epoch (or a newer one).
+        let (mut lo, mut hi) = (0, end - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if epoch_at(log, mid).await? < epoch {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == 0 || begins_with_repair(log, lo, end).await? {
+            return Ok(lo);
+        }
+        end = lo;
+    }
+    Ok(0)
+}
+
+/// Whether the events from `start` (before `end`) are a repair: closers,
+/// then a user message.
+async fn begins_with_repair(log: &LogHandle, start: u64, end: u64) -> korvus_log::Result<bool> {
+    let mut at = start;
+    while at < end {
+        let page = log.read(at, Some(READ_PAGE.min(end - at))).await?;
+        if page.is_empty() {
+            return Ok(false);
+        }
+        at += page.len() as u64;
+        for e in &page {
+            match &e.kind {
+                EventKind::Message {
+                    role: Role::User, ..
+                } => return Ok(true),
+                EventKind::TurnEnd {
+                    interrupted: true, ..
+                }
+                | EventKind::ToolResult { ok: false, .. } => {}
+                _ => return Ok(false),
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The last user message of `log`, read backwards a page at a time.
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Option<String>> {
+    let mut end = log.len().await?;
+    while end > 0 {
+        let from = end.saturating_sub(TAIL_PAGE);
+        let page = log.read(from, Some(end - from)).await?;
+        let found = page.into_iter().rev().find_map(|e| match e.kind {
+            EventKind::Message {
+                role: Role::User,
+                text,
+            } => Some(text),
+            _ => None,
+        });
+        if found.is_some() {
+            return Ok(found);
+        }
+        end = from;
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: usize) -> Event {
+        Event::new(EventKind::ToolCall {
+            call_id: format!("c{id}"),
+            tool: "sh".into(),
+            input: Default::default(),
+        })
+    }
+
+    fn result(id: usize) -> Event {
+        Event::new(EventKind::ToolResult {
+            call_id: format!("c{id}"),
+            ok: true,
+            output: Default::default(),
+        })
+    }
+
+    #[test]
+    fn closers_of_a_long_log_in_one_pass() {
+        // 400,000 events: 200,000 calls, every other one answered, inside
+        // one open turn. (The earlier quadratic version took minutes here.)
+        let mut log = vec![Event::new(EventKind::TurnStart { turn: 1 })];
+        for id in 0..200_000 {
+            log.push(call(id));
+            if id % 2 == 0 {
+                log.push(result(id));
+            }
+        }
+        log.extend((0..100_000).map(|_| Event::new(EventKind::Note { text: "n".into() })));
+        let closers = interrupted_turn_closers(&log);
+        assert_eq!(closers.len(), 100_000 + 1);
+        assert!(
+            matches!(&closers[0].kind, EventKind::ToolResult { call_id, ok: false, .. } if call_id == "c1")
+        );
+        assert!(matches!(
+            closers.last().map(|e| &e.kind),
+            Some(EventKind::TurnEnd {
+                turn: 1,
+                interrupted: true
+            })
+        ));
+    }
+
+    #[test]
+    fn an_end_closes_every_open_entry_with_its_key() {
+        let log = vec![
+            Event::new(EventKind::TurnStart { turn: 1 }),
+            Event::new(EventKind::TurnStart { turn: 2 }),
+            Event::new(EventKind::TurnStart { turn: 1 }),
+            call(7),
+            call(7),
+            Event::new(EventKind::TurnEnd {
+                turn: 1,
+                interrupted: false,
+            }),
+            result(7),
+        ];
+        let closers = interrupted_turn_closers(&log);
+        assert_eq!(closers.len(), 1);
+        assert!(matches!(
+            closers[0].kind,
+            EventKind::TurnEnd { turn: 2, .. }
+        ));
+    }
+
+    /// Closers compared by what they close (their timestamps differ).
+    fn kinds(events: &[Event]) -> Vec<EventKind> {
+        events.iter().map(|e| e.kind.clone()).collect()
+    }
+
+    fn turn(n: u64) -> Event {
+        Event::new(EventKind::TurnStart { turn: n })
+    }
+
+    fn user(text: &str) -> Event {
+        Event::new(EventKind::Message {
+            role: Role::User,
+            text: text.into(),
+        })
+    }
+
+    /// A log written by successive writers, each claiming its epoch
+    /// (`None`: a writer from before epochs) and appending its events.
+    async fn log_of(epochs: &[(Option<u64>, Vec<Event>)]) -> (korvus_log::MemoryLog, LogHandle) {
+        use korvus_log::{Access, LogHeader, LogId, TurnLog as _};
+        let logs = korvus_log::MemoryLog::new();
+        let id = LogId::from_uuid(uuid::Uuid::now_v7());
+        logs.create(LogHeader::new(id))
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        for (epoch, events) in epochs {
+            let w = logs.open(id, Access::Write).await.unwrap();
+            if let Some(e) = epoch {
+                w.claim_epoch(*e).await.unwrap();
+            }
+            w.append(events).await.unwrap();
+            w.close().await.unwrap();
+        }
+        let reader = logs.open(id, Access::Read).await.unwrap();
+        (logs, reader)
+    }
+
+    /// A run's events: turn `t` open with calls, one answered.
+    fn run(t: u64, calls: std::ops::Range<usize>) -> Vec<Event> {
+        let mut events = vec![turn(t)];
+        for id in calls {
+            events.push(call(id));
+            if id % 2 == 0 {
+                events.push(result(id));
+            }
+        }
+        events
+    }
+
+    /// The repair of a continue after `before`: its closers and a message.
+    fn repair(before: &[Event]) -> Vec<Event> {
+        let mut events = interrupted_turn_closers(before);
+        events.push(user("again"));
+        events
+    }
+
+    #[tokio::test]
+    async fn closers_are_read_from_the_newest_repair_on() {
+        let first = run(1, 0..500);
+        let mut whole = first.clone();
+        let fix = repair(&whole);
+        whole.extend(fix.clone());
+        let second = run(2, 1000..1003);
+        whole.extend(second.clone());
+        let (_logs, log) =
+            log_of(&[(Some(1), first.clone()), (Some(3), [fix, second].concat())]).await;
+        let read = closers_of(&log).await.unwrap();
+        assert_eq!(read.from, first.len() as u64, "from the repair on");
+        assert_eq!(read.len, whole.len() as u64);
+        assert_eq!(
+            kinds(&read.closers),
+            kinds(&interrupted_turn_closers(&whole))
+        );
+        assert_eq!(read.closers.len(), 2, "c1001 and turn 2");
+    }
+
+    #[tokio::test]
+    async fn a_claimer_epoch_sends_the_search_back_to_the_repair() {
+        // A queued continue: the repair in epoch 3, its claimer's run in 4.
+        let first = run(1, 0..10);
+        let fix = repair(&first);
+        let claimed = run(2, 20..23);
+        let (_logs, log) = log_of(&[
+            (Some(1), first.clone()),
+            (Some(3), fix.clone()),
+            (Some(4), claimed.clone()),
+        ])
+        .await;
+        let read = closers_of(&log).await.unwrap();
+        assert_eq!(read.from, first.len() as u64);
+        let whole = [first, fix, claimed].concat();
+        assert_eq!(
+            kinds(&read.closers),
+            kinds(&interrupted_turn_closers(&whole))
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_whole_repair_the_log_is_read_from_its_start() {
+        // A repair cut short (closers, no message), then a log from before
+        // epochs: both read whole, and both agree with the whole log.
+        let first = run(1, 0..10);
+        let mut cut = interrupted_turn_closers(&first);
+        cut.truncate(2);
+        let later = run(2, 30..33);
+        let (_logs, log) = log_of(&[
+            (Some(1), first.clone()),
+            (Some(3), [cut.clone(), later.clone()].concat()),
+        ])
+        .await;
+        let read = closers_of(&log).await.unwrap();
+        assert_eq!(read.from, 0);
+        let whole = [first.clone(), cut, later].concat();
+        assert_eq!(
+            kinds(&read.closers),
+            kinds(&interrupted_turn_closers(&whole))
+        );
+
+        let fix = repair(&first);
+        let (_logs, legacy) = log_of(&[(None, first.clone()), (None, fix.clone())]).await;
+        let read = closers_of(&legacy).await.unwrap();
+        assert_eq!(read.from, 0);
+        assert!(read.closers.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_last_user_message_is_read_from_the_end() {
+        let mut events = vec![user("first")];
+        events.extend((0..1000).map(|_| Event::new(EventKind::Note { text: "n".into() })));
+        events.push(user("second"));
+        events.extend((0..700).map(|_| Event::new(EventKind::Note { text: "n".into() })));
+        let (_logs, log) = log_of(&[(Some(1), events)]).await;
+        assert_eq!(
+            last_user_message(&log).await.unwrap().as_deref(),
+            Some("second")
+        );
+        let (_logs, none) = log_of(&[(Some(1), run(1, 0..3))]).await;
+        assert_eq!(last_user_message(&none).await.unwrap(), None);
+    }
+}
