@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use futures::stream::{self, StreamExt};
 use korvus_blob::{BlobStore, Sha256Digest};
 use korvus_store::{Artifact, ArtifactId, ArtifactKind, IncidentId};
 
@@ -15,6 +16,12 @@ use crate::fsutil::{
 use crate::{
     context_path, is_read_only, Result, ScratchDir, WorkspaceError, WorkspacePath, CONTEXT_DIR,
 };
+
+/// Files fetched at once by [`materialize_context`] and
+/// [`restore_own_output`]: each holds a few 1 MiB chunks in flight, so a
+/// restore holds at most this many times that, and a store with tens of
+/// milliseconds a request (S3) is not waited on one file at a time.
+pub const FETCH_CONCURRENCY: usize = 8;
 
 /// One file that could not be put into the workspace, and why.
 #[derive(Debug)]
@@ -108,12 +115,19 @@ pub async fn materialize_context(
     .await?;
 
     let mut outcome = ContextOutcome::default();
-    for (i, artifact) in artifacts.iter().enumerate() {
-        let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        let path = context_path(n, &artifact.path);
-        let written = fetch::to_file(artifact, blobs, dir.path(), &path, READ_ONLY_FILE_MODE)
-            .await
-            .map(|f| (f.sha256, f.size_bytes));
+    let fetched = stream::iter(artifacts.iter().enumerate())
+        .map(|(i, artifact)| async move {
+            let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            let path = context_path(n, &artifact.path);
+            let written = fetch::to_file(artifact, blobs, dir.path(), &path, READ_ONLY_FILE_MODE)
+                .await
+                .map(|f| (f.sha256, f.size_bytes));
+            (n, artifact, path, written)
+        })
+        .buffered(FETCH_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for (n, artifact, path, written) in fetched {
         match written {
             Ok((sha256, size_bytes)) => outcome.written.push(ContextFile {
                 n,
@@ -208,7 +222,9 @@ pub struct RestoreOutcome {
 /// dir), and an artifact of another session are refused. A file that cannot
 /// be fetched, does not match its SHA-256, or cannot be written (say a file
 /// already occupies a parent directory's name) is reported and left out;
-/// the rest are restored. Restored files are writable (0644): they are the
+/// the rest are restored, [`FETCH_CONCURRENCY`] files at a time. A path
+/// below another restored file's path (`x/y` beside a file `x`) is left
+/// out as an `Io` failure. Restored files are writable (0644): they are the
 /// session's own output. Missing parent directories are created 0700 and
 /// nothing that is not a real directory (such as a symlink) is walked
 /// through.
@@ -249,6 +265,7 @@ pub async fn restore_own_output(
         }
     }
 
+    let mut wanted = Vec::with_capacity(newest.len());
     for (raw, artifact) in newest {
         let refuse = |reason| Refused {
             artifact: artifact.id,
@@ -263,9 +280,47 @@ pub async fn restore_own_output(
             outcome.refused.push(refuse(RefuseReason::ReadOnly));
             continue;
         }
-        let result = fetch::to_file(artifact, blobs, dir.path(), &path, WRITABLE_FILE_MODE)
-            .await
-            .map(|f| f.sha256);
+        wanted.push((path, artifact));
+    }
+    // A file whose parent directory is another restored file's path is
+    // left out (the parent sorts first: restored one at a time, it would
+    // have taken the name), so the files fetched at once never clash.
+    let clashes: Vec<bool> = {
+        let files: std::collections::HashSet<&str> =
+            wanted.iter().map(|(p, _)| p.as_str()).collect();
+        wanted
+            .iter()
+            .map(|(path, _)| {
+                let p = path.as_str();
+                p.match_indices('/').any(|(i, _)| files.contains(&p[..i]))
+            })
+            .collect()
+    };
+    let (clashing, wanted): (Vec<_>, Vec<_>) = wanted
+        .into_iter()
+        .zip(clashes)
+        .partition(|(_, clash)| *clash);
+    let wanted = wanted.into_iter().map(|(w, _)| w);
+    for ((path, artifact), _) in clashing {
+        let cause = std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a parent directory of this path is another restored file",
+        );
+        outcome.failed.push(FileFailure {
+            artifact: artifact.id,
+            cause: WorkspaceError::io("create directory", dir.path().join(path.as_str()), cause),
+            path,
+        });
+    }
+    let mut fetched = stream::iter(wanted)
+        .map(|(path, artifact)| async move {
+            let result = fetch::to_file(artifact, blobs, dir.path(), &path, WRITABLE_FILE_MODE)
+                .await
+                .map(|f| f.sha256);
+            (path, artifact, result)
+        })
+        .buffered(FETCH_CONCURRENCY);
+    while let Some((path, artifact, result)) = fetched.next().await {
         match result {
             Ok(sha256) => {
                 outcome.restored.insert(
@@ -283,5 +338,7 @@ pub async fn restore_own_output(
             }),
         }
     }
+    // Fetched concurrently, reported in path order.
+    outcome.failed.sort_by(|a, b| a.path.cmp(&b.path));
     outcome
 }

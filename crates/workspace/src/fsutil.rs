@@ -41,7 +41,14 @@ pub(crate) fn make_parents(base: &Path, rel: &Path) -> io::Result<()> {
                     format!("{} exists and is not a directory", here.display()),
                 ))
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => make_dir(&here, DIR_MODE)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match make_dir(&here, DIR_MODE) {
+                Ok(()) => {}
+                // Made meanwhile by a concurrent restore of a sibling.
+                Err(e)
+                    if e.kind() == io::ErrorKind::AlreadyExists
+                        && fs::symlink_metadata(&here).is_ok_and(|m| m.is_dir()) => {}
+                Err(e) => return Err(e),
+            },
             Err(e) => return Err(e),
         }
     }

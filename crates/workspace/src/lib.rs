@@ -112,7 +112,7 @@ pub use crate::archive::{
 };
 pub use crate::context::{
     materialize_context, restore_own_output, ContextFile, ContextOutcome, FileFailure,
-    RefuseReason, Refused, RestoreOutcome, RestoredFile,
+    RefuseReason, Refused, RestoreOutcome, RestoredFile, FETCH_CONCURRENCY,
 };
 pub use crate::error::{Result, WorkspaceError};
 pub use crate::path::{

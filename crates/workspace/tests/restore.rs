@@ -288,3 +288,26 @@ async fn a_file_cut_short_by_a_failed_read_or_a_cancel_is_removed() {
         }
     }
 }
+
+/// Files restored at once into one new nested directory all land: the
+/// directories they share are made once, whichever fetch gets there first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_files_of_one_new_directory_are_restored_at_once() {
+    let s = scratch().await;
+    let blobs = MemoryBlobStore::new();
+    let (incident, me) = (IncidentId::new(), s.dir.session_id());
+    let mut artifacts = Vec::new();
+    for i in 0..40 {
+        let path = format!("deep/er/dir/f{i:02}.txt");
+        let body = format!("file {i}");
+        let kind = ArtifactKind::AgentOutput;
+        artifacts.push(artifact(&blobs, incident, me, kind, &path, 1, &body).await);
+    }
+    let out = restore_own_output(&s.dir, &artifacts, &[], &blobs).await;
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert_eq!(out.restored.len(), 40);
+    for i in 0..40 {
+        let path = s.dir.path().join(format!("deep/er/dir/f{i:02}.txt"));
+        assert_eq!(fs::read_to_string(path).unwrap(), format!("file {i}"));
+    }
+}
