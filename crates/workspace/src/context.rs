@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use futures::stream::{self, StreamExt};
 use korvus_blob::{BlobStore, Sha256Digest};
 use korvus_store::{Artifact, ArtifactId, ArtifactKind, IncidentId};
 
@@ -115,20 +114,17 @@ pub async fn materialize_context(
     .await?;
 
     let mut outcome = ContextOutcome::default();
-    let fetched = stream::iter(artifacts.iter().enumerate())
-        .map(|(i, artifact)| async move {
+    let jobs = artifacts
+        .iter()
+        .enumerate()
+        .map(|(i, artifact)| {
             let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            let path = context_path(n, &artifact.path);
-            let written = fetch::to_file(artifact, blobs, dir.path(), &path, READ_ONLY_FILE_MODE)
-                .await
-                .map(|f| (f.sha256, f.size_bytes));
-            (n, artifact, path, written)
+            (n, artifact, context_path(n, &artifact.path))
         })
-        .buffered(FETCH_CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
+        .collect();
+    let fetched = fetch::to_files(jobs, blobs, dir.path(), READ_ONLY_FILE_MODE).await;
     for (n, artifact, path, written) in fetched {
-        match written {
+        match written.map(|f| (f.sha256, f.size_bytes)) {
             Ok((sha256, size_bytes)) => outcome.written.push(ContextFile {
                 n,
                 artifact: artifact.id,
@@ -312,16 +308,12 @@ pub async fn restore_own_output(
             path,
         });
     }
-    let mut fetched = stream::iter(wanted)
-        .map(|(path, artifact)| async move {
-            let result = fetch::to_file(artifact, blobs, dir.path(), &path, WRITABLE_FILE_MODE)
-                .await
-                .map(|f| f.sha256);
-            (path, artifact, result)
-        })
-        .buffered(FETCH_CONCURRENCY);
-    while let Some((path, artifact, result)) = fetched.next().await {
-        match result {
+    let jobs = wanted
+        .map(|(path, artifact)| ((), artifact, path))
+        .collect();
+    let fetched = fetch::to_files(jobs, blobs, dir.path(), WRITABLE_FILE_MODE).await;
+    for ((), artifact, path, result) in fetched {
+        match result.map(|f| f.sha256) {
             Ok(sha256) => {
                 outcome.restored.insert(
                     path,
