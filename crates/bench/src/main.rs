@@ -27,7 +27,8 @@
 //! 19. an SSE reconnect at the end of a long `JsonlLog`;
 //! 20. restoring a large artifact on reopen: extra resident memory;
 //! 21. an agent that leaves 5,000,000 empty files;
-//! 22. the sweeper over 1,000,000 orphan keys (Fs and an S3 stand-in).
+//! 22. the sweeper over 1,000,000 orphan keys (Fs and an S3 stand-in);
+//! 23. reopen of a session with a 1,000,000-event log and 1,000 artifacts.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -54,6 +55,7 @@ mod output;
 mod pages;
 mod pg;
 mod reconnect;
+mod reopen;
 mod report;
 mod restore;
 mod runners;
@@ -183,7 +185,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=22u32 {
+    for n in 1..=23u32 {
         if !wanted(n) {
             continue;
         }
@@ -211,7 +213,8 @@ async fn all(
             19 => reconnect::sse_reconnect(&mut b).await,
             20 => restore::restore_large(&mut b).await,
             21 => walk::many_empty_files(&mut b).await,
-            _ => sweep::sweep_at_scale(&mut b).await,
+            22 => sweep::sweep_at_scale(&mut b).await,
+            _ => reopen::reopen_at_scale(&mut b).await,
         };
         match result {
             Ok(r) => {
