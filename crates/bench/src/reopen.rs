@@ -51,6 +51,7 @@ pub(crate) async fn reopen_at_scale(b: &mut Bench) -> Result<Vec<Row>> {
         .region("us-east-1")
         .build()
         .await?;
+    std::fs::create_dir_all(dir.join("scratch"))?;
     let fill = Instant::now();
     let session = history(&store, &logs, events, artifacts).await?;
     let fill_secs = fill.elapsed().as_secs_f64();
@@ -91,9 +92,15 @@ pub(crate) async fn reopen_at_scale(b: &mut Bench) -> Result<Vec<Row>> {
         let growth = status_mib("VmHWM:")? - before;
         let revision = u32::try_from(round)? + 2;
         if row.status != SessionStatus::Completed || row.revision != revision {
+            let detail = store
+                .get_report(session.id, row.revision)
+                .await
+                .ok()
+                .and_then(|r| r.detail);
             bail!(
-                "reopen {revision} ended {:?} at revision {}",
+                "reopen {revision} ended {:?} ({:?}) at revision {}: {detail:?}",
                 row.status,
+                row.exit_reason,
                 row.revision
             );
         }
@@ -128,7 +135,7 @@ pub(crate) async fn reopen_at_scale(b: &mut Bench) -> Result<Vec<Row>> {
 }
 
 /// A completed session at revision 1 whose log holds `events` events (one
-/// turn left open, every other tool call answered) and which stored
+/// turn left open, one tool call in 10,000 unanswered) and which stored
 /// `artifacts` empty files (the stand-in answers every read with no bytes).
 async fn history(
     store: &SqliteStore,
@@ -159,7 +166,7 @@ async fn history(
                 tool: "sh".into(),
                 input: serde_json::json!({ "cmd": "grep -r error /var/log" }),
             }));
-            if call % 2 == 0 && written + (batch.len() as u64) < events {
+            if call % 10_000 != 9_999 && written + (batch.len() as u64) < events {
                 batch.push(Event::new(EventKind::ToolResult {
                     call_id,
                     ok: true,
