@@ -76,7 +76,18 @@ impl Manager {
             run.by_stop.store(true, Ordering::Release);
             run.cancel.cancel();
         }
-        let span = info_span!("run", session_id = %id, incident_id = %plan.key().incident, revision = plan.key().revision);
+        // A root span: the run outlives the call that launched it (whose
+        // span it follows from), and is one trace in a subscriber.
+        let key = plan.key();
+        let span = info_span!(
+            parent: None,
+            "run",
+            session_id = %id,
+            incident_id = %key.incident,
+            revision = key.revision,
+            fence = key.fence
+        );
+        span.follows_from(tracing::Span::current());
         // Owned by the run group: `wait`/`stop` join it through `guard`.
         tokio::spawn(supervise(inner, plan, log, run, (guard, slot)).instrument(span));
     }
@@ -122,7 +133,11 @@ async fn supervise(
     // claimed for a reaper to give back), and the run that starts it
     // settles it.
     let settled = match settlement {
-        Some(settlement) => Box::pin(inner.settle(id, settlement)).await,
+        Some(settlement) => {
+            Box::pin(inner.settle(id, settlement))
+                .instrument(info_span!("settle"))
+                .await
+        }
         None => Settled::FencedOff,
     };
     // 2. Clean-up (docs release, scratch removal), bounded. A run whose
@@ -135,7 +150,9 @@ async fn supervise(
             warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
         }
     }
-    Box::pin(cleanup(&inner, leftovers)).await;
+    Box::pin(cleanup(&inner, leftovers))
+        .instrument(info_span!("cleanup"))
+        .await;
     // 3. Deregister.
     inner.live().unregister(id, &run);
     // 4. Fire the settle signal: a watcher released now reads the final row.
@@ -161,7 +178,10 @@ async fn iterate(
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
     // Preparing and pinning docs obey the run's cancellation; a run
     // cancelled while preparing still lands and cleans up like any other.
-    let prepared = match Box::pin(inner.prepare(&plan, &token)).await {
+    let prepared = match Box::pin(inner.prepare(&plan, &token))
+        .instrument(info_span!("prepare"))
+        .await
+    {
         Ok(p) => p,
         Err(e) => {
             error!(error = %e, "workspace not prepared");
@@ -198,7 +218,8 @@ async fn iterate(
     // that dies before this point leaves a claim (given back to the
     // queue), never an orphan whose agent may have run.
     let execute = |ctx| async {
-        match execute(&inner, ctx, resume, &token).await {
+        let executed = execute(&inner, ctx, resume, &token).instrument(info_span!("execute"));
+        match executed.await {
             // Stopped by this manager for a lapsed lease, not by a caller.
             RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
                 RunResult::LeaseLost(o)
@@ -235,7 +256,9 @@ async fn iterate(
             execute(ctx).await
         }
     };
-    let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result)).await;
+    let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result))
+        .instrument(info_span!("land"))
+        .await;
     // A watcher or a reopen must see the whole log once the row is terminal.
     Box::pin(close_log(&inner, &log)).await;
     let leftovers = Leftovers {

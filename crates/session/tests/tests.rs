@@ -16,4 +16,5 @@ mod ordering;
 mod partial_failure;
 mod reopen;
 mod shutdown;
+mod spans;
 mod watch;
