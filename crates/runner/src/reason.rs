@@ -59,6 +59,39 @@ pub mod exit {
     /// (an agent dialect such as Codex's or Claude Code's says so; the
     /// log's notes carry the agent's message).
     pub const AGENT_ERROR: &str = "agent_error";
+
+    /// Every reason above: the only values a metric label takes
+    /// ([`super::ExitReason::label`]).
+    pub const ALL: &[&str] = &[
+        COMPLETED,
+        AWAITING_USER,
+        CANCELLED,
+        TIMEOUT,
+        RUNNER_FAILED,
+        PANICKED,
+        REPORT_AUTHOR_FAILED,
+        REPORT_UPLOAD_FAILED,
+        REPORT_PERSIST_FAILED,
+        CONTEXT_REFS_FAILED,
+        TURN_LOG_FAILED,
+        WORKSPACE_FAILED,
+        INVALID_EXIT_REASON,
+        OWNER_LOST,
+        LEASE_LOST,
+        MEMORY_EXCEEDED,
+        DISK_QUOTA_EXCEEDED,
+        STALLED,
+        AGENT_ERROR,
+    ];
+
+    /// The label of a reason that is none of [`ALL`].
+    pub const OTHER: &str = "other";
+
+    /// `reason` as a metric label: itself when it is one of [`ALL`], else
+    /// [`OTHER`] — never free text, so a label has few values.
+    pub fn label(reason: &str) -> &'static str {
+        ALL.iter().copied().find(|r| *r == reason).unwrap_or(OTHER)
+    }
 }
 
 /// Why a run ended: a short, printable code such as `completed` or
@@ -169,6 +202,12 @@ impl ExitReason {
     /// The reason as text.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// This reason as a metric label: a well-known reason (one of
+    /// [`exit::ALL`]) or `other`.
+    pub fn label(&self) -> &'static str {
+        exit::label(self.as_str())
     }
 
     /// The original text a lossy conversion refused, when this reason is
@@ -283,6 +322,18 @@ impl PartialEq<ExitReason> for &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_label_is_a_well_known_reason_or_other() {
+        assert_eq!(ExitReason::COMPLETED.label(), "completed");
+        assert_eq!(ExitReason::OWNER_LOST.label(), "owner_lost");
+        assert_eq!(ExitReason::new("found_it").unwrap().label(), exit::OTHER);
+        let mut all = exit::ALL.to_vec();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), exit::ALL.len(), "no reason twice");
+        assert!(!exit::ALL.contains(&exit::OTHER));
+    }
 
     #[test]
     fn every_well_known_reason_is_valid() {

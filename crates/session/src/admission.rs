@@ -136,6 +136,15 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
                 };
             }
             Ok(Some(row)) => {
+                // A first run's wait (a continue keeps no time of queueing).
+                if row.revision == 1 {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let created = u64::try_from(row.created_at.timestamp_millis()).unwrap_or(0);
+                    let waited = now.saturating_sub(std::time::Duration::from_millis(created));
+                    crate::metrics::queue_waited(waited);
+                }
                 inner.slots().set_waiting(true);
                 let manager = Manager {
                     inner: Arc::clone(&inner),

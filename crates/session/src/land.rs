@@ -145,6 +145,7 @@ async fn untouched_restored_report(prepared: &Prepared) -> bool {
 
 /// The persist phase of this iteration (bytes first, rows second), logged.
 async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> PersistOutcome {
+    let started = std::time::Instant::now();
     let outcome = persist(
         Arc::clone(inner.store()).into_store(),
         inner.blobs().clone(),
@@ -160,6 +161,13 @@ async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> Persi
         },
     )
     .await;
+    // `stored` holds every file stored now, `report.md` included.
+    crate::metrics::persisted(
+        outcome.stored.len() as u64,
+        outcome.stored.iter().map(|f| f.size).sum(),
+        outcome.failed.len() as u64,
+        started.elapsed(),
+    );
     if !outcome.attempted {
         info!(reason = ?outcome.reason, "persist phase skipped");
     } else {

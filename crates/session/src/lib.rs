@@ -98,6 +98,7 @@ mod land;
 mod lease;
 mod live;
 mod manager;
+pub mod metrics;
 mod notify_log;
 mod prepare;
 mod reopen;

@@ -88,6 +88,7 @@ impl Manager {
             fence = key.fence
         );
         span.follows_from(tracing::Span::current());
+        crate::metrics::run_started();
         // Owned by the run group: `wait`/`stop` join it through `guard`.
         tokio::spawn(supervise(inner, plan, log, run, (guard, slot)).instrument(span));
     }
@@ -107,6 +108,7 @@ async fn supervise(
     run: LiveRun,
     (guard, slot): (RunGuard, Slot),
 ) {
+    let started = std::time::Instant::now();
     let id = plan.key().session;
     let revision = plan.key();
     // In this task, not one of its own: a panic in any phase is caught
@@ -134,7 +136,7 @@ async fn supervise(
     // settles it.
     let settled = match settlement {
         Some(settlement) => {
-            Box::pin(inner.settle(id, settlement))
+            crate::metrics::phase("settle", Box::pin(inner.settle(id, settlement)))
                 .instrument(info_span!("settle"))
                 .await
         }
@@ -150,11 +152,12 @@ async fn supervise(
             warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
         }
     }
-    Box::pin(cleanup(&inner, leftovers))
+    crate::metrics::phase("cleanup", Box::pin(cleanup(&inner, leftovers)))
         .instrument(info_span!("cleanup"))
         .await;
     // 3. Deregister.
     inner.live().unregister(id, &run);
+    crate::metrics::run_ended(started.elapsed());
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
     // 5. Release the run slot (the admission loop may claim the next
@@ -178,7 +181,7 @@ async fn iterate(
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
     // Preparing and pinning docs obey the run's cancellation; a run
     // cancelled while preparing still lands and cleans up like any other.
-    let prepared = match Box::pin(inner.prepare(&plan, &token))
+    let prepared = match crate::metrics::phase("prepare", Box::pin(inner.prepare(&plan, &token)))
         .instrument(info_span!("prepare"))
         .await
     {
@@ -218,7 +221,8 @@ async fn iterate(
     // that dies before this point leaves a claim (given back to the
     // queue), never an orphan whose agent may have run.
     let execute = |ctx| async {
-        let executed = execute(&inner, ctx, resume, &token).instrument(info_span!("execute"));
+        let executed = crate::metrics::phase("execute", execute(&inner, ctx, resume, &token))
+            .instrument(info_span!("execute"));
         match executed.await {
             // Stopped by this manager for a lapsed lease, not by a caller.
             RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
@@ -256,9 +260,12 @@ async fn iterate(
             execute(ctx).await
         }
     };
-    let settlement = Box::pin(land(&inner, &plan, &prepared, &log, result))
-        .instrument(info_span!("land"))
-        .await;
+    let settlement = crate::metrics::phase(
+        "land",
+        Box::pin(land(&inner, &plan, &prepared, &log, result)),
+    )
+    .instrument(info_span!("land"))
+    .await;
     // A watcher or a reopen must see the whole log once the row is terminal.
     Box::pin(close_log(&inner, &log)).await;
     let leftovers = Leftovers {

@@ -73,7 +73,7 @@ impl Inner {
             let (store, report) = (Arc::clone(&store), report.clone());
             async move { store.create_report(report).await.map(|_| ()) }
         };
-        match retry(bound, attempt).await {
+        match retry("report", bound, attempt).await {
             Write::Done => true,
             Write::Refused(StoreError::Conflict { .. }) => {
                 info!("the revision already has its report row; kept");
@@ -116,8 +116,9 @@ impl Inner {
             let (store, s) = (Arc::clone(&store), settlement.clone());
             async move { store.settle_session(id, s).await.map(|_| ()) }
         };
-        match retry(bound, attempt).await {
+        match retry("settle", bound, attempt).await {
             Write::Done => {
+                crate::metrics::settled(reason.as_deref());
                 info!(%status, exit_reason = ?reason, "session settled");
                 Settled::Written
             }
@@ -151,7 +152,7 @@ impl Inner {
             let store = Arc::clone(&store);
             async move { store.mark_started(run.session, run.fence).await.map(|_| ()) }
         };
-        retry(self.config().report_timeout, attempt).await
+        retry("start", self.config().report_timeout, attempt).await
     }
 
     /// Queues a session this manager created owned (so that no claimer
@@ -169,7 +170,7 @@ impl Inner {
             let store = Arc::clone(&store);
             async move { store.release(run.session, run.fence).await.map(|_| ()) }
         };
-        match retry(self.config().report_timeout, attempt).await {
+        match retry("enqueue", self.config().report_timeout, attempt).await {
             Write::Done => Session {
                 owner: None,
                 lease_expires_at: None,
@@ -199,7 +200,7 @@ impl Inner {
             let store = Arc::clone(&store);
             async move { store.release(run.session, run.fence).await.map(|_| ()) }
         };
-        match retry(self.config().cleanup_timeout, attempt).await {
+        match retry("give_back", self.config().cleanup_timeout, attempt).await {
             Write::Done => {
                 info!("the session went back to the queue without starting");
                 self.slots().nudge();
@@ -235,12 +236,12 @@ pub(crate) enum Write {
 /// Runs `attempt` on its own task (so a caller going away or a panic
 /// cannot cut it half-way) until it succeeds ([`Write::Done`]), fails
 /// permanently ([`Write::Refused`]) or `bound` passes ([`Write::GaveUp`]), retrying transient failures, panics and
-/// hangs with backoff. One attempt may take a quarter of the bound: a call
+/// hangs with backoff (each retry counted under `what`). One attempt may take a quarter of the bound: a call
 /// that hangs once (a dropped connection) is abandoned and tried again
 /// rather than using up the whole bound. Both writes retried this way are
 /// safe to repeat: a settle writes the same row again, and a report row
 /// that did land makes the retry a `Conflict` the caller accepts.
-pub(crate) async fn retry<F, Fut>(bound: Duration, attempt: F) -> Write
+pub(crate) async fn retry<F, Fut>(what: &'static str, bound: Duration, attempt: F) -> Write
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
@@ -265,6 +266,7 @@ where
         if tokio::time::Instant::now() + delay >= deadline {
             return Write::GaveUp;
         }
+        crate::metrics::write_retried(what);
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(1));
     }

@@ -12,6 +12,7 @@ mod docs;
 mod faults;
 mod idle;
 mod lease;
+mod metrics;
 mod ordering;
 mod partial_failure;
 mod reopen;

@@ -101,7 +101,10 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     // A process resumed after a pause stops what it may have lost first.
     inner.cancel_lapsed();
     let bound = inner.renewal_bound();
-    match tokio::time::timeout(bound, inner.renew()).await {
+    let started = std::time::Instant::now();
+    let renewed = tokio::time::timeout(bound, inner.renew()).await;
+    crate::metrics::heartbeat(matches!(renewed, Ok(Ok(_))), started.elapsed());
+    match renewed {
         Ok(Ok((sent, held))) => {
             let since = *reaper.healthy_since.get_or_insert(sent);
             let period = inner.config().heartbeat;
@@ -381,6 +384,8 @@ impl Inner {
             .store()
             .settle_with_report(row.id, settlement, report)
             .await?;
+        crate::metrics::taken_over();
+        crate::metrics::settled(settled.exit_reason.as_deref());
         info!(session_id = %row.id, %status, report_exit_reason = %report.exit_reason, "taken-over session settled");
         Ok(settled)
     }

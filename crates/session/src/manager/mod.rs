@@ -146,6 +146,7 @@ impl Manager {
         if let Some(run) = self.inner.live.get(id) {
             run.cancel.cancel();
             if run.fence == row.fence {
+                crate::metrics::cancelled(false);
                 return Ok(row);
             }
             // A stale local run (the session was taken over or continued
@@ -185,6 +186,7 @@ impl Manager {
         let detail = "cancelled while queued: no run had started".to_owned();
         match self.inner.store.force_cancel(id, row.fence, detail).await {
             Ok((settled, _)) => {
+                crate::metrics::settled(settled.exit_reason.as_deref());
                 info!(session_id = %id, "cancel: the queued session is cancelled");
                 Ok(settled)
             }
@@ -203,6 +205,7 @@ impl Manager {
         }
         match self.inner.store.cancel_idle_session(id).await {
             Ok(row) => {
+                crate::metrics::settled(row.exit_reason.as_deref());
                 info!(session_id = %id, "cancel: the session waiting for the user is cancelled");
                 Ok(row)
             }
@@ -264,6 +267,7 @@ impl Manager {
                     if let Err(e) = self.inner.claim_log(&settled).await {
                         warn!(session_id = %id, error = %e, "forced cancel: the turn log not claimed; the old run's owner stops it when it sees the row");
                     }
+                    crate::metrics::settled(settled.exit_reason.as_deref());
                     info!(session_id = %id, fence = settled.fence, "forced cancel: the run was fenced off and the session cancelled");
                     return Ok(settled);
                 }

@@ -1,0 +1,113 @@
+//! The metrics a `Manager` emits, through the [`metrics`] facade: the
+//! embedder installs a recorder (an exporter) or none; the library never
+//! does. Names, units and labels are stable and listed in
+//! `docs/operations.md`; no label ever carries an id, so every series has
+//! few values.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+
+/// Runs of this process now (gauge).
+pub const RUNS_ACTIVE: &str = "korvus_runs_active";
+/// Runs launched by this process (counter).
+pub const RUNS_STARTED: &str = "korvus_runs_started_total";
+/// How long a run took, launch to settle signal, in seconds (histogram).
+pub const RUN_SECONDS: &str = "korvus_run_duration_seconds";
+/// How long each phase of a run took, in seconds (histogram; label
+/// `phase`: `prepare`, `execute`, `land`, `settle`, `cleanup`).
+pub const PHASE_SECONDS: &str = "korvus_run_phase_duration_seconds";
+/// Sessions whose outcome this process wrote (counter; label
+/// `exit_reason`: a well-known reason or `other`). Waiting for the user
+/// (`awaiting_user`) counts too.
+pub const SETTLED: &str = "korvus_sessions_settled_total";
+/// From a queued session's create to its claim, in seconds (histogram;
+/// first runs only: a queued continue keeps no time of queueing).
+pub const QUEUE_WAIT_SECONDS: &str = "korvus_queue_wait_seconds";
+/// Files a persist phase stored, `report.md` included (counter).
+pub const PERSIST_FILES: &str = "korvus_persist_files_total";
+/// Bytes a persist phase stored (counter).
+pub const PERSIST_BYTES: &str = "korvus_persist_bytes_total";
+/// Files a persist phase could not store (counter).
+pub const PERSIST_FAILURES: &str = "korvus_persist_failures_total";
+/// How long a persist phase took, in seconds (histogram).
+pub const PERSIST_SECONDS: &str = "korvus_persist_duration_seconds";
+/// Retries of a bounded store write (counter; label `write`: `report`,
+/// `settle`, `start`, `enqueue`, `give_back`).
+pub const WRITE_RETRIES: &str = "korvus_store_write_retries_total";
+/// Heartbeats (counter; label `outcome`: `ok`, `failed`).
+pub const HEARTBEATS: &str = "korvus_heartbeats_total";
+/// How long a heartbeat took, in seconds (histogram).
+pub const HEARTBEAT_SECONDS: &str = "korvus_heartbeat_duration_seconds";
+/// Orphaned sessions this process took over and settled (counter).
+pub const TAKEOVERS: &str = "korvus_takeovers_total";
+/// Cancels of this process's runs, by where they came from (counter;
+/// label `via`: `local` — `Manager::cancel` here —, `request` — a cancel
+/// made on another replica, seen by the cancel poller).
+pub const CANCELS: &str = "korvus_cancels_total";
+
+/// A run was launched.
+pub(crate) fn run_started() {
+    counter!(RUNS_STARTED).increment(1);
+    gauge!(RUNS_ACTIVE).increment(1.0);
+}
+
+/// A run ended after `took`.
+pub(crate) fn run_ended(took: Duration) {
+    gauge!(RUNS_ACTIVE).decrement(1.0);
+    histogram!(RUN_SECONDS).record(took.as_secs_f64());
+}
+
+/// Awaits `work`, recording how long the phase took.
+pub(crate) async fn phase<T>(name: &'static str, work: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = work.await;
+    histogram!(PHASE_SECONDS, "phase" => name).record(started.elapsed().as_secs_f64());
+    out
+}
+
+/// An outcome was written with this exit reason (any text: labelled as
+/// a well-known reason or `other`).
+pub(crate) fn settled(exit_reason: Option<&str>) {
+    let label = exit_reason.map_or(korvus_runner::exit::OTHER, korvus_runner::exit::label);
+    counter!(SETTLED, "exit_reason" => label).increment(1);
+}
+
+/// A queued session was claimed after waiting `waited`.
+pub(crate) fn queue_waited(waited: Duration) {
+    histogram!(QUEUE_WAIT_SECONDS).record(waited.as_secs_f64());
+}
+
+/// A persist phase stored `files` files of `bytes` bytes, failed
+/// `failed`, in `took`.
+pub(crate) fn persisted(files: u64, bytes: u64, failed: u64, took: Duration) {
+    counter!(PERSIST_FILES).increment(files);
+    counter!(PERSIST_BYTES).increment(bytes);
+    counter!(PERSIST_FAILURES).increment(failed);
+    histogram!(PERSIST_SECONDS).record(took.as_secs_f64());
+}
+
+/// A bounded store write is tried again.
+pub(crate) fn write_retried(write: &'static str) {
+    counter!(WRITE_RETRIES, "write" => write).increment(1);
+}
+
+/// A heartbeat ended after `took`.
+pub(crate) fn heartbeat(ok: bool, took: Duration) {
+    let outcome = if ok { "ok" } else { "failed" };
+    counter!(HEARTBEATS, "outcome" => outcome).increment(1);
+    histogram!(HEARTBEAT_SECONDS).record(took.as_secs_f64());
+}
+
+/// An orphan was taken over and settled.
+pub(crate) fn taken_over() {
+    counter!(TAKEOVERS).increment(1);
+}
+
+/// A run of this process was cancelled, here or by a request made on
+/// another replica.
+pub(crate) fn cancelled(via_request: bool) {
+    let via = if via_request { "request" } else { "local" };
+    counter!(CANCELS, "via" => via).increment(1);
+}
