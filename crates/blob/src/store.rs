@@ -278,7 +278,7 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
     /// a walk passes each page's last key as the next `after`. Memory is
     /// bounded by the page: the backends here never read the whole
     /// listing for one (the filesystem holds, at each directory level on
-    /// the way to the cursor, that directory's names).
+    /// the way to the cursor, at most `limit` names).
     ///
     /// A walk sees every object that exists from its start to its end
     /// exactly once; one written or deleted while it runs may or may not

@@ -122,7 +122,8 @@ pub struct SweepReport {
     pub failed: Vec<(String, String)>,
     /// Whether the orphans were deleted.
     pub applied: bool,
-    /// Pages listed (`list_page` calls, [`SWEEP_PAGE`] keys each).
+    /// Pages listed (`list_page` calls of [`SWEEP_PAGE`] keys; the last,
+    /// empty one included).
     pub pages: u64,
     /// Batch deletes made (`delete_many` calls, one per page with orphans).
     pub delete_batches: u64,
@@ -180,8 +181,18 @@ pub async fn sweep(
             .await
             .map_err(SweepError::List)?;
         report.pages += 1;
-        let last = page.len() < SWEEP_PAGE;
-        after = page.last().map(|m| m.key.clone());
+        // Only an empty page ends the walk: a backend whose short page is
+        // not its last (it dropped keys it could not name) loses nothing.
+        let Some(next) = page.last().map(|m| m.key.clone()) else {
+            break;
+        };
+        if after.as_ref().is_some_and(|a| next <= *a) {
+            return Err(SweepError::List(BlobError::backend(
+                "sweep",
+                "a page of the listing did not move past the previous one",
+            )));
+        }
+        after = Some(next);
         // 2. … then read the references of this page's sessions.
         let orphans = judge_page(store, page, config, now, &mut report).await?;
         if config.apply && !orphans.is_empty() {
@@ -195,9 +206,6 @@ pub async fn sweep(
                         .push((key.to_string(), crate::outcome::error_chain(&e)));
                 }
             }
-        }
-        if last {
-            break;
         }
     }
     info!(

@@ -386,7 +386,10 @@ macro_rules! sql_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
-                    rows::all(Self::BACKEND, rows, ArtifactRow::into_model)
+                    let mut latest = rows::all(Self::BACKEND, rows, ArtifactRow::into_model)?;
+                    // By bytes, whatever the database's collation.
+                    latest.sort_by(|a, b| a.path.cmp(&b.path).then(a.id.cmp(&b.id)));
+                    Ok(latest)
                 }
 
                 async fn list_incident_artifacts(

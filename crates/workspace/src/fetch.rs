@@ -101,42 +101,48 @@ pub(crate) async fn to_file(
 }
 
 /// [`to_file`] for each of `jobs` (a tag, the artifact, its path),
-/// [`FETCH_CONCURRENCY`](crate::FETCH_CONCURRENCY) at once, answered in
-/// job order.
+/// [`FETCH_CONCURRENCY`](crate::FETCH_CONCURRENCY) in flight at once
+/// (a slow file does not hold the others back), answered in job order.
 pub(crate) async fn to_files<'a, T>(
     jobs: Vec<(T, &'a Artifact, WorkspacePath)>,
     blobs: &'a dyn BlobStore,
     root: &'a Path,
     mode: u32,
 ) -> Vec<(T, &'a Artifact, WorkspacePath, Result<Fetched>)> {
-    use futures::stream::{FuturesOrdered, StreamExt};
-    let mut jobs = jobs.into_iter();
-    let mut running = FuturesOrdered::new();
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let mut jobs = jobs.into_iter().enumerate();
+    let mut running = FuturesUnordered::new();
     let mut done = Vec::with_capacity(jobs.len());
     loop {
         while running.len() < crate::FETCH_CONCURRENCY {
-            let Some((tag, artifact, path)) = jobs.next() else {
+            let Some((i, (tag, artifact, path))) = jobs.next() else {
                 break;
             };
-            running.push_back(one(tag, artifact, path, blobs, root, mode));
+            running.push(one(i, tag, artifact, path, blobs, root, mode));
         }
         match running.next().await {
             Some(answer) => done.push(answer),
-            None => return done,
+            None => break,
         }
     }
+    done.sort_by_key(|(i, ..)| *i);
+    done.into_iter()
+        .map(|(_, tag, artifact, path, fetched)| (tag, artifact, path, fetched))
+        .collect()
 }
 
+/// One job of [`to_files`], numbered for the answer's order.
 async fn one<'a, T>(
+    i: usize,
     tag: T,
     artifact: &'a Artifact,
     path: WorkspacePath,
     blobs: &'a dyn BlobStore,
     root: &'a Path,
     mode: u32,
-) -> (T, &'a Artifact, WorkspacePath, Result<Fetched>) {
+) -> (usize, T, &'a Artifact, WorkspacePath, Result<Fetched>) {
     let fetched = to_file(artifact, blobs, root, &path, mode).await;
-    (tag, artifact, path, fetched)
+    (i, tag, artifact, path, fetched)
 }
 
 /// What the reader hands the writing thread.

@@ -127,25 +127,42 @@ impl S3BlobStore {
         limit: usize,
     ) -> Result<Vec<BlobMeta>> {
         let search = self.search(prefix);
+        // Keys under a prefix are the prefix itself and those from `p/` on;
+        // once the listing is past that block nothing under it follows.
+        let block = prefix.map(|_| format!("{search}/"));
         let mut cursor = after.map(|a| self.object_key(a)).transpose()?;
         let mut found: Vec<BlobMeta> = Vec::new();
         while found.len() < limit {
             let want = (limit - found.len())
                 .min(usize::try_from(self.settings.list_page_size).unwrap_or(1000));
+            let asked = cursor.take();
             let page = self
                 .list_once(
                     prefix,
                     &search,
                     i32::try_from(want).unwrap_or(1000),
-                    cursor.take(),
+                    asked.clone(),
                     None,
                 )
                 .await?;
             found.extend(page.found);
-            match page.last {
-                Some(last) if page.truncated => cursor = Some(last),
-                _ => break,
+            if !page.truncated {
+                break;
             }
+            let Some(last) = page.last else {
+                return Err(no_progress("a truncated answer listed no keys"));
+            };
+            // A server that ignored the cursor would loop for ever.
+            if asked.as_deref().is_some_and(|a| last.as_str() <= a) {
+                return Err(no_progress("an answer did not move past its StartAfter"));
+            }
+            if block
+                .as_deref()
+                .is_some_and(|b| last.as_str() > b && !last.starts_with(b))
+            {
+                break;
+            }
+            cursor = Some(last);
         }
         // As in `list_all`: not every S3-compatible server keeps the order.
         found.sort_by(|a, b| a.key.cmp(&b.key));
@@ -222,6 +239,10 @@ impl S3BlobStore {
         }
         Ok(())
     }
+}
+
+fn no_progress(what: &str) -> BlobError {
+    BlobError::backend("s3", Failure::plain("ListObjectsV2", what.to_owned()))
 }
 
 fn no_token() -> BlobError {
