@@ -25,6 +25,7 @@ mod confine;
 mod demo;
 mod inspect;
 mod limits;
+mod metrics;
 mod serve;
 mod session;
 mod sweep;

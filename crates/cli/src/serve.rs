@@ -81,6 +81,11 @@ pub(crate) struct ServeArgs {
     /// End a session `failed` / `timeout` after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     timeout: u64,
+    /// Serve `/metrics` (Prometheus text) on this address, without the
+    /// token, instead of beside the API behind it. For a scraper on an
+    /// internal network; anything but loopback makes the numbers public.
+    #[arg(long = "metrics-listen", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     confine: ConfineArgs,
 }
@@ -100,6 +105,10 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     let addr = listener.local_addr().context("no local address")?;
     let guard = Guard::new(token.clone(), allowed_hosts(addr, &args.allow_hosts))
         .context("invalid --token / KORVUS_TOKEN")?;
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    let metrics_listen = args.metrics_listen;
     let backends = Backends::open(global).await?;
     let timeout = Duration::from_secs(args.timeout);
     let args_base = args.base_path.clone();
@@ -112,7 +121,20 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     };
     let manager = backends.manager(Arc::new(runner), Some(timeout));
     let base = args_base.unwrap_or_default();
-    let protected = guard.protect(korvus_http::router(manager.clone()));
+    let scrape = crate::metrics::router(manager.clone(), prometheus);
+    let api = korvus_http::router(manager.clone());
+    let protected = match metrics_listen {
+        None => guard.protect(api.merge(scrape)),
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} for /metrics"))?;
+            let bound = listener.local_addr().context("no local address")?;
+            println!("korvus serve: metrics on http://{bound}/metrics");
+            tokio::spawn(axum::serve(listener, scrape).into_future());
+            guard.protect(api)
+        }
+    };
     let app = if base.is_empty() {
         protected
     } else {

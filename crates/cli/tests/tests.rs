@@ -13,6 +13,7 @@ mod environment;
 mod errors;
 mod examples;
 mod host;
+mod metrics;
 mod ops;
 mod papercuts;
 mod queue;

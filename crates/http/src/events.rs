@@ -62,6 +62,12 @@ enum Frame {
     Failed,
 }
 
+/// Sessions whose events a follower task reads now (gauge): one per
+/// watched session, however many clients watch it.
+pub const SSE_FOLLOWERS: &str = "korvus_sse_followers";
+/// Clients connected to an event stream now (gauge).
+pub const SSE_SUBSCRIBERS: &str = "korvus_sse_subscribers";
+
 /// The followers of watched sessions, one per session.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Hub {
@@ -113,6 +119,7 @@ impl Hub {
                 tx: tx.clone(),
             },
         );
+        metrics::gauge!(SSE_FOLLOWERS).set(inner.followers.len() as f64);
         drop(inner);
         tokio::spawn(follow(
             self.clone(),
@@ -134,6 +141,7 @@ impl Hub {
         let idle = current.is_some_and(|f| f.tx.receiver_count() == 0);
         if ours && (idle || !only_if_idle) {
             inner.followers.remove(&id);
+            metrics::gauge!(SSE_FOLLOWERS).set(inner.followers.len() as f64);
             return true;
         }
         !ours
@@ -251,6 +259,7 @@ pub(crate) async fn events(
         .await
         .map_err(korvus_session::SessionError::from)?;
     let rx = app.hub.subscribe(manager, id, start);
+    metrics::gauge!(SSE_SUBSCRIBERS).increment(1.0);
     let sub = Subscriber {
         manager: manager.clone(),
         id,
@@ -288,6 +297,12 @@ struct Subscriber {
     next: u64,
     out: VecDeque<SseEvent>,
     phase: Phase,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        metrics::gauge!(SSE_SUBSCRIBERS).decrement(1.0);
+    }
 }
 
 impl Subscriber {

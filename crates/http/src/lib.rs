@@ -89,6 +89,7 @@ use axum::Router;
 use korvus_session::Manager;
 
 pub use crate::error::ApiError;
+pub use crate::events::{SSE_FOLLOWERS, SSE_SUBSCRIBERS};
 pub use crate::guard::Guard;
 
 /// The default limit on a request body: 64 KiB, room for a long prompt.

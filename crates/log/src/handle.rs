@@ -12,6 +12,12 @@ use std::time::Duration;
 use crate::seam::{Access, LogIo, WriterClaim};
 use crate::{Event, EventKind, LogError, LogHeader, LogId, Result};
 
+/// Events appended through a [`LogHandle`] (counter, through the
+/// `metrics` facade; the embedder's recorder, if any, sees it).
+pub const EVENTS_APPENDED: &str = "korvus_log_events_appended_total";
+/// Events of appends that failed, counted as lost (counter).
+pub const EVENTS_DROPPED: &str = "korvus_log_events_dropped_total";
+
 /// How often [`LogHandle::append`] tries one batch before it counts the
 /// events as lost.
 pub const APPEND_ATTEMPTS: u32 = 4;
@@ -254,6 +260,7 @@ impl LogHandle {
         };
         match self.try_append(&mut writing, &batch).await {
             Ok(()) => {
+                metrics::counter!(EVENTS_APPENDED).increment(batch.len() as u64);
                 if note.is_some() {
                     writing.lost = 0;
                     writing.reason.clear();
@@ -261,6 +268,7 @@ impl LogHandle {
                 Ok(())
             }
             Err(e) => {
+                metrics::counter!(EVENTS_DROPPED).increment(events.len() as u64);
                 writing.lost += events.len() as u64;
                 writing.reason = error_chain(&e);
                 Err(e)

@@ -64,7 +64,10 @@ mod seam;
 pub use crate::error::{FlushError, LogError, Result};
 pub use crate::event::{Event, EventKind, LogHeader, LogId, Role};
 pub use crate::export::{export_jsonl, JsonlExport, EXPORT_CHUNK_BYTES, EXPORT_CHUNK_EVENTS};
-pub use crate::handle::{AppendHook, LogHandle, APPEND_ATTEMPTS, APPEND_BACKOFF, DROPPED_PREFIX};
+pub use crate::handle::{
+    AppendHook, LogHandle, APPEND_ATTEMPTS, APPEND_BACKOFF, DROPPED_PREFIX, EVENTS_APPENDED,
+    EVENTS_DROPPED,
+};
 pub use crate::jsonl::JsonlLog;
 pub use crate::memory::MemoryLog;
 pub use crate::seam::{Access, LogIo, LogStat, Revision, TurnLog, WriterClaim, Writers};

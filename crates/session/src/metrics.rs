@@ -11,6 +11,9 @@ use metrics::{counter, gauge, histogram};
 
 /// Runs of this process now (gauge).
 pub const RUNS_ACTIVE: &str = "korvus_runs_active";
+/// Sessions queued in the manager's pool, shared by every replica
+/// (gauge; set by [`Manager::observe_queue`](crate::Manager::observe_queue)).
+pub const SESSIONS_QUEUED: &str = "korvus_sessions_queued";
 /// Runs launched by this process (counter).
 pub const RUNS_STARTED: &str = "korvus_runs_started_total";
 /// How long a run took, launch to settle signal, in seconds (histogram).
@@ -46,6 +49,11 @@ pub const TAKEOVERS: &str = "korvus_takeovers_total";
 /// label `via`: `local` — `Manager::cancel` here —, `request` — a cancel
 /// made on another replica, seen by the cancel poller).
 pub const CANCELS: &str = "korvus_cancels_total";
+
+/// `depth` sessions are queued in the pool.
+pub(crate) fn queued(depth: u64) {
+    gauge!(SESSIONS_QUEUED).set(depth as f64);
+}
 
 /// A run was launched.
 pub(crate) fn run_started() {

@@ -73,6 +73,25 @@ impl Manager {
         &self.inner.store
     }
 
+    /// Reads how many sessions are queued in this manager's pool and sets
+    /// the [`SESSIONS_QUEUED`](crate::metrics::SESSIONS_QUEUED) gauge: for
+    /// an exporter to call before it renders (the queue is the store's,
+    /// shared by every replica, so no run of this process updates it).
+    ///
+    /// # Errors
+    /// `Store`.
+    pub async fn observe_queue(&self) -> Result<u64> {
+        let pool = &self.inner.config().pool;
+        let depth = self
+            .inner
+            .store
+            .queue_depth(pool, None, korvus_store::IncidentId::new())
+            .await?
+            .pool;
+        crate::metrics::queued(depth);
+        Ok(depth)
+    }
+
     /// The turn log service this manager writes to.
     pub fn turn_log(&self) -> &Arc<dyn TurnLog> {
         &self.inner.logs
