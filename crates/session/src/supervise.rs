@@ -179,20 +179,9 @@ async fn iterate(
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
-    // Preparing and pinning docs obey the run's cancellation; a run
-    // cancelled while preparing still lands and cleans up like any other.
-    let prepared = match crate::metrics::phase("prepare", Box::pin(inner.prepare(&plan, &token)))
-        .instrument(info_span!("prepare"))
-        .await
-    {
+    let prepared = match Box::pin(prepare(&inner, &plan, &log, &token)).await {
         Ok(p) => p,
-        Err(e) => {
-            error!(error = %e, "workspace not prepared");
-            Box::pin(close_log(&inner, &log)).await;
-            let settlement =
-                Box::pin(inner.fail_early(revision, ExitReason::WORKSPACE_FAILED)).await;
-            return (Some(settlement), Leftovers::default());
-        }
+        Err(settlement) => return (Some(settlement), Leftovers::default()),
     };
     let lease = Box::pin(pin_docs(&inner, &plan, &token)).await;
     let ctx = context(
@@ -273,6 +262,30 @@ async fn iterate(
         dir: prepared.dir,
     };
     (Some(settlement), leftovers)
+}
+
+/// The prepare phase, timed and in its span. Preparing (and pinning docs)
+/// obey the run's cancellation; a run cancelled while preparing still
+/// lands and cleans up like any other. A workspace that cannot be
+/// prepared ends the run `workspace_failed`: the log closed, the report
+/// row and settlement written, which is returned.
+async fn prepare(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    log: &LogHandle,
+    token: &CancellationToken,
+) -> Result<Prepared, Settlement> {
+    let prepared = crate::metrics::phase("prepare", Box::pin(inner.prepare(plan, token)))
+        .instrument(info_span!("prepare"))
+        .await;
+    match prepared {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            error!(error = %e, "workspace not prepared");
+            Box::pin(close_log(inner, log)).await;
+            Err(Box::pin(inner.fail_early(plan.key(), ExitReason::WORKSPACE_FAILED)).await)
+        }
+    }
 }
 
 /// Ends a first run that never started by giving its session back to the

@@ -16,6 +16,45 @@ use crate::{
     context_path, is_read_only, Result, ScratchDir, WorkspaceError, WorkspacePath, CONTEXT_DIR,
 };
 
+/// `wanted` without the files whose parent directory is another wanted
+/// file's path, each reported failed in `outcome` (the parent sorts
+/// first: restored one at a time it would have taken the name), so the
+/// files fetched at once never clash.
+fn without_clashes<'a>(
+    wanted: Vec<(WorkspacePath, &'a Artifact)>,
+    dir: &ScratchDir,
+    outcome: &mut RestoreOutcome,
+) -> Vec<(WorkspacePath, &'a Artifact)> {
+    let clashes: Vec<bool> = {
+        let files: std::collections::HashSet<&str> =
+            wanted.iter().map(|(p, _)| p.as_str()).collect();
+        wanted
+            .iter()
+            .map(|(path, _)| {
+                let p = path.as_str();
+                p.match_indices('/').any(|(i, _)| files.contains(&p[..i]))
+            })
+            .collect()
+    };
+    let mut kept = Vec::with_capacity(wanted.len());
+    for ((path, artifact), clash) in wanted.into_iter().zip(clashes) {
+        if !clash {
+            kept.push((path, artifact));
+            continue;
+        }
+        let cause = std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a parent directory of this path is another restored file",
+        );
+        outcome.failed.push(FileFailure {
+            artifact: artifact.id,
+            cause: WorkspaceError::io("create directory", dir.path().join(path.as_str()), cause),
+            path,
+        });
+    }
+    kept
+}
+
 /// Files fetched at once by [`materialize_context`] and
 /// [`restore_own_output`]: each holds a few 1 MiB chunks in flight, so a
 /// restore holds at most this many times that, and a store with tens of
@@ -278,37 +317,9 @@ pub async fn restore_own_output(
         }
         wanted.push((path, artifact));
     }
-    // A file whose parent directory is another restored file's path is
-    // left out (the parent sorts first: restored one at a time, it would
-    // have taken the name), so the files fetched at once never clash.
-    let clashes: Vec<bool> = {
-        let files: std::collections::HashSet<&str> =
-            wanted.iter().map(|(p, _)| p.as_str()).collect();
-        wanted
-            .iter()
-            .map(|(path, _)| {
-                let p = path.as_str();
-                p.match_indices('/').any(|(i, _)| files.contains(&p[..i]))
-            })
-            .collect()
-    };
-    let (clashing, wanted): (Vec<_>, Vec<_>) = wanted
-        .into_iter()
-        .zip(clashes)
-        .partition(|(_, clash)| *clash);
-    let wanted = wanted.into_iter().map(|(w, _)| w);
-    for ((path, artifact), _) in clashing {
-        let cause = std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "a parent directory of this path is another restored file",
-        );
-        outcome.failed.push(FileFailure {
-            artifact: artifact.id,
-            cause: WorkspaceError::io("create directory", dir.path().join(path.as_str()), cause),
-            path,
-        });
-    }
+    let wanted = without_clashes(wanted, dir, &mut outcome);
     let jobs = wanted
+        .into_iter()
         .map(|(path, artifact)| ((), artifact, path))
         .collect();
     let fetched = fetch::to_files(jobs, blobs, dir.path(), WRITABLE_FILE_MODE).await;
