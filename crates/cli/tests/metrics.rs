@@ -92,6 +92,7 @@ fn metrics_count_a_demo_run_and_a_cancel_without_ids() {
         1.0
     );
     assert_eq!(value("korvus_cancels_total{via=\"local\"}"), 1.0);
+    assert_eq!(value("korvus_cancel_duration_seconds_count"), 1.0);
     assert_eq!(value("korvus_run_duration_seconds_count"), 2.0);
     for phase in ["prepare", "execute", "land", "settle", "cleanup"] {
         let name = format!("korvus_run_phase_duration_seconds_count{{phase=\"{phase}\"}}");

@@ -71,6 +71,7 @@ async fn poll(weak: &Weak<Inner>) -> bool {
         };
         if run.fence == fence && !run.cancel.is_cancelled() {
             info!(session_id = %session, fence, "cancel requested on another replica; cancelling the run");
+            let _ = run.cancelled_at.set(std::time::Instant::now());
             run.cancel.cancel();
             crate::metrics::cancelled(true);
         }

@@ -43,6 +43,9 @@ pub(crate) struct LiveRun {
     pub(crate) settled: watch::Sender<bool>,
     /// Woken after every append to the run's turn log (for `watch`).
     pub(crate) appended: Arc<Notify>,
+    /// When a cancel reached the run (`Manager::cancel` here, or the
+    /// poller seeing a request): the start of its cancel latency.
+    pub(crate) cancelled_at: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
 
 impl LiveRun {
@@ -105,6 +108,7 @@ impl LiveRuns {
             by_stop: Arc::new(AtomicBool::new(false)),
             settled,
             appended: Arc::new(Notify::new()),
+            cancelled_at: Arc::default(),
         };
         let mut entries = self.lock();
         if entries.contains_key(&session) {

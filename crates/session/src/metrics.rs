@@ -49,6 +49,11 @@ pub const TAKEOVERS: &str = "korvus_takeovers_total";
 /// label `via`: `local` — `Manager::cancel` here —, `request` — a cancel
 /// made on another replica, seen by the cancel poller).
 pub const CANCELS: &str = "korvus_cancels_total";
+/// From a cancel reaching a run of this process (`Manager::cancel` here,
+/// or the poller seeing a request made elsewhere) to the run's outcome
+/// written and its settle signal, in seconds (histogram): how long a
+/// cancel takes to end a run, grace and landing included.
+pub const CANCEL_SECONDS: &str = "korvus_cancel_duration_seconds";
 
 /// `depth` sessions are queued in the pool.
 pub(crate) fn queued(depth: u64) {
@@ -61,10 +66,13 @@ pub(crate) fn run_started() {
     gauge!(RUNS_ACTIVE).increment(1.0);
 }
 
-/// A run ended after `took`.
-pub(crate) fn run_ended(took: Duration) {
+/// A run ended after `took`; `cancel` after a cancel reached it.
+pub(crate) fn run_ended(took: Duration, cancel: Option<Duration>) {
     gauge!(RUNS_ACTIVE).decrement(1.0);
     histogram!(RUN_SECONDS).record(took.as_secs_f64());
+    if let Some(latency) = cancel {
+        histogram!(CANCEL_SECONDS).record(latency.as_secs_f64());
+    }
 }
 
 /// Awaits `work`, recording how long the phase took.

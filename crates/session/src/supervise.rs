@@ -157,7 +157,10 @@ async fn supervise(
         .await;
     // 3. Deregister.
     inner.live().unregister(id, &run);
-    crate::metrics::run_ended(started.elapsed());
+    crate::metrics::run_ended(
+        started.elapsed(),
+        run.cancelled_at.get().map(|at| at.elapsed()),
+    );
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
     // 5. Release the run slot (the admission loop may claim the next

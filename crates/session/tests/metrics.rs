@@ -70,6 +70,7 @@ async fn a_completed_and_a_cancelled_run_are_counted_without_ids() {
         1.0
     );
     assert_eq!(value(&format!("{}{{via=\"local\"}}", m::CANCELS)), 1.0);
+    assert_eq!(value(&format!("{}_count", m::CANCEL_SECONDS)), 1.0);
     assert_eq!(value(&format!("{}_count", m::RUN_SECONDS)), 2.0);
     for phase in ["prepare", "execute", "land", "settle", "cleanup"] {
         let count = value(&format!("{}_count{{phase=\"{phase}\"}}", m::PHASE_SECONDS));

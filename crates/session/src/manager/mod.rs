@@ -163,6 +163,7 @@ impl Manager {
             return self.cancel_queued(row).await;
         }
         if let Some(run) = self.inner.live.get(id) {
+            let _ = run.cancelled_at.set(std::time::Instant::now());
             run.cancel.cancel();
             if run.fence == row.fence {
                 crate::metrics::cancelled(false);
