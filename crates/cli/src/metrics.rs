@@ -7,7 +7,41 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use korvus_session::Manager;
-use metrics_exporter_prometheus::PrometheusHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Buckets of every `*_seconds` histogram, in seconds: from a store
+/// write (milliseconds) to a long run (an hour).
+const BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0,
+];
+
+/// How often the recorder's histograms are drained, scraped or not.
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// Installs the process's Prometheus recorder: histograms with
+/// [`BUCKETS`] (summaries cannot be added up across replicas), drained
+/// every [`UPKEEP`] by a task of its own so an unscraped server holds no
+/// growing samples.
+pub(crate) fn install() -> Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+        .context("invalid histogram buckets")?
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(UPKEEP);
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
 
 /// The one route: reads the queue's depth (the store's, shared by every
 /// replica), then renders every series.

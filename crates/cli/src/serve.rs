@@ -105,10 +105,16 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     let addr = listener.local_addr().context("no local address")?;
     let guard = Guard::new(token.clone(), allowed_hosts(addr, &args.allow_hosts))
         .context("invalid --token / KORVUS_TOKEN")?;
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    let metrics_listen = args.metrics_listen;
+    let prometheus = crate::metrics::install()?;
+    // Bound before anything starts, so a bad address stops nothing.
+    let metrics_listener = match args.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} for /metrics"))?,
+        ),
+        None => None,
+    };
     let backends = Backends::open(global).await?;
     let timeout = Duration::from_secs(args.timeout);
     let args_base = args.base_path.clone();
@@ -123,15 +129,22 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     let base = args_base.unwrap_or_default();
     let scrape = crate::metrics::router(manager.clone(), prometheus);
     let api = korvus_http::router(manager.clone());
-    let protected = match metrics_listen {
+    // Stopped with the API's listener (below).
+    let (metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let protected = match metrics_listener {
         None => guard.protect(api.merge(scrape)),
-        Some(at) => {
-            let listener = tokio::net::TcpListener::bind(at)
-                .await
-                .with_context(|| format!("cannot listen on {at} for /metrics"))?;
-            let bound = listener.local_addr().context("no local address")?;
-            println!("korvus serve: metrics on http://{bound}/metrics");
-            tokio::spawn(axum::serve(listener, scrape).into_future());
+        Some(listener) => {
+            if let Ok(bound) = listener.local_addr() {
+                println!("korvus serve: metrics on http://{bound}/metrics");
+            }
+            let server = axum::serve(listener, scrape).with_graceful_shutdown(async move {
+                let _ = metrics_stopped.await;
+            });
+            tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    eprintln!("korvus serve: the metrics listener failed: {e}");
+                }
+            });
             guard.protect(api)
         }
     };
@@ -186,6 +199,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         }
     }
     let _ = stop_tx.send(());
+    let _ = metrics_stop.send(());
     match tokio::time::timeout(DRAIN, &mut server).await {
         Ok(Ok(Ok(()))) => {}
         Err(_) => server.abort(),

@@ -72,8 +72,18 @@ fn metrics_count_a_demo_run_and_a_cancel_without_ids() {
     assert_eq!(status, 200);
     assert_eq!(ended(&server, &cancelled)["status"], "cancelled");
 
-    let (status, text) = server.call_raw("GET", "/metrics", None);
-    assert_eq!(status, 200, "{text}");
+    // A row is terminal before its run's clean-up and settle signal end:
+    // scrape until no run of the server is active.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let (status, text) = server.call_raw("GET", "/metrics", None);
+        assert_eq!(status, 200, "{text}");
+        if series(&text).get("korvus_runs_active") == Some(&0.0) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "runs still active:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let got = series(&text);
     let value = |s: &str| {
         got.get(s)

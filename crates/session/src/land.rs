@@ -162,12 +162,14 @@ async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> Persi
     )
     .await;
     // `stored` holds every file stored now, `report.md` included.
-    crate::metrics::persisted(
-        outcome.stored.len() as u64,
-        outcome.stored.iter().map(|f| f.size).sum(),
-        outcome.failed.len() as u64,
-        started.elapsed(),
-    );
+    if outcome.attempted {
+        crate::metrics::persisted(
+            outcome.stored.len() as u64,
+            outcome.stored.iter().map(|f| f.size).sum(),
+            outcome.failed.len() as u64,
+            started.elapsed(),
+        );
+    }
     if !outcome.attempted {
         info!(reason = ?outcome.reason, "persist phase skipped");
     } else {

@@ -60,19 +60,32 @@ pub(crate) fn queued(depth: u64) {
     gauge!(SESSIONS_QUEUED).set(depth as f64);
 }
 
-/// A run was launched.
-pub(crate) fn run_started() {
+/// A run was launched: counted, and active until the returned guard
+/// drops (whatever way the run's task ends), which records its duration.
+pub(crate) fn run_started() -> RunGauge {
     counter!(RUNS_STARTED).increment(1);
     gauge!(RUNS_ACTIVE).increment(1.0);
+    RunGauge {
+        started: Instant::now(),
+    }
 }
 
-/// A run ended after `took`; `cancel` after a cancel reached it.
-pub(crate) fn run_ended(took: Duration, cancel: Option<Duration>) {
-    gauge!(RUNS_ACTIVE).decrement(1.0);
-    histogram!(RUN_SECONDS).record(took.as_secs_f64());
-    if let Some(latency) = cancel {
-        histogram!(CANCEL_SECONDS).record(latency.as_secs_f64());
+/// A run counted in [`RUNS_ACTIVE`] until dropped.
+#[derive(Debug)]
+pub(crate) struct RunGauge {
+    started: Instant,
+}
+
+impl Drop for RunGauge {
+    fn drop(&mut self) {
+        gauge!(RUNS_ACTIVE).decrement(1.0);
+        histogram!(RUN_SECONDS).record(self.started.elapsed().as_secs_f64());
     }
+}
+
+/// A cancel that reached a run `took` to get its outcome written.
+pub(crate) fn cancel_took(took: Duration) {
+    histogram!(CANCEL_SECONDS).record(took.as_secs_f64());
 }
 
 /// Awaits `work`, recording how long the phase took.

@@ -88,9 +88,9 @@ impl Manager {
             fence = key.fence
         );
         span.follows_from(tracing::Span::current());
-        crate::metrics::run_started();
+        let gauge = crate::metrics::run_started();
         // Owned by the run group: `wait`/`stop` join it through `guard`.
-        tokio::spawn(supervise(inner, plan, log, run, (guard, slot)).instrument(span));
+        tokio::spawn(supervise(inner, plan, log, run, (guard, slot, gauge)).instrument(span));
     }
 }
 
@@ -106,9 +106,8 @@ async fn supervise(
     plan: Plan,
     log: LogHandle,
     run: LiveRun,
-    (guard, slot): (RunGuard, Slot),
+    (guard, slot, gauge): (RunGuard, Slot, crate::metrics::RunGauge),
 ) {
-    let started = std::time::Instant::now();
     let id = plan.key().session;
     let revision = plan.key();
     // In this task, not one of its own: a panic in any phase is caught
@@ -142,6 +141,11 @@ async fn supervise(
         }
         None => Settled::FencedOff,
     };
+    if settled == Settled::Written {
+        if let Some(at) = run.cancelled_at.get() {
+            crate::metrics::cancel_took(at.elapsed());
+        }
+    }
     // 2. Clean-up (docs release, scratch removal), bounded. A run whose
     // outcome is not written keeps its scratch dir: nothing says its files
     // are stored, and `reap` removes the dir once the session is settled.
@@ -157,10 +161,7 @@ async fn supervise(
         .await;
     // 3. Deregister.
     inner.live().unregister(id, &run);
-    crate::metrics::run_ended(
-        started.elapsed(),
-        run.cancelled_at.get().map(|at| at.elapsed()),
-    );
+    drop(gauge);
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
     // 5. Release the run slot (the admission loop may claim the next

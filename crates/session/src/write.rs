@@ -13,7 +13,7 @@ use korvus_runner::ExitReason;
 use korvus_store::{
     Counters, NewReport, Session, SessionId, SessionStatus, Settlement, StoreError,
 };
-use tracing::{error, info, warn};
+use tracing::{error, info, warn, Instrument as _};
 
 use crate::manager::Inner;
 use crate::run::RunKey;
@@ -250,7 +250,9 @@ where
     let per_attempt = bound / 4;
     let mut delay = Duration::from_millis(25);
     loop {
-        let task = tokio::spawn(attempt());
+        // In the caller's span (a run's `settle`, say): its store work
+        // belongs to the run's trace.
+        let task = tokio::spawn(attempt().in_current_span());
         let abort = task.abort_handle();
         let until = deadline.min(tokio::time::Instant::now() + per_attempt);
         match tokio::time::timeout_at(until, task).await {

@@ -163,10 +163,12 @@ impl Manager {
             return self.cancel_queued(row).await;
         }
         if let Some(run) = self.inner.live.get(id) {
-            let _ = run.cancelled_at.set(std::time::Instant::now());
+            if run.fence == row.fence && !run.cancel.is_cancelled() {
+                let _ = run.cancelled_at.set(std::time::Instant::now());
+                crate::metrics::cancelled(false);
+            }
             run.cancel.cancel();
             if run.fence == row.fence {
-                crate::metrics::cancelled(false);
                 return Ok(row);
             }
             // A stale local run (the session was taken over or continued
