@@ -14,8 +14,8 @@ use async_trait::async_trait;
 
 use crate::jsonl_buffer::{drain_shared, write_behind, Buffers, Shared, WriteSide};
 use crate::jsonl_file::{
-    blocking, claim_epoch_file, cut_torn_tail, io_err, lock_writer, read_epoch_file, read_header,
-    revision_of, serialise, BACKEND,
+    blocking, claim_epoch_file, cut_torn_tail, delete_files, io_err, lock_writer, read_epoch_file,
+    read_header, revision_of, serialise, BACKEND,
 };
 use crate::jsonl_index::{Indexes, LineIndex};
 use crate::{
@@ -455,6 +455,13 @@ impl TurnLog for JsonlLog {
             })
         })
         .await
+    }
+
+    async fn delete(&self, id: LogId) -> Result<()> {
+        // In this service, then (the file lock) in any other.
+        let _claim = self.writers.claim(id)?;
+        let (path, epoch_path, dir) = (self.path(id), self.epoch_path(id), self.dir.clone());
+        blocking(move || delete_files(id, &path, &epoch_path, &dir)).await
     }
 
     async fn list(&self) -> Result<Vec<LogId>> {

@@ -1,10 +1,12 @@
 //! The file side of [`JsonlLog`](crate::JsonlLog): the header line,
 //! serialising events to lines, writing them with a count of what was
-//! written, and cutting a torn final line off before a writer continues.
+//! written, cutting a torn final line off before a writer continues, and
+//! removing a log's files.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use crate::{Event, LogError, LogHeader, LogId, Result, Revision};
 
@@ -159,4 +161,26 @@ pub(crate) fn read_epoch_file(id: LogId, path: &std::path::Path) -> Result<u64> 
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(io_err(id, e)),
     }
+}
+
+/// Removes a log's file and its epoch file, under the writer's lock (a
+/// writer in another process makes it [`LogError::AlreadyOwned`]), then
+/// makes the removal durable. A missing file is `Ok`.
+pub(crate) fn delete_files(id: LogId, path: &Path, epoch_path: &Path, dir: &Path) -> Result<()> {
+    let file = match OpenOptions::new().read(true).append(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(LogError::backend(BACKEND, e)),
+    };
+    lock_writer(id, &file)?;
+    for p in [path, epoch_path] {
+        match std::fs::remove_file(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::backend(BACKEND, e)),
+        }
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LogError::backend(BACKEND, e))
 }

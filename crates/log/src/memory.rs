@@ -195,6 +195,16 @@ impl TurnLog for MemoryLog {
             .collect())
     }
 
+    async fn delete(&self, id: LogId) -> Result<()> {
+        // Held while the log goes: no writer can open it meanwhile.
+        let _claim = self.writers.claim(id)?;
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        Ok(())
+    }
+
     async fn flush(&self) -> std::result::Result<(), FlushError> {
         self.writers.flush_all().await
     }

@@ -102,6 +102,18 @@ pub trait TurnLog: Send + Sync + Debug + 'static {
     /// `Backend` on I/O failure.
     async fn list(&self) -> Result<Vec<LogId>>;
 
+    /// Removes a log and every event of it, for good (retention). A log
+    /// that does not exist is `Ok`, so a delete cut short can be made
+    /// again. Handles already open for reading may go on reading what
+    /// they had or fail; a later `open` is `NotFound`.
+    ///
+    /// # Errors
+    /// [`LogError::AlreadyOwned`] while a writer holds the log (in this
+    /// service, or — where the backend can tell, as `JsonlLog`'s file lock
+    /// does — in another process): nothing is removed. `Backend` on I/O
+    /// failure.
+    async fn delete(&self, id: LogId) -> Result<()>;
+
     /// Flushes every active write handle. A failure of one log does not stop
     /// the sweep: every failing log is reported in the error.
     ///

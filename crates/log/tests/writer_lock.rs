@@ -1,7 +1,8 @@
 //! One writer per JSONL log across services and processes: the writer's
 //! `flock` makes a second write open — from another `JsonlLog` service on
 //! the same directory, in this process or another — `AlreadyOwned`, until
-//! the first writer closes, is dropped, or its process dies.
+//! the first writer closes, is dropped, or its process dies. A `delete`
+//! from the other service is refused the same way.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -39,6 +40,12 @@ async fn a_second_service_on_the_directory_cannot_open_a_log_for_write() {
             "the append never showed up"
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(r.read(0, None).await.unwrap().len(), 6);
+    // Nor can it delete the log the first one writes (its file lock).
+    match b.delete(id).await {
+        Err(LogError::AlreadyOwned { id: got }) => assert_eq!(got, id),
+        other => panic!("expected AlreadyOwned, got {other:?}"),
     }
     assert_eq!(r.read(0, None).await.unwrap().len(), 6);
     w.close().await.unwrap();

@@ -337,6 +337,9 @@ impl korvus_log::TurnLog for BrokenLog {
             claim,
         ))
     }
+    async fn delete(&self, id: korvus_log::LogId) -> korvus_log::Result<()> {
+        self.inner.delete(id).await
+    }
     async fn stat(&self, id: korvus_log::LogId) -> korvus_log::Result<korvus_log::LogStat> {
         self.inner.stat(id).await
     }

@@ -144,6 +144,16 @@ SELECT id
 FROM turn_logs
 ORDER BY id;
 
+-- DELETE_LOG_EVENTS (shared)
+DELETE
+FROM turn_events
+WHERE log_id = $1;
+
+-- DELETE_LOG (shared)
+DELETE
+FROM turn_logs
+WHERE id = $1;
+
 -- READ_EVENTS (shared)
 SELECT seq, body
 FROM turn_events

@@ -230,6 +230,13 @@ statements! {
     /// `TurnLog::list`.
     LIST_LOGS = "SELECT id FROM turn_logs ORDER BY id";
 
+    /// `TurnLog::delete`, first statement: a log's events. Binds `$1` id.
+    DELETE_LOG_EVENTS = "DELETE FROM turn_events WHERE log_id = $1";
+
+    /// `TurnLog::delete`, second statement (same transaction): the log's
+    /// row. Binds `$1` id.
+    DELETE_LOG = "DELETE FROM turn_logs WHERE id = $1";
+
     /// `LogIo::read`. Binds `$1` log, `$2` first seq, `$3` limit.
     READ_EVENTS = "SELECT seq, body FROM turn_events WHERE log_id = $1 AND seq >= $2 \
         ORDER BY seq LIMIT $3";

@@ -10,8 +10,12 @@ use serde_json::json;
 
 use crate::faults::FailingLog;
 
+mod delete;
 mod epoch;
 
+pub use self::delete::{
+    delete_of_a_log_held_by_a_writer_is_refused, delete_removes_a_log_whole_and_again_is_ok,
+};
 pub use self::epoch::{
     an_older_writer_epoch_is_refused_and_events_record_theirs,
     an_unclaimed_writer_is_refused_after_a_claim,

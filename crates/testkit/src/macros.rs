@@ -89,6 +89,8 @@ macro_rules! __with_cases {
             a_reopened_writer_appends_after_the_stored_events,
             an_older_writer_epoch_is_refused_and_events_record_theirs,
             an_unclaimed_writer_is_refused_after_a_claim,
+            delete_removes_a_log_whole_and_again_is_ok,
+            delete_of_a_log_held_by_a_writer_is_refused,
         ]);
     };
     (blob, [$($cb:tt)+], ($($args:tt)*)) => {
