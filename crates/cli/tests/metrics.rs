@@ -92,7 +92,7 @@ fn metrics_count_a_demo_run_and_a_cancel_without_ids() {
     };
     assert_eq!(value("korvus_runs_started_total"), 2.0);
     assert_eq!(value("korvus_runs_active"), 0.0);
-    assert_eq!(value("korvus_sessions_queued"), 0.0);
+    assert_eq!(value("korvus_sessions_queued{pool=\"default\"}"), 0.0);
     assert_eq!(
         value("korvus_sessions_settled_total{exit_reason=\"completed\"}"),
         1.0
@@ -152,7 +152,10 @@ fn metrics_listen_serves_them_on_their_own_address_without_the_token() {
     std::thread::spawn(move || for _ in lines {});
     let (status, text) = get(metrics.as_deref().unwrap(), "/metrics");
     assert_eq!(status, 200, "{text}");
-    assert!(text.contains("korvus_sessions_queued 0"), "{text}");
+    assert!(
+        text.contains("korvus_sessions_queued{pool=\"default\"} 0"),
+        "{text}"
+    );
     let server = Server {
         child,
         base: format!("http://{}", api.unwrap()),

@@ -119,7 +119,7 @@ impl Hub {
                 tx: tx.clone(),
             },
         );
-        metrics::gauge!(SSE_FOLLOWERS).set(inner.followers.len() as f64);
+        metrics::gauge!(SSE_FOLLOWERS).increment(1.0);
         drop(inner);
         tokio::spawn(follow(
             self.clone(),
@@ -141,7 +141,7 @@ impl Hub {
         let idle = current.is_some_and(|f| f.tx.receiver_count() == 0);
         if ours && (idle || !only_if_idle) {
             inner.followers.remove(&id);
-            metrics::gauge!(SSE_FOLLOWERS).set(inner.followers.len() as f64);
+            metrics::gauge!(SSE_FOLLOWERS).decrement(1.0);
             return true;
         }
         !ours

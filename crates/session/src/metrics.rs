@@ -11,8 +11,9 @@ use metrics::{counter, gauge, histogram};
 
 /// Runs of this process now (gauge).
 pub const RUNS_ACTIVE: &str = "korvus_runs_active";
-/// Sessions queued in the manager's pool, shared by every replica
-/// (gauge; set by [`Manager::observe_queue`](crate::Manager::observe_queue)).
+/// Sessions queued in a pool, shared by every replica (gauge; label
+/// `pool`, the manager's pool — names an operator configures, so few;
+/// set by [`Manager::observe_queue`](crate::Manager::observe_queue)).
 pub const SESSIONS_QUEUED: &str = "korvus_sessions_queued";
 /// Runs launched by this process (counter).
 pub const RUNS_STARTED: &str = "korvus_runs_started_total";
@@ -55,9 +56,9 @@ pub const CANCELS: &str = "korvus_cancels_total";
 /// cancel takes to end a run, grace and landing included.
 pub const CANCEL_SECONDS: &str = "korvus_cancel_duration_seconds";
 
-/// `depth` sessions are queued in the pool.
-pub(crate) fn queued(depth: u64) {
-    gauge!(SESSIONS_QUEUED).set(depth as f64);
+/// `depth` sessions are queued in `pool`.
+pub(crate) fn queued(pool: &str, depth: u64) {
+    gauge!(SESSIONS_QUEUED, "pool" => pool.to_owned()).set(depth as f64);
 }
 
 /// A run was launched: counted, and active until the returned guard

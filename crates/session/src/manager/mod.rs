@@ -88,7 +88,7 @@ impl Manager {
             .queue_depth(pool, None, korvus_store::IncidentId::new())
             .await?
             .pool;
-        crate::metrics::queued(depth);
+        crate::metrics::queued(pool, depth);
         Ok(depth)
     }
 
