@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+
+use crate::s3stub::read_request;
 
 /// Keys per session directory of the synthetic listing.
 pub(crate) const KEYS_PER_SESSION: u64 = 1_000;
@@ -68,7 +70,8 @@ pub(crate) fn key_at(index: u64) -> String {
 
 async fn serve(stream: TcpStream, keys: u64, latency: Duration, counts: Arc<Counts>) {
     let mut stream = BufReader::new(stream);
-    while let Some((target, body)) = read_request(&mut stream).await {
+    while let Some((target, body)) = read_request(&mut stream, true).await {
+        let body = String::from_utf8_lossy(&body);
         tokio::time::sleep(latency).await;
         let answer = if target.contains("list-type=2") {
             counts.lists.fetch_add(1, Ordering::Relaxed);
@@ -166,54 +169,4 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Reads one request: its target and its body (`Content-Length` or
-/// chunked); `None` when the connection ends.
-async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<(String, String)> {
-    let mut line = String::new();
-    if stream.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let target = line.split_whitespace().nth(1)?.to_owned();
-    let (mut length, mut chunked) = (0usize, false);
-    loop {
-        let mut h = String::new();
-        if stream.read_line(&mut h).await.ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end().to_ascii_lowercase();
-        if h.is_empty() {
-            break;
-        }
-        if let Some(v) = h.strip_prefix("content-length:") {
-            length = v.trim().parse().ok()?;
-        }
-        if h.starts_with("transfer-encoding:") && h.contains("chunked") {
-            chunked = true;
-        }
-    }
-    let mut body = Vec::new();
-    if !chunked {
-        body.resize(length, 0);
-        stream.read_exact(&mut body).await.ok()?;
-        return Some((target, String::from_utf8_lossy(&body).into_owned()));
-    }
-    loop {
-        let mut size = String::new();
-        stream.read_line(&mut size).await.ok()?;
-        let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
-        if size == 0 {
-            loop {
-                let mut t = String::new();
-                if stream.read_line(&mut t).await.ok()? == 0 || t.trim_end().is_empty() {
-                    return Some((target, String::from_utf8_lossy(&body).into_owned()));
-                }
-            }
-        }
-        let start = body.len();
-        body.resize(start + size + 2, 0);
-        stream.read_exact(&mut body[start..]).await.ok()?;
-        body.truncate(start + size);
-    }
 }

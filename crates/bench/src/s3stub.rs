@@ -52,7 +52,7 @@ impl Drop for LatencyStub {
 /// after `latency`.
 async fn serve(stream: TcpStream, latency: Duration) {
     let mut stream = BufReader::new(stream);
-    while let Some(()) = read_request(&mut stream).await {
+    while read_request(&mut stream, false).await.is_some() {
         tokio::time::sleep(latency).await;
         let head = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: \"stub\"\r\n\
                     x-amz-request-id: stub\r\n\r\n";
@@ -62,13 +62,18 @@ async fn serve(stream: TcpStream, latency: Duration) {
     }
 }
 
-/// Reads one request (headers and body, `Content-Length` or chunked);
-/// `None` when the connection ends.
-async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<()> {
+/// Reads one request: its target, and its body (`Content-Length` or
+/// chunked) when `keep` — else the body is read and dropped, holding
+/// nothing; `None` when the connection ends.
+pub(crate) async fn read_request(
+    stream: &mut BufReader<TcpStream>,
+    keep: bool,
+) -> Option<(String, Vec<u8>)> {
     let mut line = String::new();
     if stream.read_line(&mut line).await.ok()? == 0 {
         return None;
     }
+    let target = line.split_whitespace().nth(1)?.to_owned();
     let (mut length, mut chunked) = (0usize, false);
     loop {
         let mut h = String::new();
@@ -86,8 +91,11 @@ async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<()> {
             chunked = true;
         }
     }
+    let mut body = Vec::new();
+    let mut kept = keep.then_some(&mut body);
     if !chunked {
-        return skip(stream, length).await;
+        take(stream, length, kept.as_deref_mut()).await?;
+        return Some((target, body));
     }
     loop {
         let mut size = String::new();
@@ -98,18 +106,27 @@ async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<()> {
             loop {
                 let mut t = String::new();
                 if stream.read_line(&mut t).await.ok()? == 0 || t.trim_end().is_empty() {
-                    return Some(());
+                    return Some((target, body));
                 }
             }
         }
-        skip(stream, size + 2).await?;
+        take(stream, size, kept.as_deref_mut()).await?;
+        take(stream, 2, None).await?;
     }
 }
 
-/// Reads and drops `n` bytes.
-async fn skip(stream: &mut BufReader<TcpStream>, n: usize) -> Option<()> {
-    let copied = tokio::io::copy(&mut (&mut *stream).take(n as u64), &mut tokio::io::sink())
-        .await
-        .ok()?;
+/// Reads `n` bytes, appending them to `into` or dropping them.
+async fn take(
+    stream: &mut BufReader<TcpStream>,
+    n: usize,
+    into: Option<&mut Vec<u8>>,
+) -> Option<()> {
+    let mut limited = (&mut *stream).take(n as u64);
+    let copied = match into {
+        Some(buf) => limited.read_to_end(buf).await.ok()? as u64,
+        None => tokio::io::copy(&mut limited, &mut tokio::io::sink())
+            .await
+            .ok()?,
+    };
     (copied == n as u64).then_some(())
 }

@@ -10,15 +10,16 @@ use serde_json::json;
 
 use crate::faults::FailingLog;
 
-mod delete;
 mod epoch;
+mod service;
 
-pub use self::delete::{
-    delete_of_a_log_held_by_a_writer_is_refused, delete_removes_a_log_whole_and_again_is_ok,
-};
 pub use self::epoch::{
     an_older_writer_epoch_is_refused_and_events_record_theirs,
     an_unclaimed_writer_is_refused_after_a_claim,
+};
+pub use self::service::{
+    delete_of_a_log_held_by_a_writer_is_refused, delete_removes_a_log_whole_and_again_is_ok,
+    list_names_every_log, unknown_log_is_not_found,
 };
 
 crate::__with_cases!(log, [crate::__gen_run_all], (log, TurnLog,));
@@ -289,44 +290,6 @@ pub async fn stat_knows_header_without_events(logs: &dyn TurnLog) {
         assert!(b > a, "size grows with events");
     }
     w.close().await.unwrap();
-}
-
-/// Unknown ids are `NotFound` for open (both accesses) and stat.
-pub async fn unknown_log_is_not_found(logs: &dyn TurnLog) {
-    let id = fresh_id();
-    for access in [Access::Read, Access::Write] {
-        assert!(matches!(
-            logs.open(id, access).await,
-            Err(LogError::NotFound { id: got }) if got == id
-        ));
-    }
-    assert!(matches!(
-        logs.stat(id).await,
-        Err(LogError::NotFound { .. })
-    ));
-    // A failed write open leaves no claim behind.
-    let w = logs.create(header(id)).await.unwrap();
-    w.close().await.unwrap();
-}
-
-/// `list` names every created log, sorted.
-pub async fn list_names_every_log(logs: &dyn TurnLog) {
-    let ids: Vec<LogId> = (0..3).map(|_| fresh_id()).collect();
-    for id in &ids {
-        logs.create(header(*id))
-            .await
-            .unwrap()
-            .close()
-            .await
-            .unwrap();
-    }
-    let listed = logs.list().await.unwrap();
-    for id in &ids {
-        assert!(listed.contains(id));
-    }
-    let mut sorted = listed.clone();
-    sorted.sort();
-    assert_eq!(listed, sorted);
 }
 
 /// Events of every kind come back equal, through a fresh service handle.

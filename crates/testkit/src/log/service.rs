@@ -1,9 +1,48 @@
-//! `TurnLog::delete`: a log goes whole, a missing one is no error, and a
-//! log a writer holds stays.
+//! The service-level calls of the [`TurnLog`] contract: `open` and
+//! `stat` of unknown ids, `list`, and `delete` (a log goes whole, a
+//! missing one is no error, a log a writer holds stays).
 
-use korvus_log::{Access, LogError, TurnLog};
+use korvus_log::{Access, LogError, LogId, TurnLog};
 
 use super::{fresh_id, header, sample_events};
+
+/// Unknown ids are `NotFound` for open (both accesses) and stat.
+pub async fn unknown_log_is_not_found(logs: &dyn TurnLog) {
+    let id = fresh_id();
+    for access in [Access::Read, Access::Write] {
+        assert!(matches!(
+            logs.open(id, access).await,
+            Err(LogError::NotFound { id: got }) if got == id
+        ));
+    }
+    assert!(matches!(
+        logs.stat(id).await,
+        Err(LogError::NotFound { .. })
+    ));
+    // A failed write open leaves no claim behind.
+    let w = logs.create(header(id)).await.unwrap();
+    w.close().await.unwrap();
+}
+
+/// `list` names every created log, sorted.
+pub async fn list_names_every_log(logs: &dyn TurnLog) {
+    let ids: Vec<LogId> = (0..3).map(|_| fresh_id()).collect();
+    for id in &ids {
+        logs.create(header(*id))
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+    }
+    let listed = logs.list().await.unwrap();
+    for id in &ids {
+        assert!(listed.contains(id));
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+}
 
 /// A deleted log is gone — `open`, `stat` and `list` no longer know it,
 /// its id can be created afresh and starts empty — and deleting it again,
