@@ -45,6 +45,21 @@ async fn measured(blobs: &dyn BlobStore) -> Result<(SweepReport, f64, f64)> {
     Ok((report, status_mib("VmHWM:")? - before, secs))
 }
 
+/// The row of one backend's sweep: its peak RSS growth against the goal.
+fn growth_row(backend: &str, keys: u64, growth: f64) -> Row {
+    Row::paired(
+        format!("22 sweep of {keys} orphan keys on {backend}: peak RSS growth"),
+        "keys",
+        "VmHWM − VmRSS before",
+        "MiB",
+        &[(keys as f64, growth)],
+        Goal::ValueAtMost {
+            max: MAX_GROWTH_MIB,
+            ratio_max: None,
+        },
+    )
+}
+
 fn check(report: &SweepReport, keys: u64) -> Result<()> {
     if report.orphan_count != keys || report.listed != keys || report.failed_count != 0 {
         bail!(
@@ -78,18 +93,7 @@ async fn fs_case(b: &Bench, keys: u64) -> Result<Row> {
     let (report, growth, secs) = measured(&blobs).await?;
     let _ = std::fs::remove_dir_all(&root);
     check(&report, keys)?;
-    Ok(Row::paired(
-        format!("22 sweep of {keys} orphan keys on FsBlobStore: peak RSS growth"),
-        "keys",
-        "VmHWM − VmRSS before",
-        "MiB",
-        &[(keys as f64, growth)],
-        Goal::ValueAtMost {
-            max: MAX_GROWTH_MIB,
-            ratio_max: None,
-        },
-    )
-    .note(format!(
+    Ok(growth_row("FsBlobStore", keys, growth).note(format!(
         "1,000 keys a session directory; the sweep walks {SWEEP_PAGE} keys a page (list_page), \
          reads each page's sessions, deletes each page's orphans in one delete_many: {} pages, \
          {} batch deletes, {secs:.1} s ({:.0} keys/s)",
@@ -119,18 +123,7 @@ async fn s3_case(keys: u64) -> Result<Row> {
     if named != keys || c.other.load(Ordering::Relaxed) != 0 {
         bail!("the stand-in was asked to delete {named} keys of {keys}");
     }
-    Ok(Row::paired(
-        format!("22 sweep of {keys} orphan keys on S3 (stand-in): peak RSS growth"),
-        "keys",
-        "VmHWM − VmRSS before",
-        "MiB",
-        &[(keys as f64, growth)],
-        Goal::ValueAtMost {
-            max: MAX_GROWTH_MIB,
-            ratio_max: None,
-        },
-    )
-    .note(format!(
+    Ok(growth_row("S3 (stand-in)", keys, growth).note(format!(
         "an in-process stand-in serving a synthetic listing (nothing stored), {} ms a request: \
          {lists} ListObjectsV2 and {deletes} DeleteObjects requests ({named} keys named), \
          {secs:.1} s",

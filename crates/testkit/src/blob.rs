@@ -29,6 +29,17 @@ pub(crate) fn key(prefix: &BlobKey, rest: &str) -> BlobKey {
     prefix.join(rest).expect("valid key")
 }
 
+/// The keys `list` answers under `prefix`.
+pub(crate) async fn listed_keys(store: &dyn BlobStore, prefix: &BlobKey) -> Vec<BlobKey> {
+    store
+        .list(Some(prefix))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect()
+}
+
 pub(crate) async fn put(store: &dyn BlobStore, key: &BlobKey, bytes: &[u8], content_type: &str) {
     store
         .put(
@@ -107,13 +118,7 @@ pub async fn delete_then_not_found(store: &dyn BlobStore) {
         store.head(&k).await,
         Err(BlobError::NotFound { .. })
     ));
-    let listed: Vec<BlobKey> = store
-        .list(Some(&p))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed: Vec<BlobKey> = listed_keys(store, &p).await;
     assert_eq!(listed, vec![kept]);
 }
 
@@ -307,13 +312,7 @@ pub async fn put_stream_failing_half_way_stores_nothing(store: &dyn BlobStore) {
         Err(BlobError::NotFound { .. })
     ));
     assert_eq!(&store.get(&kept).await.unwrap().bytes[..], b"the old bytes");
-    let listed: Vec<BlobKey> = store
-        .list(Some(&p))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed: Vec<BlobKey> = listed_keys(store, &p).await;
     assert_eq!(listed, vec![kept]);
 }
 

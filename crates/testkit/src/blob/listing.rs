@@ -4,7 +4,7 @@
 use futures::stream::{self, StreamExt};
 use korvus_blob::{BlobError, BlobKey, BlobStore};
 
-use super::{fresh_prefix, key, put};
+use super::{fresh_prefix, key, listed_keys, put};
 
 /// `list(a/b)` lists `a/b` and `a/b/…`, never `a/bc` or `a/b-c`.
 pub async fn list_matches_whole_segments(store: &dyn BlobStore) {
@@ -45,13 +45,7 @@ pub async fn list_of_a_thousand_keys_is_complete_and_sorted(store: &dyn BlobStor
             put(store, k, k.as_str().as_bytes(), "text/plain").await;
         })
         .await;
-    let listed: Vec<BlobKey> = store
-        .list(Some(&p))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed: Vec<BlobKey> = listed_keys(store, &p).await;
     let mut expected = keys.clone();
     expected.sort();
     assert_eq!(listed.len(), 1000);
@@ -99,13 +93,7 @@ pub async fn list_page_walks_what_list_lists(store: &dyn BlobStore) {
             async move { put(store, &k, rest.as_bytes(), "text/plain").await }
         })
         .await;
-    let listed: Vec<BlobKey> = store
-        .list(Some(&p))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed: Vec<BlobKey> = listed_keys(store, &p).await;
     assert_eq!(listed.len(), rests.len());
     for limit in [1, 2, 7, 1000] {
         assert_eq!(
