@@ -130,6 +130,37 @@ WHERE incident_id = $1 AND id > $2
 ORDER BY id
 LIMIT $3;
 
+-- GUARD_DELETION (shared)
+UPDATE sessions
+SET fence = fence
+WHERE id = $1 AND fence = $2 AND status IN ('completed', 'failed', 'cancelled');
+
+-- INHERITED_ARTIFACT (shared)
+SELECT 1
+FROM artifacts a JOIN session_context_refs r ON r.incident_id = a.incident_id AND r.artifact_id = a.id
+WHERE a.session_id = $1 AND r.session_id <> $1
+LIMIT 1;
+
+-- DELETE_SESSION_REFS (shared)
+DELETE
+FROM session_context_refs
+WHERE session_id = $1;
+
+-- DELETE_SESSION_REPORTS (shared)
+DELETE
+FROM reports
+WHERE session_id = $1;
+
+-- DELETE_SESSION_ARTIFACTS (shared)
+DELETE
+FROM artifacts
+WHERE session_id = $1;
+
+-- DELETE_SESSION (shared)
+DELETE
+FROM sessions
+WHERE id = $1;
+
 -- INSERT_LOG (shared)
 INSERT INTO turn_logs (id, header, size_bytes)
 VALUES ($1, $2, $3);

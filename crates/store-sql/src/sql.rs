@@ -219,6 +219,32 @@ statements! {
         " FROM artifacts WHERE incident_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
 
+    // Retention (`delete_session`, one transaction, in this order).
+
+    /// Takes the row's lock while it is terminal at the fence (so a
+    /// racing reopen waits, then finds no row); 0 rows: refused. Binds
+    /// `$1` session, `$2` fence.
+    GUARD_DELETION = "UPDATE sessions SET fence = fence WHERE id = $1 AND fence = $2 \
+        AND status IN ('completed', 'failed', 'cancelled')";
+
+    /// Whether another session inherited one of this session's artifacts
+    /// as context. Binds `$1` session.
+    INHERITED_ARTIFACT = "SELECT 1 FROM artifacts a JOIN session_context_refs r \
+        ON r.incident_id = a.incident_id AND r.artifact_id = a.id \
+        WHERE a.session_id = $1 AND r.session_id <> $1 LIMIT 1";
+
+    /// A session's context refs. Binds `$1` session.
+    DELETE_SESSION_REFS = "DELETE FROM session_context_refs WHERE session_id = $1";
+
+    /// A session's reports. Binds `$1` session.
+    DELETE_SESSION_REPORTS = "DELETE FROM reports WHERE session_id = $1";
+
+    /// A session's artifact rows. Binds `$1` session.
+    DELETE_SESSION_ARTIFACTS = "DELETE FROM artifacts WHERE session_id = $1";
+
+    /// The session row, last. Binds `$1` session.
+    DELETE_SESSION = "DELETE FROM sessions WHERE id = $1";
+
     // Turn logs.
 
     /// `TurnLog::create`. Binds `$1` id, `$2` header, `$3` size in bytes.

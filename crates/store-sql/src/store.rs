@@ -77,6 +77,50 @@ macro_rules! sql_store {
                         .into_model(Self::BACKEND)
                 }
 
+                /// `delete_session` in one transaction: the guard, the
+                /// inheritance check, then the rows children first.
+                async fn delete_session_rows(&self, id: SessionId, fence: u64) -> Result<()> {
+                    let mut tx = self.pool.begin().await.map_err(backend(Self::BACKEND))?;
+                    let guarded = sqlx::query(sql::GUARD_DELETION)
+                        .bind(id.as_uuid())
+                        .bind(rows::to_i64(fence))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    if guarded.rows_affected() == 0 {
+                        drop(tx);
+                        let row = self.session_row(id).await?;
+                        return Err(row
+                            .deletion_refusal(fence)
+                            .unwrap_or(StoreError::NotFinished { session: id }));
+                    }
+                    let inherited: Option<i32> = sqlx::query_scalar(sql::INHERITED_ARTIFACT)
+                        .bind(id.as_uuid())
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend(Self::BACKEND))?;
+                    if inherited.is_some() {
+                        return Err(StoreError::Constraint {
+                            name: constraint::CONTEXT_REFS_ARTIFACT_FK.to_owned(),
+                        });
+                    }
+                    for statement in [
+                        sql::DELETE_SESSION_REFS,
+                        sql::DELETE_SESSION_REPORTS,
+                        sql::DELETE_SESSION_ARTIFACTS,
+                        sql::DELETE_SESSION,
+                    ] {
+                        sqlx::query(statement)
+                            .bind(id.as_uuid())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(|e| {
+                                Self::op(Entity::Session, Some(constraint::CONTEXT_REFS_ARTIFACT_FK)).err(e)
+                            })?;
+                    }
+                    tx.commit().await.map_err(backend(Self::BACKEND))
+                }
+
             }
 
             #[async_trait::async_trait]
@@ -280,6 +324,10 @@ macro_rules! sql_store {
 
                 async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
                     self.transition(id, Transition::CancelIdle, None).await
+                }
+
+                async fn delete_session(&self, id: SessionId, fence: u64) -> Result<()> {
+                    self.delete_session_rows(id, fence).await
                 }
 
                 async fn create_report(&self, new: NewReport) -> Result<Report> {

@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: the whole [`Store`] contract in process memory.
 
+mod delete;
 mod lease;
 mod pages;
 
@@ -363,6 +364,10 @@ impl Store for MemoryStore {
             session.exit_reason = Some(exit_reason::CANCELLED.to_owned());
             session.ended_at = Some(Utc::now());
         })
+    }
+
+    async fn delete_session(&self, id: SessionId, fence: u64) -> Result<()> {
+        self.delete_session_rows(id, fence)
     }
 
     async fn create_report(&self, new: NewReport) -> Result<Report> {

@@ -360,6 +360,25 @@ impl Session {
         }
     }
 
+    /// Why [`Store::delete_session`](crate::Store::delete_session) at
+    /// `fence` must leave this row: [`Fenced`](crate::StoreError::Fenced)
+    /// when the row moved past `fence`,
+    /// [`NotFinished`](crate::StoreError::NotFinished) when it is not
+    /// terminal; `None` when it may go (as far as the row itself says).
+    pub fn deletion_refusal(&self, fence: u64) -> Option<crate::StoreError> {
+        if self.fence != fence {
+            Some(crate::StoreError::Fenced {
+                session: self.id,
+                presented: fence,
+                current: self.fence,
+            })
+        } else if !self.status.is_terminal() {
+            Some(crate::StoreError::NotFinished { session: self.id })
+        } else {
+            None
+        }
+    }
+
     /// Whether this row already holds exactly what `settlement` writes
     /// (status, exit reason, counters, at its fence): a retried settlement
     /// whose first attempt committed finds this, and the store answers it

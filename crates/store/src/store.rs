@@ -170,6 +170,28 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// session.
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session>;
 
+    /// Deletes a finished session for good (retention): its context refs,
+    /// reports, artifact rows and the row itself, in one conditional step
+    /// that happens only while the row is terminal **at `fence`**. A
+    /// reopen racing the delete therefore either comes first (the fence
+    /// moved: nothing is deleted) or finds no session (`NotFound`), never
+    /// half a session. The incident's `seq` numbers are not reused, so a
+    /// pruned incident's sessions have gaps in `seq`.
+    ///
+    /// The turn log and the blobs are the caller's to remove, after this
+    /// (rows first: bytes no row references are what the sweeper removes).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown (e.g. already deleted) session;
+    /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the row moved
+    /// past `fence`; [`StoreError::NotFinished`](crate::StoreError::NotFinished)
+    /// when it is at `fence` but not terminal (queued, running, idle);
+    /// `Constraint`
+    /// ([`CONTEXT_REFS_ARTIFACT_FK`](crate::constraint::CONTEXT_REFS_ARTIFACT_FK))
+    /// when another session inherited one of its artifacts as context.
+    /// Nothing is deleted on any error.
+    async fn delete_session(&self, id: SessionId, fence: u64) -> Result<()>;
+
     /// Inserts a report row.
     ///
     /// Not idempotent by itself: a second `create_report` for the same

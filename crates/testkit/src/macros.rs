@@ -43,6 +43,9 @@ macro_rules! __with_cases {
             a_cursor_of_another_list_is_invalid_input,
             artifacts_are_listed_and_fetched,
             latest_session_artifacts_keep_the_newest_per_path,
+            delete_session_removes_a_finished_session_and_its_rows,
+            delete_session_refuses_unfinished_stale_and_inherited_rows,
+            a_reopen_racing_a_delete_wins_or_finds_nothing,
         ]);
     };
     (coordination, [$($cb:tt)+], ($($args:tt)*)) => {

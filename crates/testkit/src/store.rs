@@ -6,7 +6,7 @@
 //! [`coordination`](crate::coordination) suite.
 //!
 //! The cases live in one file per topic (incidents, errors, sessions,
-//! context refs, reports, artifacts, idle rows, terminal rows) and are
+//! context refs, reports, artifacts, idle rows, terminal rows, retention) and are
 //! re-exported here, so every case is `korvus_testkit::store::<case>`, the
 //! path the macros call. The fixtures the cases of both suites share stay
 //! in this file.
@@ -18,6 +18,7 @@ mod idle;
 mod incidents;
 mod pages;
 mod reports;
+mod retention;
 mod sessions;
 mod terminal;
 
@@ -47,6 +48,11 @@ pub use self::reports::{
     identical_second_report_is_a_conflict_and_keeps_the_first,
     report_detail_round_trips_and_is_bounded, report_for_another_incidents_session_is_refused,
     reports_are_unique_per_revision,
+};
+pub use self::retention::{
+    a_reopen_racing_a_delete_wins_or_finds_nothing,
+    delete_session_refuses_unfinished_stale_and_inherited_rows,
+    delete_session_removes_a_finished_session_and_its_rows,
 };
 pub use self::sessions::{
     a_stale_fence_settles_nothing, admission_round_trips_and_idempotency_keys_are_unique,

@@ -29,6 +29,7 @@ pub enum StoreOp {
     SettleSession,
     ContinueSession,
     CancelIdleSession,
+    DeleteSession,
     RequestCancel,
     CancelRequests,
     MarkStarted,
@@ -240,6 +241,10 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::CancelIdleSession).await?;
         self.inner.cancel_idle_session(id).await
+    }
+    async fn delete_session(&self, id: SessionId, fence: u64) -> Result<()> {
+        self.enter(StoreOp::DeleteSession).await?;
+        self.inner.delete_session(id, fence).await
     }
     async fn create_report(&self, new: NewReport) -> Result<Report> {
         self.enter(StoreOp::CreateReport).await?;
