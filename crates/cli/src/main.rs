@@ -26,6 +26,7 @@ mod demo;
 mod inspect;
 mod limits;
 mod metrics;
+mod prune;
 mod serve;
 mod session;
 mod sweep;
@@ -274,6 +275,10 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 86_400)]
         grace: u64,
     },
+    /// Delete finished sessions that ended before a cut-off (rows, turn
+    /// log, blobs); running, queued and waiting ones are skipped and
+    /// counted. Dry run unless --apply.
+    Prune(prune::PruneArgs),
     /// Apply pending database migrations (every command also does).
     Migrate,
     /// Serve the HTTP API and the live web view (127.0.0.1:8787 by
@@ -449,6 +454,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep { apply, grace } => {
             sweep::sweep(&global, apply, Duration::from_secs(grace)).await
         }
+        Command::Prune(args) => prune::prune(&global, args).await,
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { agent, confine } => demo::demo(&global, &confine, &agent).await,
         Command::Serve(args) => serve::serve(&global, args).await,

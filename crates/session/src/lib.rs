@@ -101,6 +101,7 @@ mod manager;
 pub mod metrics;
 mod notify_log;
 mod prepare;
+mod prune;
 mod reopen;
 mod reopener;
 mod run;
@@ -117,6 +118,10 @@ pub use crate::manager::{
     default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,
     DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
     DEFAULT_RUN_TIMEOUT,
+};
+pub use crate::prune::{
+    prune, PruneConfig, PruneError, PruneReport, PruneTargets, MAX_REPORTED_FAILURES,
+    PRUNE_CONCURRENCY,
 };
 #[cfg(feature = "mock")]
 pub use crate::reopener::MockStreamReopener;

@@ -110,6 +110,7 @@ impl Manager {
             let Reading {
                 incident,
                 log,
+                created,
                 closers,
                 next_revision,
                 inherited,
@@ -117,18 +118,24 @@ impl Manager {
             } = read_before_transition(inner, &row).await?;
 
             // Transition: one conditional statement; the loser saves nothing.
-            let session = match how {
-                Continue::Reopen => {
-                    inner
-                        .store()
-                        .continue_session(id, ContinueFrom::Terminal, Some(inner.lease()))
-                        .await?
-                }
-                Continue::Answer => {
-                    inner
-                        .store()
-                        .continue_session(id, ContinueFrom::Idle, Some(inner.lease()))
-                        .await?
+            let from = match how {
+                Continue::Reopen => ContinueFrom::Terminal,
+                Continue::Answer => ContinueFrom::Idle,
+            };
+            let transition = inner
+                .store()
+                .continue_session(id, from, Some(inner.lease()))
+                .await;
+            let session = match transition {
+                Ok(session) => session,
+                Err(e) => {
+                    if created {
+                        // Not even a log is left of a reopen that lost
+                        // (e.g. to a prune, which had deleted the log).
+                        drop(log);
+                        remove_created_log(inner, id).await;
+                    }
+                    return Err(e.into());
                 }
             };
             // A run of this session that died on this host (its process
@@ -221,6 +228,9 @@ struct Reading {
     incident: Incident,
     /// The session's log, open for write: this process's claim on it.
     log: LogHandle,
+    /// Whether this reopen created the log (there was none): a lost
+    /// transition removes it again.
+    created: bool,
     closers: Vec<Event>,
     next_revision: u32,
     inherited: Vec<(Artifact, String)>,
@@ -250,9 +260,40 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
     Ok(())
 }
 
+/// Removes the log a lost reopen created; a failure is only logged (a
+/// later prune removes a log whose session is gone).
+async fn remove_created_log(inner: &Inner, id: SessionId) {
+    if let Err(e) = inner.logs().delete(LogId::from_uuid(id.as_uuid())).await {
+        warn!(error = %e, "the log this reopen created was not removed");
+    }
+}
+
 async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {
-    let id = row.id;
     let incident = inner.store().get_incident(row.incident_id).await?;
+    let (log, created) = open_log(inner, row).await?;
+    match read_with_log(inner, row, &log, created).await {
+        Ok((closers, next_revision, inherited, own)) => Ok(Reading {
+            incident,
+            log,
+            created,
+            closers,
+            next_revision,
+            inherited,
+            own,
+        }),
+        Err(e) => {
+            if created {
+                drop(log);
+                remove_created_log(inner, row.id).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The session's log open for write, and whether this call created it.
+async fn open_log(inner: &Inner, row: &Session) -> Result<(LogHandle, bool)> {
+    let id = row.id;
     let mut created = false;
     let log = match inner
         .logs()
@@ -282,6 +323,18 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         }
         Err(e) => return Err(e.into()),
     };
+    Ok((log, created))
+}
+
+/// What a continue reads with the log open: the closers, the next report
+/// revision, the inherited and the own artifacts.
+async fn read_with_log(
+    inner: &Inner,
+    row: &Session,
+    log: &LogHandle,
+    created: bool,
+) -> Result<(Vec<Event>, u32, Vec<(Artifact, String)>, Vec<Artifact>)> {
+    let id = row.id;
     let closers = if created {
         // Nothing was logged, so no turn was left open; the note says why
         // the log starts here.
@@ -293,7 +346,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
             ),
         })]
     } else {
-        let read = crate::closers::closers_of(&log).await?;
+        let read = crate::closers::closers_of(log).await?;
         debug!(
             from = read.from,
             len = read.len,
@@ -317,12 +370,5 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
         .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
         .collect();
     let own = inner.store().latest_session_artifacts(id).await?;
-    Ok(Reading {
-        incident,
-        log,
-        closers,
-        next_revision,
-        inherited,
-        own,
-    })
+    Ok((closers, next_revision, inherited, own))
 }

@@ -15,6 +15,7 @@ mod lease;
 mod metrics;
 mod ordering;
 mod partial_failure;
+mod prune;
 mod reopen;
 mod shutdown;
 mod spans;

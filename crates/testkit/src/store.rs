@@ -90,7 +90,9 @@ pub async fn session<S: Store + ?Sized>(store: &S, incident: &Incident) -> Sessi
         .expect("create_session")
 }
 
-pub(crate) fn new_session(incident: &Incident, prompt: &str) -> NewSession {
+/// A new session of `incident` with `prompt`: no lease (queued when
+/// created through a coordinated store's manager), default admission.
+pub fn new_session(incident: &Incident, prompt: &str) -> NewSession {
     NewSession {
         admission: Default::default(),
         lease: None,
@@ -124,8 +126,9 @@ pub(crate) fn settlement(status: SessionStatus, reason: &str) -> Settlement {
     settlement_at(status, reason, 1)
 }
 
-/// A settlement presenting `fence`.
-pub(crate) fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement {
+/// A settlement presenting `fence` (counters 3 turns, 5 tool calls, 1,000
+/// input and 200 output tokens).
+pub fn settlement_at(status: SessionStatus, reason: &str, fence: u64) -> Settlement {
     Settlement {
         fence,
         status,
