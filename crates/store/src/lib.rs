@@ -74,6 +74,7 @@ mod memory;
 mod model;
 mod page;
 mod report;
+mod session_rules;
 mod store;
 pub mod validate;
 
