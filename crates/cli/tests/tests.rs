@@ -16,6 +16,7 @@ mod host;
 mod metrics;
 mod ops;
 mod papercuts;
+mod prune;
 mod queue;
 mod replicas;
 mod report;
