@@ -11,6 +11,45 @@ use korvus_store::StoreError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+/// Every `code` this crate answers with (the table on [`ApiError`]); the
+/// OpenAPI document lists them as the `Error` schema's `code` enum, and a
+/// test fails when the source uses a code missing here.
+pub const CODES: &[&str] = &[
+    "invalid_id",
+    "invalid_revision",
+    "invalid_body",
+    "invalid_last_event_id",
+    "prompt_required",
+    "message_required",
+    "invalid_context_ref",
+    "invalid_input",
+    "token_required",
+    "token_invalid",
+    "host_not_allowed",
+    "origin_not_allowed",
+    "csrf_failed",
+    "not_found",
+    "no_document",
+    "no_route",
+    "method_not_allowed",
+    "conflict",
+    "incident_closed",
+    "already_ended",
+    "not_finished",
+    "not_awaiting_user",
+    "already_live",
+    "idempotency_conflict",
+    "body_too_large",
+    "queue_full",
+    "unsupported_media_type",
+    "store_failed",
+    "log_failed",
+    "blob_failed",
+    "internal",
+    "shutting_down",
+    "store_unavailable",
+];
+
 /// A failed request: an HTTP status, a stable machine-readable `code` and a
 /// human-readable message. The message never carries a backend's error
 /// chain or a stack trace; those go to the log (`tracing`), where the

@@ -77,18 +77,19 @@ mod download;
 mod error;
 mod events;
 pub mod guard;
+pub mod openapi;
 mod pages;
 mod routes;
 mod view;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use korvus_session::Manager;
 
-pub use crate::error::ApiError;
+pub use crate::error::{ApiError, CODES as ERROR_CODES};
 pub use crate::events::{SSE_FOLLOWERS, SSE_SUBSCRIBERS};
 pub use crate::guard::Guard;
 
@@ -153,31 +154,8 @@ impl Api {
         let stats = Stats {
             hub: state.hub.clone(),
         };
-        let api = Router::new()
-            .route(
-                "/incidents",
-                post(routes::create_incident).get(routes::list_incidents),
-            )
-            .route("/incidents/{id}", get(routes::get_incident))
-            .route("/incidents/{id}/close", post(routes::close_incident))
-            .route(
-                "/incidents/{id}/sessions",
-                post(routes::create_session).get(routes::list_sessions),
-            )
-            .route("/sessions/{id}", get(routes::get_session))
-            .route("/sessions/{id}/cancel", post(routes::cancel_session))
-            .route("/sessions/{id}/reopen", post(routes::reopen_session))
-            .route("/sessions/{id}/messages", post(routes::send_message))
-            .route("/sessions/{id}/events", get(events::events))
-            .route("/sessions/{id}/reports", get(routes::list_reports))
-            .route(
-                "/sessions/{id}/reports/{revision}",
-                get(download::report_markdown),
-            )
-            .route("/sessions/{id}/artifacts", get(routes::list_artifacts))
-            .route("/sessions/{id}/log", get(download::log_export))
-            .route("/artifacts/{id}", get(routes::get_artifact))
-            .route("/artifacts/{id}/content", get(download::artifact_content))
+        let api = api_routes()
+            .router
             .fallback(no_route)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.body_limit))
@@ -191,6 +169,80 @@ impl Api {
             .layer(tower_http::trace::TraceLayer::new_for_http());
         (router, stats)
     }
+}
+
+/// The API's routes as they are added: each method and path is recorded,
+/// so the OpenAPI document can be checked against them
+/// ([`openapi::check`]).
+struct Routes {
+    router: Router<AppState>,
+    added: Vec<(Method, &'static str)>,
+}
+
+impl Routes {
+    fn new() -> Self {
+        Self {
+            router: Router::new(),
+            added: Vec::new(),
+        }
+    }
+
+    fn get<H, T>(mut self, path: &'static str, handler: H) -> Self
+    where
+        H: axum::handler::Handler<T, AppState>,
+        T: 'static,
+    {
+        self.added.push((Method::GET, path));
+        self.router = self.router.route(path, get(handler));
+        self
+    }
+
+    fn post<H, T>(mut self, path: &'static str, handler: H) -> Self
+    where
+        H: axum::handler::Handler<T, AppState>,
+        T: 'static,
+    {
+        self.added.push((Method::POST, path));
+        self.router = self.router.route(path, post(handler));
+        self
+    }
+}
+
+/// Every API route, under `/api`.
+fn api_routes() -> Routes {
+    Routes::new()
+        .post("/incidents", routes::create_incident)
+        .get("/incidents", routes::list_incidents)
+        .get("/incidents/{id}", routes::get_incident)
+        .post("/incidents/{id}/close", routes::close_incident)
+        .post("/incidents/{id}/sessions", routes::create_session)
+        .get("/incidents/{id}/sessions", routes::list_sessions)
+        .get("/sessions/{id}", routes::get_session)
+        .post("/sessions/{id}/cancel", routes::cancel_session)
+        .post("/sessions/{id}/reopen", routes::reopen_session)
+        .post("/sessions/{id}/messages", routes::send_message)
+        .get("/sessions/{id}/events", events::events)
+        .get("/sessions/{id}/reports", routes::list_reports)
+        .get(
+            "/sessions/{id}/reports/{revision}",
+            download::report_markdown,
+        )
+        .get("/sessions/{id}/artifacts", routes::list_artifacts)
+        .get("/sessions/{id}/log", download::log_export)
+        .get("/artifacts/{id}", routes::get_artifact)
+        .get("/artifacts/{id}/content", download::artifact_content)
+        .get("/openapi.json", openapi_document)
+}
+
+/// Every method and path the API answers, under `/api` (e.g. `GET
+/// /sessions/{id}`), in the order they are routed; the OpenAPI document
+/// describes exactly these.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    api_routes().added
+}
+
+async fn openapi_document() -> axum::Json<&'static serde_json::Value> {
+    axum::Json(openapi::document())
 }
 
 /// The router over `manager` with the default options ([`Api`]).

@@ -7,6 +7,7 @@ mod support;
 mod downloads;
 mod events;
 mod guard;
+mod openapi;
 mod pages;
 mod routes;
 mod view;
