@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{bail, Context, Result};
 
 mod agents;
+mod api_tools;
 mod bench;
 mod browser;
 mod postgres;

@@ -83,5 +83,8 @@ pub(crate) fn start_all() -> Result<Running> {
     running
         .services
         .push(Box::new(crate::agents::ensure(&crate::s3::target_dir())));
+    running
+        .services
+        .push(Box::new(crate::api_tools::ensure(&crate::s3::target_dir())));
     Ok(running)
 }

@@ -14,6 +14,7 @@ mod errors;
 mod examples;
 mod host;
 mod metrics;
+mod openapi;
 mod ops;
 mod papercuts;
 mod prune;

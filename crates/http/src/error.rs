@@ -252,6 +252,33 @@ fn json_rejection(rejection: &JsonRejection) -> ApiError {
     ApiError::new(status, code, rejection.body_text())
 }
 
+/// `axum::extract::Query` whose rejection is an [`ApiError`]: a query
+/// string that does not parse (a repeated or unknown parameter) is `400
+/// invalid_input`, as JSON like every other error.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_input",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
 /// Parses an id from a path segment: `400 invalid_id` when it is not one.
 pub(crate) fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, ApiError> {
     text.parse().map_err(|_| {

@@ -2,7 +2,7 @@
 //! [`Manager`](korvus_session::Manager) or its store. No lifecycle rule
 //! lives here: what may happen to a session is the manager's to decide.
 
-use axum::extract::{OriginalUri, Path, Query, State};
+use axum::extract::{OriginalUri, Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -13,7 +13,7 @@ use korvus_store::{
 };
 use serde::Deserialize;
 
-use crate::error::{parse_id, ApiError, ApiJson};
+use crate::error::{parse_id, ApiError, ApiJson, ApiQuery};
 use crate::pages::{self, PageQuery};
 use crate::AppState;
 
@@ -92,7 +92,7 @@ pub(crate) async fn create_incident(
 pub(crate) async fn list_incidents(
     State(app): State<AppState>,
     uri: OriginalUri,
-    Query(query): Query<PageQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
     let page = query.page()?;
     let paged = app.manager.store().list_incidents(page.clone()).await?;
@@ -168,7 +168,7 @@ pub(crate) async fn list_sessions(
     State(app): State<AppState>,
     Path(id): Path<String>,
     uri: OriginalUri,
-    Query(query): Query<PageQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
     let id: IncidentId = parse_id("incident", &id)?;
     let page = query.page()?;
@@ -217,7 +217,7 @@ pub(crate) async fn list_reports(
     State(app): State<AppState>,
     Path(id): Path<String>,
     uri: OriginalUri,
-    Query(query): Query<PageQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
     let page = query.page()?;
@@ -233,7 +233,7 @@ pub(crate) async fn list_artifacts(
     State(app): State<AppState>,
     Path(id): Path<String>,
     uri: OriginalUri,
-    Query(query): Query<PageQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
     let page = query.page()?;

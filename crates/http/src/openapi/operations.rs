@@ -60,7 +60,7 @@ impl Content {
             ),
             Content::Bytes => (
                 "the artifact's bytes, as an attachment with its stored content type",
-                "application/octet-stream",
+                "*/*",
                 json!({"type": "string", "format": "binary"}),
             ),
             Content::Ndjson => (
