@@ -35,7 +35,7 @@ pub(crate) async fn prune(global: &Global, args: PruneArgs) -> Result<ExitCode> 
         apply: args.apply,
     };
     let targets = PruneTargets {
-        store: &*backends.store,
+        store: backends.store.as_store(),
         logs: &*backends.logs,
         blobs: &*backends.blobs,
     };

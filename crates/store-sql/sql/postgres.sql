@@ -156,10 +156,20 @@ DELETE
 FROM artifacts
 WHERE session_id = $1;
 
+-- DELETE_SESSION_EVENTS (shared)
+DELETE
+FROM webhook_outbox
+WHERE session_id = $1;
+
 -- DELETE_SESSION (shared)
 DELETE
 FROM sessions
 WHERE id = $1;
+
+-- UNDELIVERED_EVENTS (shared)
+SELECT COUNT(*)
+FROM webhook_outbox
+WHERE delivered_ms IS NULL;
 
 -- INSERT_LOG (shared)
 INSERT INTO turn_logs (id, header, size_bytes)
@@ -350,3 +360,19 @@ VALUES ($1, $2, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
 ON CONFLICT (pool, queue_key) DO
 UPDATE
 SET last_claimed_ms = EXCLUDED.last_claimed_ms;
+
+-- CLAIM_EVENTS (built from the dialect)
+UPDATE webhook_outbox
+SET attempts = attempts + 1, claimed_by = $1, claim_until_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $2
+WHERE (session_id, revision, fence, kind) IN (SELECT s.session_id, s.revision, s.fence, s.kind FROM webhook_outbox s WHERE s.delivered_ms IS NULL AND s.due_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) AND (s.claim_until_ms IS NULL OR s.claim_until_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)) ORDER BY s.created_ms LIMIT $3 FOR UPDATE OF s SKIP LOCKED)
+RETURNING session_id, incident_id, revision, fence, kind, status, exit_reason, created_ms, attempts;
+
+-- EVENT_DELIVERED (built from the dialect)
+UPDATE webhook_outbox
+SET delivered_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT), claim_until_ms = NULL
+WHERE session_id = $1 AND revision = $2 AND fence = $3 AND kind = $4 AND delivered_ms IS NULL;
+
+-- EVENT_FAILED (built from the dialect)
+UPDATE webhook_outbox
+SET due_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $6, claimed_by = NULL, claim_until_ms = NULL, last_error = $7
+WHERE session_id = $1 AND revision = $2 AND fence = $3 AND kind = $4 AND claimed_by = $5 AND delivered_ms IS NULL;

@@ -156,10 +156,20 @@ DELETE
 FROM artifacts
 WHERE session_id = $1;
 
+-- DELETE_SESSION_EVENTS (shared)
+DELETE
+FROM webhook_outbox
+WHERE session_id = $1;
+
 -- DELETE_SESSION (shared)
 DELETE
 FROM sessions
 WHERE id = $1;
+
+-- UNDELIVERED_EVENTS (shared)
+SELECT COUNT(*)
+FROM webhook_outbox
+WHERE delivered_ms IS NULL;
 
 -- INSERT_LOG (shared)
 INSERT INTO turn_logs (id, header, size_bytes)
@@ -323,6 +333,22 @@ VALUES ($1, $2, CAST(unixepoch('subsec') * 1000 AS INTEGER))
 ON CONFLICT (pool, queue_key) DO
 UPDATE
 SET last_claimed_ms = EXCLUDED.last_claimed_ms;
+
+-- CLAIM_EVENTS (built from the dialect)
+UPDATE webhook_outbox
+SET attempts = attempts + 1, claimed_by = $1, claim_until_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $2
+WHERE (session_id, revision, fence, kind) IN (SELECT s.session_id, s.revision, s.fence, s.kind FROM webhook_outbox s WHERE s.delivered_ms IS NULL AND s.due_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER) AND (s.claim_until_ms IS NULL OR s.claim_until_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)) ORDER BY s.created_ms LIMIT $3)
+RETURNING session_id, incident_id, revision, fence, kind, status, exit_reason, created_ms, attempts;
+
+-- EVENT_DELIVERED (built from the dialect)
+UPDATE webhook_outbox
+SET delivered_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER), claim_until_ms = NULL
+WHERE session_id = $1 AND revision = $2 AND fence = $3 AND kind = $4 AND delivered_ms IS NULL;
+
+-- EVENT_FAILED (built from the dialect)
+UPDATE webhook_outbox
+SET due_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $6, claimed_by = NULL, claim_until_ms = NULL, last_error = $7
+WHERE session_id = $1 AND revision = $2 AND fence = $3 AND kind = $4 AND claimed_by = $5 AND delivered_ms IS NULL;
 
 -- insert_context_refs_sql (built per batch; shown for 2 rows)
 WITH r(artifact_id, role, ord) AS (VALUES ($2, $3, 0), ($4, $5, 1))

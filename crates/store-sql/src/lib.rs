@@ -152,6 +152,7 @@ mod lease;
 mod log;
 mod log_rows;
 mod migrate;
+mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rows;

@@ -117,6 +117,7 @@ sql_store! {
 }
 
 crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
+crate::outbox::sql_outbox!(PgStore);
 
 impl StoreDialect for PgStore {
     // In steps, in one transaction: pick a row whose key is below the cap

@@ -27,6 +27,9 @@ fn postgres_statements() -> Vec<(String, String)> {
     for (name, text) in PgStore::statements().all() {
         out.push((format!("{name} (built from the dialect)"), text.to_owned()));
     }
+    for (name, text) in PgStore::outbox_statements().all() {
+        out.push((format!("{name} (built from the dialect)"), text.to_owned()));
+    }
     out
 }
 
@@ -40,6 +43,9 @@ fn sqlite_statements() -> Vec<(String, String)> {
         <SqliteStore as StoreDialect>::INSERT_SESSION.into(),
     ));
     for (name, text) in SqliteStore::statements().all() {
+        out.push((format!("{name} (built from the dialect)"), text.to_owned()));
+    }
+    for (name, text) in SqliteStore::outbox_statements().all() {
         out.push((format!("{name} (built from the dialect)"), text.to_owned()));
     }
     let built = [

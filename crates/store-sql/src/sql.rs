@@ -242,8 +242,16 @@ statements! {
     /// A session's artifact rows. Binds `$1` session.
     DELETE_SESSION_ARTIFACTS = "DELETE FROM artifacts WHERE session_id = $1";
 
+    /// The session's webhook events. Binds `$1` session.
+    DELETE_SESSION_EVENTS = "DELETE FROM webhook_outbox WHERE session_id = $1";
+
     /// The session row, last. Binds `$1` session.
     DELETE_SESSION = "DELETE FROM sessions WHERE id = $1";
+
+    // The webhook outbox (the rest is built from the dialect: `outbox.rs`).
+
+    /// `Outbox::undelivered`.
+    UNDELIVERED_EVENTS = "SELECT COUNT(*) FROM webhook_outbox WHERE delivered_ms IS NULL";
 
     // Turn logs.
 

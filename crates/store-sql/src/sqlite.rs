@@ -160,6 +160,7 @@ sql_store! {
 }
 
 crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
+crate::outbox::sql_outbox!(SqliteStore);
 
 impl StoreDialect for SqliteStore {
     // One statement: writes run one at a time, so the busy count the pick

@@ -231,28 +231,36 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     ) -> Result<QueueDepth>;
 }
 
-/// A [`Store`] that also does [`Coordination`]: what
-/// `korvus-session`'s manager is built from, as one `Arc`.
+/// A [`Store`] that also does [`Coordination`] and keeps the webhook
+/// [`Outbox`](crate::Outbox): what `korvus-session`'s manager is built
+/// from, as one `Arc`.
 ///
-/// Implemented for every type that implements both traits, so a backend
-/// never implements it by hand. Its two methods view the same value as a
+/// Implemented for every type that implements the three traits, so a
+/// backend never implements it by hand. Its methods view the same value as a
 /// plain [`Store`] for code that needs only rows (harvest, the CLI's
 /// readers) without trait upcasting, which the minimum supported Rust
 /// version does not have.
-pub trait CoordinatedStore: Store + Coordination {
+pub trait CoordinatedStore: Store + Coordination + crate::Outbox {
     /// This store as a plain [`Store`].
     fn as_store(&self) -> &dyn Store;
 
     /// This store, shared, as a plain [`Store`].
     fn into_store(self: Arc<Self>) -> Arc<dyn Store>;
+
+    /// This store's webhook [`Outbox`](crate::Outbox), shared.
+    fn into_outbox(self: Arc<Self>) -> Arc<dyn crate::Outbox>;
 }
 
-impl<T: Store + Coordination> CoordinatedStore for T {
+impl<T: Store + Coordination + crate::Outbox> CoordinatedStore for T {
     fn as_store(&self) -> &dyn Store {
         self
     }
 
     fn into_store(self: Arc<Self>) -> Arc<dyn Store> {
+        self
+    }
+
+    fn into_outbox(self: Arc<Self>) -> Arc<dyn crate::Outbox> {
         self
     }
 }

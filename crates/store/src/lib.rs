@@ -72,6 +72,7 @@ pub mod exit_reason;
 mod lease;
 mod memory;
 mod model;
+mod outbox;
 mod page;
 mod report;
 mod session_rules;
@@ -89,6 +90,9 @@ pub use crate::model::{
     NewArtifact, NewIncident, NewSession, ParseEnumError, Session, SessionContextRef, SessionId,
     SessionKind, SessionStatus, WorkspaceRef,
 };
+#[cfg(feature = "mock")]
+pub use crate::outbox::MockOutbox;
+pub use crate::outbox::{Outbox, OutboxEvent, OutboxKey, OutboxKind};
 pub use crate::page::{walk, Cursor, Page, Paged, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use crate::report::{NewReport, Report};
 #[cfg(feature = "mock")]

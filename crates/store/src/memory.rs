@@ -2,6 +2,7 @@
 
 mod delete;
 mod lease;
+mod outbox;
 mod pages;
 
 use std::collections::{BTreeMap, HashMap};
@@ -51,6 +52,9 @@ struct Inner {
     /// number: keys take turns.
     key_turns: HashMap<(String, String), u64>,
     next_turn: u64,
+    /// The webhook outbox, by (session, revision, fence, kind).
+    outbox: BTreeMap<(SessionId, u32, u64, crate::OutboxKind), outbox::Entry>,
+    next_outbox: u64,
 }
 
 impl Inner {
@@ -94,7 +98,9 @@ impl MemoryStore {
             return Err(StoreError::NotIdle { session: id });
         }
         change(session);
-        Ok(session.clone())
+        let row = session.clone();
+        inner.outbox_note(&row, self.now());
+        Ok(row)
     }
 }
 
@@ -322,7 +328,9 @@ impl Store for MemoryStore {
             return Err(refused);
         }
         settle(session, settlement);
-        Ok(session.clone())
+        let row = session.clone();
+        inner.outbox_note(&row, self.now());
+        Ok(row)
     }
 
     async fn continue_session(

@@ -8,12 +8,13 @@
 //! macro makes one test per case.
 //!
 //! The cases live in one file per topic (cancel requests, leases and
-//! takeover, forced cancel and retried settlements, the queue) and are re-exported
+//! takeover, forced cancel and retried settlements, the queue, the webhook outbox) and are re-exported
 //! here; they share the fixtures of the [`store`](crate::store) suite.
 
 mod cancel;
 mod forced;
 mod leases;
+mod outbox;
 mod queue;
 
 use korvus_store::CoordinatedStore;
@@ -30,6 +31,7 @@ pub use self::leases::{
     a_takeover_keeps_a_pending_cancel_request, an_expired_lease_is_taken_over_exactly_once,
     settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
 };
+pub use self::outbox::the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once;
 pub use self::queue::{
     a_claim_given_back_is_queued_again_in_its_place, a_per_key_cap_holds_across_concurrent_claims,
     a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,

@@ -66,6 +66,7 @@ macro_rules! __with_cases {
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
             a_forced_cancel_racing_the_runs_settle_has_one_winner,
+            the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once,
         ]);
     };
     (log, [$($cb:tt)+], ($($args:tt)*)) => {

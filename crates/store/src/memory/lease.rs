@@ -167,7 +167,9 @@ impl MemoryStore {
         let stands = inner.report_unless_present(report);
         let session = inner.sessions.get_mut(&id).expect("checked above");
         super::settle(session, settlement);
-        Ok((session.clone(), stands))
+        let row = session.clone();
+        inner.outbox_note(&row, self.now());
+        Ok((row, stands))
     }
 
     /// `force_cancel`.
@@ -194,7 +196,9 @@ impl MemoryStore {
         session.fence = settlement.fence;
         session.cancel_requested = false;
         super::settle(session, settlement);
-        Ok((session.clone(), stands))
+        let row = session.clone();
+        inner.outbox_note(&row, self.now());
+        Ok((row, stands))
     }
 }
 

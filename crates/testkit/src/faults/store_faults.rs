@@ -1,5 +1,5 @@
 //! [`FaultStore`]: a [`Store`] (and [`Coordination`]) wrapper that records
-//! calls and injects faults.
+//! calls and injects faults; its [`Outbox`] passes every call through.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use korvus_store::{
     Artifact, ArtifactId, ContextRef, ContinueFrom, CoordinatedStore, Coordination, Incident,
-    IncidentId, Lease, NewArtifact, NewIncident, NewReport, NewSession, Page, Paged, Report,
-    Result, Session, SessionContextRef, SessionId, Settlement, Store, StoreError,
+    IncidentId, Lease, NewArtifact, NewIncident, NewReport, NewSession, Outbox, OutboxEvent,
+    OutboxKey, OwnerId, Page, Paged, Report, Result, Session, SessionContextRef, SessionId,
+    Settlement, Store, StoreError,
 };
 
 /// One [`Store`] or [`Coordination`] method, for choosing faults and
@@ -285,6 +286,33 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
     ) -> Result<Paged<Artifact>> {
         self.enter(StoreOp::ListIncidentArtifacts).await?;
         self.inner.list_incident_artifacts(incident, page).await
+    }
+}
+
+#[async_trait]
+impl<S: CoordinatedStore + ?Sized> Outbox for FaultStore<S> {
+    async fn claim_events(
+        &self,
+        claimer: OwnerId,
+        limit: u32,
+        ttl: std::time::Duration,
+    ) -> Result<Vec<OutboxEvent>> {
+        self.inner.claim_events(claimer, limit, ttl).await
+    }
+    async fn mark_delivered(&self, key: OutboxKey) -> Result<()> {
+        self.inner.mark_delivered(key).await
+    }
+    async fn mark_failed(
+        &self,
+        key: OutboxKey,
+        claimer: OwnerId,
+        retry_in: std::time::Duration,
+        error: &str,
+    ) -> Result<()> {
+        self.inner.mark_failed(key, claimer, retry_in, error).await
+    }
+    async fn undelivered(&self) -> Result<u64> {
+        self.inner.undelivered().await
     }
 }
 
