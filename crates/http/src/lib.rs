@@ -81,6 +81,7 @@ pub mod openapi;
 mod pages;
 mod routes;
 mod view;
+pub mod webhook;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, StatusCode};

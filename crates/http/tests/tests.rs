@@ -11,3 +11,4 @@ mod openapi;
 mod pages;
 mod routes;
 mod view;
+mod webhook;
