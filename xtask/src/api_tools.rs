@@ -1,6 +1,7 @@
-//! The tools we did not write that check the OpenAPI document of `korvus
-//! serve`: `openapi-python-client` (generates the client the API tests
-//! drive) and `schemathesis` (a property-based API tester), installed from
+//! The tools we did not write that check `korvus serve`'s API:
+//! `openapi-python-client` (generates the client the API tests drive),
+//! `schemathesis` (a property-based API tester) and `standardwebhooks`
+//! (verifies the signatures of its webhooks), installed from
 //! PyPI at pinned versions into a virtualenv under the target dir (once
 //! per version).
 //!
@@ -19,6 +20,7 @@ use crate::services::Service;
 pub(crate) const PACKAGES: &[(&str, &str)] = &[
     ("openapi-python-client", "0.29.1"),
     ("schemathesis", "4.32.5"),
+    ("standardwebhooks", "1.1.0"),
 ];
 
 /// The tools, or why there are none.
@@ -47,7 +49,7 @@ pub(crate) fn ensure(target: &Path) -> ApiTools {
         Err(why) => {
             eprintln!(
                 "\nxtask: ************************************************************\n\
-                 xtask: the OpenAPI tool tests cannot run: {why}\n\
+                 xtask: the OpenAPI and webhook tool tests cannot run: {why}\n\
                  xtask: ************************************************************\n"
             );
             vec![("KORVUS_API_TOOLS_UNAVAILABLE".to_owned(), why)]

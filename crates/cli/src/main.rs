@@ -30,6 +30,7 @@ mod prune;
 mod serve;
 mod session;
 mod sweep;
+mod webhook;
 
 /// Exit code of a session that failed.
 const EXIT_FAILED: u8 = 3;

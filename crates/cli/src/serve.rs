@@ -18,6 +18,7 @@ use crate::compose::{shown, Backends};
 use crate::confine::ConfineArgs;
 use crate::inspect::{demo_dir, pin};
 use crate::session::{AgentArgs, Signals};
+use crate::webhook::Webhook;
 use crate::Global;
 
 /// How long open connections (event streams, downloads) get to finish
@@ -86,6 +87,24 @@ pub(crate) struct ServeArgs {
     /// internal network; anything but loopback makes the numbers public.
     #[arg(long = "metrics-listen", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// POST a signed event (Standard Webhooks) to this URL whenever a
+    /// session ends or waits for the user; retried until it answers 2xx.
+    #[arg(long, value_name = "URL")]
+    webhook: Option<String>,
+    /// The webhooks' signing secret, `whsec_<base64>`. Prefer the
+    /// environment variable: a command line is visible to every process.
+    #[arg(
+        long = "webhook-secret",
+        env = "KORVUS_WEBHOOK_SECRET",
+        hide_env_values = true,
+        value_name = "whsec_…"
+    )]
+    webhook_secret: Option<String>,
+    /// Seconds one webhook attempt may take; a deliverer's claim on an
+    /// event lasts three times as long, after which another replica may
+    /// send it.
+    #[arg(long = "webhook-timeout", value_name = "SECONDS", default_value_t = 10)]
+    webhook_timeout: u64,
     #[command(flatten)]
     confine: ConfineArgs,
 }
@@ -115,7 +134,19 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         ),
         None => None,
     };
+    let webhook = Webhook::parse(
+        args.webhook.as_deref(),
+        args.webhook_secret.as_deref(),
+        Duration::from_secs(args.webhook_timeout.max(1)),
+    )?;
     let backends = Backends::open(global).await?;
+    let webhooks = match webhook.map(|w| w.start(&backends)).transpose() {
+        Ok(w) => w,
+        Err(e) => {
+            backends.close().await;
+            return Err(e);
+        }
+    };
     let timeout = Duration::from_secs(args.timeout);
     let args_base = args.base_path.clone();
     let runner = match runner(&backends, args).await {
@@ -197,6 +228,9 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             server.abort();
             return Ok(ExitCode::FAILURE);
         }
+    }
+    if let Some(webhooks) = webhooks {
+        webhooks.stop(DRAIN).await;
     }
     let _ = stop_tx.send(());
     let _ = metrics_stop.send(());

@@ -25,3 +25,4 @@ mod sandbox;
 mod serve;
 mod services;
 mod sigint;
+mod webhooks;
