@@ -142,3 +142,51 @@ async fn every_event_arrives_signed_and_a_refused_one_is_retried_with_its_id() {
         assert_eq!(body["data"]["incident_id"], inc.id.to_string());
     }
 }
+
+/// Against a mocked outbox: a refused attempt is given back by its
+/// claimer with the backoff of its attempt count, and never marked
+/// delivered.
+#[tokio::test]
+async fn a_refused_attempt_is_given_back_with_the_backoff_of_its_attempts() {
+    use korvus_store::{MockOutbox, OutboxEvent, OutboxKey, OutboxKind};
+    let (url, received) = receiver(usize::MAX).await;
+    let key = OutboxKey {
+        session_id: SessionId::new(),
+        revision: 2,
+        fence: 3,
+        kind: OutboxKind::Ended,
+    };
+    let event = OutboxEvent {
+        key,
+        incident_id: korvus_store::IncidentId::new(),
+        status: SessionStatus::Failed,
+        exit_reason: Some("agent_error".into()),
+        occurred_at: chrono::Utc::now(),
+        attempts: 3,
+    };
+    let mut outbox = MockOutbox::new();
+    outbox
+        .expect_claim_events()
+        .times(1)
+        .returning(move |_, limit, ttl| {
+            assert_eq!((limit, ttl), (32, Duration::from_secs(30)));
+            Ok(vec![event.clone()])
+        });
+    outbox
+        .expect_mark_failed()
+        .withf(move |k, _, retry_in, error| {
+            *k == key && *retry_in == Duration::from_millis(40) && error.contains("503")
+        })
+        .times(1)
+        .returning(|_, _, _, _| Ok(()));
+    outbox.expect_mark_delivered().never();
+    let mut config = WebhookConfig::new(url, WebhookSecret::parse(SECRET).unwrap());
+    config.backoff = Duration::from_millis(10);
+    let deliverer = Deliverer::new(Arc::new(outbox), config).unwrap();
+    assert_eq!(deliverer.deliver_due().await.unwrap(), 1);
+    let got = received.lock().unwrap().clone();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        vec![&format!("{}.2.3.ended", key.session_id)]
+    );
+}
