@@ -36,6 +36,13 @@ async fn claim_mine(
     }
 }
 
+/// Who holds a claimed event.
+struct OutboxClaim {
+    holder: OwnerId,
+    other: OwnerId,
+    attempts: u32,
+}
+
 fn key(session_id: SessionId, revision: u32, fence: u64, kind: OutboxKind) -> OutboxKey {
     OutboxKey {
         session_id,
@@ -45,21 +52,19 @@ fn key(session_id: SessionId, revision: u32, fence: u64, kind: OutboxKind) -> Ou
     }
 }
 
-/// Every path that ends a run or makes it wait writes exactly one event,
-/// keyed by the run (revision, fence) and what became of it; a retried
-/// settlement, a stale one and a reopen write none. Each event is claimed
-/// by one of two racing claimers, an expired claim is claimed again (its
-/// attempts counted), a failed attempt waits for its retry delay, and a
-/// delivered event is never claimed again.
-pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once(
+type Expected = BTreeMap<OutboxKey, (SessionStatus, Option<&'static str>)>;
+
+/// Runs that end or wait through the session's own writes: settle (also
+/// retried and stale), reopen, idle, idle cancel, answer.
+async fn own_transitions(
     store: &dyn CoordinatedStore,
-) {
-    let inc = incident(store).await;
-    let mut expected: BTreeMap<OutboxKey, (SessionStatus, Option<&str>)> = BTreeMap::new();
+    inc: &korvus_store::Incident,
+    expected: &mut Expected,
+) -> Vec<SessionId> {
     let done = |fence| settlement_at(SessionStatus::Completed, "completed", fence);
 
     // Settled, then the same settlement again, then a stale one: one event.
-    let a = session(store, &inc).await;
+    let a = session(store, inc).await;
     store.settle_session(a.id, done(1)).await.unwrap();
     store.settle_session(a.id, done(1)).await.unwrap();
     expected.insert(
@@ -81,7 +86,7 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
     );
 
     // Waiting, then cancelled while waiting: two events of one run.
-    let b = session(store, &inc).await;
+    let b = session(store, inc).await;
     let idle = settlement_at(SessionStatus::Running, exit_reason::AWAITING_USER, 1);
     store.settle_session(b.id, idle.clone()).await.unwrap();
     store.cancel_idle_session(b.id).await.unwrap();
@@ -95,7 +100,7 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
     );
 
     // Waiting, answered (no event), then completed.
-    let c = session(store, &inc).await;
+    let c = session(store, inc).await;
     store.settle_session(c.id, idle).await.unwrap();
     store
         .continue_session(c.id, ContinueFrom::Idle, None)
@@ -111,8 +116,17 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
         (SessionStatus::Completed, Some("completed")),
     );
 
+    vec![a.id, b.id, c.id]
+}
+
+/// Runs ended from outside: a forced cancel, a takeover's settle.
+async fn outside_transitions(
+    store: &dyn CoordinatedStore,
+    inc: &korvus_store::Incident,
+    expected: &mut Expected,
+) -> Vec<SessionId> {
     // A forced cancel: the event is at the fence it moved to.
-    let d = session(store, &inc).await;
+    let d = session(store, inc).await;
     store
         .force_cancel(d.id, 1, "operator".into())
         .await
@@ -130,7 +144,7 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
     let e = store
         .create_session(NewSession {
             lease: Some(dead),
-            ..crate::store::new_session(&inc, "orphan")
+            ..crate::store::new_session(inc, "orphan")
         })
         .await
         .unwrap();
@@ -151,10 +165,86 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
         (SessionStatus::Failed, Some("owner_lost")),
     );
 
+    vec![d.id, e.id]
+}
+
+/// A failed attempt waits for its delay (and only its claimer may give it
+/// back); a delivered event is never claimed again; an expired claim is
+/// claimed by the next claimer.
+async fn retries_and_expiry(
+    store: &dyn CoordinatedStore,
+    mine: &HashSet<SessionId>,
+    claims: &BTreeMap<OutboxKey, OutboxClaim>,
+    expected: usize,
+) {
+    let long = Duration::from_secs(600);
+    // Failed by a claimer that does not hold it: nothing changes. Failed
+    // by its claimer with a delay: not due until then.
+    let (first, claim) = claims.iter().next().unwrap();
+    store
+        .mark_failed(*first, claim.other, Duration::ZERO, "not mine")
+        .await
+        .unwrap();
+    assert!(claim_mine(store, claim.other, long, mine).await.is_empty());
+    store
+        .mark_failed(*first, claim.holder, long, "503")
+        .await
+        .unwrap();
+    assert!(claim_mine(store, claim.other, long, mine).await.is_empty());
+    // Delivered (twice: idempotent): never again. The rest fail at once.
+    for (k, c) in claims {
+        assert_eq!(c.attempts, 1);
+        if k == first {
+            store.mark_delivered(*k).await.unwrap();
+            store.mark_delivered(*k).await.unwrap();
+        } else {
+            store
+                .mark_failed(*k, c.holder, Duration::ZERO, "timeout")
+                .await
+                .unwrap();
+        }
+    }
+    let short = Duration::from_secs(1);
+    let again = claim_mine(store, OwnerId::new(), short, mine).await;
+    let again_keys: HashSet<OutboxKey> = again.iter().map(|x| x.key).collect();
+    assert_eq!(again_keys.len(), expected - 1, "{again:?}");
+    assert!(
+        !again_keys.contains(first),
+        "a delivered event is not claimed again"
+    );
+    assert!(again.iter().all(|x| x.attempts == 2));
+    // Its claimer died: once the claim expires the next claimer gets
+    // them, a third attempt.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let third = claim_mine(store, OwnerId::new(), long, mine).await;
+    assert_eq!(third.len(), expected - 1);
+    assert!(third.iter().all(|x| x.attempts == 3));
+    for x in third {
+        store.mark_delivered(x.key).await.unwrap();
+    }
+    assert!(claim_mine(store, OwnerId::new(), long, mine)
+        .await
+        .is_empty());
+}
+
+/// Every path that ends a run or makes it wait writes exactly one event,
+/// keyed by the run (revision, fence) and what became of it; a retried
+/// settlement, a stale one and a reopen write none. Each event is claimed
+/// by one of two racing claimers, an expired claim is claimed again (its
+/// attempts counted), a failed attempt waits for its retry delay, and a
+/// delivered event is never claimed again.
+pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once(
+    store: &dyn CoordinatedStore,
+) {
+    let inc = incident(store).await;
+    let mut expected = Expected::new();
+    let mut sessions = own_transitions(store, &inc, &mut expected).await;
+    sessions.extend(outside_transitions(store, &inc, &mut expected).await);
     // A running session writes nothing.
     let running = session(store, &inc).await;
 
-    let mine: HashSet<SessionId> = [a.id, b.id, c.id, d.id, e.id, running.id].into();
+    sessions.push(running.id);
+    let mine: HashSet<SessionId> = sessions.into_iter().collect();
     let (one, two) = (OwnerId::new(), OwnerId::new());
     let long = Duration::from_secs(600);
     let (first, second) = join(
@@ -178,68 +268,33 @@ pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at
     assert!(seen
         .values()
         .all(|e| e.attempts == 1 && e.incident_id == inc.id));
+    let any = running.id;
     assert_eq!(
-        key(a.id, 1, 1, OutboxKind::Ended).id(),
-        format!("{}.1.1.ended", a.id)
+        key(any, 1, 1, OutboxKind::Ended).id(),
+        format!("{any}.1.1.ended")
     );
 
     // Claimed and live: nobody else gets them.
     assert!(claim_mine(store, OwnerId::new(), long, &mine)
         .await
         .is_empty());
-    // Failed by a claimer that does not hold it: nothing changes. Failed
-    // by its claimer with a delay: not due until then.
-    let (k, e) = seen.iter().next().map(|(k, e)| (*k, *e)).unwrap();
-    let holder = if first.iter().any(|x| x.key == k) {
-        one
-    } else {
-        two
-    };
-    let other = if holder == one { two } else { one };
-    store
-        .mark_failed(k, other, Duration::ZERO, "not mine")
-        .await
-        .unwrap();
-    assert!(claim_mine(store, other, long, &mine).await.is_empty());
-    store.mark_failed(k, holder, long, "503").await.unwrap();
-    assert!(claim_mine(store, other, long, &mine).await.is_empty());
-    // Delivered: never again. The rest fail at once and are claimed again
-    // by another claimer with a claim that expires at once, then again.
-    for k in seen.keys() {
-        if *k == e.key {
-            store.mark_delivered(*k).await.unwrap();
-            store.mark_delivered(*k).await.unwrap();
-        } else {
+    let claims: BTreeMap<OutboxKey, OutboxClaim> = seen
+        .iter()
+        .map(|(k, e)| {
             let holder = if first.iter().any(|x| x.key == *k) {
                 one
             } else {
                 two
             };
-            store
-                .mark_failed(*k, holder, Duration::ZERO, "timeout")
-                .await
-                .unwrap();
-        }
-    }
-    let short = Duration::from_secs(1);
-    let again = claim_mine(store, OwnerId::new(), short, &mine).await;
-    let again_keys: HashSet<OutboxKey> = again.iter().map(|x| x.key).collect();
-    assert_eq!(again_keys.len(), expected.len() - 1, "{again:?}");
-    assert!(
-        !again_keys.contains(&e.key),
-        "a delivered event is not claimed again"
-    );
-    assert!(again.iter().all(|x| x.attempts == 2));
-    // Its claimer died: once the claim expires the next claimer gets
-    // them, a third attempt.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let third = claim_mine(store, OwnerId::new(), long, &mine).await;
-    assert_eq!(third.len(), expected.len() - 1);
-    assert!(third.iter().all(|x| x.attempts == 3));
-    for x in third {
-        store.mark_delivered(x.key).await.unwrap();
-    }
-    assert!(claim_mine(store, OwnerId::new(), long, &mine)
-        .await
-        .is_empty());
+            (
+                *k,
+                OutboxClaim {
+                    holder,
+                    other: if holder == one { two } else { one },
+                    attempts: e.attempts,
+                },
+            )
+        })
+        .collect();
+    retries_and_expiry(store, &mine, &claims, expected.len()).await;
 }
