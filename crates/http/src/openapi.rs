@@ -1,7 +1,8 @@
 //! The API described as OpenAPI 3.1, served at `GET /api/openapi.json`.
 //!
-//! The document is built from [`OPERATIONS`], one entry per method and path
-//! the router answers, and the schemas of [`schemas`]. The router records
+//! The document is built from a table of operations
+//! (`openapi/operations.rs`), one entry per method and path the router
+//! answers, and the body schemas of `openapi/schemas.rs`. The router records
 //! every route it adds ([`routes`](crate::routes())), and [`check`] compares
 //! the two: a route added without its entry here (or an entry without a
 //! route, a path parameter left undescribed) is a failing test. The
