@@ -128,6 +128,25 @@ pub async fn delete_session_removes_a_finished_session_and_its_rows(store: &dyn 
         .unwrap();
     let next = session(store, &inc).await;
     assert_eq!(next.seq, 4, "seq numbers are never reused");
+    // So can the newest and, at last, every session: numbers still go
+    // on, and the next session is no `initial` one.
+    for s in [next, neighbour] {
+        let s = store
+            .settle_session(
+                s.id,
+                settlement_at(SessionStatus::Completed, "completed", s.fence),
+            )
+            .await
+            .unwrap();
+        store.delete_session(s.id, s.fence).await.unwrap();
+    }
+    assert!(store.all_sessions(inc.id).await.unwrap().is_empty());
+    let after_all = session(store, &inc).await;
+    assert_eq!(
+        after_all.seq, 5,
+        "the newest pruned seq is not reused either"
+    );
+    assert_eq!(after_all.kind, korvus_store::SessionKind::FollowUp);
 }
 
 /// A running, queued or idle row is `NotFinished`, a stale fence is
