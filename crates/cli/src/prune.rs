@@ -118,15 +118,15 @@ fn parse_cutoff(text: &str) -> Result<SystemTime, String> {
 
 /// `30d`, `12h`, `90m`, `45s`, `2w`.
 fn parse_age(text: &str) -> Option<Duration> {
-    let split = text.len().checked_sub(1)?;
-    let (number, unit) = text.split_at(split);
+    let unit = text.chars().last()?;
+    let number = &text[..text.len() - unit.len_utf8()];
     let n: u64 = number.parse().ok()?;
     let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
         _ => return None,
     };
     n.checked_mul(secs).map(Duration::from_secs)
@@ -142,7 +142,17 @@ mod tests {
         assert_eq!(parse_age("30d"), Some(Duration::from_secs(30 * 86_400)));
         assert_eq!(parse_age("2w"), Some(Duration::from_secs(14 * 86_400)));
         assert_eq!(parse_age("45s"), Some(Duration::from_secs(45)));
-        for bad in ["", "d", "30", "30x", "-3d", "3.5h", "99999999999999999999w"] {
+        for bad in [
+            "",
+            "d",
+            "30",
+            "30x",
+            "-3d",
+            "3.5h",
+            "99999999999999999999w",
+            "30д",
+            "д",
+        ] {
             assert_eq!(parse_age(bad), None, "{bad}");
             assert!(parse_cutoff(bad).is_err(), "{bad}");
         }

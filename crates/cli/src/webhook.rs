@@ -72,6 +72,13 @@ impl Running {
             }
         }
         self.stop.cancel();
-        let _ = self.task.await;
+        // `run` returns at once when cancelled; bounded all the same.
+        let mut task = self.task;
+        if tokio::time::timeout(Duration::from_secs(1), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
     }
 }

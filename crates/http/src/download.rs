@@ -9,7 +9,7 @@
 //! rendered anyway, it runs in an opaque origin without script).
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use korvus_blob::BlobKey;
@@ -17,7 +17,7 @@ use korvus_log::{Access, JsonlExport, LogId};
 use korvus_store::{ArtifactId, SessionId};
 use tokio_util::io::ReaderStream;
 
-use crate::error::{parse_id, ApiError};
+use crate::error::{parse_id, ApiError, ApiPath};
 use crate::AppState;
 
 /// The policy of every download: no script, no plugins, no subresources.
@@ -28,7 +28,7 @@ type Result<T> = std::result::Result<T, ApiError>;
 /// `GET /api/sessions/{id}/reports/{revision}`: the report's markdown.
 pub(crate) async fn report_markdown(
     State(app): State<AppState>,
-    Path((id, revision)): Path<(String, String)>,
+    ApiPath((id, revision)): ApiPath<(String, String)>,
 ) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
     let revision: u32 = revision.parse().ok().filter(|r| *r > 0).ok_or_else(|| {
@@ -57,7 +57,7 @@ pub(crate) async fn report_markdown(
 /// `GET /api/artifacts/{id}/content`: an artifact's bytes.
 pub(crate) async fn artifact_content(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response> {
     let id: ArtifactId = parse_id("artifact", &id)?;
     let artifact = crate::routes::served_artifact(&app, id).await?;
@@ -73,7 +73,7 @@ pub(crate) async fn artifact_content(
 /// short one that looks whole.
 pub(crate) async fn log_export(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response> {
     let id: SessionId = parse_id("session", &id)?;
     app.manager.store().get_session(id).await?;

@@ -279,6 +279,30 @@ where
     }
 }
 
+/// `axum::extract::Path` whose rejection is an [`ApiError`]: a path
+/// segment that is not valid UTF-8 once percent-decoded is `400
+/// invalid_id`, as JSON like every other error.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiPath<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request("invalid_id", rejection.body_text())),
+        }
+    }
+}
+
 /// Parses an id from a path segment: `400 invalid_id` when it is not one.
 pub(crate) fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, ApiError> {
     text.parse().map_err(|_| {

@@ -29,7 +29,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
@@ -39,7 +39,7 @@ use korvus_store::SessionId;
 use serde::Deserialize;
 use tokio::sync::broadcast;
 
-use crate::error::{parse_id, ApiError, ApiQuery};
+use crate::error::{parse_id, ApiError, ApiPath, ApiQuery};
 use crate::AppState;
 
 /// Stored events read per round trip of a catching-up subscriber.
@@ -224,7 +224,7 @@ pub(crate) struct EventsQuery {
 /// `GET /api/sessions/{id}/events`.
 pub(crate) async fn events(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {

@@ -2,7 +2,7 @@
 //! [`Manager`](korvus_session::Manager) or its store. No lifecycle rule
 //! lives here: what may happen to a session is the manager's to decide.
 
-use axum::extract::{OriginalUri, Path, State};
+use axum::extract::{OriginalUri, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -13,7 +13,7 @@ use korvus_store::{
 };
 use serde::Deserialize;
 
-use crate::error::{parse_id, ApiError, ApiJson, ApiQuery};
+use crate::error::{parse_id, ApiError, ApiJson, ApiPath, ApiQuery};
 use crate::pages::{self, PageQuery};
 use crate::AppState;
 
@@ -101,7 +101,7 @@ pub(crate) async fn list_incidents(
 
 pub(crate) async fn get_incident(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Incident>> {
     let id: IncidentId = parse_id("incident", &id)?;
     Ok(Json(app.manager.store().get_incident(id).await?))
@@ -109,7 +109,7 @@ pub(crate) async fn get_incident(
 
 pub(crate) async fn close_incident(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Incident>> {
     let id: IncidentId = parse_id("incident", &id)?;
     Ok(Json(app.manager.store().close_incident(id).await?))
@@ -121,7 +121,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 pub(crate) async fn create_session(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: axum::http::HeaderMap,
     ApiJson(body): ApiJson<NewSessionBody>,
 ) -> Result<(StatusCode, Json<Session>)> {
@@ -166,7 +166,7 @@ pub(crate) async fn create_session(
 
 pub(crate) async fn list_sessions(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     uri: OriginalUri,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
@@ -181,7 +181,7 @@ pub(crate) async fn list_sessions(
 
 pub(crate) async fn get_session(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Session>> {
     let id: SessionId = parse_id("session", &id)?;
     Ok(Json(app.manager.store().get_session(id).await?))
@@ -189,7 +189,7 @@ pub(crate) async fn get_session(
 
 pub(crate) async fn cancel_session(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Session>> {
     let id: SessionId = parse_id("session", &id)?;
     Ok(Json(app.manager.cancel(id).await?))
@@ -197,7 +197,7 @@ pub(crate) async fn cancel_session(
 
 pub(crate) async fn reopen_session(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<MessageBody>,
 ) -> Result<Json<Session>> {
     let id: SessionId = parse_id("session", &id)?;
@@ -206,7 +206,7 @@ pub(crate) async fn reopen_session(
 
 pub(crate) async fn send_message(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<MessageBody>,
 ) -> Result<Json<Session>> {
     let id: SessionId = parse_id("session", &id)?;
@@ -215,7 +215,7 @@ pub(crate) async fn send_message(
 
 pub(crate) async fn list_reports(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     uri: OriginalUri,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
@@ -231,7 +231,7 @@ pub(crate) async fn list_reports(
 /// out of the page they fall in, so a page may hold fewer than `limit`.
 pub(crate) async fn list_artifacts(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     uri: OriginalUri,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response> {
@@ -261,7 +261,7 @@ pub(crate) async fn served_artifact(app: &AppState, id: ArtifactId) -> Result<Ar
 
 pub(crate) async fn get_artifact(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Artifact>> {
     let id: ArtifactId = parse_id("artifact", &id)?;
     Ok(Json(served_artifact(&app, id).await?))

@@ -106,10 +106,12 @@ pub struct WebhookConfig {
     pub url: String,
     /// The signing secret.
     pub secret: WebhookSecret,
-    /// Events claimed per pass (default 32).
+    /// Events claimed per pass, all sent at once (default 8).
     pub batch: u32,
     /// How long a claim holds before another deliverer may take the event
-    /// (default 30 s; longer than `timeout`).
+    /// (default 30 s). Keep it longer than `timeout`: a pass sends its
+    /// whole batch at once, so every attempt ends (or times out) within
+    /// `timeout` of its claim.
     pub claim_ttl: Duration,
     /// How long one attempt may take (default 10 s).
     pub timeout: Duration,
@@ -127,7 +129,7 @@ impl WebhookConfig {
         Self {
             url: url.into(),
             secret,
-            batch: 32,
+            batch: 8,
             claim_ttl: Duration::from_secs(30),
             timeout: Duration::from_secs(10),
             poll: Duration::from_secs(1),
@@ -202,8 +204,14 @@ impl Deliverer {
     /// a look every `poll` otherwise. Store failures are logged and tried
     /// again at the next look.
     pub async fn run(self, stop: CancellationToken) {
-        loop {
-            let full = match self.deliver_due().await {
+        while !stop.is_cancelled() {
+            // A pass cut short by `stop` leaves its claims to expire: the
+            // next deliverer sends those events again.
+            let pass = tokio::select! {
+                () = stop.cancelled() => return,
+                pass = self.deliver_due() => pass,
+            };
+            let full = match pass {
                 Ok(n) => n == self.config.batch as usize,
                 Err(e) => {
                     warn!(error = %e, "webhook outbox not read; trying again");
@@ -220,8 +228,8 @@ impl Deliverer {
         }
     }
 
-    /// One pass: claims the due events (at most a batch) and attempts each,
-    /// eight at a time; returns how many it claimed.
+    /// One pass: claims the due events (at most a batch) and attempts them
+    /// all at once; returns how many it claimed.
     ///
     /// # Errors
     /// The store's, when the claim fails (a failed attempt is not an
@@ -233,7 +241,7 @@ impl Deliverer {
             .await?;
         let n = events.len();
         futures::stream::iter(events)
-            .for_each_concurrent(8, |event| self.attempt(event))
+            .for_each_concurrent(None, |event| self.attempt(event))
             .await;
         Ok(n)
     }

@@ -169,7 +169,7 @@ async fn a_refused_attempt_is_given_back_with_the_backoff_of_its_attempts() {
         .expect_claim_events()
         .times(1)
         .returning(move |_, limit, ttl| {
-            assert_eq!((limit, ttl), (32, Duration::from_secs(30)));
+            assert_eq!((limit, ttl), (8, Duration::from_secs(30)));
             Ok(vec![event.clone()])
         });
     outbox

@@ -284,7 +284,7 @@ async fn prune_one(
     }
     let mut deleted = Deleted::default();
     if apply {
-        if let Err(e) = targets.logs.delete(LogId::from_uuid(s.id.as_uuid())).await {
+        if let Err(e) = delete_log(targets.logs, LogId::from_uuid(s.id.as_uuid())).await {
             deleted
                 .failures
                 .push((format!("log of session {}", s.id), e.to_string()));

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use korvus_log::{Access, Event, EventKind, LogError, LogHandle, LogId, Role};
-use korvus_store::{Artifact, ContinueFrom, Incident, Session, SessionId};
+use korvus_store::{Artifact, ContinueFrom, Incident, Session, SessionId, StoreError};
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
@@ -129,9 +129,11 @@ impl Manager {
             let session = match transition {
                 Ok(session) => session,
                 Err(e) => {
-                    if created {
-                        // Not even a log is left of a reopen that lost
-                        // (e.g. to a prune, which had deleted the log).
+                    // A log this reopen created for a session that is now
+                    // gone (a prune deleted it meanwhile) is removed. Any
+                    // other loss keeps it: a concurrent reopen that won may
+                    // be using it already.
+                    if created && matches!(e, StoreError::NotFound { .. }) {
                         drop(log);
                         remove_created_log(inner, id).await;
                     }
@@ -260,8 +262,9 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
     Ok(())
 }
 
-/// Removes the log a lost reopen created; a failure is only logged (a
-/// later prune removes a log whose session is gone).
+/// Removes the log a reopen created for a session that turned out to be
+/// gone; a failure is only logged (a later prune removes a log whose
+/// session is gone).
 async fn remove_created_log(inner: &Inner, id: SessionId) {
     if let Err(e) = inner.logs().delete(LogId::from_uuid(id.as_uuid())).await {
         warn!(error = %e, "the log this reopen created was not removed");
@@ -282,7 +285,13 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
             own,
         }),
         Err(e) => {
-            if created {
+            // Only when the session is gone (see the transition above).
+            if created
+                && matches!(
+                    inner.store().get_session(row.id).await,
+                    Err(StoreError::NotFound { .. })
+                )
+            {
                 drop(log);
                 remove_created_log(inner, row.id).await;
             }
