@@ -252,56 +252,49 @@ fn json_rejection(rejection: &JsonRejection) -> ApiError {
     ApiError::new(status, code, rejection.body_text())
 }
 
-/// `axum::extract::Query` whose rejection is an [`ApiError`]: a query
-/// string that does not parse (a repeated or unknown parameter) is `400
-/// invalid_input`, as JSON like every other error.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ApiQuery<T>(pub(crate) T);
+/// Defines an extractor wrapping axum's `$inner` whose rejection is an
+/// [`ApiError`] with `$code` (400), as JSON like every other error.
+macro_rules! api_extractor {
+    ($(#[$doc:meta])* $name:ident, $inner:ident, $code:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub(crate) struct $name<T>(pub(crate) T);
 
-impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
+        impl<S, T> axum::extract::FromRequestParts<S> for $name<T>
+        where
+            T: DeserializeOwned + Send,
+            S: Send + Sync,
+        {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(value)) => Ok(Self(value)),
-            Err(rejection) => Err(ApiError::bad_request(
-                "invalid_input",
-                rejection.body_text(),
-            )),
+            async fn from_request_parts(
+                parts: &mut axum::http::request::Parts,
+                state: &S,
+            ) -> Result<Self, Self::Rejection> {
+                match axum::extract::$inner::<T>::from_request_parts(parts, state).await {
+                    Ok(axum::extract::$inner(value)) => Ok(Self(value)),
+                    Err(rejection) => Err(ApiError::bad_request($code, rejection.body_text())),
+                }
+            }
         }
-    }
+    };
 }
 
-/// `axum::extract::Path` whose rejection is an [`ApiError`]: a path
-/// segment that is not valid UTF-8 once percent-decoded is `400
-/// invalid_id`, as JSON like every other error.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ApiPath<T>(pub(crate) T);
+api_extractor!(
+    /// `axum::extract::Query` answering a query string that does not parse
+    /// (a repeated or unknown parameter) with `400 invalid_input`.
+    ApiQuery,
+    Query,
+    "invalid_input"
+);
 
-impl<S, T> axum::extract::FromRequestParts<S> for ApiPath<T>
-where
-    T: DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(value)) => Ok(Self(value)),
-            Err(rejection) => Err(ApiError::bad_request("invalid_id", rejection.body_text())),
-        }
-    }
-}
+api_extractor!(
+    /// `axum::extract::Path` answering a path segment that is not valid
+    /// UTF-8 once percent-decoded with `400 invalid_id`.
+    ApiPath,
+    Path,
+    "invalid_id"
+);
 
 /// Parses an id from a path segment: `400 invalid_id` when it is not one.
 pub(crate) fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, ApiError> {
