@@ -44,6 +44,7 @@ macro_rules! __with_cases {
             artifacts_are_listed_and_fetched,
             latest_session_artifacts_keep_the_newest_per_path,
             delete_session_removes_a_finished_session_and_its_rows,
+            delete_session_never_reuses_a_seq,
             delete_session_refuses_unfinished_stale_and_inherited_rows,
             a_reopen_racing_a_delete_wins_or_finds_nothing,
         ]);

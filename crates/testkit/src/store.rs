@@ -50,7 +50,7 @@ pub use self::reports::{
     reports_are_unique_per_revision,
 };
 pub use self::retention::{
-    a_reopen_racing_a_delete_wins_or_finds_nothing,
+    a_reopen_racing_a_delete_wins_or_finds_nothing, delete_session_never_reuses_a_seq,
     delete_session_refuses_unfinished_stale_and_inherited_rows,
     delete_session_removes_a_finished_session_and_its_rows,
 };
