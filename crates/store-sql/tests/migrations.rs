@@ -75,6 +75,20 @@ async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sql
         .run(&pool)
         .await
         .expect("migrate to the version before");
+    // Today's session insert numbers from `incidents.last_seq` (a later
+    // migration): the column and its trigger stand in while the rows of
+    // the old version are written, and go again before the migrations
+    // run, which then fill the column from the sessions.
+    for stand_in in [
+        "ALTER TABLE incidents ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+        "CREATE TRIGGER stand_in_last_seq AFTER INSERT ON sessions FOR EACH ROW BEGIN \
+         UPDATE incidents SET last_seq = NEW.seq WHERE id = NEW.incident_id; END",
+    ] {
+        sqlx::query(stand_in)
+            .execute(&pool)
+            .await
+            .expect("stand-in");
+    }
     let store = korvus_store_sql::SqliteStore::new(pool.clone());
     let inc = incident(&store).await;
     let producer = session(&store, &inc).await;
@@ -98,9 +112,20 @@ async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sql
         .await
         .expect("refs");
 
+    for stand_in in [
+        "DROP TRIGGER stand_in_last_seq",
+        "ALTER TABLE incidents DROP COLUMN last_seq",
+    ] {
+        sqlx::query(stand_in)
+            .execute(&pool)
+            .await
+            .expect("stand-in gone");
+    }
     korvus_store_sql::migrate(&pool)
         .await
         .expect("the agent_state migration");
+    let third = session(&store, &inc).await;
+    assert_eq!(third.seq, 3, "last_seq is filled from the sessions");
     let listed = store
         .list_context_refs(consumer.id)
         .await
