@@ -15,11 +15,11 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
 use korvus_blob::{
-    Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, PutOptions, Result,
-    Sha256Digest, MAX_KEY_BYTES,
+    hash_then_rewind, Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore,
+    PutFileOptions, PutOptions, Result, Sha256Digest, MAX_KEY_BYTES,
 };
 
-use self::upload::digest;
+use self::upload::{digest, read_small};
 use crate::config::{S3BlobStoreBuilder, S3Credentials};
 use crate::error::{read_error, Failure, Kind};
 
@@ -234,6 +234,36 @@ impl BlobStore for S3BlobStore {
         }
         self.put_stream_multipart(key, object_key, body, options)
             .await
+    }
+
+    /// Below the multipart threshold the file is read and hashed in one
+    /// pass on a blocking thread and sent in one `PutObject` with that
+    /// digest (the server checks it); from it, hashed first and then
+    /// streamed in parts as [`put_stream`](BlobStore::put_stream) does
+    /// (two reads).
+    ///
+    /// # Errors
+    /// As [`put_stream`](BlobStore::put_stream).
+    async fn put_file(
+        &self,
+        key: &BlobKey,
+        file: std::fs::File,
+        len: u64,
+        options: PutFileOptions,
+    ) -> Result<Sha256Digest> {
+        let object_key = self.object_key(key)?;
+        if len != 0 && len >= self.settings.multipart_threshold {
+            let (file, digest) = hash_then_rewind(key, file, len).await?;
+            let body = BlobBody::new(tokio::fs::File::from_std(file), len);
+            let put = PutOptions::new(options.content_type, digest).durability(options.durability);
+            self.put_stream_multipart(key, object_key, body, put)
+                .await?;
+            return Ok(digest);
+        }
+        let (bytes, digest) = read_small(key, file, len).await?;
+        let put = PutOptions::new(options.content_type, digest).durability(options.durability);
+        self.put_single(key, object_key, bytes, put).await?;
+        Ok(digest)
     }
 
     /// # Errors

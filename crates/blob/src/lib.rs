@@ -47,6 +47,7 @@
 
 mod body;
 mod error;
+mod file;
 mod fs;
 mod fs_list;
 mod key;
@@ -55,6 +56,7 @@ mod store;
 
 pub use crate::body::BlobBody;
 pub use crate::error::{BlobError, Result};
+pub use crate::file::{copy_and_hash, digest_of_file, PutFileOptions};
 pub use crate::fs::FsBlobStore;
 pub use crate::key::{
     artifact_key, manifest_key, report_key, sanitize_file_name, session_prefix, BlobKey,
@@ -64,6 +66,6 @@ pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]
 pub use crate::store::MockBlobStore;
 pub use crate::store::{
-    Blob, BlobMeta, BlobReader, BlobStore, Durability, ParseDigestError, PutOptions, Sha256Digest,
-    DELETE_MANY_CONCURRENCY,
+    hash_then_rewind, Blob, BlobMeta, BlobReader, BlobStore, Durability, ParseDigestError,
+    PutOptions, Sha256Digest, DELETE_MANY_CONCURRENCY,
 };

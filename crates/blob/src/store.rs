@@ -10,7 +10,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncRead;
 
-use crate::{BlobBody, BlobError, BlobKey, Result};
+use crate::{BlobBody, BlobError, BlobKey, PutFileOptions, Result};
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -214,6 +214,42 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
         self.put(key, bytes, options).await
     }
 
+    /// Stores the `len` bytes of an open file, read from its current
+    /// position, at `key`, and returns their SHA-256, computed while they
+    /// were stored: a caller that has not hashed the file need not (the
+    /// harvest's usual path reads each byte once). A file that does not
+    /// hold exactly `len` bytes from there (it shrank or grew since its
+    /// length was taken) stores nothing.
+    ///
+    /// The default implementation hashes the file on a blocking thread,
+    /// goes back to where it started, and calls
+    /// [`put_stream`](Self::put_stream), which hashes again and so refuses
+    /// a file that changed in between: two reads. Backends override it to
+    /// read once (`FsBlobStore` copies and hashes in one pass on a
+    /// blocking thread).
+    ///
+    /// # Errors
+    /// [`BlobError::ChecksumMismatch`](crate::BlobError::ChecksumMismatch)
+    /// when the file does not hold `len` bytes or changed while it was
+    /// read; [`BlobError::Body`](crate::BlobError::Body) when reading it
+    /// fails; `Backend` on I/O failure of the store.
+    ///
+    /// # Cancel safety
+    /// As [`put`](Self::put).
+    async fn put_file(
+        &self,
+        key: &BlobKey,
+        file: std::fs::File,
+        len: u64,
+        options: PutFileOptions,
+    ) -> Result<Sha256Digest> {
+        let (file, digest) = hash_then_rewind(key, file, len).await?;
+        let body = BlobBody::new(tokio::fs::File::from_std(file), len);
+        let put = PutOptions::new(options.content_type, digest).durability(options.durability);
+        self.put_stream(key, body, put).await?;
+        Ok(digest)
+    }
+
     /// Makes every put with [`Durability::AtBarrier`] that returned before
     /// this call durable. The default does nothing: right for backends
     /// whose puts are durable on return.
@@ -323,6 +359,40 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
             }
         }
         failed
+    }
+}
+
+/// Hashes the `len` bytes of `file` from its current position on a
+/// blocking thread and moves it back there: the first read of the default
+/// [`BlobStore::put_file`], public for backends that override it.
+///
+/// # Errors
+/// [`BlobError::ChecksumMismatch`](crate::BlobError::ChecksumMismatch)
+/// when the file does not hold exactly `len` bytes from there;
+/// [`BlobError::Body`](crate::BlobError::Body) when reading fails.
+pub async fn hash_then_rewind(
+    key: &BlobKey,
+    mut file: std::fs::File,
+    len: u64,
+) -> Result<(std::fs::File, Sha256Digest)> {
+    use std::io::{Seek, SeekFrom};
+    let hashed = tokio::task::spawn_blocking(move || {
+        let start = file.stream_position()?;
+        let digest = crate::digest_of_file(&mut file, len)?;
+        file.seek(SeekFrom::Start(start))?;
+        Ok::<_, std::io::Error>((file, digest))
+    })
+    .await
+    .map_err(|e| crate::BlobError::backend("blob", e))?;
+    match hashed {
+        Ok((file, Some(digest))) => Ok((file, digest)),
+        Ok((_, None)) => Err(crate::BlobError::ChecksumMismatch {
+            key: key.to_string(),
+        }),
+        Err(source) => Err(crate::BlobError::Body {
+            key: key.to_string(),
+            source,
+        }),
     }
 }
 

@@ -1,17 +1,16 @@
-//! One harvested file: opened and read through the scratch dir's capability,
-//! compared with its restored artifact, uploaded.
+//! One harvested file: opened through the scratch dir's capability,
+//! compared with its restored artifact, uploaded (read once, by the blob
+//! store, which hashes it on the way).
 
-use std::io::{Read, Seek};
+use std::io::Seek;
 use std::path::Path;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
-use sha2::{Digest, Sha256};
 
-use korvus_blob::{BlobBody, BlobError, BlobStore, Durability, Sha256Digest};
+use korvus_blob::{digest_of_file, BlobError, BlobStore, Durability, Sha256Digest};
 use korvus_store::{ArtifactKind, NewArtifact};
-use korvus_workspace::{upload, UploadBody, UploadRow, WorkspaceError, STREAM_FROM_BYTES};
+use korvus_workspace::{upload_file, UploadRow, WorkspaceError};
 
 use crate::outcome::{error_chain, FailStage, FailedFile, UnchangedFile};
 use crate::persist::{PersistConfig, PersistRequest};
@@ -31,8 +30,14 @@ pub(crate) enum FileResult {
     Failed(FailedFile),
 }
 
-/// Reads, compares and uploads one candidate. Never fails as a whole: every
-/// problem becomes a skipped or failed file.
+/// Opens, compares and uploads one candidate. Never fails as a whole:
+/// every problem becomes a skipped or failed file.
+///
+/// Each byte is read once on the usual path (no restored twin): the blob
+/// store hashes the file while it stores it, on a blocking thread
+/// ([`upload_file`]). A file with a restored twin is hashed first (the
+/// unchanged rule needs its digest before deciding) and, when it differs,
+/// read again by the upload.
 pub(crate) async fn store_file(
     dir: &Arc<Dir>,
     blobs: &dyn BlobStore,
@@ -47,30 +52,23 @@ pub(crate) async fn store_file(
     } else {
         config.max_file_bytes
     };
-    let (body, digest) = match read_file(dir, &candidate, limit).await {
-        Ok(Contents::Bytes(bytes)) => {
-            let digest = Sha256Digest::of(&bytes);
-            (UploadBody::Bytes(Bytes::from(bytes)), digest)
-        }
-        Ok(Contents::Large { file, size, digest }) => {
-            let file = tokio::fs::File::from_std(file);
-            (UploadBody::Stream(BlobBody::new(file, size)), digest)
-        }
-        Ok(Contents::Skip(_)) => unreachable!("read_file turns skips into results"),
-        Err(result) if is_report => return report_not_read(result),
-        Err(result) => return result,
-    };
-    let size = body.len();
-    if let Some(restored) = request.restored.get(&candidate.path) {
-        if restored.sha256 == digest {
+    let restored = request.restored.get(&candidate.path);
+    let twin = restored.map(|r| r.sha256);
+    let (file, len) = match open_file(dir, &candidate, limit, twin).await {
+        Ok(Opened::File { file, len }) => (file, len),
+        Ok(Opened::Unchanged { len }) => {
+            let restored = restored.expect("only a file with a twin is unchanged");
             return FileResult::Unchanged(UnchangedFile {
                 path,
                 artifact_id: restored.artifact.id,
                 blob_key: restored.artifact.blob_key.clone(),
-                size,
+                size: len,
             });
         }
-    }
+        Ok(Opened::Skip(_)) => unreachable!("open_file turns skips into results"),
+        Err(result) if is_report => return report_not_read(result),
+        Err(result) => return result,
+    };
     let row = UploadRow {
         incident: request.incident,
         session: request.session,
@@ -87,7 +85,7 @@ pub(crate) async fn store_file(
         fence: request.fence,
     };
     // Deferred durability: the phase calls one barrier before any row.
-    match upload(blobs, body, digest, row, Durability::AtBarrier).await {
+    match upload_file(blobs, file, len, row, Durability::AtBarrier).await {
         Ok(row) => FileResult::Stored(Box::new(row)),
         Err(e) => FileResult::Failed(FailedFile {
             path,
@@ -115,13 +113,14 @@ fn report_not_read(result: FileResult) -> FileResult {
     }
 }
 
-/// The contents of a candidate (never [`Contents::Skip`]), or what became
-/// of it instead.
-async fn read_file(
+/// A candidate opened for its upload (never [`Opened::Skip`]), or what
+/// became of it instead.
+async fn open_file(
     dir: &Arc<Dir>,
     candidate: &Candidate,
     limit: u64,
-) -> Result<Contents, FileResult> {
+    twin: Option<Sha256Digest>,
+) -> Result<Opened, FileResult> {
     let path = candidate.path.as_str().to_owned();
     if candidate.size > limit {
         return Err(FileResult::Skipped(Skipped {
@@ -134,7 +133,8 @@ async fn read_file(
     }
     let read_dir = Arc::clone(dir);
     let rel = candidate.path.to_relative_path();
-    let read = tokio::task::spawn_blocking(move || read_candidate(&read_dir, &rel, limit)).await;
+    let opened =
+        tokio::task::spawn_blocking(move || open_candidate(&read_dir, &rel, limit, twin)).await;
     let failed = |cause| {
         FileResult::Failed(FailedFile {
             path: path.clone(),
@@ -142,39 +142,46 @@ async fn read_file(
             cause,
         })
     };
-    match read {
-        Ok(Ok(Contents::Skip(reason))) => Err(FileResult::Skipped(Skipped {
+    match opened {
+        Ok(Ok(Opened::Skip(reason))) => Err(FileResult::Skipped(Skipped {
             path: path.clone(),
             reason,
         })),
-        Ok(Ok(contents)) => Ok(contents),
+        Ok(Ok(opened)) => Ok(opened),
         Ok(Err(e)) => Err(failed(e.to_string())),
         Err(e) => Err(failed(format!("read panicked: {e}"))),
     }
 }
 
-/// What reading a candidate found.
-enum Contents {
-    /// Its bytes, within the limit.
-    Bytes(Vec<u8>),
-    /// A file of [`STREAM_FROM_BYTES`] or more, hashed once and positioned
-    /// at its start, to be streamed: never read into memory.
-    Large {
+/// What opening a candidate found.
+enum Opened {
+    /// A regular file of `len` bytes (1 to the limit), positioned at its
+    /// start, for the upload to read.
+    File {
         /// The open file.
         file: std::fs::File,
-        /// Its size when it was hashed.
-        size: u64,
-        /// Its digest then; the upload hashes again and refuses a change.
-        digest: Sha256Digest,
+        /// Its size when it was opened; the upload refuses a change.
+        len: u64,
+    },
+    /// Its bytes equal its restored twin's: nothing to upload.
+    Unchanged {
+        /// Its size.
+        len: u64,
     },
     /// It turned out not to be worth storing.
     Skip(SkipReason),
 }
 
-/// Reads a candidate through the scratch dir's capability: no path can lead
-/// outside it, a FIFO swapped in cannot block (non-blocking open), and
-/// whatever is opened must be a regular file within the size limit.
-fn read_candidate(dir: &Dir, path: &Path, limit: u64) -> std::io::Result<Contents> {
+/// Opens a candidate through the scratch dir's capability: no path can
+/// lead outside it, a FIFO swapped in cannot block (non-blocking open),
+/// and whatever is opened must be a regular file within the size limit.
+/// With a restored twin's digest, hashes it to compare (one read).
+fn open_candidate(
+    dir: &Dir,
+    path: &Path,
+    limit: u64,
+    twin: Option<Sha256Digest>,
+) -> std::io::Result<Opened> {
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -182,57 +189,25 @@ fn read_candidate(dir: &Dir, path: &Path, limit: u64) -> std::io::Result<Content
     let file = dir.open_with(path, &options)?;
     let md = file.metadata()?;
     if !md.is_file() {
-        return Ok(Contents::Skip(SkipReason::NotRegular {
+        return Ok(Opened::Skip(SkipReason::NotRegular {
             kind: "not a regular file when opened".into(),
         }));
     }
-    if md.len() >= STREAM_FROM_BYTES {
-        return hash_large(file.into_std(), md.len(), limit);
+    let len = md.len();
+    if len == 0 {
+        return Ok(Opened::Skip(SkipReason::Empty));
     }
-    let mut bytes = Vec::with_capacity(md.len().min(limit) as usize);
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.is_empty() {
-        return Ok(Contents::Skip(SkipReason::Empty));
+    if len > limit {
+        return Ok(Opened::Skip(SkipReason::TooLarge { size: len, limit }));
     }
-    if bytes.len() as u64 > limit {
-        return Ok(Contents::Skip(SkipReason::TooLarge {
-            size: md.len().max(bytes.len() as u64),
-            limit,
-        }));
-    }
-    Ok(Contents::Bytes(bytes))
-}
-
-/// Hashes a large file in 1 MiB reads, up to one byte past `limit`, and
-/// leaves it positioned at its start for the streamed upload.
-fn hash_large(mut file: std::fs::File, seen: u64, limit: u64) -> std::io::Result<Contents> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1024 * 1024];
-    let mut size = 0u64;
-    let mut reader = (&mut file).take(limit + 1);
-    loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let mut file = file.into_std();
+    if let Some(twin) = twin {
+        if digest_of_file(&mut file, len)? == Some(twin) {
+            return Ok(Opened::Unchanged { len });
         }
-        hasher.update(&buf[..n]);
-        size += n as u64;
+        file.rewind()?;
     }
-    if size == 0 {
-        return Ok(Contents::Skip(SkipReason::Empty));
-    }
-    if size > limit {
-        return Ok(Contents::Skip(SkipReason::TooLarge {
-            size: seen.max(size),
-            limit,
-        }));
-    }
-    file.rewind()?;
-    Ok(Contents::Large {
-        file,
-        size,
-        digest: Sha256Digest::from_bytes(hasher.finalize().into()),
-    })
+    Ok(Opened::File { file, len })
 }
 
 /// The cause recorded for a failed upload: the blob store's error chain,

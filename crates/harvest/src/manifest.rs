@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::warn;
 
-use korvus_blob::{manifest_key, BlobStore, PutOptions};
+use korvus_blob::{manifest_key, BlobStore, Durability, PutOptions};
 use korvus_workspace::HARVEST_MANIFEST;
 
 use crate::outcome::{error_chain, PersistOutcome};
@@ -49,8 +49,16 @@ pub(crate) async fn store_manifest(
             return;
         }
     };
-    let options = PutOptions::for_bytes(MANIFEST_CONTENT_TYPE, &bytes);
-    let stored = tokio::time::timeout(limit, blobs.put(&key, bytes, options)).await;
+    // Deferred, then one barrier: on files one flush of its own instead
+    // of an fsync for each of the object, its metadata and their
+    // directories.
+    let options =
+        PutOptions::for_bytes(MANIFEST_CONTENT_TYPE, &bytes).durability(Durability::AtBarrier);
+    let put_durably = async {
+        blobs.put(&key, bytes, options).await?;
+        blobs.barrier().await
+    };
+    let stored = tokio::time::timeout(limit, put_durably).await;
     let failure = match stored {
         Ok(Ok(())) => return,
         Ok(Err(e)) => error_chain(&e),

@@ -29,9 +29,11 @@ use crate::DEFAULT_MAX_FILES;
 /// read by people and rendered whole; anything larger is not a report.
 pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The default of [`PersistConfig::max_file_bytes`]: 1 GiB. Files from
-/// [`STREAM_FROM_BYTES`](korvus_workspace::STREAM_FROM_BYTES) on are
-/// streamed to the blob store, never held in memory, so the limit bounds
+/// The default of [`PersistConfig::max_file_bytes`]: 1 GiB. The harvest
+/// hands each file to the blob store open
+/// ([`BlobStore::put_file`](korvus_blob::BlobStore::put_file)) and never
+/// reads one whole: `FsBlobStore` copies it through a small buffer and S3
+/// holds one only below its multipart threshold, so the limit bounds
 /// storage and time, not the process's memory.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;
 

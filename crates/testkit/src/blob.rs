@@ -17,7 +17,9 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 crate::__with_cases!(blob, [crate::__gen_run_all], (blob, BlobStore,));
 
+mod file;
 mod listing;
+pub use self::file::*;
 pub use self::listing::*;
 
 /// A fresh prefix `contract/<uuid v7>` so cases never see each other's keys.
@@ -196,7 +198,7 @@ pub async fn hostile_keys_are_refused_before_io(store: &dyn BlobStore) {
 }
 
 /// The byte at `offset` of a [`Pattern`] body.
-fn pattern_byte(offset: u64) -> u8 {
+pub(crate) fn pattern_byte(offset: u64) -> u8 {
     (offset % 251) as u8
 }
 
@@ -264,7 +266,7 @@ impl AsyncRead for Pattern {
 
 /// 17 MiB: over S3's default 16 MiB multipart threshold, so S3 streams it
 /// in parts (8 + 8 + 1 MiB).
-const STREAMED: u64 = 17 * 1024 * 1024;
+pub(crate) const STREAMED: u64 = 17 * 1024 * 1024;
 
 /// A streamed body of 17 MiB round-trips with its digest and content type.
 pub async fn put_stream_round_trips_a_large_body(store: &dyn BlobStore) {

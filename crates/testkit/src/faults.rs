@@ -248,7 +248,8 @@ mod blob_faults {
     use async_trait::async_trait;
     use bytes::Bytes;
     use korvus_blob::{
-        Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, PutOptions, Result,
+        Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, PutFileOptions,
+        PutOptions, Result, Sha256Digest,
     };
 
     /// What a faulty `put` does.
@@ -421,6 +422,20 @@ mod blob_faults {
             self.inner.put_stream(key, body, options).await?;
             self.record_put(key);
             Ok(())
+        }
+
+        async fn put_file(
+            &self,
+            key: &BlobKey,
+            file: std::fs::File,
+            len: u64,
+            options: PutFileOptions,
+        ) -> Result<Sha256Digest> {
+            let fault = Self::find(&self.state.lock().unwrap().put_faults, key);
+            Self::apply(fault, key).await?;
+            let digest = self.inner.put_file(key, file, len, options).await?;
+            self.record_put(key);
+            Ok(digest)
         }
 
         async fn barrier(&self) -> Result<()> {

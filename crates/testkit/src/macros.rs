@@ -116,6 +116,8 @@ macro_rules! __with_cases {
             put_stream_round_trips_a_large_body,
             put_stream_failing_half_way_stores_nothing,
             put_stream_of_changed_bytes_stores_nothing,
+            put_file_stores_the_bytes_and_returns_their_digest,
+            put_file_of_a_changed_file_stores_nothing,
             objects_carry_their_last_modified_time,
             deferred_puts_are_visible_and_a_barrier_succeeds,
             get_stream_reads_what_get_reads,

@@ -130,4 +130,6 @@ pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReaso
 pub use crate::skills::{
     Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
 };
-pub use crate::upload::{upload, upload_artifact, UploadBody, UploadRow, STREAM_FROM_BYTES};
+pub use crate::upload::{
+    upload, upload_artifact, upload_file, UploadBody, UploadRow, STREAM_FROM_BYTES,
+};

@@ -2,7 +2,8 @@
 
 use bytes::Bytes;
 use korvus_blob::{
-    artifact_key, report_key, BlobBody, BlobKey, BlobStore, Durability, PutOptions, Sha256Digest,
+    artifact_key, report_key, BlobBody, BlobKey, BlobStore, Durability, PutFileOptions, PutOptions,
+    Sha256Digest,
 };
 use korvus_store::{ArtifactId, ArtifactKind, IncidentId, NewArtifact, SessionId};
 
@@ -129,7 +130,50 @@ pub async fn upload(
         key: key.to_string(),
         source,
     })?;
-    Ok(NewArtifact {
+    Ok(new_artifact(id, key, row, size_bytes, sha256))
+}
+
+/// [`upload`] for the `len` bytes of an open file (from its current
+/// position), through [`BlobStore::put_file`]: the blob store computes the
+/// digest while it stores the bytes, so the caller need not read the file
+/// first, and the row carries the digest of exactly the bytes stored.
+///
+/// # Errors
+/// As [`upload`]; a file that does not hold `len` bytes (it changed since
+/// its length was taken) is refused and nothing is stored.
+///
+/// # Cancel safety
+/// As [`upload_artifact`].
+pub async fn upload_file(
+    blobs: &dyn BlobStore,
+    file: std::fs::File,
+    len: u64,
+    row: UploadRow,
+    durability: Durability,
+) -> Result<NewArtifact> {
+    let id = ArtifactId::new();
+    let key = key_for(&row, id);
+    let options = PutFileOptions::new(row.content_type.clone()).durability(durability);
+    let sha256 = blobs
+        .put_file(&key, file, len, options)
+        .await
+        .map_err(|source| WorkspaceError::Blob {
+            op: "stored",
+            key: key.to_string(),
+            source,
+        })?;
+    Ok(new_artifact(id, key, row, len, sha256))
+}
+
+/// The row describing bytes stored at `key`.
+fn new_artifact(
+    id: ArtifactId,
+    key: BlobKey,
+    row: UploadRow,
+    size_bytes: u64,
+    sha256: Sha256Digest,
+) -> NewArtifact {
+    NewArtifact {
         id,
         incident_id: row.incident,
         session_id: row.session,
@@ -141,7 +185,7 @@ pub async fn upload(
         sha256: sha256.to_hex(),
         revision: row.revision,
         fence: row.fence,
-    })
+    }
 }
 
 /// The blob key of an upload; see [`upload_artifact`].

@@ -250,3 +250,30 @@ pub(super) async fn digest(bytes: Bytes) -> Result<Sha256Digest> {
         .await
         .map_err(|e| BlobError::backend("s3", format!("hashing the body failed: {e}")))
 }
+
+/// Reads the `len` bytes of a small file from its current position and
+/// hashes them, in one pass on a blocking thread.
+pub(super) async fn read_small(
+    key: &BlobKey,
+    file: std::fs::File,
+    len: u64,
+) -> Result<(Bytes, Sha256Digest)> {
+    let mut file = file;
+    let read = tokio::task::spawn_blocking(move || {
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let digest = korvus_blob::copy_and_hash(&mut file, &mut bytes, len)?;
+        Ok::<_, std::io::Error>((bytes, digest))
+    })
+    .await
+    .map_err(|e| BlobError::backend("s3", format!("reading the file failed: {e}")))?;
+    match read {
+        Ok((bytes, Some(digest))) => Ok((Bytes::from(bytes), digest)),
+        Ok((_, None)) => Err(BlobError::ChecksumMismatch {
+            key: key.to_string(),
+        }),
+        Err(source) => Err(BlobError::Body {
+            key: key.to_string(),
+            source,
+        }),
+    }
+}
