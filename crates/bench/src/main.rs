@@ -28,7 +28,9 @@
 //! 20. restoring a large artifact on reopen: extra resident memory;
 //! 21. an agent that leaves 5,000,000 empty files;
 //! 22. the sweeper over 1,000,000 orphan keys (Fs and an S3 stand-in);
-//! 23. reopen of a session with a 1,000,000-event log and 1,000 artifacts.
+//! 23. reopen of a session with a 1,000,000-event log and 1,000 artifacts;
+//! 24. a thousand `CommandRunner` sessions of sleeping agents: what each
+//!     costs the host (memory, tasks, threads, descriptors).
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -44,6 +46,7 @@ use tracing_subscriber::layer::SubscriberExt;
 mod admission;
 mod cancel;
 mod closers;
+mod command;
 mod export;
 mod fanout;
 mod files;
@@ -113,6 +116,11 @@ fn run() -> Result<()> {
         let kind = args.get(1).context(USAGE)?;
         let n = args.get(2).context(USAGE)?.parse()?;
         return scale::child(kind, n);
+    }
+    if args.first().map(String::as_str) == Some("command-child") {
+        let n = args.get(1).context(USAGE)?.parse()?;
+        let dir = args.get(2).context(USAGE)?;
+        return command::child(n, dir);
     }
     if args.first().map(String::as_str) == Some("profile") {
         // Only "ours" of one benchmark, without services, to run under a
@@ -185,7 +193,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=23u32 {
+    for n in 1..=24u32 {
         if !wanted(n) {
             continue;
         }
@@ -214,7 +222,8 @@ async fn all(
             20 => restore::restore_large(&mut b).await,
             21 => walk::many_empty_files(&mut b).await,
             22 => sweep::sweep_at_scale(&mut b).await,
-            _ => reopen::reopen_at_scale(&mut b).await,
+            23 => reopen::reopen_at_scale(&mut b).await,
+            _ => command::command_sessions(&mut b).await,
         };
         match result {
             Ok(r) => {

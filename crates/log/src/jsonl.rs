@@ -330,6 +330,26 @@ impl LogIo for JsonlIo {
         Ok(())
     }
 
+    fn append_now(&self, at: u64, events: &[Event], epoch: Option<u64>) -> bool {
+        let Some(writer) = &self.writer else {
+            return false;
+        };
+        let pushed = writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(|side| side.push_events(self.id, events, epoch, at));
+        match pushed {
+            Some(start_timer) => {
+                if start_timer {
+                    write_behind(self.id, writer);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
     async fn flush(&self) -> Result<()> {
         self.with_writer(false, File::sync_data).await
     }

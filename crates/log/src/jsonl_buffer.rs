@@ -15,8 +15,8 @@ use std::fs::File;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::jsonl_file::{write_counted, BACKEND};
-use crate::{LogError, LogId, Result};
+use crate::jsonl_file::{serialise_into, write_counted, BACKEND};
+use crate::{Event, LogError, LogId, Result};
 
 /// The buffer goes to the file once it holds this many bytes: 64 KiB.
 pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
@@ -127,6 +127,39 @@ impl WriteSide {
         self.pending.extend_from_slice(lines);
         self.count = Some(at + n);
         Ok(was_empty)
+    }
+
+    /// The fast path of an append: serialises `events` (stamped with
+    /// `epoch` when given) straight into the buffer, when this side can
+    /// take them at `at` now. `Some(start_timer)` once they are appended
+    /// (as [`push`](Self::push)); `None` with nothing stored when the
+    /// caller must take the full path (a fenced or failed side, an offset
+    /// that is not the end, an event that does not serialise, or a write
+    /// that failed).
+    pub(crate) fn push_events(
+        &mut self,
+        id: LogId,
+        events: &[Event],
+        epoch: Option<u64>,
+        at: u64,
+    ) -> Option<bool> {
+        if self.failed.is_some() || self.epoch < self.newest || self.count != Some(at) {
+            return None;
+        }
+        let start = self.pending.len();
+        if serialise_into(&mut self.pending, events, epoch).is_err() {
+            self.pending.truncate(start);
+            return None;
+        }
+        let n = events.len() as u64;
+        if self.pending.len() < BUFFER_BYTES {
+            self.count = Some(at + n);
+            return Some(start == 0);
+        }
+        // The buffer is full: the usual rules (write it out first; a large
+        // append on its own goes straight through).
+        let lines = self.pending.split_off(start);
+        self.push(id, &lines, at, n).ok()
     }
 
     /// Writes the buffer to the file in one call. A write that fails

@@ -147,6 +147,21 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// empty.
     async fn append(&self, at: u64, events: &[Event]) -> Result<()>;
 
+    /// The fast path of an append, for backends that buffer in memory:
+    /// appends `events` at `at` without waiting, each stamped with `epoch`
+    /// when one is given (an event's own otherwise), and returns `true`;
+    /// or returns `false` having stored nothing, and the caller takes
+    /// [`append`](Self::append), which also reports any error (a closed or
+    /// fenced writer, an earlier write that failed, an offset that is not
+    /// the end). The default always returns `false`.
+    ///
+    /// Called with the handle's append lock held, so it must not block on
+    /// I/O other than a buffered write.
+    fn append_now(&self, at: u64, events: &[Event], epoch: Option<u64>) -> bool {
+        let _ = (at, events, epoch);
+        false
+    }
+
     /// Makes `epoch` this writer's epoch: refused with
     /// [`LogError::Fenced`] when the log has seen a newer one, else
     /// recorded as the log's newest (it may equal it). From then on, every
