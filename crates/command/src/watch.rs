@@ -3,9 +3,10 @@
 //! clock (no output line and no CPU time used). Also the processes of the
 //! agent's session, for runs without a cgroup.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::RunCgroup;
@@ -102,11 +103,14 @@ impl Watch {
             Some(used) => Some(u64::try_from(used.as_micros()).unwrap_or(u64::MAX)),
             None => {
                 let sid = self.sid;
-                tokio::task::spawn_blocking(move || {
-                    session_cpu(sid).saturating_mul(MICROS_PER_TICK)
-                })
-                .await
-                .ok()
+                // A fresh shared scan answers without a blocking thread.
+                match recent_scan() {
+                    Some(scan) => Some(scan.get(&sid).copied().unwrap_or(0)),
+                    None => tokio::task::spawn_blocking(move || session_cpu(sid))
+                        .await
+                        .ok(),
+                }
+                .map(|ticks| ticks.saturating_mul(MICROS_PER_TICK))
             }
         };
         // Work, not wake-ups: an idle program's timers use a few
@@ -168,10 +172,58 @@ pub(crate) fn session_members(sid: i32) -> Vec<i32> {
 /// CPU time (in clock ticks) used by session `sid`'s processes and the
 /// children they reaped.
 fn session_cpu(sid: i32) -> u64 {
-    proc_stats()
-        .filter(|s| s.session == sid)
-        .map(|s| s.ticks)
-        .sum()
+    cpu_by_session().get(&sid).copied().unwrap_or(0)
+}
+
+/// How old a scan of `/proc` may be and still answer a run's check.
+const SHARED_SCAN_AGE: Duration = Duration::from_millis(100);
+
+/// CPU ticks of every process session on the host, from one scan of
+/// `/proc` shared by every run of this process for [`SHARED_SCAN_AGE`].
+/// A scan reads every process's `stat`, so one per run per poll would
+/// cost runs × processes reads; shared, a thousand runs polling every 2 s
+/// cost at most ten scans a second. While one run scans, the others take
+/// the last scan rather than wait (a waiting check would hold a blocking
+/// thread); only the very first waits. Blocking.
+/// The last scan of `/proc` and when it was taken.
+type Scan = Option<(Instant, Arc<HashMap<i32, u64>>)>;
+static LAST_SCAN: Mutex<Scan> = Mutex::new(None);
+
+/// The last scan, when it is younger than [`SHARED_SCAN_AGE`]. Quick:
+/// callable on a runtime worker.
+fn recent_scan() -> Option<Arc<HashMap<i32, u64>>> {
+    let last = LAST_SCAN.lock().unwrap_or_else(|p| p.into_inner());
+    last.as_ref()
+        .filter(|(at, _)| at.elapsed() < SHARED_SCAN_AGE)
+        .map(|(_, scan)| Arc::clone(scan))
+}
+
+fn cpu_by_session() -> Arc<HashMap<i32, u64>> {
+    static SCANNING: Mutex<()> = Mutex::new(());
+    let last = || LAST_SCAN.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(scan) = recent_scan() {
+        return scan;
+    }
+    let _scanning = match SCANNING.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::WouldBlock) => match last() {
+            Some((_, scan)) => return scan,
+            None => SCANNING.lock().unwrap_or_else(|p| p.into_inner()),
+        },
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+    };
+    // Another run may have scanned while this one waited for the lock.
+    if let Some(scan) = recent_scan() {
+        return scan;
+    }
+    let mut by_session = HashMap::new();
+    for s in proc_stats() {
+        *by_session.entry(s.session).or_insert(0) += s.ticks;
+    }
+    let scan = Arc::new(by_session);
+    *LAST_SCAN.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((Instant::now(), Arc::clone(&scan)));
+    scan
 }
 
 struct ProcStat {

@@ -89,7 +89,14 @@ pub(crate) async fn store_file(
         Ok(row) => FileResult::Stored(Box::new(row)),
         Err(e) => FileResult::Failed(FailedFile {
             path,
-            stage: FailStage::Upload,
+            // The store reads the file: a failure to read it is still one.
+            stage: match &e {
+                WorkspaceError::Blob {
+                    source: BlobError::Body { .. },
+                    ..
+                } => FailStage::Read,
+                _ => FailStage::Upload,
+            },
             cause: upload_cause(&e),
         }),
     }

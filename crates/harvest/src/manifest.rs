@@ -49,14 +49,23 @@ pub(crate) async fn store_manifest(
             return;
         }
     };
-    // Deferred, then one barrier: on files one flush of its own instead
-    // of an fsync for each of the object, its metadata and their
-    // directories.
-    let options =
-        PutOptions::for_bytes(MANIFEST_CONTENT_TYPE, &bytes).durability(Durability::AtBarrier);
+    // After a phase whose barrier worked: deferred, then one barrier (on
+    // files one flush of its own instead of an fsync for each of the
+    // object, its metadata and their directories). After one whose
+    // barrier failed or never ran, durable on return, so a stuck or
+    // failing flush cannot also cost the manifest that records it.
+    let durability = if outcome.rows_written {
+        Durability::AtBarrier
+    } else {
+        Durability::OnReturn
+    };
+    let options = PutOptions::for_bytes(MANIFEST_CONTENT_TYPE, &bytes).durability(durability);
     let put_durably = async {
         blobs.put(&key, bytes, options).await?;
-        blobs.barrier().await
+        match durability {
+            Durability::AtBarrier => blobs.barrier().await,
+            Durability::OnReturn => Ok(()),
+        }
     };
     let stored = tokio::time::timeout(limit, put_durably).await;
     let failure = match stored {

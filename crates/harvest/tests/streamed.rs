@@ -179,6 +179,14 @@ async fn one_barrier_per_phase_and_none_failed_means_no_rows() {
     assert!(outcome.failed.iter().all(|f| f.stage == FailStage::Row));
     assert!(matches!(outcome.report, ReportFile::Failed { .. }));
     assert!(outcome.error_text().unwrap().contains("durable"));
+    // The manifest that records it is still stored, durable on return
+    // (not behind another barrier).
+    let manifest = outcome
+        .manifest_key
+        .clone()
+        .expect("the manifest is stored");
+    let manifest = BlobKey::new(manifest).unwrap();
+    assert!(blobs.get(&manifest).await.is_ok());
     let rows = env
         .store
         .all_session_artifacts(env.session.id)

@@ -338,7 +338,7 @@ impl LogIo for JsonlIo {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
-            .and_then(|side| side.push_events(self.id, events, epoch, at));
+            .and_then(|side| side.push_events(events, epoch, at));
         match pushed {
             Some(start_timer) => {
                 if start_timer {
@@ -410,7 +410,8 @@ impl TurnLog for JsonlLog {
                 &self.buffers,
             )),
             claim,
-        ))
+        )
+        .with_fast_appends())
     }
 
     async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
@@ -453,7 +454,7 @@ impl TurnLog for JsonlLog {
             &self.buffers,
         ));
         Ok(match claim {
-            Some(claim) => LogHandle::writer(header, io, claim),
+            Some(claim) => LogHandle::writer(header, io, claim).with_fast_appends(),
             None => LogHandle::reader(header, io),
         })
     }

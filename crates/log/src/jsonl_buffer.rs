@@ -134,11 +134,10 @@ impl WriteSide {
     /// take them at `at` now. `Some(start_timer)` once they are appended
     /// (as [`push`](Self::push)); `None` with nothing stored when the
     /// caller must take the full path (a fenced or failed side, an offset
-    /// that is not the end, an event that does not serialise, or a write
-    /// that failed).
+    /// that is not the end, an event that does not serialise, or a buffer
+    /// that would reach [`BUFFER_BYTES`]: this path never writes).
     pub(crate) fn push_events(
         &mut self,
-        id: LogId,
         events: &[Event],
         epoch: Option<u64>,
         at: u64,
@@ -151,15 +150,14 @@ impl WriteSide {
             self.pending.truncate(start);
             return None;
         }
-        let n = events.len() as u64;
-        if self.pending.len() < BUFFER_BYTES {
-            self.count = Some(at + n);
-            return Some(start == 0);
+        if self.pending.len() >= BUFFER_BYTES {
+            // The buffer is full: the full path writes it out (and a large
+            // append straight through), and reports a failure as its own.
+            self.pending.truncate(start);
+            return None;
         }
-        // The buffer is full: the usual rules (write it out first; a large
-        // append on its own goes straight through).
-        let lines = self.pending.split_off(start);
-        self.push(id, &lines, at, n).ok()
+        self.count = Some(at + events.len() as u64);
+        Some(start == 0)
     }
 
     /// Writes the buffer to the file in one call. A write that fails

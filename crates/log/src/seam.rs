@@ -155,8 +155,9 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// fenced writer, an earlier write that failed, an offset that is not
     /// the end). The default always returns `false`.
     ///
-    /// Called with the handle's append lock held, so it must not block on
-    /// I/O other than a buffered write.
+    /// Asked only by handles built with
+    /// [`LogHandle::with_fast_appends`](crate::LogHandle::with_fast_appends),
+    /// with the handle's append lock held; it must not block on I/O.
     fn append_now(&self, at: u64, events: &[Event], epoch: Option<u64>) -> bool {
         let _ = (at, events, epoch);
         false

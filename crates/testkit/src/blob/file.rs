@@ -1,5 +1,9 @@
 //! Contract cases of [`BlobStore::put_file`]: an open file stored with the
-//! digest the store computed, and a file that changed refused whole.
+//! digest the store computed, and a file whose length is not the declared
+//! one (it shrank or grew) refused whole. A same-length change while the
+//! file is read is not refused by every backend: `FsBlobStore` reads each
+//! byte once, so what it stores is what it hashed, and the digest it
+//! returns is always that of the stored bytes.
 
 use std::io::{Seek, SeekFrom, Write};
 
