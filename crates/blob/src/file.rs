@@ -1,40 +1,12 @@
-//! Files as put bodies: [`PutFileOptions`] for
-//! [`BlobStore::put_file`](crate::BlobStore::put_file), and the blocking
-//! loops that hash a file or copy it while hashing, each byte read once.
+//! Files as put bodies: the blocking loops behind
+//! [`BlobStore::put_file`](crate::BlobStore::put_file) that hash a file or
+//! copy it while hashing, each byte read once.
 
 use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
 
-use crate::{Durability, Sha256Digest};
-
-/// What [`BlobStore::put_file`](crate::BlobStore::put_file) stores next to
-/// the bytes. There is no digest to give: the store computes it while it
-/// stores the bytes and returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PutFileOptions {
-    /// MIME type.
-    pub content_type: String,
-    /// When the bytes must be durable.
-    pub durability: Durability,
-}
-
-impl PutFileOptions {
-    /// Options with the given content type, durable on return.
-    pub fn new(content_type: impl Into<String>) -> Self {
-        Self {
-            content_type: content_type.into(),
-            durability: Durability::OnReturn,
-        }
-    }
-
-    /// The same options with the given durability.
-    #[must_use]
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
-    }
-}
+use crate::Sha256Digest;
 
 /// Size of the buffer the blocking loops read through: small enough to
 /// stay in a core's cache while it is hashed, large enough that a

@@ -1,29 +1,25 @@
 //! [`FsBlobStore`]: objects as files under one root directory.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
-use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
+use cap_std::fs::Dir;
 
 use crate::file::{copy_hashing, CopyError};
 use crate::fs_list::{self, modified};
+use crate::fs_write::{
+    backend, blob_meta, commit_tmp, copy_body, create_tmp, flush_fs, meta_path, metas, object_path,
+    read_meta, start_writeback, tmp_path, write_atomic, write_meta, META, OBJECTS, TMP,
+};
 use crate::{
     Blob, BlobBody, BlobError, BlobKey, BlobMeta, BlobReader, BlobStore, Durability,
     PutFileOptions, PutOptions, Result, Sha256Digest,
 };
-
-const BACKEND: &str = "fs";
-const OBJECTS: &str = "objects";
-const META: &str = "meta";
-const TMP: &str = "tmp";
 
 /// A [`BlobStore`] keeping each object as a plain file.
 ///
@@ -76,13 +72,6 @@ struct Flush {
     flushed: tokio::sync::Mutex<u64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct MetaFile {
-    content_type: String,
-    sha256: String,
-    size: u64,
-}
-
 impl FsBlobStore {
     /// Opens (creating if missing) a store rooted at `root`.
     ///
@@ -125,10 +114,6 @@ impl FsBlobStore {
     }
 }
 
-fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> BlobError {
-    BlobError::backend(BACKEND, e)
-}
-
 fn io_err(key: &BlobKey, e: io::Error) -> BlobError {
     if e.kind() == io::ErrorKind::NotFound {
         BlobError::NotFound {
@@ -136,103 +121,6 @@ fn io_err(key: &BlobKey, e: io::Error) -> BlobError {
         }
     } else {
         backend(e)
-    }
-}
-
-fn object_path(key: &BlobKey) -> PathBuf {
-    Path::new(OBJECTS).join(key.as_str())
-}
-
-fn meta_path(key: &BlobKey) -> PathBuf {
-    Path::new(META).join(format!("{}.json", key.as_str()))
-}
-
-/// A fresh temporary path under `tmp/`.
-fn tmp_path() -> PathBuf {
-    Path::new(TMP).join(uuid::Uuid::now_v7().to_string())
-}
-
-/// Creates the temporary file `tmp`.
-fn create_tmp(root: &Dir, tmp: &Path) -> io::Result<cap_std::fs::File> {
-    root.open_with(tmp, OpenOptions::new().write(true).create_new(true))
-}
-
-/// Moves the written temporary file `tmp` to `dest`; with `sync`, the file
-/// is fsynced before and the directory after.
-fn commit_tmp(root: &Dir, tmp: &Path, dest: &Path, sync: bool) -> io::Result<()> {
-    let parent = dest.parent().unwrap_or(Path::new(""));
-    let result = (|| {
-        if sync {
-            root.open(tmp)?.sync_all()?;
-        }
-        root.create_dir_all(parent)?;
-        root.rename(tmp, root, dest)?;
-        if sync {
-            // A directory opened read-only can be fsynced; cap-std's
-            // `open_dir` handle cannot (it may be an `O_PATH` descriptor).
-            root.open(parent)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        // Best effort: a stray temp file is harmless, but do not leave it.
-        let _ = root.remove_file(tmp);
-    }
-    result
-}
-
-/// Writes `bytes` to `dest` atomically: temp file, (fsync,) rename, (fsync dir).
-fn write_atomic(root: &Dir, dest: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
-    let tmp = tmp_path();
-    let written = create_tmp(root, &tmp).and_then(|mut file| {
-        file.write_all(bytes)?;
-        if !sync {
-            start_writeback(&file);
-        }
-        Ok(())
-    });
-    if let Err(e) = written {
-        let _ = root.remove_file(&tmp);
-        return Err(e);
-    }
-    commit_tmp(root, &tmp, dest, sync)
-}
-
-/// Writes the metadata file of `key`.
-fn write_meta(root: &Dir, key: &BlobKey, options: PutOptions, size: u64) -> Result<()> {
-    let sync = options.durability == Durability::OnReturn;
-    let meta = MetaFile {
-        content_type: options.content_type,
-        sha256: options.sha256.to_hex(),
-        size,
-    };
-    let meta = serde_json::to_vec(&meta).map_err(backend)?;
-    write_atomic(root, &meta_path(key), &meta, sync).map_err(backend)
-}
-
-fn read_meta(root: &Dir, key: &BlobKey, size: u64) -> Option<MetaFile> {
-    let bytes = root.read(meta_path(key)).ok()?;
-    serde_json::from_slice::<MetaFile>(&bytes)
-        .ok()
-        .filter(|m| m.size == size)
-}
-
-fn blob_meta(
-    key: &BlobKey,
-    size: u64,
-    last_modified: Option<SystemTime>,
-    meta: Option<MetaFile>,
-) -> BlobMeta {
-    let (content_type, sha256) = match meta {
-        Some(m) => (Some(m.content_type), m.sha256.parse().ok()),
-        None => (None, None),
-    };
-    BlobMeta {
-        key: key.clone(),
-        size,
-        content_type,
-        sha256,
-        last_modified,
     }
 }
 
@@ -503,61 +391,4 @@ impl BlobStore for FsBlobStore {
         })
         .await
     }
-}
-
-/// The metadata of listed files, in their order.
-fn metas(root: &Dir, found: Vec<fs_list::Found>) -> Vec<BlobMeta> {
-    let mut out = Vec::with_capacity(found.len());
-    for (key, size, mtime) in found {
-        let Ok(key) = BlobKey::new(key) else { continue };
-        let meta = read_meta(root, &key, size);
-        out.push(blob_meta(&key, size, mtime, meta));
-    }
-    out
-}
-
-/// Size of the chunks `put_stream` copies.
-const CHUNK: usize = 1024 * 1024;
-
-/// Copies `body` into the temporary `file`, returning the digest of what
-/// was read and its size.
-async fn copy_body(
-    key: &BlobKey,
-    mut body: BlobBody,
-    file: cap_std::fs::File,
-) -> Result<(Sha256Digest, u64)> {
-    let mut file = tokio::fs::File::from_std(file.into_std());
-    let size = body.len();
-    while let Some(chunk) = body.next_chunk(key, CHUNK).await? {
-        file.write_all(&chunk).await.map_err(backend)?;
-    }
-    file.flush().await.map_err(backend)?;
-    let digest = body.finish(key).await?;
-    Ok((digest, size))
-}
-
-/// Starts writing a deferred put's bytes back to disk without waiting
-/// for it (`posix_fadvise(POSIX_FADV_DONTNEED)`, which on Linux starts
-/// writeback of the dirty range and keeps pages still being written), so
-/// the barrier's flush overlaps the rest of the batch instead of
-/// following it. Advice only: a failure changes nothing.
-fn start_writeback(file: &impl std::os::fd::AsFd) {
-    #[cfg(target_os = "linux")]
-    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
-    #[cfg(not(target_os = "linux"))]
-    let _ = file;
-}
-
-/// Flushes the file system holding `root`.
-#[cfg(target_os = "linux")]
-fn flush_fs(root: &Dir) -> io::Result<()> {
-    // `root` may be an `O_PATH` descriptor, which `syncfs` refuses.
-    Ok(rustix::fs::syncfs(root.open(OBJECTS)?)?)
-}
-
-/// Flushes every file system (no per-file-system call here).
-#[cfg(not(target_os = "linux"))]
-fn flush_fs(_root: &Dir) -> io::Result<()> {
-    rustix::fs::sync();
-    Ok(())
 }

@@ -46,17 +46,20 @@
 #![deny(missing_docs)]
 
 mod body;
+mod digest;
 mod error;
 mod file;
 mod fs;
 mod fs_list;
+mod fs_write;
 mod key;
 mod memory;
 mod store;
 
 pub use crate::body::BlobBody;
+pub use crate::digest::{ParseDigestError, Sha256Digest};
 pub use crate::error::{BlobError, Result};
-pub use crate::file::{copy_and_hash, digest_of_file, PutFileOptions};
+pub use crate::file::{copy_and_hash, digest_of_file};
 pub use crate::fs::FsBlobStore;
 pub use crate::key::{
     artifact_key, manifest_key, report_key, sanitize_file_name, session_prefix, BlobKey,
@@ -66,6 +69,6 @@ pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]
 pub use crate::store::MockBlobStore;
 pub use crate::store::{
-    hash_then_rewind, Blob, BlobMeta, BlobReader, BlobStore, Durability, ParseDigestError,
-    PutOptions, Sha256Digest, DELETE_MANY_CONCURRENCY,
+    hash_then_rewind, Blob, BlobMeta, BlobReader, BlobStore, Durability, PutFileOptions,
+    PutOptions, DELETE_MANY_CONCURRENCY,
 };

@@ -2,68 +2,14 @@
 
 use std::fmt::{self, Debug};
 use std::pin::Pin;
-use std::str::FromStr;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
+
 use tokio::io::AsyncRead;
 
-use crate::{BlobBody, BlobError, BlobKey, PutFileOptions, Result};
-
-/// A SHA-256 digest.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Sha256Digest([u8; 32]);
-
-impl Sha256Digest {
-    /// Digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Self {
-        Self(Sha256::digest(bytes).into())
-    }
-
-    /// Wraps raw digest bytes.
-    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
-    }
-
-    /// The raw digest bytes.
-    pub const fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// Lower-case hex, as stored in artifact rows.
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-}
-
-impl fmt::Display for Sha256Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
-    }
-}
-
-impl Debug for Sha256Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Sha256Digest({})", self.to_hex())
-    }
-}
-
-/// A string that is not 64 hex digits.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a SHA-256 hex digest")]
-pub struct ParseDigestError;
-
-impl FromStr for Sha256Digest {
-    type Err = ParseDigestError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(s, &mut out).map_err(|_| ParseDigestError)?;
-        Ok(Self(out))
-    }
-}
+use crate::{BlobBody, BlobError, BlobKey, Result, Sha256Digest};
 
 /// When the bytes of a put must be durable (survive a crash of the host).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -103,6 +49,34 @@ impl PutOptions {
     /// Options for `bytes` with the given content type, computing the digest.
     pub fn for_bytes(content_type: impl Into<String>, bytes: &[u8]) -> Self {
         Self::new(content_type, Sha256Digest::of(bytes))
+    }
+
+    /// The same options with the given durability.
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+}
+
+/// What [`BlobStore::put_file`] stores next to
+/// the bytes. There is no digest to give: the store computes it while it
+/// stores the bytes and returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutFileOptions {
+    /// MIME type.
+    pub content_type: String,
+    /// When the bytes must be durable.
+    pub durability: Durability,
+}
+
+impl PutFileOptions {
+    /// Options with the given content type, durable on return.
+    pub fn new(content_type: impl Into<String>) -> Self {
+        Self {
+            content_type: content_type.into(),
+            durability: Durability::OnReturn,
+        }
     }
 
     /// The same options with the given durability.

@@ -208,6 +208,18 @@ impl fmt::Display for FlushError {
 
 impl std::error::Error for FlushError {}
 
+/// An error and its sources, joined with `: `.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::error_chain;
 use crate::seam::{Access, LogIo, WriterClaim};
 use crate::{Event, EventKind, LogError, LogHeader, LogId, Result};
 
@@ -490,16 +491,4 @@ fn lost_note(lost: u64, reason: &str) -> Event {
              (after {APPEND_ATTEMPTS} tries): {reason}"
         ),
     })
-}
-
-/// An error and its sources, joined with `: `.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use crate::jsonl_buffer::{drain_shared, write_behind, Buffers, Shared, WriteSide};
+use crate::jsonl_buffer::{append_now, drain_shared, write_behind, Buffers, Shared, WriteSide};
 use crate::jsonl_file::{
     blocking, claim_epoch_file, cut_torn_tail, delete_files, io_err, lock_writer, read_epoch_file,
     read_header, revision_of, serialise, BACKEND,
@@ -331,23 +331,9 @@ impl LogIo for JsonlIo {
     }
 
     fn append_now(&self, at: u64, events: &[Event], epoch: Option<u64>) -> bool {
-        let Some(writer) = &self.writer else {
-            return false;
-        };
-        let pushed = writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .and_then(|side| side.push_events(events, epoch, at));
-        match pushed {
-            Some(start_timer) => {
-                if start_timer {
-                    write_behind(self.id, writer);
-                }
-                true
-            }
-            None => false,
-        }
+        self.writer
+            .as_ref()
+            .is_some_and(|w| append_now(self.id, w, events, epoch, at))
     }
 
     async fn flush(&self) -> Result<()> {

@@ -232,3 +232,29 @@ pub(crate) fn write_behind(id: LogId, side: &Shared) {
         }
     });
 }
+
+/// The fast path of an append on a shared write side
+/// ([`WriteSide::push_events`]), starting the write-behind timer when the
+/// buffer was empty: `false` when the full path must run.
+pub(crate) fn append_now(
+    id: LogId,
+    side: &Shared,
+    events: &[Event],
+    epoch: Option<u64>,
+    at: u64,
+) -> bool {
+    let pushed = side
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+        .and_then(|s| s.push_events(events, epoch, at));
+    match pushed {
+        Some(start_timer) => {
+            if start_timer {
+                write_behind(id, side);
+            }
+            true
+        }
+        None => false,
+    }
+}
