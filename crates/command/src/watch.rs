@@ -178,13 +178,6 @@ fn session_cpu(sid: i32) -> u64 {
 /// How old a scan of `/proc` may be and still answer a run's check.
 const SHARED_SCAN_AGE: Duration = Duration::from_millis(100);
 
-/// CPU ticks of every process session on the host, from one scan of
-/// `/proc` shared by every run of this process for [`SHARED_SCAN_AGE`].
-/// A scan reads every process's `stat`, so one per run per poll would
-/// cost runs × processes reads; shared, a thousand runs polling every 2 s
-/// cost at most ten scans a second. While one run scans, the others take
-/// the last scan rather than wait (a waiting check would hold a blocking
-/// thread); only the very first waits. Blocking.
 /// The last scan of `/proc` and when it was taken.
 type Scan = Option<(Instant, Arc<HashMap<i32, u64>>)>;
 static LAST_SCAN: Mutex<Scan> = Mutex::new(None);
@@ -198,6 +191,13 @@ fn recent_scan() -> Option<Arc<HashMap<i32, u64>>> {
         .map(|(_, scan)| Arc::clone(scan))
 }
 
+/// CPU ticks of every process session on the host, from one scan of
+/// `/proc` shared by every run of this process for [`SHARED_SCAN_AGE`].
+/// A scan reads every process's `stat`, so one per run per poll would
+/// cost runs × processes reads; shared, a thousand runs polling every 2 s
+/// cost at most ten scans a second. While one run scans, the others take
+/// the last scan rather than wait (a waiting check would hold a blocking
+/// thread); only the very first waits. Blocking.
 fn cpu_by_session() -> Arc<HashMap<i32, u64>> {
     static SCANNING: Mutex<()> = Mutex::new(());
     let last = || LAST_SCAN.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -49,12 +49,13 @@ pub(crate) async fn store_manifest(
             return;
         }
     };
-    // After a phase whose barrier worked: deferred, then one barrier (on
-    // files one flush of its own instead of an fsync for each of the
-    // object, its metadata and their directories). After one whose
-    // barrier failed or never ran, durable on return, so a stuck or
-    // failing flush cannot also cost the manifest that records it.
-    let durability = if outcome.rows_written {
+    // After a phase that stored files and wrote their rows (so its
+    // barrier ran and worked): deferred, then one barrier (on files one
+    // flush of its own instead of an fsync for each of the object, its
+    // metadata and their directories). Otherwise durable on return, so a
+    // stuck or failing flush cannot also cost the manifest that records
+    // it.
+    let durability = if outcome.rows_written && !outcome.stored.is_empty() {
         Durability::AtBarrier
     } else {
         Durability::OnReturn
