@@ -103,7 +103,7 @@ impl RunResult {
 /// would block any).
 pub(crate) async fn execute(
     inner: &Inner,
-    ctx: RunContext,
+    ctx: Box<RunContext>,
     resume: Option<String>,
     token: &CancellationToken,
 ) -> RunResult {
@@ -112,13 +112,17 @@ pub(crate) async fn execute(
     }
     let runner = &inner.runner();
     let run_token = ctx.cancel.clone();
-    let work = async move {
+    // Built in place and the context boxed: a parked run's task holds
+    // this future for as long as the agent runs, and a value moved from
+    // one local (or argument) of an async fn into another takes room in
+    // both.
+    let mut work = std::pin::pin!(AssertUnwindSafe(async move {
         match resume {
-            Some(message) => runner.resume(ctx, message).await,
-            None => runner.run(ctx).await,
+            Some(message) => runner.resume(*ctx, message).await,
+            None => runner.run(*ctx).await,
         }
-    };
-    let mut work = std::pin::pin!(AssertUnwindSafe(work).catch_unwind());
+    })
+    .catch_unwind());
     let (run_timeout, grace) = (inner.config().run_timeout, inner.config().cancel_grace);
     let timeout = async {
         if run_timeout.is_zero() {

@@ -213,10 +213,11 @@ async fn iterate(
     // The run starts: recorded before the runner is called, so a manager
     // that dies before this point leaves a claim (given back to the
     // queue), never an orphan whose agent may have run.
+    // Awaited where it is built: a future held in a local and then awaited
+    // takes its room in the task twice.
     let execute = |ctx| async {
-        let executed = crate::metrics::phase("execute", execute(&inner, ctx, resume, &token))
-            .instrument(info_span!("execute"));
-        match executed.await {
+        let executed = crate::metrics::phase("execute", execute(&inner, ctx, resume, &token));
+        match executed.instrument(info_span!("execute")).await {
             // Stopped by this manager for a lapsed lease, not by a caller.
             RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
                 RunResult::LeaseLost(o)
@@ -224,13 +225,14 @@ async fn iterate(
             result => result,
         }
     };
-    let result = match Box::pin(inner.mark_started(revision)).await {
-        Write::Done => execute(ctx).await,
+    // One call site of the runner, below: the await a parked run waits in.
+    let refused = match Box::pin(inner.mark_started(revision)).await {
+        Write::Done => None,
         Write::Refused(e) => {
             // Taken over, force-cancelled or ended meanwhile: the runner
             // is not called, and the writes that follow are refused.
             warn!(error = %e, "the run's start was refused: the session moved on; the runner is not called");
-            RunResult::LeaseLost(None)
+            Some(RunResult::LeaseLost(None))
         }
         Write::GaveUp if first_run => {
             error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
@@ -250,8 +252,12 @@ async fn iterate(
             // Safe to run: a reaper never gives a continued revision
             // back, it settles it `owner_lost` should this manager die.
             warn!("the run's start could not be recorded; a continued revision runs all the same");
-            execute(ctx).await
+            None
         }
+    };
+    let result = match refused {
+        Some(result) => result,
+        None => execute(ctx).await,
     };
     let settlement = crate::metrics::phase(
         "land",
@@ -322,8 +328,8 @@ fn context(
     log: &Arc<LogHandle>,
     token: &CancellationToken,
     docs: Option<&Arc<dyn korvus_runner::DocsClient>>,
-) -> RunContext {
-    RunContext {
+) -> Box<RunContext> {
+    Box::new(RunContext {
         session: plan.session().clone(),
         incident: plan.incident.clone(),
         inherited: prepared.inherited.clone(),
@@ -337,7 +343,7 @@ fn context(
         revision: plan.key().revision,
         report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
-    }
+    })
 }
 
 /// The message of a caught panic, when it has one.
