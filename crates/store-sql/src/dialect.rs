@@ -55,6 +55,11 @@ pub(crate) trait StoreDialect {
     /// empty on SQLite, whose writes run one at a time.
     const SKIP_LOCKED: &'static str;
 
+    /// Whether a `WITH` may hold writes (`INSERT`, `UPDATE`, `DELETE …
+    /// RETURNING`): PostgreSQL's heartbeat is then one statement; SQLite
+    /// runs its steps in one transaction.
+    const WRITES_IN_WITH: bool;
+
     /// A subquery of the texts in the JSON array bound as `$4`.
     const JSON_TEXTS_4: &'static str;
 

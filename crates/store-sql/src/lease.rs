@@ -41,6 +41,7 @@ macro_rules! sql_lease {
                     share: <$store as StoreDialect>::SHARE_LOCK,
                     incident_text: <$store as StoreDialect>::INCIDENT_TEXT,
                     skip_locked: <$store as StoreDialect>::SKIP_LOCKED,
+                    writes_in_with: <$store as StoreDialect>::WRITES_IN_WITH,
                 })
             });
 
@@ -235,14 +236,45 @@ macro_rules! sql_lease {
                 ) -> Result<Vec<(SessionId, u64)>> {
                     // Also with no runs: the statement is how the reaper
                     // knows this manager reaches the database.
-                    let rows = sqlx::query_as(&STATEMENTS.heartbeat)
-                        .bind(lease.owner.as_uuid())
-                        .bind(lease.ttl_millis())
-                        .bind(SessionStatus::Running.as_str())
-                        .bind(transition::run_keys(runs))
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err(backend(Self::BACKEND))?;
+                    let beat = &STATEMENTS.heartbeat;
+                    let keys = transition::run_keys(runs);
+                    let (owner, ttl) = (lease.owner.as_uuid(), lease.ttl_millis());
+                    let running = SessionStatus::Running.as_str();
+                    let err = backend(Self::BACKEND);
+                    let rows: Vec<(uuid::Uuid, i64)> = if let Some(one) = &beat.one_statement {
+                        sqlx::query_as(one)
+                            .bind(owner)
+                            .bind(ttl)
+                            .bind(running)
+                            .bind(keys.as_str())
+                            .fetch_all(&self.pool)
+                            .await
+                            .map_err(&err)?
+                    } else {
+                        // The steps in one transaction (SQLite), each given
+                        // all four values.
+                        let mut tx = self.pool.begin().await.map_err(&err)?;
+                        for step in [&beat.forget, &beat.owner, &beat.release] {
+                            sqlx::query(step)
+                                .bind(owner)
+                                .bind(ttl)
+                                .bind(running)
+                                .bind(keys.as_str())
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(&err)?;
+                        }
+                        let rows = sqlx::query_as(&beat.held)
+                            .bind(owner)
+                            .bind(ttl)
+                            .bind(running)
+                            .bind(keys.as_str())
+                            .fetch_all(&mut *tx)
+                            .await
+                            .map_err(&err)?;
+                        tx.commit().await.map_err(&err)?;
+                        rows
+                    };
                     transition::pairs(Self::BACKEND, rows)
                 }
 

@@ -78,7 +78,7 @@
 //! | `request_cancel` | 1; 2 for a row not running | same |
 //! | `cancel_requests`, `expired_leases` | 1 | 1 |
 //! | `cancel_signal` | none per call; one `LISTEN` connection while a `Notify` lives | none (`None`: the caller polls) |
-//! | `heartbeat` | 1, whatever the number of runs (also for none) | same |
+//! | `heartbeat` | 1, whatever the number of runs (also for none); it writes the owner's row and only the session rows it releases or takes back | 6: `BEGIN`, forget old owners, the owner's row, release / take back, the held runs, `COMMIT` |
 //! | `take_over` | 1; 2 when refused (telling `Fenced` from `NotOrphaned`) | same |
 //! | `mark_started` | 1; 2 when refused (telling `Fenced` from `NotActive`) | same |
 //! | `release` | 1; 2 when refused (telling `Fenced`, `NotActive` and `AlreadyStarted` apart) | same |
@@ -148,6 +148,7 @@ extern crate self as korvus_store_sql;
 
 mod dialect;
 mod error;
+mod heartbeat;
 mod lease;
 mod log;
 mod log_rows;

@@ -210,9 +210,12 @@ impl StoreDialect for PgStore {
         id.as_uuid().hyphenated().to_string()
     }
 
+    const WRITES_IN_WITH: bool = true;
+
     const SKIP_LOCKED: &'static str = " FOR UPDATE OF s SKIP LOCKED";
 
-    const INSERT_SESSION: &'static str = "\
+    const INSERT_SESSION: &'static str = concat!(
+        "\
         WITH next AS ( \
             UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq \
         ) \
@@ -226,7 +229,9 @@ impl StoreDialect for PgStore {
                CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $9, $10, $11, $12, $13, \
                CASE WHEN $8 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END \
         FROM next \
-        RETURNING seq, lease_expires_ms";
+        RETURNING seq, ",
+        crate::rows::lease_column!()
+    );
 
     async fn insert_context_ref_rows(
         &self,

@@ -26,13 +26,30 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
         .join(", ")
 }
 
-/// The columns of [`SessionRow`], in the order the queries name them.
+/// A session row's lease as the model reports it, named
+/// `lease_expires_ms`, over the unaliased `sessions` table: the row's own
+/// claim expiry, or its owner's lease when that is later and the owner
+/// still holds the row (see [`heartbeat`](crate::heartbeat)).
+macro_rules! lease_column {
+    () => {
+        "COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner \
+         AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), \
+         lease_expires_ms) AS lease_expires_ms"
+    };
+}
+
+/// The columns of [`SessionRow`], in the order the queries name them, of
+/// the unaliased `sessions` table (`lease_expires_ms` is
+/// [`lease_column`]'s).
 macro_rules! session_columns {
     () => {
-        "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
+        concat!(
+            "id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
          exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, \
-         owner, lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, \
-         idempotency_key"
+         owner, ",
+            $crate::rows::lease_column!(),
+            ", created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key"
+        )
     };
 }
 
@@ -187,7 +204,8 @@ macro_rules! context_ref_columns {
 }
 
 pub(crate) use {
-    artifact_columns, context_ref_columns, incident_columns, report_columns, session_columns,
+    artifact_columns, context_ref_columns, incident_columns, lease_column, report_columns,
+    session_columns,
 };
 
 /// "Now", at the precision both databases keep (microseconds), so a value a

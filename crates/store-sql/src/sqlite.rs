@@ -209,9 +209,12 @@ impl StoreDialect for SqliteStore {
     }
 
     // One writer at a time: the claim's read and write cannot interleave.
+    const WRITES_IN_WITH: bool = false;
+
     const SKIP_LOCKED: &'static str = "";
 
-    const INSERT_SESSION: &'static str = "\
+    const INSERT_SESSION: &'static str = concat!(
+        "\
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
              revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
@@ -223,7 +226,9 @@ impl StoreDialect for SqliteStore {
                $10, $11, $12, $13, \
                CASE WHEN $8 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END \
         FROM incidents AS i WHERE i.id = $2 \
-        RETURNING seq, lease_expires_ms";
+        RETURNING seq, ",
+        crate::rows::lease_column!()
+    );
 
     async fn insert_context_ref_rows(
         &self,

@@ -38,21 +38,25 @@ pub(crate) enum Transition {
 /// `$owner` and `$ttl` are: the row is queued, from now.
 fn own(now: &str, owner: usize, ttl: usize) -> String {
     format!(
-        "owner = ${owner}, lease_expires_ms = {now} + ${ttl}, \
+        "owner = ${owner}, lease_expires_ms = {now} + ${ttl}, detached = FALSE, \
          queued_ms = CASE WHEN ${owner} IS NULL THEN {now} END"
     )
 }
 
 /// The orphan predicate, once for both statements that use it
 /// (`expired_leases` lists what `take_over` may take): active (running,
-/// not idle), not queued (owned, or started), and without a live lease by
-/// the database clock.
+/// not idle), not queued (owned, or started), past its claim's own expiry
+/// by the database clock, and not held by a live owner: unowned, released
+/// by its owner's heartbeat (`detached`), or its owner's lease (the
+/// `owners` row) expired or gone.
 fn orphan(now: &str) -> String {
     format!(
         concat!(
             active!(),
             " AND (owner IS NOT NULL OR started_at IS NOT NULL)",
-            " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})"
+            " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})",
+            " AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o \
+             WHERE o.id = sessions.owner AND o.expires_ms > {now}))"
         ),
         now = now
     )
@@ -131,8 +135,8 @@ fn pick(key: &str, columns: &str, cap: &str, lock: &str) -> String {
 fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
     format!(
         concat!(
-            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, fence = fence + 1 \
-             WHERE id = ({pick}) \
+            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
+             fence = fence + 1 WHERE id = ({pick}) \
              AND owner IS NULL AND started_at IS NULL AND ",
             active!(),
             " RETURNING ",
@@ -183,7 +187,7 @@ fn release(now: &str) -> String {
 fn claim_row(now: &str) -> String {
     format!(
         concat!(
-            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, \
+            "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
              fence = fence + 1 WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND ",
             active!(),
             " RETURNING ",
@@ -204,10 +208,9 @@ pub(crate) struct Statements {
     /// `continue_session` from an idle row. Binds `$1` id, `$2` running,
     /// `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
     resume_idle: String,
-    /// `heartbeat`: renews the lease of the listed runs the owner still
-    /// holds and returns their `(id, fence)`. Binds `$1` owner, `$2` ttl
-    /// (ms), `$3` running, `$4` the runs as a JSON array of run keys.
-    pub(crate) heartbeat: String,
+    /// `heartbeat`: renews the owner's lease (its `owners` row), releases
+    /// what it no longer runs, and names the listed runs it still holds.
+    pub(crate) heartbeat: crate::heartbeat::Heartbeat,
     /// `expired_leases`: `(id, fence)` of the orphans. Binds nothing.
     pub(crate) expired: String,
     /// `take_over`: the orphan at `$2` (fence) gets the next fence and the
@@ -260,11 +263,10 @@ impl Statements {
     pub(crate) fn new(dialect: &Dialect) -> Self {
         let Dialect {
             now,
-            run_key,
-            texts_4,
             share,
             incident_text,
             skip_locked,
+            ..
         } = *dialect;
         let orphan = orphan(now);
         let key = format!("COALESCE({{t}}.queue_key, {incident_text})");
@@ -289,16 +291,12 @@ impl Statements {
                 ),
                 own(now, 3, 4)
             ),
-            heartbeat: format!(
-                "UPDATE sessions SET lease_expires_ms = {now} + $2 \
-                 WHERE owner = $1 AND status = $3 AND {run_key} IN ({texts_4}) \
-                 RETURNING id, fence"
-            ),
+            heartbeat: crate::heartbeat::Heartbeat::new(dialect),
             expired: format!("SELECT id, fence FROM sessions WHERE {orphan}"),
             take_over: format!(
                 concat!(
                     "UPDATE sessions SET fence = fence + 1, \
-                     owner = $3, lease_expires_ms = {} + $4, \
+                     owner = $3, lease_expires_ms = {} + $4, detached = FALSE, \
                      cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 \
                                          ELSE cancel_fence END \
                      WHERE id = $1 AND fence = $2 AND {} RETURNING ",
@@ -337,11 +335,14 @@ impl Statements {
     /// Every statement, by name, in a fixed order: what the SQL snapshot
     /// renders.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn all(&self) -> [(&'static str, &str); 14] {
-        [
+    pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
+        let mut all: Vec<(&'static str, &str)> = vec![
             ("REOPEN", &self.reopen),
             ("RESUME_IDLE", &self.resume_idle),
-            ("HEARTBEAT", &self.heartbeat),
+            ("HEARTBEAT_OWNER", &self.heartbeat.owner),
+            ("HEARTBEAT_FORGET", &self.heartbeat.forget),
+            ("HEARTBEAT_RELEASE", &self.heartbeat.release),
+            ("HEARTBEAT_HELD", &self.heartbeat.held),
             ("EXPIRED_LEASES", &self.expired),
             ("TAKE_OVER", &self.take_over),
             ("INSERT_REPORT", &self.insert_report),
@@ -353,7 +354,11 @@ impl Statements {
             ("RELEASE", &self.release),
             ("QUEUE_DEPTH", &self.queue_depth),
             ("STAMP_KEY", &self.stamp_key),
-        ]
+        ];
+        if let Some(one) = &self.heartbeat.one_statement {
+            all.push(("HEARTBEAT", one));
+        }
+        all
     }
 }
 
@@ -366,6 +371,9 @@ pub(crate) struct Dialect {
     pub(crate) share: &'static str,
     pub(crate) incident_text: &'static str,
     pub(crate) skip_locked: &'static str,
+    /// Whether the engine runs writes inside `WITH` (PostgreSQL does,
+    /// SQLite does not).
+    pub(crate) writes_in_with: bool,
 }
 
 /// `runs` as the JSON array of run keys a heartbeat binds.

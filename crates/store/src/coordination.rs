@@ -55,14 +55,24 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// stops pushing once every clone of the `Notify` is dropped.
     fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>>;
 
-    /// Renews `lease` on those of `runs` — the `(session, fence)` pairs of
-    /// the runs its owner is running — that it still holds, in one
-    /// statement whatever their number, and answers which those are, in no
-    /// particular order. A session taken over, continued elsewhere, settled
-    /// or idle is not held and not in the answer; an expired lease nobody
-    /// took over yet is renewed. A session the owner holds but does not
-    /// list (its run is gone) is not renewed: its lease lapses and it
-    /// becomes an orphan.
+    /// Renews `lease` — the owner's lease, **one** lease whatever the
+    /// number of its runs — and answers which of `runs` (the `(session,
+    /// fence)` pairs of the runs the owner is running) it still holds, in
+    /// no particular order, in one statement (PostgreSQL) or one
+    /// transaction (SQLite). A session taken over, continued elsewhere,
+    /// settled or idle is not held and not in the answer.
+    ///
+    /// A session row is held while its own claim lasts (`ttl` from when a
+    /// run claimed it: create, continue, a queue claim, a takeover), and
+    /// after that while its owner's lease is live and the owner has not
+    /// released it. A beat releases the sessions its owner holds but does
+    /// not list (their run is gone: it could not write its outcome) once
+    /// their claim has expired: they are orphans from then on. It takes
+    /// back a listed one it had released, unless it was taken over. An
+    /// expired lease nobody took over yet is live again after the beat.
+    ///
+    /// A beat writes the owner's lease and only the session rows it
+    /// releases or takes back: in the steady state, one row.
     ///
     /// # Errors
     /// `Backend` on I/O failure.
@@ -72,10 +82,12 @@ pub trait Coordination: Send + Sync + Debug + 'static {
         runs: &[(SessionId, u64)],
     ) -> Result<Vec<(SessionId, u64)>>;
 
-    /// The orphans: active running sessions (not idle) whose lease has
-    /// expired by the store's clock, or that have no owner but were
-    /// started (rows older than leases), as `(session, fence)` pairs for
-    /// [`take_over`](Coordination::take_over). A queued row (no owner,
+    /// The orphans: active running sessions (not idle) whose claim has
+    /// expired by the store's clock and that no live owner holds (their
+    /// owner's lease expired, or a beat released them; see
+    /// [`heartbeat`](Coordination::heartbeat)), or that have no owner but
+    /// were started (rows older than leases), as `(session, fence)` pairs
+    /// for [`take_over`](Coordination::take_over). A queued row (no owner,
     /// not started) is never one.
     ///
     /// # Errors

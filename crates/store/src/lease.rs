@@ -22,8 +22,9 @@ id_newtype!(
 /// renewal keeps them.
 ///
 /// The store writes the expiry itself, from the **database clock** (the
-/// memory store from its own clock), as `now + ttl` — when a session is
-/// created, reopened, resumed or taken over under this lease, and at every
+/// memory store from its own clock), as `now + ttl` — for the session row
+/// when a session is created, reopened, resumed, claimed or taken over
+/// under this lease, and for the owner at every
 /// [`heartbeat`](crate::Coordination::heartbeat). A lease whose expiry is not after
 /// the store's now has expired: a `ttl` of zero gives a lease that is
 /// expired at once, which is how tests make an orphan without waiting.

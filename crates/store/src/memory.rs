@@ -3,6 +3,7 @@
 mod delete;
 mod lease;
 mod outbox;
+mod owners;
 mod pages;
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +33,8 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// The owners' leases; taken after `inner` when both are.
+    leases: Mutex<owners::Leases>,
     /// Milliseconds added to the system clock.
     clock_offset_ms: AtomicI64,
 }

@@ -289,8 +289,10 @@ pub struct Session {
     /// idle, and while it is queued: created or continued without a
     /// [`Lease`]).
     pub owner: Option<OwnerId>,
-    /// When the owner's lease expires unless it is renewed, by the store's
-    /// clock (`None` exactly when `owner` is).
+    /// When the session's lease expires unless it is renewed, by the
+    /// store's clock (`None` exactly when `owner` is): its own claim's
+    /// expiry, or its owner's lease when that is later and the owner
+    /// holds it (see [`Coordination::heartbeat`](crate::Coordination::heartbeat)).
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,

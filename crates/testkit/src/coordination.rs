@@ -1,6 +1,6 @@
 //! The [`Coordination`](korvus_store::Coordination) contract: what a store
 //! must honour to be shared by replicas — cancel requests naming the run
-//! they target, leases renewed by their owner and taken over exactly once,
+//! they target, leases renewed by their owner (one lease per owner, not per row) and taken over exactly once,
 //! settle with report, forced cancel. Every case is a public async function
 //! taking `&dyn CoordinatedStore` (it also uses the rows of
 //! [`Store`](korvus_store::Store)); [`run_all`] runs them in order; the
@@ -8,13 +8,14 @@
 //! macro makes one test per case.
 //!
 //! The cases live in one file per topic (cancel requests, leases and
-//! takeover, forced cancel and retried settlements, the queue, the webhook outbox) and are re-exported
+//! takeover, the owner-level lease, forced cancel and retried settlements, the queue, the webhook outbox) and are re-exported
 //! here; they share the fixtures of the [`store`](crate::store) suite.
 
 mod cancel;
 mod forced;
 mod leases;
 mod outbox;
+mod owners;
 mod queue;
 
 use korvus_store::CoordinatedStore;
@@ -32,6 +33,7 @@ pub use self::leases::{
     settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
 };
 pub use self::outbox::the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once;
+pub use self::owners::an_owners_lease_holds_its_rows_until_a_beat_leaves_them_out;
 pub use self::queue::{
     a_claim_given_back_is_queued_again_in_its_place, a_per_key_cap_holds_across_concurrent_claims,
     a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,

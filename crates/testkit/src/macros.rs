@@ -54,6 +54,7 @@ macro_rules! __with_cases {
             a_cancel_request_names_the_run_it_targets,
             a_lease_is_written_with_each_run_and_renewed_by_its_owner,
             an_expired_lease_is_taken_over_exactly_once,
+            an_owners_lease_holds_its_rows_until_a_beat_leaves_them_out,
             a_takeover_keeps_a_pending_cancel_request,
             settle_with_report_keeps_the_dead_runs_row_and_is_all_or_nothing,
             a_queued_row_is_no_orphan_and_a_start_is_recorded_once,

@@ -6,13 +6,14 @@
 //! call it makes is bounded (a hung renewal costs one bound, never the
 //! TCP timeout):
 //!
-//! - **heartbeat**: every period, one store call renews the lease of every
-//!   run of this process that this incarnation still holds, and names
-//!   them. A local run missing from the answer whose row moved to another
-//!   fence (taken over, force-cancelled, continued elsewhere) is cancelled
-//!   at once. A session this incarnation owns but no longer runs (its run
-//!   could not write its outcome) is not renewed: it lapses and a reaper
-//!   ends it.
+//! - **heartbeat**: every period, one store call renews this incarnation's
+//!   lease — one lease for all its runs, not one per run — and names the
+//!   runs of this process it still holds. A local run missing from the
+//!   answer whose row moved to another fence (taken over, force-cancelled,
+//!   continued elsewhere) is cancelled at once. A session this incarnation
+//!   owns but no longer runs (its run could not write its outcome) is not
+//!   listed, so the store releases it from the lease: it becomes an orphan
+//!   and a reaper ends it.
 //! - **lapse**: a run whose lease was last renewed (or written) longer
 //!   than ttl − ttl/5 ago, by this process's monotonic clock, may be
 //!   taken over soon. The manager cancels it and stops its agent itself —

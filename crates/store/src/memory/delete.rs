@@ -33,6 +33,7 @@ impl MemoryStore {
         inner.artifacts.retain(|_, a| a.session_id != id);
         inner.queued.remove(&id);
         inner.sessions.remove(&id);
+        self.leases().forget(id);
         inner.outbox.retain(|(session, ..), _| *session != id);
         Ok(())
     }

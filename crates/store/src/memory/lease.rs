@@ -34,10 +34,18 @@ impl MemoryStore {
         self.now() + chrono::Duration::milliseconds(lease.ttl_millis())
     }
 
-    /// Sets (or, for `None`, clears) a session's owner and lease.
+    /// The owners' leases (taken after `inner` when both are).
+    pub(super) fn leases(&self) -> std::sync::MutexGuard<'_, super::owners::Leases> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets (or, for `None`, clears) a session's owner and claims it
+    /// under `lease` from now.
     pub(super) fn own(&self, session: &mut Session, lease: Option<Lease>) {
         session.owner = lease.map(|l| l.owner);
-        session.lease_expires_at = lease.map(|l| self.expiry(l));
+        session.lease_expires_at = self
+            .leases()
+            .claim(session.id, lease.map(|l| (l.owner, self.expiry(l))));
     }
 
     /// Whether `session` is an orphan by the store's clock.
@@ -89,25 +97,20 @@ impl MemoryStore {
         Ok(session)
     }
 
-    /// `heartbeat`.
+    /// `heartbeat`: the owner's lease is renewed, not the rows (see
+    /// [`owners`](super::owners)).
     pub(super) fn renew(&self, lease: Lease, runs: &[(SessionId, u64)]) -> Vec<(SessionId, u64)> {
-        let expires = self.expiry(lease);
+        let (now, expires) = (self.now(), self.expiry(lease));
+        let listed = runs.iter().copied().collect();
         let mut inner = self.lock();
-        let mut held = Vec::new();
-        for &(id, fence) in runs {
-            let Some(s) = inner.sessions.get_mut(&id) else {
-                continue;
-            };
-            if s.status == SessionStatus::Running
-                && s.owner == Some(lease.owner)
-                && s.fence == fence
-                && !held.contains(&(id, fence))
-            {
-                s.lease_expires_at = Some(expires);
-                held.push((id, fence));
-            }
-        }
-        held
+        let mut leases = self.leases();
+        leases.beat(
+            lease.owner,
+            expires,
+            now,
+            inner.sessions.values_mut(),
+            &listed,
+        )
     }
 
     /// `expired_leases`.
@@ -216,7 +219,6 @@ impl super::Inner {
 impl MemoryStore {
     /// `claim_next`, under the lock: see [`Coordination::claim_next`].
     fn claim_next_now(&self, pool: &str, per_key: Option<u32>, lease: Lease) -> Option<Session> {
-        let expires = self.expiry(lease);
         let mut inner = self.lock();
         let key = |s: &Session| {
             s.admission
@@ -257,8 +259,7 @@ impl MemoryStore {
         let claimed_key = key(inner.sessions.get(&next)?);
         inner.key_turns.insert((pool.to_owned(), claimed_key), turn);
         let s = inner.sessions.get_mut(&next)?;
-        s.owner = Some(lease.owner);
-        s.lease_expires_at = Some(expires);
+        self.own(s, Some(lease));
         s.fence += 1;
         Some(s.clone())
     }

@@ -15,7 +15,7 @@ use korvus_store::{
 use crate::store::{incident, new_report, session, settlement_at};
 
 /// A lease that stays live for the length of any case.
-fn live(owner: OwnerId) -> Lease {
+pub(super) fn live(owner: OwnerId) -> Lease {
     Lease {
         owner,
         ttl: Duration::from_secs(600),
@@ -23,7 +23,7 @@ fn live(owner: OwnerId) -> Lease {
 }
 
 /// A lease that is expired as soon as it is written.
-fn expired(owner: OwnerId) -> Lease {
+pub(super) fn expired(owner: OwnerId) -> Lease {
     Lease {
         owner,
         ttl: Duration::ZERO,
@@ -31,7 +31,7 @@ fn expired(owner: OwnerId) -> Lease {
 }
 
 /// A running session created under `lease`.
-async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Session {
+pub(super) async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Session {
     let inc = incident(store).await;
     store
         .create_session(NewSession {
@@ -58,11 +58,11 @@ async fn beat(
         .unwrap()
 }
 
-fn holds(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
+pub(super) fn holds(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
     pairs.contains(&(s.id, s.fence))
 }
 
-fn listed(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
+pub(super) fn listed(pairs: &[(korvus_store::SessionId, u64)], s: &Session) -> bool {
     pairs.iter().any(|(id, _)| *id == s.id)
 }
 
