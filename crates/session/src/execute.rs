@@ -124,13 +124,15 @@ pub(crate) async fn execute(
     })
     .catch_unwind());
     let (run_timeout, grace) = (inner.config().run_timeout, inner.config().cancel_grace);
-    let timeout = async {
+    // Pinned in place and selected by reference, like `work`: moved into
+    // the select it would take its room twice.
+    let timeout = std::pin::pin!(async {
         if run_timeout.is_zero() {
             std::future::pending::<()>().await
         } else {
             tokio::time::sleep(run_timeout).await
         }
-    };
+    });
     // Biased, cancellation first: a runner that returns because its token
     // fired is ready at the same time as the cancellation, and a run the
     // manager cancelled settles `cancelled` every time.

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::execute::RunResult;
 use crate::manager::Inner;
 use crate::prepare::{FileStamp, Prepared};
-use crate::run::Plan;
+use crate::run::RunKey;
 
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
@@ -26,7 +26,7 @@ const REJECTED_NOTE_BYTES: usize = 1024;
 /// settlement.
 pub(crate) async fn land(
     inner: &Inner,
-    plan: &Plan,
+    run: RunKey,
     prepared: &Prepared,
     log: &LogHandle,
     result: RunResult,
@@ -45,9 +45,9 @@ pub(crate) async fn land(
     // Landed whatever this process's clock says of the lease: every write
     // below presents the run's fence, and the store refuses them only if
     // the session really moved on.
-    let outcome = persist_phase(inner, plan, prepared).await;
+    let outcome = persist_phase(inner, run, prepared).await;
     if inner.config().archive_on_release {
-        archive(inner, plan, prepared).await;
+        archive(inner, run, prepared).await;
     }
 
     // Which document this revision adopts.
@@ -70,9 +70,9 @@ pub(crate) async fn land(
         }
     }
     let report = NewReport {
-        session_id: plan.key().session,
-        incident_id: plan.key().incident,
-        revision: plan.key().revision,
+        session_id: run.session,
+        incident_id: run.incident,
+        revision: run.revision,
         markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
         manifest_key: outcome.manifest_key.clone(),
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
@@ -80,7 +80,7 @@ pub(crate) async fn land(
         counters,
         // What degraded the persist phase, cause first, for the operator.
         detail: outcome.detail(),
-        fence: plan.key().fence,
+        fence: run.fence,
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.
@@ -95,14 +95,14 @@ pub(crate) async fn land(
         status,
         exit_reason: Some(exit_reason.into()),
         counters,
-        fence: plan.key().fence,
+        fence: run.fence,
     }
 }
 
 /// Stores the scratch dir as one `workspace.tar.gz` artifact of the
 /// revision, before its report row, within the persist bound: on timeout
 /// it is skipped with a reason in the log.
-async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
+async fn archive(inner: &Inner, run: RunKey, prepared: &Prepared) {
     let (Some(blobs), Some(dir)) = (inner.blobs(), &prepared.dir) else {
         return;
     };
@@ -111,10 +111,10 @@ async fn archive(inner: &Inner, plan: &Plan, prepared: &Prepared) {
         korvus_workspace::store_archive(
             &**inner.store(),
             &**blobs,
-            plan.key().incident,
-            plan.key().session,
-            plan.key().revision,
-            plan.key().fence,
+            run.incident,
+            run.session,
+            run.revision,
+            run.fence,
             &archive,
         )
         .await
@@ -144,17 +144,17 @@ async fn untouched_restored_report(prepared: &Prepared) -> bool {
 }
 
 /// The persist phase of this iteration (bytes first, rows second), logged.
-async fn persist_phase(inner: &Inner, plan: &Plan, prepared: &Prepared) -> PersistOutcome {
+async fn persist_phase(inner: &Inner, run: RunKey, prepared: &Prepared) -> PersistOutcome {
     let started = std::time::Instant::now();
     let outcome = persist(
         Arc::clone(inner.store()).into_store(),
         inner.blobs().clone(),
         &inner.config().persist,
         PersistRequest {
-            incident: plan.key().incident,
-            session: plan.key().session,
-            revision: plan.key().revision,
-            fence: plan.key().fence,
+            incident: run.incident,
+            session: run.session,
+            revision: run.revision,
+            fence: run.fence,
             scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
             skip_prefixes: inner.read_only().clone(),
             restored: prepared.restored.clone(),

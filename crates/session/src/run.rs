@@ -91,6 +91,13 @@ impl Plan {
     pub(crate) fn session(&self) -> &Session {
         &self.session
     }
+
+    /// The session row and the incident, for the runner's context: the
+    /// plan is not needed past that point (landing needs only the
+    /// [`RunKey`]), so a parked run holds one copy of each, not two.
+    pub(crate) fn into_parts(self) -> (Session, Incident) {
+        (self.session, self.incident)
+    }
 }
 
 #[cfg(test)]

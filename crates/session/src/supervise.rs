@@ -115,20 +115,26 @@ async fn supervise(
     // too (a run is one task): a runner must not block its thread — one
     // that does holds its run, its timeout and `stop` (see the Runner
     // contract).
-    let work = AssertUnwindSafe(iterate(Arc::clone(&inner), plan, log, run.clone())).catch_unwind();
-    let (settlement, leftovers) = match work.await {
-        Ok(done) => done,
-        Err(panic) => {
-            let panic = panic_text(panic.as_ref());
-            error!(%panic, "run panicked outside the runner; settling failed");
-            // The revision still gets its report row (unless landing wrote it
-            // before the panic); the scratch dir is left for `reap`.
-            (
-                Some(Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await),
-                Leftovers::default(),
-            )
-        }
-    };
+    //
+    // Awaited where it is built: a future held in a local and then
+    // awaited takes its room in the task twice.
+    let (settlement, leftovers) =
+        match AssertUnwindSafe(iterate(Arc::clone(&inner), plan, log, run.clone()))
+            .catch_unwind()
+            .await
+        {
+            Ok(done) => done,
+            Err(panic) => {
+                let panic = panic_text(panic.as_ref());
+                error!(%panic, "run panicked outside the runner; settling failed");
+                // The revision still gets its report row (unless landing wrote it
+                // before the panic); the scratch dir is left for `reap`.
+                (
+                    Some(Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await),
+                    Leftovers::default(),
+                )
+            }
+        };
     // 1. The terminal write (detached, bounded, panic-guarded) — none for
     // a run that never started: its session is queued again (or left
     // claimed for a reaper to give back), and the run that starts it
@@ -176,26 +182,27 @@ async fn supervise(
 /// is left to clean up after it.
 async fn iterate(
     inner: Arc<Inner>,
-    plan: Plan,
+    mut plan: Plan,
     log: LogHandle,
     run: LiveRun,
 ) -> (Option<Settlement>, Leftovers) {
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
-    let prepared = match Box::pin(prepare(&inner, &plan, &log, &token)).await {
+    let mut prepared = match Box::pin(prepare(&inner, &plan, &log, &token)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
     };
     let lease = Box::pin(pin_docs(&inner, &plan, &token)).await;
+    let resume = plan.resume.take().map(|r| r.message);
+    // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
-        &plan,
-        &prepared,
+        plan,
+        &mut prepared,
         &log,
         &token,
         lease.as_ref().map(|l| &l.client),
     );
-    let resume = plan.resume.as_ref().map(|r| r.message.clone());
     // Only a first run goes back to the queue: a continued revision's
     // message lives in this run alone (a claim of it would run it afresh).
     let first_run = revision.revision == 1;
@@ -216,8 +223,10 @@ async fn iterate(
     // Awaited where it is built: a future held in a local and then awaited
     // takes its room in the task twice.
     let execute = |ctx| async {
-        let executed = crate::metrics::phase("execute", execute(&inner, ctx, resume, &token));
-        match executed.instrument(info_span!("execute")).await {
+        match crate::metrics::phase("execute", execute(&inner, ctx, resume, &token))
+            .instrument(info_span!("execute"))
+            .await
+        {
             // Stopped by this manager for a lapsed lease, not by a caller.
             RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
                 RunResult::LeaseLost(o)
@@ -261,7 +270,7 @@ async fn iterate(
     };
     let settlement = crate::metrics::phase(
         "land",
-        Box::pin(land(&inner, &plan, &prepared, &log, result)),
+        Box::pin(land(&inner, revision, &prepared, &log, result)),
     )
     .instrument(info_span!("land"))
     .await;
@@ -321,26 +330,30 @@ async fn close_log(inner: &Inner, log: &LogHandle) {
     }
 }
 
-/// What the runner gets for this iteration.
+/// What the runner gets for this iteration. It takes the plan's session
+/// row and incident and the prepared inherited files and skills (landing
+/// needs none of them), so a parked run holds them once.
 fn context(
-    plan: &Plan,
-    prepared: &Prepared,
+    plan: Plan,
+    prepared: &mut Prepared,
     log: &Arc<LogHandle>,
     token: &CancellationToken,
     docs: Option<&Arc<dyn korvus_runner::DocsClient>>,
 ) -> Box<RunContext> {
+    let revision = plan.key().revision;
+    let (session, incident) = plan.into_parts();
     Box::new(RunContext {
-        session: plan.session().clone(),
-        incident: plan.incident.clone(),
-        inherited: prepared.inherited.clone(),
-        workspace_ref: plan.session().workspace_ref.clone(),
+        workspace_ref: session.workspace_ref.clone(),
+        session,
+        incident,
+        inherited: std::mem::take(&mut prepared.inherited),
         scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
         tools: Tools {
             docs: docs.cloned(),
         },
-        skills: prepared.skills.clone(),
+        skills: std::mem::take(&mut prepared.skills),
         log: Arc::clone(log),
-        revision: plan.key().revision,
+        revision,
         report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
     })

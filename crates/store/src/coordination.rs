@@ -74,6 +74,12 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// A beat writes the owner's lease and only the session rows it
     /// releases or takes back: in the steady state, one row.
     ///
+    /// The answer may lag a takeover that commits while the beat runs (a
+    /// backend that reads one snapshot, PostgreSQL): that session is then
+    /// missing from the next beat's answer. A takeover needs the owner's
+    /// lease to have expired first, and a caller that was away that long
+    /// has stopped its runs already.
+    ///
     /// # Errors
     /// `Backend` on I/O failure.
     async fn heartbeat(

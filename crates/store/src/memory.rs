@@ -107,15 +107,16 @@ impl MemoryStore {
     }
 }
 
-/// Writes a settlement into a session row: the run is over, so its owner
-/// and lease go too.
-fn settle(session: &mut Session, settlement: Settlement) {
-    session.ended_at = settlement.status.is_terminal().then(Utc::now);
-    session.status = settlement.status;
-    session.exit_reason = settlement.exit_reason;
-    session.counters = settlement.counters;
-    session.owner = None;
-    session.lease_expires_at = None;
+impl MemoryStore {
+    /// Writes a settlement into a session row: the run is over, so its
+    /// owner and lease (and its claim) go too.
+    fn settle(&self, session: &mut Session, settlement: Settlement) {
+        session.ended_at = settlement.status.is_terminal().then(Utc::now);
+        session.status = settlement.status;
+        session.exit_reason = settlement.exit_reason;
+        session.counters = settlement.counters;
+        self.own(session, None);
+    }
 }
 
 impl Inner {
@@ -330,7 +331,7 @@ impl Store for MemoryStore {
             }
             return Err(refused);
         }
-        settle(session, settlement);
+        self.settle(session, settlement);
         let row = session.clone();
         inner.outbox_note(&row, self.now());
         Ok(row)

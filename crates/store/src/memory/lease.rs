@@ -169,7 +169,7 @@ impl MemoryStore {
         // Checked: nothing below can fail, so both writes happen or neither.
         let stands = inner.report_unless_present(report);
         let session = inner.sessions.get_mut(&id).expect("checked above");
-        super::settle(session, settlement);
+        self.settle(session, settlement);
         let row = session.clone();
         inner.outbox_note(&row, self.now());
         Ok((row, stands))
@@ -198,7 +198,7 @@ impl MemoryStore {
         let session = inner.sessions.get_mut(&id).expect("checked above");
         session.fence = settlement.fence;
         session.cancel_requested = false;
-        super::settle(session, settlement);
+        self.settle(session, settlement);
         let row = session.clone();
         inner.outbox_note(&row, self.now());
         Ok((row, stands))
