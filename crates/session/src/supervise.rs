@@ -90,8 +90,19 @@ impl Manager {
         span.follows_from(tracing::Span::current());
         let gauge = crate::metrics::run_started();
         // Owned by the run group: `wait`/`stop` join it through `guard`.
-        tokio::spawn(supervise(inner, plan, log, run, (guard, slot, gauge)).instrument(span));
+        let input = Box::new(RunInput { plan, log });
+        tokio::spawn(supervise(inner, input, run, (guard, slot, gauge)).instrument(span));
     }
+}
+
+/// What one run starts from, boxed: the arguments of an `async fn` stay
+/// in its future for as long as it runs, beside wherever they are moved
+/// next, so the plan (over 500 bytes) and the log handle passed by value
+/// through `supervise` into `iterate` would be kept three times in every
+/// parked run's task.
+struct RunInput {
+    plan: Plan,
+    log: LogHandle,
 }
 
 /// The supervisor of one run: everything after it returns happens here, in
@@ -103,13 +114,12 @@ impl Manager {
 /// they are not doing yet.
 async fn supervise(
     inner: Arc<Inner>,
-    plan: Plan,
-    log: LogHandle,
+    input: Box<RunInput>,
     run: LiveRun,
     (guard, slot, gauge): (RunGuard, Slot, crate::metrics::RunGauge),
 ) {
-    let id = plan.key().session;
-    let revision = plan.key();
+    let revision = input.plan.key();
+    let id = revision.session;
     // In this task, not one of its own: a panic in any phase is caught
     // here and the row still settles. The runner is polled in this task
     // too (a run is one task): a runner must not block its thread — one
@@ -118,23 +128,22 @@ async fn supervise(
     //
     // Awaited where it is built: a future held in a local and then
     // awaited takes its room in the task twice.
-    let (settlement, leftovers) =
-        match AssertUnwindSafe(iterate(Arc::clone(&inner), plan, log, run.clone()))
-            .catch_unwind()
-            .await
-        {
-            Ok(done) => done,
-            Err(panic) => {
-                let panic = panic_text(panic.as_ref());
-                error!(%panic, "run panicked outside the runner; settling failed");
-                // The revision still gets its report row (unless landing wrote it
-                // before the panic); the scratch dir is left for `reap`.
-                (
-                    Some(Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await),
-                    Leftovers::default(),
-                )
-            }
-        };
+    let (settlement, leftovers) = match AssertUnwindSafe(iterate(&inner, input, &run))
+        .catch_unwind()
+        .await
+    {
+        Ok(done) => done,
+        Err(panic) => {
+            let panic = panic_text(panic.as_ref());
+            error!(%panic, "run panicked outside the runner; settling failed");
+            // The revision still gets its report row (unless landing wrote it
+            // before the panic); the scratch dir is left for `reap`.
+            (
+                Some(Box::pin(inner.fail_early(revision, ExitReason::PANICKED)).await),
+                Leftovers::default(),
+            )
+        }
+    };
     // 1. The terminal write (detached, bounded, panic-guarded) — none for
     // a run that never started: its session is queued again (or left
     // claimed for a reaper to give back), and the run that starts it
@@ -181,11 +190,11 @@ async fn supervise(
 /// the run never started and its claim went back to the queue — and what
 /// is left to clean up after it.
 async fn iterate(
-    inner: Arc<Inner>,
-    mut plan: Plan,
-    log: LogHandle,
-    run: LiveRun,
+    inner: &Arc<Inner>,
+    input: Box<RunInput>,
+    run: &LiveRun,
 ) -> (Option<Settlement>, Leftovers) {
+    let RunInput { mut plan, log } = *input;
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
