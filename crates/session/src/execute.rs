@@ -116,10 +116,13 @@ pub(crate) async fn execute(
     // this future for as long as the agent runs, and a value moved from
     // one local (or argument) of an async fn into another takes room in
     // both.
+    //
+    // The context leaves its box in the call (`unbox`), so the box is
+    // freed before the runner is awaited, not after it returns.
     let mut work = std::pin::pin!(AssertUnwindSafe(async move {
         match resume {
-            Some(message) => runner.resume(*ctx, message).await,
-            None => runner.run(*ctx).await,
+            Some(message) => runner.resume(crate::run::unbox(ctx), message).await,
+            None => runner.run(crate::run::unbox(ctx)).await,
         }
     })
     .catch_unwind());

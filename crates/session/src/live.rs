@@ -12,12 +12,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use korvus_store::{IncidentId, SessionId};
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::SessionError;
 
 /// One live run of this process.
+///
+/// What other calls share with the run itself (its flags, its cancel time
+/// and its settle signal) is one allocation, [`RunState`], reached through
+/// `Deref`: ten thousand parked runs each keep one entry.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveRun {
     /// Tells entries of the same session apart, so a run only ever removes
@@ -31,28 +35,73 @@ pub(crate) struct LiveRun {
     pub(crate) registered: std::time::Instant,
     /// The run's cancellation: `cancel` and `stop` fire it.
     pub(crate) cancel: CancellationToken,
+    /// Woken after every append to the run's turn log (for `watch`).
+    pub(crate) appended: Arc<Notify>,
+    state: Arc<RunState>,
+}
+
+/// The state of a live run that other calls read and set.
+#[derive(Debug, Default)]
+pub(crate) struct RunState {
     /// Set (before `cancel` fires) when the manager stopped the run because
     /// its lease may have lapsed: it then ends `lease_lost`.
-    pub(crate) lease_lost: Arc<AtomicBool>,
+    pub(crate) lease_lost: AtomicBool,
     /// Set (before `cancel` fires) when the manager's `stop` cancelled
     /// the run and nothing had cancelled it before: a first run stopped
     /// before it started then goes back to the queue instead of ending
     /// `cancelled`.
-    pub(crate) by_stop: Arc<AtomicBool>,
-    /// Set to `true` after the terminal write and deregistration.
-    pub(crate) settled: watch::Sender<bool>,
-    /// Woken after every append to the run's turn log (for `watch`).
-    pub(crate) appended: Arc<Notify>,
+    pub(crate) by_stop: AtomicBool,
     /// When a cancel reached the run (`Manager::cancel` here, or the
     /// poller seeing a request): the start of its cancel latency.
-    pub(crate) cancelled_at: Arc<std::sync::OnceLock<std::time::Instant>>,
+    pub(crate) cancelled_at: std::sync::OnceLock<std::time::Instant>,
+    /// Set after the terminal write and deregistration.
+    settled: AtomicBool,
+    /// Wakes those waiting for `settled`.
+    settled_wake: Notify,
+}
+
+impl RunState {
+    /// Whether the run settled (its terminal write done, or given up, and
+    /// its entry removed).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    /// Waits until the run settled. Cancel-safe.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let wake = self.settled_wake.notified();
+            let mut wake = std::pin::pin!(wake);
+            // Registered before the flag is read, so a settle between the
+            // two still wakes this waiter.
+            wake.as_mut().enable();
+            if self.is_settled() {
+                return;
+            }
+            wake.await;
+        }
+    }
+}
+
+impl std::ops::Deref for LiveRun {
+    type Target = RunState;
+
+    fn deref(&self) -> &RunState {
+        &self.state
+    }
 }
 
 impl LiveRun {
     /// Fires the settle signal and wakes every watcher.
     pub(crate) fn signal_settled(&self) {
-        self.settled.send_replace(true);
+        self.state.settled.store(true, Ordering::Release);
+        self.state.settled_wake.notify_waiters();
         self.appended.notify_waiters();
+    }
+
+    /// The run's shared state, for a waiter that outlives this entry.
+    pub(crate) fn state(&self) -> Arc<RunState> {
+        Arc::clone(&self.state)
     }
 }
 
@@ -97,18 +146,14 @@ impl LiveRuns {
         incident: IncidentId,
         fence: u64,
     ) -> Result<LiveRun, Box<(SessionError, LiveRun)>> {
-        let (settled, _) = watch::channel(false);
         let run = LiveRun {
             number: self.numbers.fetch_add(1, Ordering::Relaxed),
             incident,
             fence,
             registered: std::time::Instant::now(),
             cancel: CancellationToken::new(),
-            lease_lost: Arc::new(AtomicBool::new(false)),
-            by_stop: Arc::new(AtomicBool::new(false)),
-            settled,
             appended: Arc::new(Notify::new()),
-            cancelled_at: Arc::default(),
+            state: Arc::default(),
         };
         let mut entries = self.lock();
         if entries.contains_key(&session) {
@@ -177,15 +222,15 @@ impl LiveRuns {
 
     /// Cancels every local run; returns how many.
     pub fn cancel_all(&self) -> usize {
-        let runs: Vec<(CancellationToken, Arc<AtomicBool>)> = self
+        let runs: Vec<(CancellationToken, Arc<RunState>)> = self
             .lock()
             .values()
-            .map(|e| (e.cancel.clone(), Arc::clone(&e.by_stop)))
+            .map(|e| (e.cancel.clone(), e.state()))
             .collect();
-        for (token, by_stop) in &runs {
+        for (token, state) in &runs {
             // A run a caller cancelled first stays cancelled by the caller.
             if !token.is_cancelled() {
-                by_stop.store(true, Ordering::Release);
+                state.by_stop.store(true, Ordering::Release);
             }
             token.cancel();
         }

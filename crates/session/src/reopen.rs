@@ -250,8 +250,8 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
     if live.as_ref().is_some_and(|run| run.fence > row.fence) {
         return Err(how.refused(id));
     }
-    if let Some(mut rx) = live.map(|run| run.settled.subscribe()) {
-        let _ = rx.wait_for(|done| *done).await;
+    if let Some(run) = live {
+        run.settled().await;
         // What we waited for may have been a concurrent caller's new run
         // rather than the old one unwinding: then we lost.
         let now = inner.store().get_session(id).await?;

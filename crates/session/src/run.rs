@@ -46,6 +46,14 @@ pub(crate) struct Resume {
     pub(crate) own: Vec<Artifact>,
 }
 
+/// The value of `boxed`, its box freed on return. Moving out of a box with
+/// `*boxed` frees the box only when the variable goes out of scope: in an
+/// async fn that is when the future ends, so a parked run would keep the
+/// emptied box for as long as it runs.
+pub(crate) fn unbox<T>(boxed: Box<T>) -> T {
+    *boxed
+}
+
 /// Everything one run reads: its key, the session row as the runner sees
 /// it, the incident, the inherited context and, for a continued session,
 /// what it resumes from.

@@ -194,7 +194,10 @@ async fn iterate(
     input: Box<RunInput>,
     run: &LiveRun,
 ) -> (Option<Settlement>, Leftovers) {
-    let RunInput { mut plan, log } = *input;
+    // Taken out of its box at once, so the box is freed now rather than
+    // when `iterate` returns (a box moved out of stays allocated until it
+    // goes out of scope).
+    let RunInput { mut plan, log } = crate::run::unbox(input);
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));

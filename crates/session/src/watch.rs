@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::stream::{self, Stream};
 use korvus_log::{Access, Event, LogHandle, LogId};
 use korvus_store::SessionId;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
 use crate::{Manager, Result, SessionError};
 
@@ -24,7 +24,7 @@ struct State {
     offset: u64,
     buffer: VecDeque<Event>,
     notify: Option<Arc<Notify>>,
-    settled: Option<watch::Receiver<bool>>,
+    settled: Option<Arc<crate::live::RunState>>,
     /// The fence of the local run `settled` belongs to.
     fence: u64,
     /// The run has settled: drain what is left, then end.
@@ -136,7 +136,7 @@ impl State {
             _ = &mut wake => {}
             _ = async {
                 match settled {
-                    Some(mut rx) => { let _ = rx.wait_for(|d| *d).await; }
+                    Some(state) => state.settled().await,
                     None => std::future::pending::<()>().await,
                 }
             } => {}
@@ -151,13 +151,13 @@ impl State {
         let run = self.manager.inner.live().get(self.id);
         self.fence = run.as_ref().map_or(0, |r| r.fence);
         self.notify = run.as_ref().map(|r| Arc::clone(&r.appended));
-        self.settled = run.map(|r| r.settled.subscribe());
+        self.settled = run.map(|r| r.state());
     }
 
     async fn is_settled(&mut self) -> Result<bool> {
         let inner = &self.manager.inner;
-        if let Some(rx) = &self.settled {
-            if !*rx.borrow() {
+        if let Some(state) = &self.settled {
+            if !state.is_settled() {
                 return Ok(false);
             }
             // The local run ended; the row says whether it settled.

@@ -223,7 +223,7 @@ impl Manager {
     async fn cancel_idle(&self, row: Session) -> Result<Session> {
         let id = row.id;
         if let Some(run) = self.inner.live.get(id) {
-            let _ = run.settled.subscribe().wait_for(|done| *done).await;
+            run.settled().await;
         }
         match self.inner.store.cancel_idle_session(id).await {
             Ok(row) => {
@@ -404,11 +404,7 @@ impl Manager {
         loop {
             let local = self.inner.live.get(id);
             if let Some(run) = &local {
-                let mut rx = run.settled.subscribe();
-                if tokio::time::timeout_at(until, rx.wait_for(|done| *done))
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout_at(until, run.settled()).await.is_err() {
                     return Err(over());
                 }
             }
