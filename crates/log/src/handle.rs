@@ -47,12 +47,12 @@ pub type AppendHook = Arc<dyn Fn(std::result::Result<(), &LogError>) + Send + Sy
 /// later read to the end returns at least `n` (a backend that lost data is
 /// reported as [`LogError::Corrupt`], never as a shorter log).
 pub struct LogHandle {
-    header: LogHeader,
+    header: Arc<LogHeader>,
     access: Access,
     io: Arc<dyn LogIo>,
     seen: AtomicU64,
     closing: AtomicBool,
-    closed: Arc<tokio::sync::watch::Sender<bool>>,
+    closed: Arc<Latch>,
     claim: Mutex<Option<WriterClaim>>,
     writing: tokio::sync::Mutex<Writing>,
     hook: Option<AppendHook>,
@@ -103,19 +103,26 @@ impl Debug for LogHandle {
 }
 
 impl LogHandle {
-    /// A read handle over a backend's I/O.
-    pub fn reader(header: LogHeader, io: Arc<dyn LogIo>) -> Self {
-        Self::build(header, Access::Read, io, None)
+    /// A read handle over a backend's I/O. The header may be shared with
+    /// the backend (`Arc<LogHeader>`) or given by value.
+    pub fn reader(header: impl Into<Arc<LogHeader>>, io: Arc<dyn LogIo>) -> Self {
+        Self::build(header.into(), Access::Read, io, None)
     }
 
     /// The write handle over a backend's I/O, holding the writer claim.
-    pub fn writer(header: LogHeader, io: Arc<dyn LogIo>, claim: WriterClaim) -> Self {
+    /// The header may be shared with the backend (`Arc<LogHeader>`) or
+    /// given by value.
+    pub fn writer(
+        header: impl Into<Arc<LogHeader>>,
+        io: Arc<dyn LogIo>,
+        claim: WriterClaim,
+    ) -> Self {
         claim.attach(&io);
-        Self::build(header, Access::Write, io, Some(claim))
+        Self::build(header.into(), Access::Write, io, Some(claim))
     }
 
     fn build(
-        header: LogHeader,
+        header: Arc<LogHeader>,
         access: Access,
         io: Arc<dyn LogIo>,
         claim: Option<WriterClaim>,
@@ -126,7 +133,7 @@ impl LogHandle {
             io,
             seen: AtomicU64::new(0),
             closing: AtomicBool::new(false),
-            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
+            closed: Arc::default(),
             claim: Mutex::new(claim),
             writing: tokio::sync::Mutex::new(Writing::default()),
             hook: None,
@@ -458,9 +465,7 @@ impl LogHandle {
             }
         }
         if self.closing.swap(true, Ordering::AcqRel) {
-            let mut rx = self.closed.subscribe();
-            // The sender lives in `self`, so it cannot be dropped while we wait.
-            let _ = rx.wait_for(|done| *done).await;
+            self.closed.wait().await;
             return Ok(());
         }
         let io = Arc::clone(&self.io);
@@ -469,16 +474,46 @@ impl LogHandle {
         let task = tokio::spawn(async move {
             let result = io.close().await;
             drop(claim);
-            done.send_replace(true);
+            done.open();
             result
         });
         match task.await {
             Ok(result) => result,
             Err(join) => {
                 // The close panicked: the claim was dropped during unwinding.
-                self.closed.send_replace(true);
+                self.closed.open();
                 Err(LogError::backend("close", join))
             }
+        }
+    }
+}
+
+/// Opens once and stays open; waiters wait for it (a close that a second
+/// `close` waits for). An `AtomicBool` and a `Notify`: a tokio `watch`
+/// channel would do, at about six times the size per handle.
+#[derive(Debug, Default)]
+struct Latch {
+    open: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Latch {
+    fn open(&self) {
+        self.open.store(true, Ordering::Release);
+        self.wake.notify_waiters();
+    }
+
+    async fn wait(&self) {
+        loop {
+            let wake = self.wake.notified();
+            let mut wake = std::pin::pin!(wake);
+            // Registered before the flag is read: an `open` between the
+            // two still wakes this waiter.
+            wake.as_mut().enable();
+            if self.open.load(Ordering::Acquire) {
+                return;
+            }
+            wake.await;
         }
     }
 }

@@ -21,7 +21,8 @@ pub struct MemoryLog {
 
 #[derive(Debug)]
 struct MemoryLogData {
-    header: LogHeader,
+    /// Shared with every handle on the log.
+    header: Arc<LogHeader>,
     events: Mutex<Vec<Event>>,
     /// The newest writer epoch claimed; read and written under `events`'
     /// lock, so a claim and an append never interleave.
@@ -149,7 +150,7 @@ impl TurnLog for MemoryLog {
                 return Err(LogError::AlreadyExists { id });
             }
             let data = Arc::new(MemoryLogData {
-                header: header.clone(),
+                header: Arc::new(header),
                 events: Mutex::new(Vec::new()),
                 newest: AtomicU64::new(0),
             });
@@ -158,7 +159,7 @@ impl TurnLog for MemoryLog {
         };
         let claim = self.writers.claim(id)?;
         Ok(LogHandle::writer(
-            header,
+            Arc::clone(&data.header),
             Arc::new(MemoryIo::new(data)),
             claim,
         ))
@@ -166,7 +167,7 @@ impl TurnLog for MemoryLog {
 
     async fn open(&self, id: LogId, access: Access) -> Result<LogHandle> {
         let data = self.get(id)?;
-        let header = data.header.clone();
+        let header = Arc::clone(&data.header);
         let io = Arc::new(MemoryIo::new(data));
         Ok(match access {
             Access::Read => LogHandle::reader(header, io),
@@ -178,7 +179,7 @@ impl TurnLog for MemoryLog {
         let data = self.get(id)?;
         let count = data.events().len() as u64;
         Ok(LogStat {
-            header: data.header.clone(),
+            header: (*data.header).clone(),
             revision: Revision::new(count.to_string()),
             event_count: Some(count),
             size_bytes: None,
