@@ -52,7 +52,7 @@ pub struct LogHandle {
     io: Arc<dyn LogIo>,
     seen: AtomicU64,
     closing: AtomicBool,
-    closed: Arc<Latch>,
+    closed: Arc<crate::latch::Latch>,
     claim: Mutex<Option<WriterClaim>>,
     writing: tokio::sync::Mutex<Writing>,
     hook: Option<AppendHook>,
@@ -484,36 +484,6 @@ impl LogHandle {
                 self.closed.open();
                 Err(LogError::backend("close", join))
             }
-        }
-    }
-}
-
-/// Opens once and stays open; waiters wait for it (a close that a second
-/// `close` waits for). An `AtomicBool` and a `Notify`: a tokio `watch`
-/// channel would do, at about six times the size per handle.
-#[derive(Debug, Default)]
-struct Latch {
-    open: AtomicBool,
-    wake: tokio::sync::Notify,
-}
-
-impl Latch {
-    fn open(&self) {
-        self.open.store(true, Ordering::Release);
-        self.wake.notify_waiters();
-    }
-
-    async fn wait(&self) {
-        loop {
-            let wake = self.wake.notified();
-            let mut wake = std::pin::pin!(wake);
-            // Registered before the flag is read: an `open` between the
-            // two still wakes this waiter.
-            wake.as_mut().enable();
-            if self.open.load(Ordering::Acquire) {
-                return;
-            }
-            wake.await;
         }
     }
 }

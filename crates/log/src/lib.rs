@@ -58,6 +58,7 @@ mod jsonl;
 mod jsonl_buffer;
 mod jsonl_file;
 mod jsonl_index;
+mod latch;
 mod memory;
 mod seam;
 

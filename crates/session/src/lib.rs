@@ -97,6 +97,7 @@ mod execute;
 mod land;
 mod lease;
 mod live;
+mod live_state;
 mod manager;
 pub mod metrics;
 mod notify_log;

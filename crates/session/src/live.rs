@@ -40,48 +40,7 @@ pub(crate) struct LiveRun {
     state: Arc<RunState>,
 }
 
-/// The state of a live run that other calls read and set.
-#[derive(Debug, Default)]
-pub(crate) struct RunState {
-    /// Set (before `cancel` fires) when the manager stopped the run because
-    /// its lease may have lapsed: it then ends `lease_lost`.
-    pub(crate) lease_lost: AtomicBool,
-    /// Set (before `cancel` fires) when the manager's `stop` cancelled
-    /// the run and nothing had cancelled it before: a first run stopped
-    /// before it started then goes back to the queue instead of ending
-    /// `cancelled`.
-    pub(crate) by_stop: AtomicBool,
-    /// When a cancel reached the run (`Manager::cancel` here, or the
-    /// poller seeing a request): the start of its cancel latency.
-    pub(crate) cancelled_at: std::sync::OnceLock<std::time::Instant>,
-    /// Set after the terminal write and deregistration.
-    settled: AtomicBool,
-    /// Wakes those waiting for `settled`.
-    settled_wake: Notify,
-}
-
-impl RunState {
-    /// Whether the run settled (its terminal write done, or given up, and
-    /// its entry removed).
-    pub(crate) fn is_settled(&self) -> bool {
-        self.settled.load(Ordering::Acquire)
-    }
-
-    /// Waits until the run settled. Cancel-safe.
-    pub(crate) async fn settled(&self) {
-        loop {
-            let wake = self.settled_wake.notified();
-            let mut wake = std::pin::pin!(wake);
-            // Registered before the flag is read, so a settle between the
-            // two still wakes this waiter.
-            wake.as_mut().enable();
-            if self.is_settled() {
-                return;
-            }
-            wake.await;
-        }
-    }
-}
+pub(crate) use crate::live_state::RunState;
 
 impl std::ops::Deref for LiveRun {
     type Target = RunState;
@@ -94,8 +53,7 @@ impl std::ops::Deref for LiveRun {
 impl LiveRun {
     /// Fires the settle signal and wakes every watcher.
     pub(crate) fn signal_settled(&self) {
-        self.state.settled.store(true, Ordering::Release);
-        self.state.settled_wake.notify_waiters();
+        self.state.set_settled();
         self.appended.notify_waiters();
     }
 

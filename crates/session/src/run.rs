@@ -50,6 +50,7 @@ pub(crate) struct Resume {
 /// `*boxed` frees the box only when the variable goes out of scope: in an
 /// async fn that is when the future ends, so a parked run would keep the
 /// emptied box for as long as it runs.
+#[allow(clippy::boxed_local)] // The point: the box is consumed here.
 pub(crate) fn unbox<T>(boxed: Box<T>) -> T {
     *boxed
 }

@@ -201,11 +201,11 @@ async fn iterate(
     let token = run.cancel.clone();
     let revision = plan.key();
     let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
-    let mut prepared = match Box::pin(prepare(&inner, &plan, &log, &token)).await {
+    let mut prepared = match Box::pin(prepare(inner, &plan, &log, &token)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
     };
-    let lease = Box::pin(pin_docs(&inner, &plan, &token)).await;
+    let lease = Box::pin(pin_docs(inner, &plan, &token)).await;
     let resume = plan.resume.take().map(|r| r.message);
     // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
@@ -226,7 +226,7 @@ async fn iterate(
             lease,
             dir: prepared.dir,
         };
-        Box::pin(go_back(&inner, revision, &log, leftovers)).await;
+        Box::pin(go_back(inner, revision, &log, leftovers)).await;
         return (None, Leftovers::default());
     }
     // The run starts: recorded before the runner is called, so a manager
@@ -235,7 +235,7 @@ async fn iterate(
     // Awaited where it is built: a future held in a local and then awaited
     // takes its room in the task twice.
     let execute = |ctx| async {
-        match crate::metrics::phase("execute", execute(&inner, ctx, resume, &token))
+        match crate::metrics::phase("execute", execute(inner, ctx, resume, &token))
             .instrument(info_span!("execute"))
             .await
         {
@@ -261,7 +261,7 @@ async fn iterate(
                 lease,
                 dir: prepared.dir,
             };
-            if Box::pin(go_back(&inner, revision, &log, leftovers)).await {
+            if Box::pin(go_back(inner, revision, &log, leftovers)).await {
                 return (None, Leftovers::default());
             }
             // Its start committed after all and no runner ran: ended now
@@ -282,12 +282,12 @@ async fn iterate(
     };
     let settlement = crate::metrics::phase(
         "land",
-        Box::pin(land(&inner, revision, &prepared, &log, result)),
+        Box::pin(land(inner, revision, &prepared, &log, result)),
     )
     .instrument(info_span!("land"))
     .await;
     // A watcher or a reopen must see the whole log once the row is terminal.
-    Box::pin(close_log(&inner, &log)).await;
+    Box::pin(close_log(inner, &log)).await;
     let leftovers = Leftovers {
         lease,
         dir: prepared.dir,

@@ -90,3 +90,64 @@ impl Heartbeat {
         }
     }
 }
+
+/// Writes `$store`'s `heartbeat_rows` (the `heartbeat` of the
+/// [`Coordination`](korvus_store::Coordination) impl) where
+/// [`sql_lease!`](crate::lease::sql_lease) expands, whose imports and
+/// `STATEMENTS` it uses.
+macro_rules! heartbeat_rows {
+    ($store:ident) => {
+        impl $store {
+            pub(crate) async fn heartbeat_rows(
+                &self,
+                lease: Lease,
+                runs: &[(SessionId, u64)],
+            ) -> Result<Vec<(SessionId, u64)>> {
+                // Also with no runs: the statement is how the reaper
+                // knows this manager reaches the database.
+                let beat = &STATEMENTS.heartbeat;
+                let keys = transition::run_keys(runs);
+                let (owner, ttl) = (lease.owner.as_uuid(), lease.ttl_millis());
+                let running = SessionStatus::Running.as_str();
+                let err = backend(Self::BACKEND);
+                let rows: Vec<(uuid::Uuid, i64)> = if let Some(one) = &beat.one_statement {
+                    sqlx::query_as(one)
+                        .bind(owner)
+                        .bind(ttl)
+                        .bind(running)
+                        .bind(keys.as_str())
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(&err)?
+                } else {
+                    // The steps in one transaction (SQLite), each given
+                    // all four values.
+                    let mut tx = self.pool.begin().await.map_err(&err)?;
+                    for step in [&beat.forget, &beat.owner, &beat.release] {
+                        sqlx::query(step)
+                            .bind(owner)
+                            .bind(ttl)
+                            .bind(running)
+                            .bind(keys.as_str())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(&err)?;
+                    }
+                    let rows = sqlx::query_as(&beat.held)
+                        .bind(owner)
+                        .bind(ttl)
+                        .bind(running)
+                        .bind(keys.as_str())
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(&err)?;
+                    tx.commit().await.map_err(&err)?;
+                    rows
+                };
+                transition::pairs(Self::BACKEND, rows)
+            }
+        }
+    };
+}
+
+pub(crate) use heartbeat_rows;

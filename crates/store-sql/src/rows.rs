@@ -26,10 +26,9 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
         .join(", ")
 }
 
-/// A session row's lease as the model reports it, named
-/// `lease_expires_ms`, over the unaliased `sessions` table: the row's own
-/// claim expiry, or its owner's lease when that is later and the owner
-/// still holds the row (see [`heartbeat`](crate::heartbeat)).
+/// A session row's lease as the model reports it (`lease_expires_ms`, of
+/// the unaliased `sessions`): its claim's expiry, or its holding owner's
+/// lease when later (see [`heartbeat`](crate::heartbeat)).
 macro_rules! lease_column {
     () => {
         "COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner \
@@ -39,8 +38,7 @@ macro_rules! lease_column {
 }
 
 /// The columns of [`SessionRow`], in the order the queries name them, of
-/// the unaliased `sessions` table (`lease_expires_ms` is
-/// [`lease_column`]'s).
+/// the unaliased `sessions` table.
 macro_rules! session_columns {
     () => {
         concat!(
