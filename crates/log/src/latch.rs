@@ -33,3 +33,20 @@ impl Latch {
         }
     }
 }
+
+impl Latch {
+    /// A guard that opens the latch when it is dropped (also while
+    /// unwinding).
+    pub(crate) fn on_drop(self: &std::sync::Arc<Self>) -> OpenOnDrop {
+        OpenOnDrop(std::sync::Arc::clone(self))
+    }
+}
+
+/// Opens its latch when dropped: see [`Latch::on_drop`].
+pub(crate) struct OpenOnDrop(std::sync::Arc<Latch>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}

@@ -1,6 +1,6 @@
 //! One home per run: which run it is ([`RunKey`]: session, incident,
-//! revision, fence — each stored once) and everything its phases read
-//! ([`Plan`]).
+//! revision, fence — each stored once; all that landing reads) and what
+//! preparing reads ([`Plan`], which then goes into the runner's context).
 //!
 //! Every phase module (`prepare.rs`, `execute.rs`, `land.rs`, `write.rs`)
 //! imports from here and from no sibling phase; the supervisor

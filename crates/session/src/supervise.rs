@@ -90,7 +90,10 @@ impl Manager {
         span.follows_from(tracing::Span::current());
         let gauge = crate::metrics::run_started();
         // Owned by the run group: `wait`/`stop` join it through `guard`.
-        let input = Box::new(RunInput { plan, log });
+        let input = Box::new(RunInput {
+            plan: Box::new(plan),
+            log,
+        });
         tokio::spawn(supervise(inner, input, run, (guard, slot, gauge)).instrument(span));
     }
 }
@@ -99,9 +102,11 @@ impl Manager {
 /// in its future for as long as it runs, beside wherever they are moved
 /// next, so the plan (over 500 bytes) and the log handle passed by value
 /// through `supervise` into `iterate` would be kept three times in every
-/// parked run's task.
+/// parked run's task. The plan stays boxed inside until the runner's
+/// context takes it: a local that lives across two awaits keeps its room
+/// in the future for as long as the future runs.
 struct RunInput {
-    plan: Plan,
+    plan: Box<Plan>,
     log: LogHandle,
 }
 
@@ -209,7 +214,7 @@ async fn iterate(
     let resume = plan.resume.take().map(|r| r.message);
     // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
-        plan,
+        crate::run::unbox(plan),
         &mut prepared,
         &log,
         &token,
