@@ -472,8 +472,7 @@ impl LogHandle {
         let claim = self.claim.lock().unwrap_or_else(|p| p.into_inner()).take();
         let done = Arc::clone(&self.closed);
         let task = tokio::spawn(async move {
-            // Opened however the task ends, a panic in the backend's close
-            // included: a later `close` waits for it.
+            // Opened however the task ends (a panic too): a later `close` waits.
             let _open = done.on_drop();
             let result = io.close().await;
             drop(claim);
