@@ -230,7 +230,7 @@ async fn create_latency_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
         }),
     );
     let what = format!(
-        "{} creates per side in {rounds} rounds, interleaved one by one (order alternating), each on a fresh incident, PgStore + PgLog on one 8-connection pool; raw = the same 3 statements (incident, insert session with its seq and kind, insert turn log) via sqlx; runners park until stop",
+        "{} creates per side in {rounds} rounds, interleaved one by one (order alternating), each on a fresh incident, PgStore + PgLog on one 8-connection pool; raw = the same 3 statements (incident, insert session with its seq, kind, owner and lease, insert turn log) via sqlx, its rows owned so the manager does not take them for queued work; runners park until stop",
         rounds * per_round
     );
     Ok(vec![
@@ -269,6 +269,11 @@ pub(crate) async fn create_ours(manager: &Manager, incident: IncidentId) -> Resu
 
 /// What `Manager::create` makes PostgreSQL do, by hand: the statements are
 /// PgStore's and PgLog's own, issued in the same order.
+/// The owner of the raw side's rows: no manager's, with a lease that
+/// outlasts the benchmark, so no reaper takes them over either.
+static RAW_OWNER: std::sync::LazyLock<korvus_store::OwnerId> =
+    std::sync::LazyLock::new(korvus_store::OwnerId::new);
+
 async fn create_raw(pool: &PgPool, incident: IncidentId) -> Result<f64> {
     let t = Instant::now();
     let row = sqlx::query(
@@ -288,10 +293,11 @@ async fn create_raw(pool: &PgPool, incident: IncidentId) -> Result<f64> {
          ) \
          INSERT INTO sessions \
              (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
-              revision, created_at) \
+              revision, created_at, owner, lease_expires_ms) \
          SELECT $1, $2, next.last_seq, \
                 CASE WHEN next.last_seq = 1 THEN 'initial' ELSE 'follow_up' END, \
-                $3, $4, $5, $6, 1, $7 FROM next \
+                $3, $4, $5, $6, 1, $7, $8, \
+                CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + 3600000 FROM next \
          RETURNING seq",
     )
     .bind(id.as_uuid())
@@ -301,6 +307,10 @@ async fn create_raw(pool: &PgPool, incident: IncidentId) -> Result<f64> {
     .bind(None::<String>)
     .bind(None::<String>)
     .bind(chrono_now())
+    // Owned, as `Manager::create` writes it: an unowned running row is a
+    // queued session, which the manager beside it would claim and run (and
+    // then queue its own creates behind).
+    .bind(RAW_OWNER.as_uuid())
     .fetch_optional(pool)
     .await?;
     seq.context("no seq allocated")?;
