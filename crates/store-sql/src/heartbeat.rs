@@ -121,26 +121,19 @@ macro_rules! heartbeat_rows {
                         .map_err(&err)?
                 } else {
                     // The steps in one transaction (SQLite), each given
-                    // all four values.
+                    // all four values; the last, `held`, answers.
                     let mut tx = self.pool.begin().await.map_err(&err)?;
-                    for step in [&beat.forget, &beat.owner, &beat.release] {
-                        sqlx::query(step)
+                    let mut rows = Vec::new();
+                    for step in [&beat.forget, &beat.owner, &beat.release, &beat.held] {
+                        rows = sqlx::query_as(step)
                             .bind(owner)
                             .bind(ttl)
                             .bind(running)
                             .bind(keys.as_str())
-                            .execute(&mut *tx)
+                            .fetch_all(&mut *tx)
                             .await
                             .map_err(&err)?;
                     }
-                    let rows = sqlx::query_as(&beat.held)
-                        .bind(owner)
-                        .bind(ttl)
-                        .bind(running)
-                        .bind(keys.as_str())
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(&err)?;
                     tx.commit().await.map_err(&err)?;
                     rows
                 };
