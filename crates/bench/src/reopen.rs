@@ -218,6 +218,7 @@ async fn history(
             exit_reason: "completed".into(),
             counters: Counters::default(),
             detail: None,
+            salvaged_from: None,
             fence: session.fence,
         })
         .await?;

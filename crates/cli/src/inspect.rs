@@ -286,6 +286,11 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             r.markdown_key.as_deref().unwrap_or("(no report.md)")
         );
         println!("          {}", counters_text(&r.counters));
+        // A revision whose run was lost and whose output another manager
+        // landed for it says where that output came from.
+        if let Some(from) = &r.salvaged_from {
+            println!("          salvaged from {from}");
+        }
         // What degraded the persist phase, cause first (at most 4 KiB).
         if let Some(detail) = &r.detail {
             for line in detail.lines() {

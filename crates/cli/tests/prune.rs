@@ -110,6 +110,7 @@ impl Seed {
                 exit_reason: "completed".into(),
                 counters: Counters::default(),
                 detail: None,
+                salvaged_from: None,
                 fence: s.fence,
             })
             .await

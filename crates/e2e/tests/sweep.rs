@@ -88,6 +88,7 @@ async fn land(store: &dyn Store, s: &Session, outcome: &PersistOutcome, status: 
         exit_reason: status.to_string(),
         counters: Counters::default(),
         detail: None,
+        salvaged_from: None,
         fence: s.fence,
     };
     store.create_report(row).await.unwrap();

@@ -87,6 +87,7 @@ async fn land(store: &dyn Store, s: &Session, outcome: &PersistOutcome) {
             exit_reason: "completed".into(),
             counters: Counters::default(),
             detail: None,
+            salvaged_from: None,
             fence: s.fence,
         })
         .await

@@ -80,6 +80,7 @@ pub(crate) async fn land(
         counters,
         // What degraded the persist phase, cause first, for the operator.
         detail: outcome.detail(),
+        salvaged_from: None,
         fence: run.fence,
     };
     // The write comes first: a run that did not end normally still gets

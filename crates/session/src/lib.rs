@@ -106,6 +106,7 @@ mod prune;
 mod reopen;
 mod reopener;
 mod run;
+mod salvage;
 mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;

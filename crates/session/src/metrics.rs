@@ -47,6 +47,12 @@ pub const HEARTBEATS: &str = "korvus_heartbeats_total";
 pub const HEARTBEAT_SECONDS: &str = "korvus_heartbeat_duration_seconds";
 /// Orphaned sessions this process took over and settled (counter).
 pub const TAKEOVERS: &str = "korvus_takeovers_total";
+/// Salvages of a lost run's scratch dir by this process (counter; label
+/// `outcome`: `complete` — everything stored, the dir removed —, `kept` —
+/// something could not be stored and the dir is kept).
+pub const SALVAGES: &str = "korvus_salvages_total";
+/// Files stored by salvages of lost runs' scratch dirs (counter).
+pub const SALVAGED_FILES: &str = "korvus_salvaged_files_total";
 /// Cancels of this process's runs, by where they came from (counter;
 /// label `via`: `local` — `Manager::cancel` here —, `request` — a cancel
 /// made on another replica, seen by the cancel poller).
@@ -139,6 +145,14 @@ pub(crate) fn heartbeat(ok: bool, took: Duration) {
 /// An orphan was taken over and settled.
 pub(crate) fn taken_over() {
     counter!(TAKEOVERS).increment(1);
+}
+
+/// A lost run's scratch dir was salvaged: `files` stored, `complete`
+/// when nothing failed.
+pub(crate) fn salvaged(files: u64, complete: bool) {
+    let outcome = if complete { "complete" } else { "kept" };
+    counter!(SALVAGES, "outcome" => outcome).increment(1);
+    counter!(SALVAGED_FILES).increment(files);
 }
 
 /// A run of this process was cancelled, here or by a request made on

@@ -55,6 +55,7 @@ impl Inner {
             exit_reason: reason.to_string(),
             counters: Counters::default(),
             detail: None,
+            salvaged_from: None,
             fence: run.fence,
         };
         self.write_report(report).await;

@@ -265,3 +265,116 @@ async fn a_claim_whose_manager_died_before_its_runner_goes_back_to_the_queue_and
     );
     survivor.stop().await;
 }
+
+/// The scratch dir a dead run of `row` left on this host, with its
+/// `report.md` and a progress file.
+fn dead_runs_dir(env: &Env, row: &Session) -> std::path::PathBuf {
+    let dir = env
+        .root
+        .path()
+        .join(row.id.to_string())
+        .join(row.revision.to_string());
+    crate::support::write(&dir, "report.md", "# what the lost run found\n");
+    crate::support::write(&dir, "work/progress.txt", "step 3 of 5\n");
+    dir
+}
+
+#[tokio::test]
+async fn a_takeover_salvages_the_lost_runs_scratch_dir_before_it_settles() {
+    let env = Env::new().await;
+    let dead = orphan(&env).await;
+    let dir = dead_runs_dir(&env, &dead);
+    let manager = env
+        .builder(writing(&[]))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .build();
+    let row = until(&env, dead.id, |s| s.status.is_terminal()).await;
+    assert_eq!(row.status, SessionStatus::Failed);
+    assert_eq!(
+        row.exit_reason.as_deref(),
+        Some("owner_lost"),
+        "the run did not finish"
+    );
+
+    let reports = env.store.all_reports(dead.id).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = &reports[0];
+    let from = report
+        .salvaged_from
+        .as_deref()
+        .expect("the row says where the output came from");
+    assert!(from.contains(&dir.display().to_string()), "{from}");
+    assert!(
+        report
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("2 file(s) of its scratch dir stored"),
+        "{report:?}"
+    );
+    let key = korvus_blob::BlobKey::new(
+        report
+            .markdown_key
+            .clone()
+            .expect("the salvaged report.md is adopted"),
+    )
+    .unwrap();
+    use korvus_blob::BlobStore as _;
+    assert_eq!(
+        env.blobs.get(&key).await.unwrap().bytes.as_ref(),
+        b"# what the lost run found\n"
+    );
+    assert_eq!(report.markdown_bytes, 26);
+    let artifacts = env.store.all_session_artifacts(dead.id).await.unwrap();
+    let progress = artifacts
+        .iter()
+        .find(|a| a.path == "work/progress.txt")
+        .expect("progress stored");
+    assert_eq!(progress.revision, dead.revision);
+    assert_eq!(
+        env.blobs
+            .get(&korvus_blob::BlobKey::new(progress.blob_key.clone()).unwrap())
+            .await
+            .unwrap()
+            .bytes
+            .as_ref(),
+        b"step 3 of 5\n"
+    );
+    // Stored whole: the dir is removed after the settlement.
+    assert!(
+        !dir.exists(),
+        "a salvaged dir is removed once its output is stored"
+    );
+    env.assert_safe().await;
+    manager.stop().await;
+}
+
+#[tokio::test]
+async fn a_salvage_that_cannot_store_everything_keeps_the_dir_and_says_where() {
+    let env = Env::new().await;
+    let dead = orphan(&env).await;
+    let dir = dead_runs_dir(&env, &dead);
+    // The blob store refuses the progress file.
+    env.blobs
+        .fault_put("progress.txt", korvus_testkit::faults::BlobFault::Fail);
+    let manager = env
+        .builder(writing(&[]))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .build();
+    let row = until(&env, dead.id, |s| s.status.is_terminal()).await;
+    assert_eq!(row.exit_reason.as_deref(), Some("owner_lost"));
+    let report = &env.store.all_reports(dead.id).await.unwrap()[0];
+    assert!(
+        report.markdown_key.is_some(),
+        "what could be stored is: {report:?}"
+    );
+    let detail = report.detail.as_deref().unwrap();
+    assert!(detail.contains("the scratch dir is kept at"), "{detail}");
+    assert!(detail.contains(&dir.display().to_string()), "{detail}");
+    assert!(
+        dir.join("work/progress.txt").exists(),
+        "the only copy of the progress file is kept"
+    );
+    env.assert_safe().await;
+    manager.stop().await;
+}

@@ -62,11 +62,12 @@ macro_rules! incident_columns {
 macro_rules! report_columns {
     () => {
         "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
-         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key"
+         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key, \
+         salvaged_from"
     };
 }
 
-/// Binds a [`Report`]'s columns as `$1…$14`, in [`report_columns`] order,
+/// Binds a [`Report`]'s columns as `$1…$15`, in [`report_columns`] order,
 /// to the query `$q` (of [`INSERT_REPORT`] or its if-absent variant).
 macro_rules! bind_report {
     ($q:expr, $report:expr) => {{
@@ -86,6 +87,7 @@ macro_rules! bind_report {
             .bind($crate::rows::to_i64(r.fence))
             .bind(r.created_at)
             .bind(r.manifest_key.as_deref())
+            .bind(r.salvaged_from.as_deref())
     }};
 }
 pub(crate) use bind_report;
@@ -382,6 +384,7 @@ pub(crate) struct ReportRow {
     input_tokens: i64,
     output_tokens: i64,
     detail: Option<String>,
+    salvaged_from: Option<String>,
     fence: i64,
     created_at: DateTime<Utc>,
 }
@@ -404,6 +407,7 @@ impl ReportRow {
                 self.output_tokens,
             )?,
             detail: self.detail,
+            salvaged_from: self.salvaged_from,
             fence: u64::try_from(self.fence)
                 .map_err(|_| unexpected(backend, format!("report fence {}", self.fence)))?,
             created_at: self.created_at,

@@ -178,12 +178,12 @@ statements! {
     /// same transaction: the report row unless its revision has one — also
     /// one a concurrent insert committed meanwhile (`ON CONFLICT DO
     /// NOTHING`: the stored row wins, never a `Conflict`) — only while the
-    /// session (in that incident) is at the report's fence. Binds `$1…$14`
+    /// session (in that incident) is at the report's fence. Binds `$1…$15`
     /// in `report_columns` order.
     INSERT_REPORT_IF_ABSENT = concat!(
         "INSERT INTO reports (",
         report_columns!(),
-        ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+        ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 \
          WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12) \
          ON CONFLICT (session_id, revision) DO NOTHING"
     );

@@ -67,13 +67,13 @@ fn orphan(now: &str) -> String {
 /// session row read (PostgreSQL `FOR SHARE`: a takeover or forced cancel
 /// moving the fence waits for the insert, or the insert for it, and then
 /// sees the fence it left; SQLite runs writes one at a time and needs
-/// none). Binds `$1…$14` in `report_columns` order.
+/// none). Binds `$1…$15` in `report_columns` order.
 fn insert_report(share: &str) -> String {
     format!(
         concat!(
             "INSERT INTO reports (",
             report_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 \
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 \
              WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 \
              AND fence = $12 AND ",
             active!(),
@@ -218,7 +218,7 @@ pub(crate) struct Statements {
     /// moves with it. Binds `$1` id.
     pub(crate) take_over: String,
     /// `create_report`: the row, only while the session (in that incident)
-    /// is active at the report's fence. Binds `$1…$14` in
+    /// is active at the report's fence. Binds `$1…$15` in
     /// `report_columns` order.
     insert_report: String,
     /// `claim_next` (see [`claim_next`]). Binds `$1` pool, `$2` owner,

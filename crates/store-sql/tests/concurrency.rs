@@ -63,6 +63,7 @@ fn report_at(s: &korvus_store::Session, fence: u64, reason: &str) -> korvus_stor
         exit_reason: reason.into(),
         counters: Default::default(),
         detail: None,
+        salvaged_from: None,
         fence,
     }
 }

@@ -83,6 +83,7 @@ pub fn forced_cancel(session: &Session, detail: String) -> (Settlement, NewRepor
         exit_reason: exit_reason::CANCELLED.to_owned(),
         counters: session.counters,
         detail: Some(detail),
+        salvaged_from: None,
         fence,
     };
     (settlement, report)

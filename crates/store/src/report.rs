@@ -31,6 +31,11 @@ pub struct Report {
     /// degraded persist), or `None`. At most
     /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
     pub detail: Option<String>,
+    /// Where the revision's output was salvaged from, when the run that
+    /// made it did not land it itself (its manager died): "the scratch
+    /// dir of … on manager …". `None` for a revision its own run landed.
+    /// At most [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
+    pub salvaged_from: Option<String>,
     /// The fence of the run that wrote it ([`Session::fence`](crate::Session::fence)), so a
     /// stale write could be counted afterwards.
     pub fence: u64,
@@ -61,6 +66,11 @@ pub struct NewReport {
     /// No NUL byte, at most
     /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
     pub detail: Option<String>,
+    /// Where the output was salvaged from, when another manager landed
+    /// it after its run was lost ([`Report::salvaged_from`]); `None`
+    /// otherwise. No NUL byte, at most
+    /// [`MAX_REPORT_DETAIL_BYTES`](crate::validate::MAX_REPORT_DETAIL_BYTES).
+    pub salvaged_from: Option<String>,
     /// The fence of the writing run: the row is written only while it is
     /// the session's ([`StoreError::Fenced`](crate::StoreError::Fenced)
     /// otherwise).
@@ -81,6 +91,7 @@ impl NewReport {
             exit_reason: self.exit_reason,
             counters: self.counters,
             detail: self.detail,
+            salvaged_from: self.salvaged_from,
             fence: self.fence,
             created_at,
         }

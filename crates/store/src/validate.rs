@@ -146,6 +146,9 @@ pub fn new_report(n: &NewReport) -> Result {
     if let Some(detail) = &n.detail {
         text("detail", detail, MAX_REPORT_DETAIL_BYTES)?;
     }
+    if let Some(from) = &n.salvaged_from {
+        text("salvaged_from", from, MAX_REPORT_DETAIL_BYTES)?;
+    }
     counters(&n.counters)
 }
 

@@ -153,6 +153,7 @@ pub(crate) fn new_report(session: &Session, revision: u32) -> NewReport {
         exit_reason: "completed".into(),
         counters: Counters::default(),
         detail: None,
+        salvaged_from: None,
         fence: session.fence,
     }
 }

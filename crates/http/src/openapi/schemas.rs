@@ -133,6 +133,7 @@ fn report() -> Value {
         "exit_reason": text(),
         "counters": reference("Counters"),
         "detail": nullable(text()),
+        "salvaged_from": nullable(text()),
         "fence": {"type": "integer", "format": "int64", "minimum": 1},
         "created_at": time(),
     }))

@@ -42,7 +42,7 @@ use std::time::Instant;
 use korvus_log::{Access, LogError, LogId};
 use korvus_runner::ExitReason;
 use korvus_store::{NewReport, Session, SessionId, SessionStatus, Settlement, StoreError};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, warn, Instrument as _};
 
 use crate::manager::Inner;
 use crate::SessionError;
@@ -117,7 +117,7 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
             }
             if !stopping && since.elapsed() >= inner.config().lease_ttl {
                 let period = inner.config().heartbeat;
-                if tokio::time::timeout(period, inner.reap(&mut reaper.unsettled))
+                if tokio::time::timeout(period, reap(&inner, &mut reaper.unsettled))
                     .await
                     .is_err()
                 {
@@ -136,6 +136,48 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     }
     inner.cancel_lapsed();
     true
+}
+
+/// Takes over the orphans the store lists and ends each on a task of its
+/// own ([`Inner::end_orphan_as_run`]), in a run slot when one is free —
+/// never on this heartbeat task, which a salvage of a large scratch dir
+/// would hold past its period. An orphan taken over while no slot is free
+/// waits in `unsettled` for a later period (this manager owns its row
+/// meanwhile, under the takeover's claim). An orphan whose ending failed
+/// is left to the store: no heartbeat lists it, so its claim lapses and a
+/// reaper takes it over again under a new fence.
+async fn reap(inner: &Arc<Inner>, unsettled: &mut HashMap<SessionId, Session>) {
+    if let Err(e) = inner.take_over_orphans(unsettled).await {
+        warn!(error = %e, "expired leases not listed");
+    }
+    let owed: Vec<SessionId> = unsettled.keys().copied().collect();
+    for id in owed {
+        let Some(slot) = inner.slots().try_take() else {
+            debug!(
+                waiting = unsettled.len(),
+                "no run slot free to end the orphans taken over; next period"
+            );
+            return;
+        };
+        let Some(row) = unsettled.remove(&id) else {
+            continue;
+        };
+        let inner = Arc::clone(inner);
+        let span = tracing::info_span!(parent: None, "orphan", session_id = %row.id, incident_id = %row.incident_id, fence = row.fence);
+        tokio::spawn(
+            async move {
+                match inner.end_orphan_as_run(&row).await {
+                    Some(Err(e)) if transient(&e) => {
+                        warn!(error = %e, "orphan not settled; a reaper takes it over again once its claim lapses");
+                    }
+                    Some(Err(e)) => error!(error = %e, "orphan settlement refused"),
+                    Some(Ok(_)) | None => {}
+                }
+                drop(slot);
+            }
+            .instrument(span),
+        );
+    }
 }
 
 impl Inner {
@@ -246,27 +288,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Takes over the orphans the store lists and settles them; retries
-    /// the settlements still owed from earlier periods.
-    async fn reap(&self, unsettled: &mut HashMap<SessionId, Session>) {
-        if let Err(e) = self.take_over_orphans(unsettled).await {
-            warn!(error = %e, "expired leases not listed");
-        }
-        let owed: Vec<Session> = unsettled.values().cloned().collect();
-        for row in owed {
-            match self.end_orphan(&row).await {
-                Err(e) if transient(&e) => {
-                    warn!(session_id = %row.id, error = %e, "orphan not settled; trying again");
-                }
-                Err(e) => {
-                    error!(session_id = %row.id, error = %e, "orphan settlement refused");
-                    unsettled.remove(&row.id);
-                }
-                Ok(_) => {
-                    unsettled.remove(&row.id);
-                }
-            }
-        }
+    /// Ends an orphan this manager took over as a run of its own: registered
+    /// in the live-run table under the takeover's fence (so this manager's
+    /// heartbeats hold the row while a salvage lands its dir, and neither
+    /// this reaper nor another takes it again meanwhile) and a member of
+    /// the run group (`stop` waits for it). Returns `None` when a run of
+    /// the session is already live here.
+    ///
+    /// # Errors
+    /// As [`Inner::end_orphan`].
+    pub(crate) async fn end_orphan_as_run(
+        &self,
+        row: &Session,
+    ) -> Option<Result<Session, SessionError>> {
+        let _member = self.runs().join();
+        let run = self
+            .live()
+            .register(row.id, row.incident_id, row.fence)
+            .ok()?;
+        let ended = self.end_orphan(row).await;
+        self.live().unregister(row.id, &run);
+        run.signal_settled();
+        Some(ended)
     }
 
     /// Ends an orphan this manager took over. A first run that never
@@ -344,9 +387,13 @@ impl Inner {
 
     /// Ends a run this manager took over: claims its turn log for the new
     /// fence, stops the dead run's recorded agent processes on this host,
+    /// salvages the scratch dir the dead run left here (`salvage.rs`: its
+    /// files stored, its `report.md` adopted when this revision wrote it),
     /// then writes the report row (unless the dead run wrote its own) and
     /// the settlement in one transaction — `cancelled` when `cancel` is
-    /// set or a cancel was pending, else `failed` / `owner_lost`.
+    /// set or a cancel was pending, else `failed` / `owner_lost` — retried
+    /// on transient errors within the settle bound, and finally removes
+    /// the salvaged dir if everything in it was stored.
     pub(crate) async fn settle_taken_over(
         &self,
         row: &Session,
@@ -354,6 +401,7 @@ impl Inner {
     ) -> Result<Session, SessionError> {
         self.claim_log(row).await?;
         self.stop_dead_agents(row.id).await;
+        let salvaged = self.salvage(row).await;
         let (status, reason) = if cancel || row.cancel_requested {
             (SessionStatus::Cancelled, ExitReason::CANCELLED)
         } else {
@@ -365,29 +413,94 @@ impl Inner {
             counters: row.counters,
             fence: row.fence,
         };
+        let cause = format!(
+            "the manager running this revision stopped renewing its lease; \
+             manager {} took the session over",
+            self.ownership().owner()
+        );
+        let markdown = salvaged.as_ref().and_then(|s| s.markdown.clone());
         let report = NewReport {
             session_id: row.id,
             incident_id: row.incident_id,
             revision: row.revision,
-            markdown_key: None,
-            manifest_key: None,
-            markdown_bytes: 0,
+            markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
+            markdown_key: markdown.map(|(k, _)| k),
+            manifest_key: salvaged.as_ref().and_then(|s| s.manifest_key.clone()),
             exit_reason: reason.to_string(),
             counters: row.counters,
-            detail: Some(format!(
-                "the manager running this revision stopped renewing its lease; \
-                 manager {} took the session over",
-                self.ownership().owner()
-            )),
+            detail: Some(bounded_detail(match &salvaged {
+                Some(s) => s.detail(cause),
+                None => cause,
+            })),
+            salvaged_from: salvaged.as_ref().map(|s| bounded_detail(s.from.clone())),
             fence: row.fence,
         };
-        let (settled, report) = self
-            .store()
-            .settle_with_report(row.id, settlement, report)
-            .await?;
+        let (settled, report) = self.settle_with_report(row, settlement, report).await?;
+        if let Some(salvaged) = salvaged.filter(|s| s.complete) {
+            self.remove_salvaged(row, &salvaged.dir).await;
+        }
         crate::metrics::taken_over();
         crate::metrics::settled(settled.exit_reason.as_deref());
         info!(session_id = %row.id, %status, report_exit_reason = %report.exit_reason, "taken-over session settled");
         Ok(settled)
     }
+
+    /// `settle_with_report`, retried on transient errors with backoff until
+    /// the settle bound passes: the salvage before it is not repeated.
+    async fn settle_with_report(
+        &self,
+        row: &Session,
+        settlement: Settlement,
+        report: NewReport,
+    ) -> Result<(Session, korvus_store::Report), StoreError> {
+        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let mut delay = std::time::Duration::from_millis(25);
+        loop {
+            match self
+                .store()
+                .settle_with_report(row.id, settlement.clone(), report.clone())
+                .await
+            {
+                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                    warn!(session_id = %row.id, error = %e, "taken-over session not settled; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Removes the dir a salvage stored whole (and what the dead runs of
+    /// the session up to this revision left beside it), after the
+    /// settlement: a failure is logged and `reap` removes it later.
+    async fn remove_salvaged(&self, row: &Session, dir: &std::path::Path) {
+        let Some(root) = self.scratch() else { return };
+        match korvus_workspace::reap_session_through(root, row.id, row.revision).await {
+            Ok(reaped) if reaped.failed.is_empty() => {
+                debug!(session_id = %row.id, dir = %dir.display(), "salvaged scratch dir removed");
+            }
+            Ok(reaped) => {
+                warn!(session_id = %row.id, failed = ?reaped.failed, "salvaged scratch dir not removed whole; `korvus reap --apply` removes it");
+            }
+            Err(e) => {
+                warn!(session_id = %row.id, error = %e, "salvaged scratch dir not removed; `korvus reap --apply` removes it")
+            }
+        }
+    }
+}
+
+/// `text` cut to what a report row's `detail` (and `salvaged_from`) may
+/// hold, at a character boundary.
+fn bounded_detail(mut text: String) -> String {
+    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
+    if text.len() > max {
+        let mut end = max - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }

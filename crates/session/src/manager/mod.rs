@@ -305,8 +305,11 @@ impl Manager {
     /// for an operator who knows the dead replicas are gone (`korvus reap
     /// --apply`). Each session whose owner's lease has expired is taken
     /// over (exactly one caller wins each), its recorded agent processes on
-    /// this host are stopped, and it is settled `owner_lost` (`cancelled`
-    /// when a cancel was pending) with a report row for its revision — or,
+    /// this host are stopped, the scratch dir its lost run left on this
+    /// host is salvaged (its files stored, its `report.md` adopted when the
+    /// revision wrote it; the report row says so in `salvaged_from`), and
+    /// it is settled `owner_lost` (`cancelled` when a cancel was pending)
+    /// with a report row for its revision — or,
     /// when its first run never started (claimed, then its manager died
     /// before calling the runner), it goes back to the queue
     /// ([`Session::is_queued`]). Returns the rows it ended or queued again.
@@ -319,9 +322,12 @@ impl Manager {
         self.inner.take_over_orphans(&mut taken).await?;
         let mut settled = Vec::new();
         for row in taken.values() {
-            match self.inner.end_orphan(row).await {
-                Ok(done) => settled.push(done),
-                Err(e) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
+            // As a run of this manager: its heartbeats hold the row while
+            // a salvage lands the dead run's scratch dir.
+            match self.inner.end_orphan_as_run(row).await {
+                Some(Ok(done)) => settled.push(done),
+                Some(Err(e)) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
+                None => warn!(session_id = %row.id, "orphan not settled: a run of it is live here"),
             }
         }
         Ok(settled)

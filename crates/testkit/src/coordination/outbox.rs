@@ -156,6 +156,7 @@ async fn outside_transitions(
     let lost = settlement_at(SessionStatus::Failed, "owner_lost", taken.fence);
     let report = korvus_store::NewReport {
         exit_reason: "owner_lost".into(),
+        salvaged_from: None,
         fence: taken.fence,
         ..new_report(&taken, 1)
     };

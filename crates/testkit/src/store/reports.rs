@@ -71,7 +71,8 @@ pub async fn report_for_another_incidents_session_is_refused(store: &dyn Store) 
 
 /// A report's `detail` round-trips with and without a value (4 KiB is the
 /// limit, multi-byte text kept exactly); longer or NUL-bearing detail is
-/// `InvalidInput` and writes nothing.
+/// `InvalidInput` and writes nothing. `salvaged_from` (where a lost run's
+/// output was salvaged from) follows the same rules in a column of its own.
 pub async fn report_detail_round_trips_and_is_bounded(store: &dyn Store) {
     let inc = incident(store).await;
     let s = session(store, &inc).await;
@@ -85,8 +86,12 @@ pub async fn report_detail_round_trips_and_is_bounded(store: &dyn Store) {
     detail.push_str(&"x".repeat(validate::MAX_REPORT_DETAIL_BYTES - detail.len()));
     assert_eq!(detail.len(), validate::MAX_REPORT_DETAIL_BYTES);
     with.detail = Some(detail.clone());
+    let from = "the scratch dir /var/lib/korvus/scratch/ü/2 of manager m-1, on its host";
+    with.salvaged_from = Some(from.to_owned());
     let stored = store.create_report(with).await.unwrap();
     assert_eq!(stored.detail.as_deref(), Some(detail.as_str()));
+    assert_eq!(stored.salvaged_from.as_deref(), Some(from));
+    assert_eq!(without.salvaged_from, None);
     assert_eq!(store.get_report(s.id, 2).await.unwrap(), stored);
     assert_eq!(
         store.all_reports(s.id).await.unwrap(),
@@ -98,10 +103,16 @@ pub async fn report_detail_round_trips_and_is_bounded(store: &dyn Store) {
         "cause\0more".to_owned(),
     ] {
         let mut report = new_report(&s, 3);
-        report.detail = Some(bad);
+        report.detail = Some(bad.clone());
         match store.create_report(report).await {
             Err(StoreError::InvalidInput { field, .. }) => assert_eq!(field, "detail"),
             other => panic!("bad detail: expected InvalidInput, got {other:?}"),
+        }
+        let mut report = new_report(&s, 3);
+        report.salvaged_from = Some(bad);
+        match store.create_report(report).await {
+            Err(StoreError::InvalidInput { field, .. }) => assert_eq!(field, "salvaged_from"),
+            other => panic!("bad salvaged_from: expected InvalidInput, got {other:?}"),
         }
     }
     assert_eq!(store.next_report_revision(s.id).await.unwrap(), 3);
