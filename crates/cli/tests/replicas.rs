@@ -1,7 +1,9 @@
 //! Several `korvus` processes on one database, as replicas: one is
 //! SIGKILLed mid-run, and a surviving one — another process — takes its
-//! sessions over and settles each `owner_lost` exactly once, with a report
-//! row, and stops the agents the dead process left running. On SQLite (one
+//! sessions over, salvages what their agents had written (the scratch
+//! dirs are on this host), settles each `owner_lost` exactly once with a
+//! report row holding the salvaged `report.md`, and stops the agents the
+//! dead process left running. On SQLite (one
 //! data dir) and on PostgreSQL (a database of its own; scratch dirs and
 //! bytes still in the shared data dir, as on one host).
 
@@ -24,10 +26,15 @@ struct Replica {
 
 fn start(data: &Path, env: &[(&str, &str)], name: &str) -> Replica {
     let nap = unique_sleep();
+    // Like an agent part-way through: a report and a progress file
+    // written, more work to do.
     let agent = script(
         data,
         &format!("{name}.sh"),
-        &format!("echo 'agent is working'\nexec sleep {nap}\n"),
+        &format!(
+            "printf '# findings of {name}\\n' > report.md\nmkdir -p work\n\
+             echo 'step 3 of 5' > work/progress.txt\necho 'agent is working'\nexec sleep {nap}\n"
+        ),
     );
     let mut process = korvus(data)
         .envs(env.iter().copied())
@@ -99,6 +106,14 @@ fn killed_replicas_are_settled_by_a_survivor(data: &Path, env: &[(&str, &str)]) 
         let reports = show.split("\nartifacts").next().unwrap_or_default();
         assert_eq!(reports.matches("  rev ").count(), 1, "{show}");
         assert!(show.contains("rev 1   owner_lost"), "{show}");
+        // What the agent wrote before the kill is stored: its report
+        // adopted, its progress file an artifact, and the row says where
+        // the output came from.
+        assert!(!show.contains("(no report.md)"), "{show}");
+        assert!(show.contains("salvaged from the scratch dir"), "{show}");
+        assert!(show.contains("work/progress.txt"), "{show}");
+        let report = ok(korvus(data).envs(env.iter().copied()).args(["cat", &v.session]));
+        assert!(report.contains("# findings of victim"), "{report}");
         // A loose bound, far above ttl + period (2.5 s): the latency itself
         // is measured by `cargo xtask bench`.
         assert!(latency < Duration::from_secs(30), "{latency:?}");
