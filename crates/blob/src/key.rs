@@ -141,6 +141,23 @@ pub fn session_prefix(incident: Uuid, session: Uuid) -> BlobKey {
     BlobKey(format!("incidents/{incident}/sessions/{session}"))
 }
 
+/// The prefix of the keys a start-up check writes, reads back and deletes
+/// to learn whether a blob store accepts writes (`Manager::check` in
+/// korvus-session). Outside korvus's key layout (`incidents/…`), so the
+/// orphan sweeper never lists it and no row ever points under it.
+pub const PROBE_PREFIX: &str = "probes";
+
+/// The key of one start-up probe, under [`PROBE_PREFIX`].
+///
+/// ```
+/// # use korvus_blob::probe_key;
+/// let id = uuid::Uuid::nil();
+/// assert_eq!(probe_key(id).as_str(), "probes/00000000-0000-0000-0000-000000000000");
+/// ```
+pub fn probe_key(id: Uuid) -> BlobKey {
+    BlobKey::new(format!("{PROBE_PREFIX}/{id}")).expect("a probe key is valid")
+}
+
 /// The key of a session's report revision as written by the run at
 /// `fence`:
 /// `incidents/<incident>/sessions/<session>/reports/<revision, 6 digits>/<fence>/report.md`.

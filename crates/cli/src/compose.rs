@@ -156,6 +156,42 @@ impl Backends {
         })
     }
 
+    /// Opens the backends, as [`open`](Backends::open), and checks that
+    /// each does what a run needs (`Manager::check`: the database is
+    /// migrated and writable, the blob store accepts a write, the scratch
+    /// root a new directory) before the command writes any row — the
+    /// commands that run agents use it, so a wrong bucket or an unwritable
+    /// blob dir is named before an agent works for nothing. The pools are
+    /// closed when the check fails.
+    pub(crate) async fn open_checked(global: &Global) -> Result<Self> {
+        let backends = Self::open(global).await?;
+        let manager = backends.tool_manager();
+        let checked = manager.check().await;
+        manager.stop().await;
+        match checked {
+            Ok(()) => Ok(backends),
+            Err(korvus_session::SessionError::NotReady { part, reason }) => {
+                let label = match part {
+                    "blob store" => "blobs",
+                    "store" => "database",
+                    _ => "scratch",
+                };
+                let place = backends
+                    .places
+                    .iter()
+                    .find(|(l, _)| l.starts_with(label))
+                    .map(|(_, p)| p.clone())
+                    .unwrap_or_default();
+                backends.close().await;
+                bail!("the {part} {place} is not usable: {reason}")
+            }
+            Err(e) => {
+                backends.close().await;
+                Err(e).context("cannot check the backends")
+            }
+        }
+    }
+
     /// Where the rows are (the SQLite file or the redacted PostgreSQL
     /// URL), for messages that say where something was not found.
     pub(crate) fn place(&self) -> &str {

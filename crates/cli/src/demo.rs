@@ -67,7 +67,7 @@ pub(crate) async fn demo(
     confine: &ConfineArgs,
     which: &DemoAgent,
 ) -> Result<ExitCode> {
-    let backends = Backends::open(global).await?;
+    let backends = Backends::open_checked(global).await?;
     let dir = demo_dir(&backends);
     println!("korvus demo — data dir {}", shown(&backends.data_dir));
     // The agent must be able to run here before anything is written.

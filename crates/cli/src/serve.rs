@@ -139,7 +139,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         args.webhook_secret.as_deref(),
         Duration::from_secs(args.webhook_timeout.max(1)),
     )?;
-    let backends = Backends::open(global).await?;
+    let backends = Backends::open_checked(global).await?;
     let webhooks = match webhook.map(|w| w.start(&backends)).transpose() {
         Ok(w) => w,
         Err(e) => {

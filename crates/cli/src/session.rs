@@ -223,7 +223,7 @@ fn text_arg(text: &str) -> Result<String> {
 }
 
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
-    let backends = Backends::open(global).await?;
+    let backends = Backends::open_checked(global).await?;
     let runner = args.agent.runner(&backends)?;
     let prompt = text_arg(&args.prompt)?;
     let incident = match &args.incident {
@@ -291,7 +291,7 @@ pub(crate) async fn reply(global: &Global, args: ReopenArgs) -> Result<ExitCode>
 /// One more iteration of a session: a reopen of a finished one, or the
 /// answer (`reply`) to one waiting for the user; followed to its end.
 async fn continue_session(global: &Global, args: ReopenArgs, answer: bool) -> Result<ExitCode> {
-    let backends = Backends::open(global).await?;
+    let backends = Backends::open_checked(global).await?;
     let row = crate::inspect::find_session(&backends, &args.session).await?;
     let id = row.id;
     if !answer && row.is_idle() {

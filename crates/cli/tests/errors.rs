@@ -91,3 +91,38 @@ fn usage_errors_exit_2() {
     let out = output(korvus(data.path()).args(["run", "--no-such-flag"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// A blob dir that refuses the start-up probe's write is named, in one
+/// line, before any row is written. (A plain `chmod` does not stop root,
+/// which CI runs as: a file where the probe's directory goes does.)
+#[test]
+fn a_blob_dir_that_refuses_writes_is_named_before_any_row_is_written() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let blobs = data.path().join("blobs");
+    std::fs::create_dir_all(blobs.join("objects")).unwrap();
+    std::fs::write(blobs.join("objects").join("probes"), "in the way").unwrap();
+    let agent = crate::support::script(data.path(), "agent.sh", "touch ran\nexit 0\n");
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(crate::support::NO_CGROUP)
+            .arg("is the blob dir writable?"),
+    );
+    let err = without_warnings(&stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line:\n{err}");
+    assert!(err.contains("the blob store"), "{err}");
+    assert!(err.contains(&blobs.display().to_string()), "{err}");
+    let ls = crate::support::ok(korvus(data.path()).arg("ls"));
+    assert!(ls.contains("no incidents yet"), "no row was written: {ls}");
+    assert!(
+        !data
+            .path()
+            .join("scratch")
+            .read_dir()
+            .unwrap()
+            .any(|_| true),
+        "no run started"
+    );
+}

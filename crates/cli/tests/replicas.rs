@@ -112,7 +112,9 @@ fn killed_replicas_are_settled_by_a_survivor(data: &Path, env: &[(&str, &str)]) 
         assert!(!show.contains("(no report.md)"), "{show}");
         assert!(show.contains("salvaged from the scratch dir"), "{show}");
         assert!(show.contains("work/progress.txt"), "{show}");
-        let report = ok(korvus(data).envs(env.iter().copied()).args(["cat", &v.session]));
+        let report = ok(korvus(data)
+            .envs(env.iter().copied())
+            .args(["cat", &v.session]));
         assert!(report.contains("# findings of victim"), "{report}");
         // A loose bound, far above ttl + period (2.5 s): the latency itself
         // is measured by `cargo xtask bench`.

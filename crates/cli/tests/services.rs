@@ -286,3 +286,40 @@ async fn run_reopen_show_export_on_postgres_and_s3() {
     empty_and_remove(&store).await;
     drop_database(&admin, &name).await;
 }
+
+/// A bucket that does not exist is named before anything runs: `korvus
+/// run` exits 1 without writing a row (no incident, no session).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_bucket_is_named_before_any_row_is_written() {
+    let Some((admin, endpoint)) = services() else {
+        return;
+    };
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let name = format!("korvus_cli_{suffix}");
+    let bucket = format!("korvus-missing-{suffix}");
+    let db = create_database(&admin, &name).await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(data.path(), "agent.sh", "touch ran\nexit 0\n");
+    let out = production(data.path(), &db, &endpoint, &bucket)
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .args(crate::support::NO_CGROUP)
+        .arg("is the bucket there?")
+        .output()
+        .expect("korvus runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("blob store"), "{stderr}");
+    assert!(stderr.contains(&format!("s3://{bucket}")), "{stderr}");
+    assert!(stderr.contains(&endpoint), "{stderr}");
+    let mut conn = PgConnection::connect(&db).await.expect("connect");
+    for table in ["incidents", "sessions"] {
+        let (n,): (i64,) = sqlx::query_as(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&mut conn)
+            .await
+            .expect("count");
+        assert_eq!(n, 0, "no {table} row was written");
+    }
+    conn.close().await.ok();
+    drop_database(&admin, &name).await;
+}

@@ -103,6 +103,17 @@ pub enum SessionError {
         /// Its id.
         id: String,
     },
+    /// [`Manager::check`](crate::Manager::check): one of the manager's
+    /// backends cannot do what a run needs (the blob store refuses a
+    /// write, the database is not migrated or not writable, the scratch
+    /// root is not writable). Nothing was run.
+    #[error("the {part} is not usable: {reason}")]
+    NotReady {
+        /// Which part: `"blob store"`, `"store"` or `"scratch root"`.
+        part: &'static str,
+        /// What failed, cause first.
+        reason: String,
+    },
     /// The store failed.
     #[error("store failed")]
     Store(#[source] StoreError),

@@ -6,6 +6,7 @@ mod support;
 
 mod admission;
 mod cancel;
+mod check;
 mod closure;
 mod create;
 mod docs;

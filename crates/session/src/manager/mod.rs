@@ -22,6 +22,7 @@ use crate::live::LiveRuns;
 use crate::{Result, SessionError};
 
 mod builder;
+mod check;
 mod create;
 mod inner;
 
