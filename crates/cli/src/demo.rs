@@ -15,6 +15,7 @@ use korvus_store::{NewIncident, SessionStatus};
 use crate::compose::{shown, Backends};
 use crate::confine::ConfineArgs;
 use crate::inspect::{demo_dir, pin};
+use crate::out::say;
 use crate::session::{exit_code, follow, logged_events, summary, Signals};
 use crate::Global;
 
@@ -69,7 +70,7 @@ pub(crate) async fn demo(
 ) -> Result<ExitCode> {
     let backends = Backends::open_checked(global).await?;
     let dir = demo_dir(&backends);
-    println!("korvus demo — data dir {}", shown(&backends.data_dir));
+    say!("korvus demo — data dir {}", shown(&backends.data_dir));
     // The agent must be able to run here before anything is written.
     let agent = dir.join("agent.sh");
     let (runner, _stub, shown_agent) = match which.agent {
@@ -86,7 +87,7 @@ pub(crate) async fn demo(
                 model: None,
                 api_key_var: None,
             };
-            println!(
+            say!(
                 "running {} ({preset} preset) against a scripted model server at {}",
                 program.display(),
                 stub.base_url()
@@ -111,7 +112,7 @@ pub(crate) async fn demo(
     let repo = dir.join("repo");
     build_repo(&repo).await?;
     let workspace = pin(&repo, "HEAD").await?;
-    println!(
+    say!(
         "\n1. Git repository {} @ {}; a session gets these trees read-only:",
         shown(&repo),
         &workspace.commit[..12.min(workspace.commit.len())]
@@ -120,7 +121,7 @@ pub(crate) async fn demo(
         .iter()
         .filter(|(p, _)| p.starts_with("skills/") || p.starts_with("docs/"))
     {
-        println!("     {path}");
+        say!("     {path}");
     }
 
     // 2. The agent and a pinned incident.
@@ -133,9 +134,10 @@ pub(crate) async fn demo(
         })
         .await
         .context("cannot create the demo incident")?;
-    println!(
+    say!(
         "\n2. Incident {} {:?}, pinned to that commit",
-        incident.id, incident.title
+        incident.id,
+        incident.title
     );
 
     // 3. A session with the bundled agent, followed live.
@@ -176,12 +178,12 @@ async fn lifecycle(
         })
         .await
         .context("cannot create the demo session")?;
-    println!(
+    say!(
         "\n3. Session {} runs {} (in its scratch dir); live events:",
         session.id,
         shown(agent)
     );
-    println!("   prompt: {PROMPT}");
+    say!("   prompt: {PROMPT}");
     let (row, elapsed) = follow(manager, session.id, 0, &mut signals).await?;
     summary(backends, &row, elapsed).await?;
     if row.status != SessionStatus::Completed {
@@ -195,11 +197,11 @@ async fn lifecycle(
         .reopen(session.id, FOLLOW_UP)
         .await
         .context("cannot reopen the demo session")?;
-    println!(
+    say!(
         "\n4. Reopened session {} with a follow-up; live events:",
         session.id
     );
-    println!("   message: {FOLLOW_UP}");
+    say!("   message: {FOLLOW_UP}");
     let (row, elapsed) = follow(manager, session.id, seen, &mut signals).await?;
     summary(backends, &row, elapsed).await?;
     if row.status == SessionStatus::Completed {
@@ -216,22 +218,22 @@ fn where_stored(
     agent: &Path,
     session: korvus_store::SessionId,
 ) {
-    println!("\n5. Where everything is stored:");
+    say!("\n5. Where everything is stored:");
     for (what, place) in &backends.places {
-        println!("     {what:<44} {place}");
+        say!("     {what:<44} {place}");
     }
-    println!("     {:<44} {}", "demo repository", shown(repo));
-    println!("     {:<44} {}", "demo agent", shown(agent));
+    say!("     {:<44} {}", "demo repository", shown(repo));
+    say!("     {:<44} {}", "demo agent", shown(agent));
     let data = if global.data_dir == Path::new(crate::DEFAULT_DATA_DIR) {
         String::new()
     } else {
         format!(" --data-dir {}", global.data_dir.display())
     };
-    println!("\n   Look around:");
-    println!("     korvus{data} ls");
-    println!("     korvus{data} show {session}");
-    println!("     korvus{data} cat {session} --revision 1");
-    println!("     korvus{data} export {session}");
+    say!("\n   Look around:");
+    say!("     korvus{data} ls");
+    say!("     korvus{data} show {session}");
+    say!("     korvus{data} cat {session} --revision 1");
+    say!("     korvus{data} export {session}");
 }
 
 /// Prints the landed report of `revision`, indented.
@@ -246,7 +248,7 @@ async fn print_report(
         .await
         .with_context(|| format!("cannot read report revision {revision}"))?;
     let Some(key) = report.markdown_key else {
-        println!("\n   (revision {revision} has no report.md)");
+        say!("\n   (revision {revision} has no report.md)");
         return Ok(());
     };
     let blob = backends
@@ -254,9 +256,9 @@ async fn print_report(
         .get(&korvus_blob::BlobKey::new(key.as_str())?)
         .await
         .with_context(|| format!("cannot read {key}"))?;
-    println!("\n   report.md, revision {revision}:");
+    say!("\n   report.md, revision {revision}:");
     for line in String::from_utf8_lossy(&blob.bytes).lines() {
-        println!("   │ {line}");
+        say!("   │ {line}");
     }
     Ok(())
 }

@@ -26,6 +26,7 @@ mod demo;
 mod inspect;
 mod limits;
 mod metrics;
+mod out;
 mod prune;
 mod serve;
 mod session;
@@ -358,6 +359,9 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(dispatch(cli)) {
+        // The command went on to its end without its stdout (or stderr):
+        // it says so as a process ended by `SIGPIPE` would.
+        Ok(_) if out::closed() => ExitCode::from(EXIT_BROKEN_PIPE),
         Ok(code) => code,
         Err(e) if broken_pipe(&e) => ExitCode::from(EXIT_BROKEN_PIPE),
         Err(e) => {

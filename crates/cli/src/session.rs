@@ -20,6 +20,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::compose::Backends;
 use crate::confine::ConfineArgs;
 use crate::inspect::{harvest_manifest, human_bytes, parse_id};
+use crate::out::{say, tell};
 use crate::{Global, EXIT_AWAITING_USER, EXIT_CANCELLED, EXIT_FAILED};
 
 /// How long a command waits for the final row after the log stream ended.
@@ -248,7 +249,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
                 })
                 .await
                 .context("cannot create an incident")?;
-            println!("incident {} created", incident.id);
+            say!("incident {} created", incident.id);
             incident.id
         }
     };
@@ -349,14 +350,17 @@ pub(crate) async fn drive(
     revision: u32,
     mut signals: Signals,
 ) -> Result<ExitCode> {
-    println!(
+    say!(
         "session {} started (incident {}, revision {}); Ctrl-C cancels it",
-        session.id, session.incident_id, revision
+        session.id,
+        session.incident_id,
+        revision
     );
     if session.is_queued() {
-        println!(
+        say!(
             "queued in pool {} (priority {}) until a run slot of the pool frees up",
-            session.admission.pool, session.admission.priority
+            session.admission.pool,
+            session.admission.priority
         );
     }
     let (row, elapsed) = follow(manager, session.id, skip, &mut signals).await?;
@@ -377,7 +381,7 @@ async fn finish_picked_up(manager: &Manager, signals: &mut Signals) {
     {
         return;
     }
-    eprintln!(
+    tell!(
         "korvus: finishing the runs this process picked up from the pool's queue \
          (Ctrl-C cancels them)"
     );
@@ -442,7 +446,7 @@ pub(crate) async fn follow(
                 Some(Ok(event)) => {
                     seen += 1;
                     if seen > skip {
-                        println!("[{:>6.1}s] {}", start.elapsed().as_secs_f64(), render(&event));
+                        say!("[{:>6.1}s] {}", start.elapsed().as_secs_f64(), render(&event));
                         quiet_since = tokio::time::Instant::now();
                     }
                 }
@@ -450,19 +454,19 @@ pub(crate) async fn follow(
                 None => break,
             },
             () = tokio::time::sleep_until(quiet_since + HEARTBEAT) => {
-                println!("[{:>6.1}s] … still running", start.elapsed().as_secs_f64());
+                say!("[{:>6.1}s] … still running", start.elapsed().as_secs_f64());
                 quiet_since = tokio::time::Instant::now();
             }
             () = signals.recv() => {
                 if cancelling {
-                    eprintln!("korvus: still cancelling session {id}; waiting for its report to land");
+                    tell!("korvus: still cancelling session {id}; waiting for its report to land");
                     continue;
                 }
                 cancelling = true;
-                eprintln!("korvus: cancelling session {id}; its files and report still land");
+                tell!("korvus: cancelling session {id}; its files and report still land");
                 match manager.cancel(id).await {
                     Ok(_) | Err(SessionError::AlreadyEnded { .. }) => {}
-                    Err(e) => eprintln!("korvus: cancel failed: {e}"),
+                    Err(e) => tell!("korvus: cancel failed: {e}"),
                 }
             }
         }
@@ -529,17 +533,20 @@ pub(crate) fn exit_code(row: &Session) -> ExitCode {
 /// this revision's artifacts and what the harvest did.
 pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duration) -> Result<()> {
     let reason = row.exit_reason.as_deref().unwrap_or("-");
-    println!();
-    println!(
+    say!();
+    say!(
         "session {}: {} (exit reason {reason}) after {:.1}s",
         row.id,
         row.status,
         elapsed.as_secs_f64()
     );
     let c = row.counters;
-    println!(
+    say!(
         "  counters: {} turn(s), {} tool call(s), {} input / {} output tokens",
-        c.turns, c.tool_calls, c.input_tokens, c.output_tokens
+        c.turns,
+        c.tool_calls,
+        c.input_tokens,
+        c.output_tokens
     );
     let reports = backends
         .store
@@ -547,16 +554,16 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
         .await
         .context("cannot list reports")?;
     let Some(report) = reports.iter().max_by_key(|r| r.revision) else {
-        println!("  no report row");
+        say!("  no report row");
         return Ok(());
     };
     match &report.markdown_key {
-        Some(key) => println!(
+        Some(key) => say!(
             "  report revision {}: {} ({key})",
             report.revision,
             human_bytes(report.markdown_bytes)
         ),
-        None => println!("  report revision {}: no report.md landed", report.revision),
+        None => say!("  report revision {}: no report.md landed", report.revision),
     }
     let artifacts = backends
         .store
@@ -569,9 +576,9 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
         .collect();
     this.sort_by(|a, b| a.path.cmp(&b.path));
     if !this.is_empty() {
-        println!("  artifacts stored for revision {}:", report.revision);
+        say!("  artifacts stored for revision {}:", report.revision);
         for a in this {
-            println!(
+            say!(
                 "    {:<32} {:>9}  {}",
                 a.path,
                 human_bytes(a.size_bytes),
@@ -580,7 +587,7 @@ pub(crate) async fn summary(backends: &Backends, row: &Session, elapsed: Duratio
         }
     }
     if let Some(h) = harvest_manifest(backends, &artifacts, report).await {
-        println!("  harvest: {h}");
+        say!("  harvest: {h}");
     }
     Ok(())
 }
@@ -645,7 +652,7 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
             .force_cancel(id)
             .await
             .with_context(|| format!("cannot force-cancel session {id}"))?;
-        println!(
+        say!(
             "session {id} {} (forced; its run at fence {} is fenced off and its owner stops \
              it within one heartbeat period)",
             row.status,
@@ -668,16 +675,16 @@ pub(crate) async fn cancel(global: &Global, session: &str, force: bool) -> Resul
         } else {
             "its owner was gone; taken over"
         };
-        println!("session {id}: {} ({how})", first.status);
+        say!("session {id}: {} ({how})", first.status);
         ExitCode::SUCCESS
     } else {
-        println!(
+        say!(
             "asked the process that runs session {id} to cancel it ({}); waiting for it to land",
             lease_text(&first, false)
         );
         match cancelled(&backends, &manager, id).await? {
             Some(row) => {
-                println!(
+                say!(
                     "session {id}: {} (exit reason {})",
                     row.status,
                     row.exit_reason.as_deref().unwrap_or("-")
@@ -749,29 +756,27 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         }
     }
     if !apply {
-        println!(
+        say!(
             "{} orphan(s): running sessions whose process stopped renewing its lease",
             orphans.len()
         );
         for (id, _) in &orphans {
             let row = backends.store.get_session(*id).await?;
-            println!(
+            say!(
                 "  session {id}  fence {}  {}",
                 row.fence,
                 lease_text(&row, true)
             );
         }
-        println!(
+        say!(
             "{} scratch dir(s) under {} no running session uses",
             unused.len(),
             backends.scratch.display()
         );
         for id in &unused {
-            println!("  {id}");
+            say!("  {id}");
         }
-        println!(
-            "dry run: `korvus reap --apply` settles the orphans owner_lost and removes the dirs"
-        );
+        say!("dry run: `korvus reap --apply` settles the orphans owner_lost and removes the dirs");
         backends.close().await;
         return Ok(ExitCode::SUCCESS);
     }
@@ -781,9 +786,9 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         .await?
         .into_iter()
         .partition(korvus_store::Session::is_queued);
-    println!("settled {} orphan(s)", settled.len());
+    say!("settled {} orphan(s)", settled.len());
     for row in &settled {
-        println!(
+        say!(
             "  session {}  {} ({})",
             row.id,
             row.status,
@@ -791,9 +796,9 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         );
     }
     if !queued.is_empty() {
-        println!("queued again {} orphan(s) that never started", queued.len());
+        say!("queued again {} orphan(s) that never started", queued.len());
         for row in &queued {
-            println!("  session {}  queued (fence {})", row.id, row.fence);
+            say!("  session {}  queued (fence {})", row.id, row.fence);
         }
     }
     // The orphans settled just now have dirs too.
@@ -827,21 +832,21 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         reaped.agents_stopped.extend(one.agents_stopped);
     }
     for id in &kept {
-        println!("  kept {id}: the session is active again");
+        say!("  kept {id}: the session is active again");
     }
-    println!(
+    say!(
         "reaped {} scratch dir(s) under {}",
         reaped.removed.len(),
         backends.scratch.display()
     );
     for id in &reaped.removed {
-        println!("  removed {id}");
+        say!("  removed {id}");
     }
     for pgid in &reaped.agents_stopped {
-        println!("  stopped agent process group {pgid}, left running by a dead run");
+        say!("  stopped agent process group {pgid}, left running by a dead run");
     }
     for (path, e) in &reaped.failed {
-        eprintln!("korvus: could not remove {}: {e}", path.display());
+        tell!("korvus: could not remove {}: {e}", path.display());
     }
     let failed = !reaped.failed.is_empty();
     manager.stop().await;
