@@ -830,6 +830,7 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         reaped.removed.extend(one.removed);
         reaped.failed.extend(one.failed);
         reaped.agents_stopped.extend(one.agents_stopped);
+        reaped.kept.extend(one.kept);
     }
     for id in &kept {
         say!("  kept {id}: the session is active again");
@@ -844,6 +845,12 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
     }
     for pgid in &reaped.agents_stopped {
         say!("  stopped agent process group {pgid}, left running by a dead run");
+    }
+    for (path, reason) in &reaped.kept {
+        say!(
+            "  kept {}: the only copy of output that is not stored ({reason})",
+            path.display()
+        );
     }
     for (path, e) in &reaped.failed {
         tell!("korvus: could not remove {}: {e}", path.display());

@@ -22,14 +22,41 @@ pub(crate) struct Leftovers {
     pub(crate) lease: Option<DocsLease>,
     /// The scratch dir to remove.
     pub(crate) dir: Option<ScratchDir>,
+    /// Why the dir must be kept instead — its output is not stored whole —
+    /// if it must: it is marked kept (`korvus_workspace::keep`), not removed.
+    pub(crate) keep: Option<String>,
 }
 
 /// Releases the docs lease and removes the scratch dir, within the bound.
 pub(crate) async fn cleanup(inner: &Arc<Inner>, leftovers: Leftovers) {
-    let Leftovers { lease, dir } = leftovers;
+    let Leftovers { lease, dir, keep } = leftovers;
     if lease.is_none() && dir.is_none() {
         return;
     }
+    let dir = match (dir, keep) {
+        (Some(dir), Some(reason)) => {
+            let path = dir.path().to_path_buf();
+            let marked = tokio::task::spawn_blocking({
+                let (path, reason) = (path.clone(), reason.clone());
+                move || korvus_workspace::keep(&path, &reason)
+            })
+            .await;
+            match marked {
+                Ok(Ok(())) => {
+                    warn!(dir = %path.display(), %reason, "the run's output is not stored whole: its scratch dir is kept")
+                }
+                Ok(Err(e)) => {
+                    error!(dir = %path.display(), error = %e, %reason, "the run's output is not stored whole and its scratch dir could not be marked kept; it is left in place")
+                }
+                Err(e) => {
+                    error!(dir = %path.display(), error = %e, "marking the scratch dir kept panicked; it is left in place")
+                }
+            }
+            crate::metrics::kept();
+            None
+        }
+        (dir, _) => dir,
+    };
     let work = async move {
         if let Some(lease) = lease {
             lease.release.await;

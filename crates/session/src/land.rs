@@ -22,6 +22,14 @@ use crate::run::RunKey;
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
 
+/// What landing decided: the settlement for the supervisor to write, and
+/// why the scratch dir must be kept — its output is not stored whole —
+/// when it must.
+pub(crate) struct Landed {
+    pub(crate) settlement: Settlement,
+    pub(crate) keep: Option<String>,
+}
+
 /// Persists the iteration's files, writes its report row and returns the
 /// settlement.
 pub(crate) async fn land(
@@ -30,7 +38,7 @@ pub(crate) async fn land(
     prepared: &Prepared,
     log: &LogHandle,
     result: RunResult,
-) -> Settlement {
+) -> Landed {
     let (mut status, mut exit_reason) = result.status();
     if let Some(original) = exit_reason.rejected() {
         note_rejected(log, original).await;
@@ -69,6 +77,13 @@ pub(crate) async fn land(
             exit_reason = ExitReason::REPORT_UPLOAD_FAILED;
         }
     }
+    // The scratch dir is the only copy of what could not be stored: it is
+    // kept, and the report row says where.
+    let mut keep = unstored(&outcome);
+    let mut detail = outcome.detail();
+    if let (Some(_), Some(dir)) = (&keep, &prepared.dir) {
+        detail = Some(kept_detail(detail, dir.path()));
+    }
     let report = NewReport {
         session_id: run.session,
         incident_id: run.incident,
@@ -79,24 +94,76 @@ pub(crate) async fn land(
         exit_reason: exit_reason.to_string(),
         counters,
         // What degraded the persist phase, cause first, for the operator.
-        detail: outcome.detail(),
+        detail,
         salvaged_from: None,
         fence: run.fence,
     };
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.
-    if !inner.write_report(report).await && ended_normally {
+    let written = inner.write_report(report).await;
+    if !written && ended_normally {
         status = SessionStatus::Failed;
         exit_reason = ExitReason::REPORT_PERSIST_FAILED;
+    }
+    if !written && outcome.attempted && keep.is_none() {
+        keep = Some("the report row could not be written".into());
     }
     if exit_reason != returned {
         note_replaced(log, &returned, &exit_reason).await;
     }
-    Settlement {
-        status,
-        exit_reason: Some(exit_reason.into()),
-        counters,
-        fence: run.fence,
+    Landed {
+        settlement: Settlement {
+            status,
+            exit_reason: Some(exit_reason.into()),
+            counters,
+            fence: run.fence,
+        },
+        keep,
+    }
+}
+
+/// Why a persist phase that ran left output unstored, if it did: a file
+/// that failed, rows not written, a `report.md` that could not be stored.
+/// A phase that did not run (no blob store, no scratch dir) stores nothing
+/// by the embedder's choice, and keeps nothing.
+fn unstored(outcome: &PersistOutcome) -> Option<String> {
+    if !outcome.attempted {
+        return None;
+    }
+    if let ReportFile::Failed { cause } = &outcome.report {
+        return Some(format!("report.md not stored: {cause}"));
+    }
+    if !outcome.failed.is_empty() || !outcome.rows_written {
+        return Some(
+            outcome
+                .error_text()
+                .unwrap_or_else(|| "the artifact rows were not written".into()),
+        );
+    }
+    None
+}
+
+/// `detail` with where the scratch dir is kept, within the row's bound.
+fn kept_detail(detail: Option<String>, dir: &std::path::Path) -> String {
+    let kept = format!(
+        "the scratch dir is kept at {} (its output is not stored whole)",
+        dir.display()
+    );
+    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
+    match detail {
+        None => kept,
+        Some(mut d) => {
+            let room = max.saturating_sub(kept.len() + 2);
+            if d.len() > room {
+                let mut end = room.saturating_sub('…'.len_utf8());
+                while !d.is_char_boundary(end) {
+                    end -= 1;
+                }
+                d.truncate(end);
+                d.push('…');
+            }
+            format!("{d}; {kept}")
+        }
     }
 }
 

@@ -51,6 +51,9 @@ pub const TAKEOVERS: &str = "korvus_takeovers_total";
 /// `outcome`: `complete` — everything stored, the dir removed —, `kept` —
 /// something could not be stored and the dir is kept).
 pub const SALVAGES: &str = "korvus_salvages_total";
+/// Scratch dirs kept because their run's output or outcome could not be
+/// written (counter).
+pub const KEPT_DIRS: &str = "korvus_scratch_dirs_kept_total";
 /// Files stored by salvages of lost runs' scratch dirs (counter).
 pub const SALVAGED_FILES: &str = "korvus_salvaged_files_total";
 /// Cancels of this process's runs, by where they came from (counter;
@@ -145,6 +148,11 @@ pub(crate) fn heartbeat(ok: bool, took: Duration) {
 /// An orphan was taken over and settled.
 pub(crate) fn taken_over() {
     counter!(TAKEOVERS).increment(1);
+}
+
+/// A run's scratch dir was kept: its output or outcome is not stored.
+pub(crate) fn kept() {
+    counter!(KEPT_DIRS).increment(1);
 }
 
 /// A lost run's scratch dir was salvaged: `files` stored, `complete`

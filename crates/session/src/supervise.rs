@@ -167,14 +167,16 @@ async fn supervise(
         }
     }
     // 2. Clean-up (docs release, scratch removal), bounded. A run whose
-    // outcome is not written keeps its scratch dir: nothing says its files
-    // are stored, and `reap` removes the dir once the session is settled.
+    // output or outcome is not written keeps its scratch dir, marked kept:
+    // no removal takes it until its output is stored (a takeover's salvage
+    // does that for a row left running).
     let mut leftovers = leftovers;
     if settled == Settled::NotWritten {
         inner.live().mark_unsettled(id, run.fence);
-        if let Some(dir) = leftovers.dir.take() {
-            warn!(dir = %dir.path().display(), "the outcome was not written: the scratch dir is kept");
-        }
+        // The session ends through a takeover, which salvages this dir.
+        leftovers
+            .keep
+            .get_or_insert_with(|| "the outcome was not written".into());
     }
     crate::metrics::phase("cleanup", Box::pin(cleanup(&inner, leftovers)))
         .instrument(info_span!("cleanup"))
@@ -230,6 +232,7 @@ async fn iterate(
         let leftovers = Leftovers {
             lease,
             dir: prepared.dir,
+            keep: None,
         };
         Box::pin(go_back(inner, revision, &log, leftovers)).await;
         return (None, Leftovers::default());
@@ -265,6 +268,7 @@ async fn iterate(
             let leftovers = Leftovers {
                 lease,
                 dir: prepared.dir,
+                keep: None,
             };
             if Box::pin(go_back(inner, revision, &log, leftovers)).await {
                 return (None, Leftovers::default());
@@ -285,7 +289,7 @@ async fn iterate(
         Some(result) => result,
         None => execute(ctx).await,
     };
-    let settlement = crate::metrics::phase(
+    let landed = crate::metrics::phase(
         "land",
         Box::pin(land(inner, revision, &prepared, &log, result)),
     )
@@ -296,8 +300,9 @@ async fn iterate(
     let leftovers = Leftovers {
         lease,
         dir: prepared.dir,
+        keep: landed.keep,
     };
-    (Some(settlement), leftovers)
+    (Some(landed.settlement), leftovers)
 }
 
 /// The prepare phase, timed and in its span. Preparing (and pinning docs)

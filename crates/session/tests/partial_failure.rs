@@ -403,6 +403,73 @@ async fn a_run_whose_outcome_was_not_written_is_unsettled_and_keeps_its_dir() {
     assert!(row.is_active(), "{row:?}");
     let dir = env.root.path().join(session.id.to_string()).join("1");
     assert!(dir.join("notes.txt").exists(), "the scratch dir is kept");
+    assert_eq!(
+        korvus_workspace::kept_reason(&dir).as_deref(),
+        Some("the outcome was not written"),
+        "and marked kept, so no reap removes it"
+    );
+    let reaped = korvus_workspace::reap(env.root.path()).await.unwrap();
+    assert!(dir.join("notes.txt").exists(), "{reaped:?}");
+    manager.stop().await;
+}
+
+/// A run whose files could not all be stored (the blob store refused one)
+/// settles as it ended, but its scratch dir — the only copy of that file —
+/// is kept, marked, and the report row says where.
+#[tokio::test]
+async fn a_run_whose_files_were_not_all_stored_keeps_its_dir_and_says_where() {
+    let env = Env::new().await;
+    env.blobs
+        .fault_put("notes.txt", korvus_testkit::faults::BlobFault::Fail);
+    let manager = env
+        .builder(writing(&[
+            ("report.md", "# found"),
+            ("notes.txt", "only copy"),
+        ]))
+        .build();
+    let session = manager.create(env.request("partly stored")).await.unwrap();
+    let row = manager
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        row.status,
+        korvus_store::SessionStatus::Completed,
+        "{row:?}"
+    );
+    let dir = env.root.path().join(session.id.to_string()).join("1");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "only copy"
+    );
+    let reason = korvus_workspace::kept_reason(&dir).expect("marked kept");
+    assert!(reason.contains("notes.txt"), "{reason}");
+    let report = &env.store.all_reports(session.id).await.unwrap()[0];
+    let detail = report.detail.as_deref().unwrap();
+    assert!(
+        detail.contains(&format!("the scratch dir is kept at {}", dir.display())),
+        "{detail}"
+    );
+    assert!(
+        report.markdown_key.is_some(),
+        "what could be stored is: {report:?}"
+    );
+    manager.stop().await;
+    assert!(dir.join("notes.txt").exists(), "stop keeps it too");
+}
+
+/// A run whose files were all stored leaves no dir behind.
+#[tokio::test]
+async fn a_run_whose_files_were_all_stored_removes_its_dir() {
+    let env = Env::new().await;
+    let manager = env.builder(writing(&[("notes.txt", "n")])).build();
+    let session = manager.create(env.request("stored")).await.unwrap();
+    manager
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    manager.wait().await;
+    assert!(!env.root.path().join(session.id.to_string()).exists());
     manager.stop().await;
 }
 

@@ -62,8 +62,7 @@ macro_rules! incident_columns {
 macro_rules! report_columns {
     () => {
         "session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, \
-         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key, \
-         salvaged_from"
+         turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key, salvaged_from"
     };
 }
 
@@ -489,16 +488,4 @@ pub(crate) fn in_request_order(
 ) -> Result<Vec<Artifact>, StoreError> {
     let by_id: HashMap<ArtifactId, Artifact> = found.into_iter().map(|a| (a.id, a)).collect();
     Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use korvus_store::{exit_reason, SessionStatus};
-
-    #[test]
-    fn the_active_condition_names_the_models_values() {
-        let condition = active!();
-        assert!(condition.contains(&format!("status = '{}'", SessionStatus::Running.as_str())));
-        assert!(condition.contains(&format!("<> '{}'", exit_reason::AWAITING_USER)));
-    }
 }

@@ -254,3 +254,15 @@ fn every_batch_builder_is_in_the_snapshot() {
         }
     }
 }
+
+/// The condition every fenced write uses names the model's own values, so
+/// a renamed status or exit reason cannot leave the SQL behind.
+#[test]
+fn the_active_condition_names_the_models_values() {
+    let condition = crate::rows::active!();
+    assert!(condition.contains(&format!("status = '{}'", SessionStatus::Running.as_str())));
+    assert!(condition.contains(&format!(
+        "<> '{}'",
+        korvus_store::exit_reason::AWAITING_USER
+    )));
+}

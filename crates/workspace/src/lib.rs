@@ -99,6 +99,7 @@ mod error;
 mod fetch;
 mod fsutil;
 mod path;
+mod reap;
 mod remove;
 mod scratch;
 mod seed;
@@ -120,10 +121,10 @@ pub use crate::path::{
     AGENT_HOME, AGENT_STATE_DIR, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES,
     MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
-pub use crate::scratch::{
-    create, create_iteration, reap, reap_session_through, reap_sessions, session_dirs, Reaped,
-    ScratchDir, ScratchRoot,
+pub use crate::reap::{
+    keep, kept_reason, reap, reap_session_through, reap_sessions, session_dirs, unkeep, Reaped,
 };
+pub use crate::scratch::{create, create_iteration, ScratchDir, ScratchRoot};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
 pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReason, Seeder};

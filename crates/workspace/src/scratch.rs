@@ -8,7 +8,7 @@ use korvus_store::SessionId;
 use uuid::Uuid;
 
 use crate::error::blocking;
-use crate::fsutil::{make_dir, remove_tree, remove_tree_if_exists, DIR_MODE};
+use crate::fsutil::{make_dir, remove_tree_if_exists, DIR_MODE};
 use crate::{Result, WorkspaceError};
 
 /// The directory scratch dirs are made in.
@@ -34,7 +34,7 @@ impl ScratchRoot {
     }
 
     /// Creates a fresh root `<parent>/korvus-scratch-<uuid>` (mode 0700) that
-    /// this value owns. Its name is not a bare UUID, so a [`reap`] of
+    /// this value owns. Its name is not a bare UUID, so a [`reap`](crate::reap()) of
     /// `parent` never removes it.
     ///
     /// # Errors
@@ -86,8 +86,9 @@ impl ScratchRoot {
     }
 
     /// Releases the root: an owned root is removed with everything in it
-    /// (symlinks are removed, never followed); a supplied root is left as it
-    /// is.
+    /// (symlinks are removed, never followed) — except a kept iteration dir
+    /// ([`keep`](crate::keep): its output is not stored), which stays, and
+    /// the root with it; a supplied root is left as it is.
     ///
     /// # Errors
     /// [`WorkspaceError::Io`] when an owned root cannot be removed.
@@ -100,7 +101,16 @@ impl ScratchRoot {
             return Ok(());
         }
         let path = self.path;
-        blocking(move || remove_tree_if_exists(&path)).await
+        blocking(move || {
+            // A kept iteration dir (its output not stored) survives the
+            // root it is in: the root stays with it.
+            if crate::reap::release_root(&path)? {
+                Ok(())
+            } else {
+                remove_tree_if_exists(&path)
+            }
+        })
+        .await
     }
 }
 
@@ -109,7 +119,7 @@ impl ScratchRoot {
 /// [`create_iteration`]).
 ///
 /// Not `Clone`: [`ScratchDir::release`] consumes it. Dropping it removes
-/// nothing; a directory left behind by a crash is removed by [`reap`].
+/// nothing; a directory left behind by a crash is removed by [`reap`](crate::reap()).
 #[derive(Debug)]
 pub struct ScratchDir {
     path: PathBuf,
@@ -190,7 +200,7 @@ fn remove_if_empty(dir: &Path) -> Result<()> {
 ///
 /// # Cancel safety
 /// Not cancel-safe: the directory is created on a blocking task that finishes
-/// even if this future is dropped; [`reap`] removes such leftovers.
+/// even if this future is dropped; [`reap`](crate::reap()) removes such leftovers.
 pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
     let path = root.join(session.to_string());
     let p = path.clone();
@@ -210,7 +220,7 @@ pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
 /// blocks a later one. The revision's dir is made with one non-recursive
 /// `mkdir`: an existing one belongs to another run of that revision and is
 /// refused, untouched. [`ScratchDir::release`] removes the revision's dir and
-/// then the session's dir when it is empty; [`reap`] removes leftovers of
+/// then the session's dir when it is empty; [`reap`](crate::reap()) removes leftovers of
 /// both layouts.
 ///
 /// The root must already exist.
@@ -223,7 +233,7 @@ pub async fn create(root: &Path, session: SessionId) -> Result<ScratchDir> {
 ///
 /// # Cancel safety
 /// Not cancel-safe: the directories are created on a blocking task that
-/// finishes even if this future is dropped; [`reap`] removes such leftovers.
+/// finishes even if this future is dropped; [`reap`](crate::reap()) removes such leftovers.
 pub async fn create_iteration(
     root: &Path,
     session: SessionId,
@@ -275,210 +285,5 @@ fn make_session_dir(dir: &Path) -> Result<()> {
             Err(e) => Err(WorkspaceError::io("inspect session directory", dir, e)),
         },
         Err(e) => Err(WorkspaceError::io("create session directory", dir, e)),
-    }
-}
-
-/// What [`reap`] did.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct Reaped {
-    /// Directories removed, by the session id their name parsed as.
-    pub removed: Vec<SessionId>,
-    /// Directories that could not be removed (completely), with the cause.
-    /// The sweep goes on past them.
-    pub failed: Vec<(PathBuf, io::Error)>,
-    /// Agent process groups a dead run had recorded and that were still
-    /// alive, stopped before their session's dir was removed.
-    pub agents_stopped: Vec<i32>,
-}
-
-/// Removes the scratch dirs a crash left under `root`.
-///
-/// Only real directories whose names are canonical hyphenated lower-case
-/// UUIDs (the form [`create`] and [`create_iteration`] use) are removed,
-/// whole: a session's dir of either layout, with every iteration's dir in
-/// it. Files, other names and
-/// symlinks — even ones named like a UUID — are left alone, and no symlink is
-/// ever followed, inside a removed directory either. Before a session's dir
-/// is removed, the agent process groups its runs recorded
-/// ([`record_agent`](crate::record_agent)) and that are still alive are
-/// stopped with `SIGKILL` ([`Reaped::agents_stopped`]). Call it when no
-/// session of this process runs under `root`; a directory of a live
-/// session would be removed, and its agent stopped.
-///
-/// # Errors
-/// [`WorkspaceError::Io`] when `root` cannot be listed. Failures to remove
-/// one directory are reported in [`Reaped::failed`].
-///
-/// # Cancel safety
-/// Not cancel-safe: the sweep runs on a blocking task that finishes even if
-/// this future is dropped.
-pub async fn reap(root: &Path) -> Result<Reaped> {
-    let all = session_dirs(root).await?;
-    reap_sessions(root, all).await
-}
-
-/// The sessions that have a scratch dir under `root`: real directories
-/// named as [`create`] names them (symlinks and other names are not), in
-/// id order.
-///
-/// # Errors
-/// [`WorkspaceError::Io`] when `root` cannot be listed.
-pub async fn session_dirs(root: &Path) -> Result<Vec<SessionId>> {
-    let root = root.to_path_buf();
-    blocking(move || {
-        let list = fs::read_dir(&root).map_err(|e| WorkspaceError::io("list", &root, e))?;
-        let mut out = Vec::new();
-        for entry in list {
-            let entry = entry.map_err(|e| WorkspaceError::io("list", &root, e))?;
-            let Some(session) = entry.file_name().to_str().and_then(session_dir_name) else {
-                continue;
-            };
-            // `file_type` from lstat: a symlink is a symlink, not a directory.
-            if fs::symlink_metadata(entry.path()).is_ok_and(|m| m.file_type().is_dir()) {
-                out.push(session);
-            }
-        }
-        out.sort();
-        Ok(out)
-    })
-    .await
-}
-
-/// Removes the scratch dirs of `sessions` under `root`, as [`reap`] does
-/// (recorded agents stopped first, no symlink followed); sessions without
-/// a dir are skipped. Use it to spare the dirs of sessions that still run.
-///
-/// # Errors
-/// As [`reap`]; failures to remove one directory are in [`Reaped::failed`].
-pub async fn reap_sessions(root: &Path, sessions: Vec<SessionId>) -> Result<Reaped> {
-    let root = root.to_path_buf();
-    blocking(move || {
-        let mut out = Reaped::default();
-        for session in sessions {
-            let path = root.join(session.to_string());
-            match fs::symlink_metadata(&path) {
-                Ok(meta) if meta.file_type().is_dir() => {}
-                _ => continue,
-            }
-            // Agents a dead run left behind would go on writing (or hold
-            // files) in the tree: stop them first.
-            out.agents_stopped
-                .extend(crate::agents::stop_recorded_agents(&path));
-            match remove_tree(&path) {
-                Ok(()) => out.removed.push(session),
-                // Removed meanwhile (a run's own clean-up): nothing left.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => out.failed.push((path, e)),
-            }
-        }
-        Ok(out)
-    })
-    .await
-}
-
-/// Removes what the runs of `session` up to revision `through` left under
-/// `root`, and nothing of a later run: the agent process groups those
-/// revisions recorded (`<session>/<revision>.agent`) are stopped, their
-/// iteration dirs (`<session>/<revision>`) removed, and then the session's
-/// dir when nothing else is left in it. A revision above `through` — a run
-/// that started after the caller read the session's row, e.g. a reopen
-/// racing `korvus reap --apply` — is never touched: read the row, check it
-/// is not active, and pass its revision. A session dir of the one-dir
-/// layout ([`create`], no iteration dirs in it) is removed whole, as
-/// [`reap_sessions`] does. No symlink is followed.
-///
-/// # Errors
-/// [`WorkspaceError::Io`] when the session's dir cannot be listed;
-/// failures to remove a directory are in [`Reaped::failed`].
-///
-/// # Cancel safety
-/// As [`reap`].
-pub async fn reap_session_through(root: &Path, session: SessionId, through: u32) -> Result<Reaped> {
-    let path = root.join(session.to_string());
-    blocking(move || {
-        let mut out = Reaped::default();
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_dir() => {}
-            _ => return Ok(out),
-        }
-        let list = fs::read_dir(&path).map_err(|e| WorkspaceError::io("list", &path, e))?;
-        let (mut dirs, mut records, mut iterations) = (Vec::new(), Vec::new(), false);
-        for entry in list {
-            let entry = entry.map_err(|e| WorkspaceError::io("list", &path, e))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let (stem, record) =
-                match name.strip_suffix(&format!(".{}", crate::agents::RECORD_EXTENSION)) {
-                    Some(stem) => (stem, true),
-                    None => (name, false),
-                };
-            let Ok(revision) = stem.parse::<u32>() else {
-                continue;
-            };
-            iterations = true;
-            if revision > through {
-                continue;
-            }
-            if record {
-                records.push(entry.path());
-            } else if fs::symlink_metadata(entry.path()).is_ok_and(|m| m.file_type().is_dir()) {
-                dirs.push(entry.path());
-            }
-        }
-        if !iterations {
-            // The one-dir layout: the session's dir is the scratch dir.
-            out.agents_stopped
-                .extend(crate::agents::stop_recorded_agents(&path));
-            match remove_tree(&path) {
-                Ok(()) => out.removed.push(session),
-                // Its run's own clean-up removed it meanwhile.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => out.failed.push((path, e)),
-            }
-            return Ok(out);
-        }
-        for record in records {
-            out.agents_stopped
-                .extend(crate::agents::stop_record(&record));
-            let _ = fs::remove_file(&record);
-        }
-        for dir in dirs {
-            match remove_tree(&dir) {
-                // Its run's own clean-up removed it meanwhile.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => out.failed.push((dir, e)),
-                Ok(()) => {}
-            }
-        }
-        if fs::remove_dir(&path).is_ok() {
-            out.removed.push(session);
-        }
-        Ok(out)
-    })
-    .await
-}
-
-/// The session id `name` is the scratch dir name of, if it is one.
-fn session_dir_name(name: &str) -> Option<SessionId> {
-    let uuid = Uuid::try_parse(name).ok()?;
-    // `try_parse` also accepts braced, URN and simple forms; only the form
-    // `create` writes counts.
-    (uuid.hyphenated().to_string() == name).then(|| SessionId::from_uuid(uuid))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_canonical_uuid_names_are_session_dirs() {
-        let id = Uuid::now_v7();
-        assert!(session_dir_name(&id.to_string()).is_some());
-        assert!(session_dir_name(&id.to_string().to_uppercase()).is_none());
-        assert!(session_dir_name(&id.simple().to_string()).is_none());
-        assert!(session_dir_name(&id.braced().to_string()).is_none());
-        assert!(session_dir_name(&id.urn().to_string()).is_none());
-        assert!(session_dir_name("korvus-scratch-x").is_none());
     }
 }

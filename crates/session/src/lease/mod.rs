@@ -40,9 +40,8 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use korvus_log::{Access, LogError, LogId};
-use korvus_runner::ExitReason;
-use korvus_store::{NewReport, Session, SessionId, SessionStatus, Settlement, StoreError};
-use tracing::{debug, error, info, warn, Instrument as _};
+use korvus_store::{Session, SessionId, StoreError};
+use tracing::{debug, error, warn, Instrument as _};
 
 use crate::manager::Inner;
 use crate::SessionError;
@@ -384,123 +383,4 @@ impl Inner {
             Err(e) => Err(e),
         }
     }
-
-    /// Ends a run this manager took over: claims its turn log for the new
-    /// fence, stops the dead run's recorded agent processes on this host,
-    /// salvages the scratch dir the dead run left here (`salvage.rs`: its
-    /// files stored, its `report.md` adopted when this revision wrote it),
-    /// then writes the report row (unless the dead run wrote its own) and
-    /// the settlement in one transaction — `cancelled` when `cancel` is
-    /// set or a cancel was pending, else `failed` / `owner_lost` — retried
-    /// on transient errors within the settle bound, and finally removes
-    /// the salvaged dir if everything in it was stored.
-    pub(crate) async fn settle_taken_over(
-        &self,
-        row: &Session,
-        cancel: bool,
-    ) -> Result<Session, SessionError> {
-        self.claim_log(row).await?;
-        self.stop_dead_agents(row.id).await;
-        let salvaged = self.salvage(row).await;
-        let (status, reason) = if cancel || row.cancel_requested {
-            (SessionStatus::Cancelled, ExitReason::CANCELLED)
-        } else {
-            (SessionStatus::Failed, ExitReason::OWNER_LOST)
-        };
-        let settlement = Settlement {
-            status,
-            exit_reason: Some(reason.to_string()),
-            counters: row.counters,
-            fence: row.fence,
-        };
-        let cause = format!(
-            "the manager running this revision stopped renewing its lease; \
-             manager {} took the session over",
-            self.ownership().owner()
-        );
-        let markdown = salvaged.as_ref().and_then(|s| s.markdown.clone());
-        let report = NewReport {
-            session_id: row.id,
-            incident_id: row.incident_id,
-            revision: row.revision,
-            markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
-            markdown_key: markdown.map(|(k, _)| k),
-            manifest_key: salvaged.as_ref().and_then(|s| s.manifest_key.clone()),
-            exit_reason: reason.to_string(),
-            counters: row.counters,
-            detail: Some(bounded_detail(match &salvaged {
-                Some(s) => s.detail(cause),
-                None => cause,
-            })),
-            salvaged_from: salvaged.as_ref().map(|s| bounded_detail(s.from.clone())),
-            fence: row.fence,
-        };
-        let (settled, report) = self.settle_with_report(row, settlement, report).await?;
-        if let Some(salvaged) = salvaged.filter(|s| s.complete) {
-            self.remove_salvaged(row, &salvaged.dir).await;
-        }
-        crate::metrics::taken_over();
-        crate::metrics::settled(settled.exit_reason.as_deref());
-        info!(session_id = %row.id, %status, report_exit_reason = %report.exit_reason, "taken-over session settled");
-        Ok(settled)
-    }
-
-    /// `settle_with_report`, retried on transient errors with backoff until
-    /// the settle bound passes: the salvage before it is not repeated.
-    async fn settle_with_report(
-        &self,
-        row: &Session,
-        settlement: Settlement,
-        report: NewReport,
-    ) -> Result<(Session, korvus_store::Report), StoreError> {
-        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
-        let mut delay = std::time::Duration::from_millis(25);
-        loop {
-            match self
-                .store()
-                .settle_with_report(row.id, settlement.clone(), report.clone())
-                .await
-            {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
-                    warn!(session_id = %row.id, error = %e, "taken-over session not settled; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
-                }
-                done => return done,
-            }
-        }
-    }
-
-    /// Removes the dir a salvage stored whole (and what the dead runs of
-    /// the session up to this revision left beside it), after the
-    /// settlement: a failure is logged and `reap` removes it later.
-    async fn remove_salvaged(&self, row: &Session, dir: &std::path::Path) {
-        let Some(root) = self.scratch() else { return };
-        match korvus_workspace::reap_session_through(root, row.id, row.revision).await {
-            Ok(reaped) if reaped.failed.is_empty() => {
-                debug!(session_id = %row.id, dir = %dir.display(), "salvaged scratch dir removed");
-            }
-            Ok(reaped) => {
-                warn!(session_id = %row.id, failed = ?reaped.failed, "salvaged scratch dir not removed whole; `korvus reap --apply` removes it");
-            }
-            Err(e) => {
-                warn!(session_id = %row.id, error = %e, "salvaged scratch dir not removed; `korvus reap --apply` removes it")
-            }
-        }
-    }
-}
-
-/// `text` cut to what a report row's `detail` (and `salvaged_from`) may
-/// hold, at a character boundary.
-fn bounded_detail(mut text: String) -> String {
-    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
-    if text.len() > max {
-        let mut end = max - '…'.len_utf8();
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
