@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use korvus_harvest::{persist, PersistOutcome, PersistRequest, ReportFile};
+use korvus_harvest::{persist, FailStage, PersistOutcome, PersistRequest, ReportFile};
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
 use korvus_store::{Counters, NewReport, SessionStatus, Settlement};
@@ -123,17 +123,27 @@ pub(crate) async fn land(
 }
 
 /// Why a persist phase that ran left output unstored, if it did: a file
-/// that failed, rows not written, a `report.md` that could not be stored.
-/// A phase that did not run (no blob store, no scratch dir) stores nothing
-/// by the embedder's choice, and keeps nothing.
-fn unstored(outcome: &PersistOutcome) -> Option<String> {
+/// that failed to be read, uploaded or recorded, rows not written, a
+/// `report.md` that could not be stored. A file refused by its size limit
+/// is not stored by the operator's choice (as a skipped one), and keeps
+/// nothing; nor does a phase that did not run (no blob store, no scratch
+/// dir).
+pub(crate) fn unstored(outcome: &PersistOutcome) -> Option<String> {
     if !outcome.attempted {
         return None;
     }
+    let over_limit = |path: &str| {
+        outcome
+            .failed
+            .iter()
+            .any(|f| f.path == path && f.stage == FailStage::Limit)
+    };
     if let ReportFile::Failed { cause } = &outcome.report {
-        return Some(format!("report.md not stored: {cause}"));
+        if !over_limit(korvus_workspace::REPORT_FILE) {
+            return Some(format!("report.md not stored: {cause}"));
+        }
     }
-    if !outcome.failed.is_empty() || !outcome.rows_written {
+    if outcome.failed.iter().any(|f| f.stage != FailStage::Limit) || !outcome.rows_written {
         return Some(
             outcome
                 .error_text()

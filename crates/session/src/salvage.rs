@@ -167,10 +167,8 @@ fn salvaged(inner: &Inner, dir: PathBuf, outcome: &PersistOutcome) -> Salvaged {
         ReportFile::Stored { key, bytes } => Some((key.clone(), *bytes)),
         _ => None,
     };
-    let complete = outcome.attempted
-        && outcome.failed.is_empty()
-        && outcome.rows_written
-        && !matches!(outcome.report, ReportFile::Failed { .. });
+    // The same judgement as a run's own landing.
+    let complete = outcome.attempted && crate::land::unstored(outcome).is_none();
     Salvaged {
         from: format!(
             "the scratch dir {} of the lost run, landed by manager {}",
