@@ -506,6 +506,10 @@ pub(crate) fn render(event: &Event) -> String {
             format!("← {} {}", if *ok { "ok" } else { "failed" }, short(output))
         }
         EventKind::Note { text } => format!("note: {}", clip(text, 400)),
+        EventKind::Usage {
+            input_tokens,
+            output_tokens,
+        } => format!("usage: {input_tokens} input / {output_tokens} output tokens"),
         other => format!("{other:?}"),
     }
 }

@@ -56,3 +56,37 @@ fn show_prints_what_was_not_stored_of_the_agents_output() {
         "{show}"
     );
 }
+
+/// An agent that takes a turn, calls a tool, reports its usage and exits 3
+/// is counted for what it did: the summary, `korvus show`'s row and its
+/// report row say 1 turn, 1 tool call, 7 / 3 tokens.
+#[test]
+fn a_failed_run_keeps_its_counters() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '{\"type\":\"turn_start\",\"turn\":1}'\n\
+         echo '{\"type\":\"tool_call\",\"call_id\":\"c1\",\"tool\":\"df\"}'\n\
+         echo '{\"type\":\"tool_result\",\"call_id\":\"c1\",\"ok\":true}'\n\
+         echo '{\"type\":\"usage\",\"input_tokens\":7,\"output_tokens\":3}'\n\
+         echo '# half a report' > report.md\n\
+         exit 3\n",
+    );
+    let run = output(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(crate::support::NO_CGROUP)
+            .arg("fail after some work"),
+    );
+    assert_eq!(run.status.code(), Some(3), "the session failed");
+    let said = stdout(&run);
+    let counted = "1 turn(s), 1 tool call(s), 7 input / 3 output tokens";
+    assert!(said.contains(counted), "{said}");
+    let id = session_id(&said);
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("exit_code_3"), "{show}");
+    // The row's counters and the report row's.
+    assert!(show.matches(counted).count() >= 2, "{show}");
+}

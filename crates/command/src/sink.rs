@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
 use korvus_runner::RunContext;
 use korvus_store::Counters;
-use serde::Deserialize;
 use tracing::{debug, warn};
 
 use crate::dialect::Decoder;
@@ -27,17 +26,6 @@ pub(crate) enum Chunk {
     Stderr(Line),
     /// A note of korvus's about the run (e.g. an egress refusal).
     Note(String),
-}
-
-/// A usage line: `{"type":"usage","input_tokens":…,"output_tokens":…}`.
-#[derive(Debug, Deserialize)]
-struct Usage {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
 }
 
 /// How much of an agent's output one run stores.
@@ -137,6 +125,17 @@ impl<'a> Sink<'a> {
                     EventKind::ToolCall { .. } => {
                         self.counters.tool_calls = self.counters.tool_calls.saturating_add(1);
                     }
+                    // Figures the agent reports: never trusted not to
+                    // overflow. The event is logged, so the log's usage
+                    // events sum to the counters.
+                    EventKind::Usage {
+                        input_tokens,
+                        output_tokens,
+                    } => {
+                        let c = &mut self.counters;
+                        c.input_tokens = c.input_tokens.saturating_add(*input_tokens);
+                        c.output_tokens = c.output_tokens.saturating_add(*output_tokens);
+                    }
                     _ => {}
                 }
             }
@@ -154,8 +153,8 @@ impl<'a> Sink<'a> {
         self.append(&events).await;
     }
 
-    /// The events one stdout line becomes (none for an empty line or a
-    /// usage line, several for some dialect lines).
+    /// The events one stdout line becomes (none for an empty line, several
+    /// for some dialect lines; a usage line is a usage event).
     fn events_for(&mut self, line: Line, out: &mut Vec<Event>) {
         if line.text.trim().is_empty() {
             return;
@@ -173,28 +172,31 @@ impl<'a> Sink<'a> {
         }
         if let Some(decoder) = &mut self.decoder {
             let decoded = decoder.line(&line.text);
-            // Figures the agent reports: never trusted not to overflow.
-            let c = &mut self.counters;
-            c.input_tokens = c.input_tokens.saturating_add(decoded.usage.input);
-            c.output_tokens = c.output_tokens.saturating_add(decoded.usage.output);
+            // The usage a dialect line reported (codex `turn.completed`,
+            // Claude Code `result`) becomes a usage event of its own,
+            // before the line's other events (a `turn_end` among them), so
+            // it falls inside the turn it was used in.
+            if decoded.usage.input > 0 || decoded.usage.output > 0 {
+                out.push(Event::now(EventKind::Usage {
+                    input_tokens: decoded.usage.input,
+                    output_tokens: decoded.usage.output,
+                }));
+            }
             out.extend(decoded.events.into_iter().map(Event::now));
             return;
         }
         if line.text.trim_start().starts_with('{') {
-            if let Ok(mut event) = serde_json::from_str::<Event>(&line.text) {
-                if event.at.is_none() {
-                    event = Event::now(event.kind);
-                }
-                out.push(event);
-                return;
-            }
-            if let Ok(usage) = serde_json::from_str::<Usage>(&line.text) {
-                if usage.kind == "usage" {
-                    let c = &mut self.counters;
-                    c.input_tokens = c.input_tokens.saturating_add(usage.input_tokens);
-                    c.output_tokens = c.output_tokens.saturating_add(usage.output_tokens);
+            match serde_json::from_str::<Event>(&line.text) {
+                // A type korvus does not know is the agent's own text.
+                Ok(event) if event.kind == EventKind::Unknown => {}
+                Ok(mut event) => {
+                    if event.at.is_none() {
+                        event = Event::now(event.kind);
+                    }
+                    out.push(event);
                     return;
                 }
+                Err(_) => {}
             }
         }
         out.push(Event::now(EventKind::Message {

@@ -92,6 +92,7 @@ async fn json_lines_become_events_and_other_lines_messages() {
         echo '{"not":"an event"}'
         echo ''
         echo '{"type":"turn_end","turn":1}'
+        echo '{"type":"from_the_future","n":1}'
         printf 'no newline at the end'
         echo '# r' > report.md
     "#))
@@ -111,38 +112,55 @@ async fn json_lines_become_events_and_other_lines_messages() {
     assert_eq!(kinds[0], EventKind::TurnStart { turn: 1 });
     assert!(matches!(&kinds[1], EventKind::ToolCall { tool, .. } if tool == "df"));
     assert!(matches!(&kinds[2], EventKind::ToolResult { ok: true, .. }));
+    // The usage line is logged, so the log's usage events sum to the
+    // counters.
     assert_eq!(
         kinds[3],
-        EventKind::Message {
-            role: Role::Assistant,
-            text: "plain words".into()
+        EventKind::Usage {
+            input_tokens: 120,
+            output_tokens: 30
         }
     );
     assert_eq!(
         kinds[4],
         EventKind::Message {
             role: Role::Assistant,
-            text: r#"{"not":"an event"}"#.into()
+            text: "plain words".into()
         }
     );
     assert_eq!(
         kinds[5],
+        EventKind::Message {
+            role: Role::Assistant,
+            text: r#"{"not":"an event"}"#.into()
+        }
+    );
+    assert_eq!(
+        kinds[6],
         EventKind::TurnEnd {
             turn: 1,
             interrupted: false
         }
     );
+    // A type korvus does not know is the agent's text, kept whole.
     assert_eq!(
-        kinds[6],
+        kinds[7],
+        EventKind::Message {
+            role: Role::Assistant,
+            text: r#"{"type":"from_the_future","n":1}"#.into()
+        }
+    );
+    assert_eq!(
+        kinds[8],
         EventKind::Message {
             role: Role::Assistant,
             text: "no newline at the end".into()
         }
     );
     assert!(
-        matches!(&kinds[7], EventKind::Note { text } if text.contains("exit reason completed"))
+        matches!(&kinds[9], EventKind::Note { text } if text.contains("exit reason completed"))
     );
-    assert_eq!(kinds.len(), 8, "{kinds:?}");
+    assert_eq!(kinds.len(), 10, "{kinds:?}");
     h.stop().await;
 }
 

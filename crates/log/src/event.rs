@@ -194,6 +194,23 @@ pub enum EventKind {
         /// The text.
         text: String,
     },
+    /// Tokens the model used, as the agent (or the wire) reported them:
+    /// one event per report, so the log's usage events sum to the
+    /// session's token counters.
+    Usage {
+        /// Input (prompt) tokens.
+        #[serde(default)]
+        input_tokens: u64,
+        /// Output (completion) tokens.
+        #[serde(default)]
+        output_tokens: u64,
+    },
+    /// An event of a type this release does not know, written by a newer
+    /// one: read and skipped, never an error, so an older reader keeps
+    /// working on a log a newer writer extended. Its fields are not kept;
+    /// a writer never appends it.
+    #[serde(other)]
+    Unknown,
 }
 
 #[cfg(test)]
@@ -215,5 +232,27 @@ mod tests {
                 interrupted: false
             }
         );
+    }
+
+    #[test]
+    fn usage_round_trips_and_an_unknown_type_is_read_as_unknown() {
+        let e = Event::new(EventKind::Usage {
+            input_tokens: 7,
+            output_tokens: 3,
+        });
+        let text = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"usage","input_tokens":7,"output_tokens":3}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), e);
+        // A type from a newer release, with fields this one does not know.
+        let newer: Event = serde_json::from_str(
+            r#"{"at":"2026-12-04T00:00:00Z","epoch":2,"type":"budget_reached","limit":{"usd":5}}"#,
+        )
+        .unwrap();
+        assert_eq!(newer.kind, EventKind::Unknown);
+        assert_eq!(newer.epoch, Some(2));
+        assert!(newer.at.is_some());
     }
 }

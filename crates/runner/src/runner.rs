@@ -43,6 +43,11 @@ pub struct RunError {
     /// The exit reason the session settles with (e.g. `exit_code_3`);
     /// `None` means [`ExitReason::RUNNER_FAILED`].
     pub exit_reason: Option<ExitReason>,
+    /// What the run used before it failed, as far as the runner knows.
+    /// The session layer keeps the larger of these and what the run's
+    /// turn log holds (its turns, tool calls and usage events), so a
+    /// failed run is never counted as having used nothing.
+    pub counters: Counters,
 }
 
 impl RunError {
@@ -52,7 +57,14 @@ impl RunError {
             message: message.into(),
             source: None,
             exit_reason: None,
+            counters: Counters::default(),
         }
+    }
+
+    /// Sets what the run used before it failed.
+    pub fn with_counters(mut self, counters: Counters) -> Self {
+        self.counters = counters;
+        self
     }
 
     /// Adds the cause.

@@ -26,7 +26,7 @@ use std::hash::Hash;
 use korvus_log::{Event, EventKind, LogHandle, Role};
 
 /// Events read per request while scanning a log.
-const READ_PAGE: u64 = 1024;
+pub(crate) const READ_PAGE: u64 = 1024;
 
 /// Events read per request while reading a log backwards.
 const TAIL_PAGE: u64 = 256;
@@ -213,6 +213,26 @@ async fn epoch_at(log: &LogHandle, at: u64) -> korvus_log::Result<u64> {
     Ok(event.first().and_then(|e| e.epoch).unwrap_or(0))
 }
 
+/// The offset of the first event in `0..=last` whose epoch is `epoch` or
+/// newer (`last` when none before it is), by binary search: epochs never
+/// decrease along a log, since every backend refuses an older writer.
+pub(crate) async fn first_of_epoch(
+    log: &LogHandle,
+    last: u64,
+    epoch: u64,
+) -> korvus_log::Result<u64> {
+    let (mut lo, mut hi) = (0, last);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if epoch_at(log, mid).await? < epoch {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
 /// The offset from which nothing earlier is open: the start of the
 /// newest epoch that begins with a repair, else 0.
 async fn balanced_start(log: &LogHandle, len: u64) -> korvus_log::Result<u64> {
@@ -223,15 +243,7 @@ async fn balanced_start(log: &LogHandle, len: u64) -> korvus_log::Result<u64> {
             return Ok(0);
         }
         // The first event in 0..end of this epoch (or a newer one).
-        let (mut lo, mut hi) = (0, end - 1);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if epoch_at(log, mid).await? < epoch {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
+        let lo = first_of_epoch(log, end - 1, epoch).await?;
         if lo == 0 || begins_with_repair(log, lo, end).await? {
             return Ok(lo);
         }

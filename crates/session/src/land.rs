@@ -43,9 +43,8 @@ pub(crate) async fn land(
     if let Some(original) = exit_reason.rejected() {
         note_rejected(log, original).await;
     }
-    let (counters, claimed) = result.outcome().map_or((Counters::default(), false), |o| {
-        (o.counters.saturating(), o.author_finished)
-    });
+    let claimed = result.outcome().is_some_and(|o| o.author_finished);
+    let counters = counters_of(inner, run, log, &result).await.saturating();
     // Whatever the runner claims, a restored report.md it never touched was
     // not authored in this iteration.
     let author_finished = claimed && !untouched_restored_report(prepared).await;
@@ -173,6 +172,32 @@ fn kept_detail(detail: Option<String>, dir: &std::path::Path) -> String {
                 d.push('…');
             }
             format!("{d}; {kept}")
+        }
+    }
+}
+
+/// What the run used. A runner that returned says so itself; for any
+/// other ending the larger of what the runner still told (a `RunError`'s
+/// counters, a cancelled run's late outcome) and what the run's turn log
+/// holds under its fence (turns, tool calls, usage events), read within
+/// the report bound.
+async fn counters_of(inner: &Inner, run: RunKey, log: &LogHandle, result: &RunResult) -> Counters {
+    let told = match result {
+        RunResult::Returned(o) => return o.counters,
+        RunResult::Failed(e) => e.counters,
+        RunResult::Cancelled(Some(o)) | RunResult::LeaseLost(Some(o)) => o.counters,
+        _ => Counters::default(),
+    };
+    let bound = inner.config().report_timeout;
+    match tokio::time::timeout(bound, crate::usage::logged(log, run.fence)).await {
+        Ok(Ok(logged)) => crate::usage::larger(told, logged),
+        Ok(Err(e)) => {
+            warn!(error = %e, "the run's usage not read from its log");
+            told
+        }
+        Err(_) => {
+            warn!(?bound, "the run's usage not read from its log in time");
+            told
         }
     }
 }

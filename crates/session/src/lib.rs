@@ -110,6 +110,7 @@ mod salvage;
 mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod usage;
 mod watch;
 mod write;
 

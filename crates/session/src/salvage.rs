@@ -209,6 +209,8 @@ impl Inner {
         self.claim_log(row).await?;
         self.stop_dead_agents(row.id).await;
         let salvaged = self.salvage(row).await;
+        // What the lost run used, as its log says: its row never got it.
+        let counters = self.counted_lost_run(row).await;
         let (status, reason) = if cancel || row.cancel_requested {
             (SessionStatus::Cancelled, ExitReason::CANCELLED)
         } else {
@@ -217,7 +219,7 @@ impl Inner {
         let settlement = Settlement {
             status,
             exit_reason: Some(reason.to_string()),
-            counters: row.counters,
+            counters,
             fence: row.fence,
         };
         let cause = format!(
@@ -234,7 +236,7 @@ impl Inner {
             markdown_key: markdown.map(|(k, _)| k),
             manifest_key: salvaged.as_ref().and_then(|s| s.manifest_key.clone()),
             exit_reason: reason.to_string(),
-            counters: row.counters,
+            counters,
             detail: Some(bounded_detail(match &salvaged {
                 Some(s) => s.detail(cause),
                 None => cause,
@@ -250,6 +252,27 @@ impl Inner {
         crate::metrics::settled(settled.exit_reason.as_deref());
         info!(session_id = %row.id, %status, report_exit_reason = %report.exit_reason, "taken-over session settled");
         Ok(settled)
+    }
+
+    /// The counters of the lost run of `row` (the fence before the
+    /// takeover's), counted from the session's turn log within the report
+    /// bound; the row's own when the log cannot be read.
+    async fn counted_lost_run(&self, row: &Session) -> korvus_store::Counters {
+        let id = korvus_log::LogId::from_uuid(row.id.as_uuid());
+        let count = async {
+            let log = self.logs().open(id, korvus_log::Access::Read).await?;
+            let counted = crate::usage::logged(&log, row.fence.saturating_sub(1)).await;
+            let _ = log.close().await;
+            counted
+        };
+        match tokio::time::timeout(self.config().report_timeout, count).await {
+            Ok(Ok(counted)) => crate::usage::larger(row.counters, counted).saturating(),
+            Ok(Err(e)) => {
+                debug!(session_id = %row.id, error = %e, "the lost run's usage not read from its log");
+                row.counters
+            }
+            Err(_) => row.counters,
+        }
     }
 
     /// `settle_with_report`, retried on transient errors with backoff until

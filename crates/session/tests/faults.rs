@@ -468,3 +468,119 @@ async fn a_start_that_cannot_be_recorded_calls_no_runner_and_queues_the_session_
     manager.stop().await;
     env.assert_safe().await;
 }
+
+/// A turn, a tool call and a usage report, as an agent logs them.
+async fn log_work(ctx: &korvus_runner::RunContext) {
+    use korvus_log::{Event, EventKind};
+    ctx.log
+        .append(&[
+            Event::new(EventKind::TurnStart { turn: 1 }),
+            Event::new(EventKind::ToolCall {
+                call_id: "c1".into(),
+                tool: "df".into(),
+                input: serde_json::Value::Null,
+            }),
+            Event::new(EventKind::ToolResult {
+                call_id: "c1".into(),
+                ok: true,
+                output: serde_json::Value::Null,
+            }),
+            Event::new(EventKind::Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+            }),
+        ])
+        .await
+        .unwrap();
+}
+
+fn worked() -> Counters {
+    Counters {
+        turns: 1,
+        tool_calls: 1,
+        input_tokens: 7,
+        output_tokens: 3,
+    }
+}
+
+/// Every ending keeps what the run used: a failed run (the runner told
+/// nothing), a stalled one, an agent error, a cancelled one whose runner
+/// returned an error, and one that ignored its cancellation and was
+/// dropped — the row and the report row carry the counters of its log.
+#[tokio::test]
+async fn every_ending_keeps_what_the_run_used() {
+    let endings: [(&str, Option<&str>); 3] = [
+        ("exit_code_3", Some("exit_code_3")),
+        ("stalled", Some("stalled")),
+        ("agent_error", Some("agent_error")),
+    ];
+    for (reason, expected) in endings {
+        let env = Env::new().await;
+        let manager = env
+            .builder(ScriptRunner::new(move |ctx, _| async move {
+                log_work(&ctx).await;
+                Err(RunError::msg("the agent failed").with_exit_reason(reason))
+            }))
+            .build();
+        let row = one(&env, &manager).await;
+        assert_eq!(row.status, SessionStatus::Failed);
+        assert_eq!(row.exit_reason.as_deref(), expected);
+        assert_eq!(row.counters, worked(), "{reason}");
+        assert_eq!(
+            env.store.get_report(row.id, 1).await.unwrap().counters,
+            worked()
+        );
+        manager.stop().await;
+    }
+
+    // Cancelled: one runner fails when its token fires, one never returns.
+    for ignores in [false, true] {
+        let env = Env::new().await;
+        let manager = env
+            .builder(ScriptRunner::new(move |ctx, _| async move {
+                log_work(&ctx).await;
+                if ignores {
+                    std::future::pending::<()>().await;
+                }
+                ctx.cancel.cancelled().await;
+                Err(RunError::msg("cancelled"))
+            }))
+            .build();
+        let s = manager.create(env.request("go")).await.unwrap();
+        // Until its work is logged.
+        let log = korvus_log::LogId::from_uuid(s.id.as_uuid());
+        loop {
+            let h = env.logs.open(log, korvus_log::Access::Read).await.unwrap();
+            if h.len().await.unwrap() >= 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        manager.cancel(s.id).await.unwrap();
+        let row = settled(&manager, &s).await;
+        assert_eq!(row.status, SessionStatus::Cancelled);
+        assert_eq!(row.counters, worked(), "ignores cancel: {ignores}");
+        manager.stop().await;
+    }
+
+    // A runner that says more than its log (it counted past a cap) wins.
+    let env = Env::new().await;
+    let manager = env
+        .builder(ScriptRunner::new(|ctx, _| async move {
+            log_work(&ctx).await;
+            Err(RunError::msg("failed").with_counters(Counters {
+                turns: 5,
+                ..Counters::default()
+            }))
+        }))
+        .build();
+    let row = one(&env, &manager).await;
+    assert_eq!(
+        row.counters,
+        Counters {
+            turns: 5,
+            ..worked()
+        }
+    );
+    manager.stop().await;
+}

@@ -1,0 +1,58 @@
+//! What a run used, as its turn log says: the turns it started, the tool
+//! calls it made and the tokens its usage events report, counted over the
+//! events of its own epoch (its fence). A run that did not return an
+//! outcome — failed, timed out, cancelled past its grace, panicked — is
+//! counted this way, so it is never settled as having used nothing.
+
+use korvus_log::{EventKind, LogHandle};
+use korvus_store::Counters;
+
+use crate::closers::{first_of_epoch, READ_PAGE};
+
+/// The counters of the events the run at `fence` appended to `log`,
+/// read a page at a time from the first event of its epoch.
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn logged(log: &LogHandle, fence: u64) -> korvus_log::Result<Counters> {
+    let mut counters = Counters::default();
+    let len = log.len().await?;
+    if len == 0 {
+        return Ok(counters);
+    }
+    let mut at = first_of_epoch(log, len - 1, fence).await?;
+    while at < len {
+        let page = log.read(at, Some(READ_PAGE.min(len - at))).await?;
+        if page.is_empty() {
+            break;
+        }
+        at += page.len() as u64;
+        for event in page.iter().filter(|e| e.epoch == Some(fence)) {
+            match &event.kind {
+                EventKind::TurnStart { .. } => counters.turns = counters.turns.saturating_add(1),
+                EventKind::ToolCall { .. } => {
+                    counters.tool_calls = counters.tool_calls.saturating_add(1);
+                }
+                EventKind::Usage {
+                    input_tokens,
+                    output_tokens,
+                } => {
+                    counters.input_tokens = counters.input_tokens.saturating_add(*input_tokens);
+                    counters.output_tokens = counters.output_tokens.saturating_add(*output_tokens);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(counters)
+}
+
+/// The larger of each counter of `a` and `b`.
+pub(crate) fn larger(a: Counters, b: Counters) -> Counters {
+    Counters {
+        turns: a.turns.max(b.turns),
+        tool_calls: a.tool_calls.max(b.tool_calls),
+        input_tokens: a.input_tokens.max(b.input_tokens),
+        output_tokens: a.output_tokens.max(b.output_tokens),
+    }
+}
