@@ -82,6 +82,9 @@ impl Harness {
         self.settled(s.id).await
     }
 
+    /// The events of the session's log after the prompt, which the
+    /// manager logs first as a `user` message (checked here): what the
+    /// agent's run produced.
     pub(crate) async fn events(&self, id: SessionId) -> Vec<Event> {
         let log = self
             .manager
@@ -89,7 +92,20 @@ impl Harness {
             .open(LogId::from_uuid(id.as_uuid()), Access::Read)
             .await
             .expect("open log");
-        log.read(0, None).await.expect("read log")
+        let mut events = log.read(0, None).await.expect("read log");
+        assert!(
+            matches!(
+                events.first().map(|e| &e.kind),
+                Some(EventKind::Message {
+                    role: korvus_log::Role::User,
+                    ..
+                })
+            ),
+            "the prompt is the log's first event: {:?}",
+            events.first()
+        );
+        events.remove(0);
+        events
     }
 
     pub(crate) async fn texts(&self, id: SessionId) -> Vec<String> {

@@ -287,6 +287,11 @@ async fn an_interrupted_log_gets_its_closers_once() {
     settled(&manager, &s).await;
     let events: Vec<Event> = manager.watch(s.id).map(|e| e.unwrap()).collect().await;
     let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    // The prompt is logged first, as a user message.
+    assert!(
+        matches!(kinds[0], EventKind::Message { role: korvus_log::Role::User, text } if text == "first")
+    );
+    let kinds = &kinds[1..];
     assert!(matches!(kinds[0], EventKind::TurnStart { turn: 7 }));
     assert!(matches!(kinds[1], EventKind::ToolCall { .. }));
     assert!(

@@ -66,12 +66,19 @@ async fn delivers_every_event_in_order_and_ends_after_the_terminal_row() {
     };
     let (a, b) = tokio::join!(collect(early.boxed()), collect(late.boxed()));
     // Stored as written by the session's first run: its fence is the epoch.
-    let expected: Vec<Event> = (0..50)
+    // The prompt comes first, logged by create as a user message.
+    let mut expected: Vec<Event> = (0..50)
         .map(|n| Event {
             epoch: Some(s.fence),
             ..numbered(n)
         })
         .collect();
+    let prompt = a.first().expect("the prompt").clone();
+    assert!(
+        matches!(&prompt.kind, EventKind::Message { role: korvus_log::Role::User, text } if text == "stream"),
+        "{prompt:?}"
+    );
+    expected.insert(0, prompt);
     assert_eq!(a, expected);
     assert_eq!(b, expected, "prefix + live without gaps or duplicates");
     // Watching a finished session replays the log and ends.
@@ -86,7 +93,7 @@ async fn delivers_every_event_in_order_and_ends_after_the_terminal_row() {
         .await;
     assert_eq!(tail, expected[45..]);
     let none: Vec<Event> = manager
-        .watch_from(s.id, 50)
+        .watch_from(s.id, expected.len() as u64)
         .map(|e| e.unwrap())
         .collect()
         .await;

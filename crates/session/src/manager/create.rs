@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use korvus_log::{Event, EventKind, Role};
 use korvus_runner::ExitReason;
 use korvus_store::validate::{self, MAX_ROLE_BYTES};
 use korvus_store::{
@@ -301,11 +302,12 @@ async fn check_queue_room(
     Ok(())
 }
 
-/// Creates the session's turn log. The log records which run wrote each
-/// event and refuses a run superseded by a later one: the creator that
-/// runs the session claims its fence as the epoch. A queued session's log
-/// exists from create too (watchers open it at once) and is closed here:
-/// the manager that claims the run writes it.
+/// Creates the session's turn log and logs the prompt as its first event,
+/// a `user` message, as a reopen logs its message. The log records which
+/// run wrote each event and refuses a run superseded by a later one: the
+/// creator that runs the session claims its fence as the epoch first. A
+/// queued session's log exists from create too (watchers open it at once)
+/// and is closed here: the manager that claims the run writes the rest.
 async fn create_log(
     inner: &crate::manager::Inner,
     session: &Session,
@@ -313,10 +315,16 @@ async fn create_log(
 ) -> korvus_log::Result<korvus_log::LogHandle> {
     let header = crate::manager::log_header(session.incident_id, session.id);
     let log = inner.logs.create(header).await?;
+    if !queued {
+        log.claim_epoch(session.fence).await?;
+    }
+    log.append(&[Event::now(EventKind::Message {
+        role: Role::User,
+        text: session.prompt.clone(),
+    })])
+    .await?;
     if queued {
         log.close().await?;
-    } else {
-        log.claim_epoch(session.fence).await?;
     }
     Ok(log)
 }
