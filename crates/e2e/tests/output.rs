@@ -59,7 +59,11 @@ async fn every_line_lands(store: Arc<dyn CoordinatedStore>, logs: Arc<dyn TurnLo
     let mut dropped = Vec::new();
     for event in log.read(0, None).await.unwrap() {
         match event.kind {
-            EventKind::Message { text, .. } => numbers.push(text),
+            // The agent's lines (the prompt is the log's user message).
+            EventKind::Message {
+                role: korvus_log::Role::Assistant,
+                text,
+            } => numbers.push(text),
             EventKind::Note { text } if text.starts_with(korvus_log::DROPPED_PREFIX) => {
                 dropped.push(text)
             }

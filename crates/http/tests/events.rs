@@ -166,7 +166,9 @@ async fn a_client_that_reconnects_with_last_event_id_gets_every_event_exactly_on
 
     let mut again = Reader::open(&app, &uri, Some(2)).await;
     seen.extend(again.rest().await);
-    assert_eq!(ids(&seen), (0..10).collect::<Vec<_>>(), "{seen:?}");
+    // Event 0 is the prompt, which create logs as a user message; the
+    // runner's ten events follow it.
+    assert_eq!(ids(&seen), (0..11).collect::<Vec<_>>(), "{seen:?}");
     let Some(Frame::End(row)) = seen.last() else {
         panic!()
     };
@@ -178,17 +180,17 @@ async fn a_client_that_reconnects_with_last_event_id_gets_every_event_exactly_on
         get(&app, &format!("/api/sessions/{sid}")).await.json()["status"],
         "completed"
     );
-    if let Frame::Event { data, .. } = &seen[9] {
+    if let Frame::Event { data, .. } = &seen[10] {
         assert_eq!(data["text"], "note 9");
     }
 
     // After the end, a resume from the last id gets the end alone; `?after`
     // works as the header does.
-    let mut late = Reader::open(&app, &format!("{uri}?after=9"), None).await;
+    let mut late = Reader::open(&app, &format!("{uri}?after=10"), None).await;
     let rest = late.rest().await;
     assert_eq!(rest.len(), 1, "{rest:?}");
     let mut whole = Reader::open(&app, &uri, None).await;
-    assert_eq!(ids(&whole.rest().await), (0..10).collect::<Vec<_>>());
+    assert_eq!(ids(&whole.rest().await), (0..11).collect::<Vec<_>>());
     env.manager.stop().await;
 }
 
@@ -216,7 +218,9 @@ async fn many_subscribers_share_one_follower_and_all_see_everything() {
     gate.add_permits(1);
     for mut r in readers {
         let rest = r.rest().await;
-        assert_eq!(ids(&rest), (5..10).collect::<Vec<_>>(), "{rest:?}");
+        // The prompt (event 0) and four of the runner's first five were
+        // read before the gate opened.
+        assert_eq!(ids(&rest), (5..11).collect::<Vec<_>>(), "{rest:?}");
     }
     settled(&env, &sid).await;
     // The follower is gone once the session ended.
