@@ -169,6 +169,11 @@ impl TurnLog for FailingLog<'static> {
         self.inner.delete(id).await
     }
 
+    async fn fence(&self, id: LogId, epoch: u64) -> Result<()> {
+        // The inner service fences the handles this wrapper's wrap.
+        self.inner.fence(id, epoch).await
+    }
+
     async fn flush(&self) -> std::result::Result<(), FlushError> {
         FailingLog::flush(self).await
     }
