@@ -198,7 +198,8 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// [`LogError::Fenced`] when the log has seen a newer one, else
     /// recorded as the log's newest (it may equal it). From then on, every
     /// append through this I/O is refused with `Fenced` once a newer writer
-    /// claimed the log. A writer that never claims has epoch 0.
+    /// claimed the log or a [`TurnLog::fence`] at a newer epoch was made.
+    /// A writer that never claims has epoch 0.
     ///
     /// # Errors
     /// `Fenced`, `NotFound`, `Backend`.
