@@ -4,6 +4,7 @@
 //! and the shared handle rules over `MockLogIo`/`MockTurnLog`.
 
 mod buffered;
+mod epoch_lock;
 mod fence_processes;
 mod file_limit;
 mod hook;
