@@ -355,10 +355,10 @@ impl LogHandle {
 
     /// Claims `epoch` for this writer — for a session, the fence of the run
     /// that writes: the log refuses it when a newer epoch claimed the log,
-    /// and from then on refuses this writer's appends once a newer one
-    /// does ([`LogError::Fenced`], permanent). Every event this handle
-    /// appends afterwards records the epoch ([`Event::epoch`]). Claim once,
-    /// right after opening, before the first append.
+    /// then refuses this writer's appends once a newer one claims or fences
+    /// it ([`LogError::Fenced`], for good; `JsonlLog` drops what it had
+    /// buffered). Events appended afterwards record the epoch
+    /// ([`Event::epoch`]). Claim once, right after opening, before appending.
     ///
     /// # Errors
     /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`];

@@ -6,18 +6,20 @@
 //! always continues on a clean line.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
 use crate::jsonl_buffer::{append_now, drain_shared, write_behind, Buffers, Shared, WriteSide};
+use crate::jsonl_epoch::EpochFile;
 use crate::jsonl_file::{
-    blocking, claim_epoch_file, cut_torn_tail, delete_files, io_err, lock_writer, read_epoch_file,
-    read_header, revision_of, serialise, BACKEND,
+    blocking, cut_torn_tail, delete_files, io_err, lock_writer, read_header, revision_of,
+    serialise, BACKEND,
 };
 use crate::jsonl_index::{Indexes, LineIndex};
+use crate::jsonl_read::IoState;
 use crate::{
     Access, Event, FlushError, LogError, LogHandle, LogHeader, LogId, LogIo, LogStat, Result,
     TurnLog, Writers,
@@ -36,6 +38,18 @@ const EXTENSION: &str = "jsonl";
 /// refuses appends. `stat` reads only the header line and the file's
 /// metadata: the revision is the file's length and modification time, and
 /// `event_count` is not known.
+///
+/// A writer holds an advisory `flock` on its file for the life of its
+/// handle (a second writer, in any process, gets `AlreadyOwned`). Epochs
+/// live in `<dir>/<id>.jsonl.epoch`; every write of a writer's buffer to
+/// the file, every claim and every [`fence`](TurnLog::fence) take a short
+/// lock on that file, so a fence reaches a writer in another process —
+/// a paused one too — and none of its writes lands after the fence. Events
+/// a fenced writer had buffered but not written yet are discarded (its
+/// next call says `Fenced`); a fence made through the service that holds
+/// the writer first writes them out. A wait for that lock is bounded (1 s;
+/// a transient error then), so a process paused in the middle of a write
+/// cannot hang a fence.
 #[derive(Debug)]
 pub struct JsonlLog {
     dir: PathBuf,
@@ -88,75 +102,6 @@ struct JsonlIo {
     writer: Option<Shared>,
     /// The service's write sides, drained before every read.
     buffers: Buffers,
-    /// Where a writer records the newest epoch claimed (`<log>.epoch`,
-    /// beside the log). Only the holder of the file lock writes it, so a
-    /// claim needs no lock of its own, and appends need no check: no newer
-    /// writer can claim while this one holds the lock.
-    epoch_file: Option<PathBuf>,
-}
-
-#[derive(Debug)]
-struct IoState {
-    file: File,
-    /// The log's line index, shared with the service's other handles.
-    index: Arc<Mutex<LineIndex>>,
-    closed: bool,
-}
-
-impl IoState {
-    /// The number of complete events (counting lines appended since the
-    /// index last looked, without parsing them).
-    fn count(&mut self, id: LogId) -> Result<u64> {
-        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        index.extend(id, &self.file)?;
-        Ok(index.count())
-    }
-
-    /// Reads events `offset..offset+len` (or to the end): seeks to the
-    /// nearest indexed line, skips to `offset` without parsing, and parses
-    /// only the lines returned.
-    fn read(&mut self, id: LogId, offset: u64, len: Option<u64>) -> Result<Vec<Event>> {
-        let (pos, skip, available) = {
-            let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
-            index.extend(id, &self.file)?;
-            let count = index.count();
-            if offset >= count {
-                return Ok(Vec::new());
-            }
-            let (pos, skip) = index.seek_point(offset);
-            (pos, skip, count - offset)
-        };
-        let want = len.map_or(available, |l| l.min(available));
-        let mut reader = BufReader::with_capacity(64 * 1024, &self.file);
-        reader
-            .seek(SeekFrom::Start(pos))
-            .map_err(|e| io_err(id, e))?;
-        let mut at = offset - skip;
-        let mut out = Vec::with_capacity(want.min(4096) as usize);
-        let mut line = Vec::new();
-        while (out.len() as u64) < want {
-            line.clear();
-            let n = reader
-                .read_until(b'\n', &mut line)
-                .map_err(|e| io_err(id, e))?;
-            if n == 0 || line.last() != Some(&b'\n') {
-                return Err(LogError::Corrupt {
-                    id,
-                    detail: format!("the file ends before event {at}, which was counted"),
-                });
-            }
-            if at >= offset {
-                let event: Event =
-                    serde_json::from_slice(&line).map_err(|e| LogError::Corrupt {
-                        id,
-                        detail: format!("event {at} does not parse: {e}"),
-                    })?;
-                out.push(event);
-            }
-            at += 1;
-        }
-        Ok(out)
-    }
 }
 
 impl JsonlIo {
@@ -165,7 +110,6 @@ impl JsonlIo {
         read: File,
         write: Option<WriteSide>,
         index: Arc<Mutex<LineIndex>>,
-        epoch_file: PathBuf,
         buffers: &Buffers,
     ) -> Self {
         let writer = write.map(|f| Arc::new(Mutex::new(Some(f))));
@@ -173,7 +117,6 @@ impl JsonlIo {
             buffers.register(id, side);
         }
         Self {
-            epoch_file: writer.is_some().then_some(epoch_file),
             id,
             state: Arc::new(Mutex::new(IoState {
                 file: read,
@@ -260,17 +203,15 @@ impl LogIo for JsonlIo {
     }
 
     async fn claim(&self, epoch: u64) -> Result<()> {
-        let writer = self.writer()?;
-        let (id, path) = (self.id, self.epoch_file.clone());
-        let Some(path) = path else {
-            return Err(LogError::ReadOnly { id });
-        };
-        blocking(move || claim_epoch_file(id, &path, epoch)).await?;
-        if let Some(side) = writer.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            side.epoch = epoch;
-            side.newest = epoch;
-        }
-        Ok(())
+        let writer = Arc::clone(self.writer()?);
+        let id = self.id;
+        blocking(
+            move || match writer.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                Some(side) => side.claim(id, epoch),
+                None => Err(LogError::Closed { id }),
+            },
+        )
+        .await
     }
 
     async fn append(&self, at: u64, events: &[Event]) -> Result<()> {
@@ -281,14 +222,8 @@ impl LogIo for JsonlIo {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            Some(side) if side.epoch < side.newest => {
-                return Err(LogError::Fenced {
-                    id: self.id,
-                    epoch: side.epoch,
-                    newest: side.newest,
-                })
-            }
             Some(side) => {
+                side.check_epoch(self.id)?;
                 side.check(self.id)?;
                 side.count
             }
@@ -353,7 +288,7 @@ impl LogIo for JsonlIo {
 impl TurnLog for JsonlLog {
     async fn create(&self, header: LogHeader) -> Result<LogHandle> {
         let id = header.id;
-        let path = self.path(id);
+        let (path, epoch_path) = (self.path(id), self.epoch_path(id));
         let dir = self.dir.clone();
         let mut line = serde_json::to_vec(&header).map_err(|e| LogError::backend(BACKEND, e))?;
         line.push(b'\n');
@@ -373,28 +308,24 @@ impl TurnLog for JsonlLog {
             file.write_all(&line)
                 .and_then(|()| file.sync_data())
                 .map_err(|e| LogError::backend(BACKEND, e))?;
-            // Make the new directory entry durable too.
+            let sidecar = EpochFile::open(id, &epoch_path)?;
+            // Make the new directory entries durable too.
             File::open(&dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| LogError::backend(BACKEND, e))?;
+            sidecar.entry_synced();
+            let newest = sidecar.lock(id)?.newest()?;
             // Reads get a file description of their own: appends move the
             // writer's offset, which must not move a reader's.
             let read = File::open(&path).map_err(|e| LogError::backend(BACKEND, e))?;
             let index = indexes.of(id, &read, line.len() as u64)?;
-            Ok((read, file, index))
+            Ok((read, WriteSide::new(file, sidecar, Some(0), newest), index))
         })
         .await;
         let (read, write, index) = file?;
         Ok(LogHandle::writer(
             header,
-            Arc::new(JsonlIo::new(
-                id,
-                read,
-                Some(WriteSide::new(write, Some(0), 0)),
-                index,
-                self.epoch_path(id),
-                &self.buffers,
-            )),
+            Arc::new(JsonlIo::new(id, read, Some(write), index, &self.buffers)),
             claim,
         )
         .with_fast_appends())
@@ -420,8 +351,10 @@ impl TurnLog for JsonlLog {
                     // Before touching the file: another writer may be on it.
                     lock_writer(id, &file)?;
                     cut_torn_tail(id, &mut file)?;
-                    let newest = read_epoch_file(id, &epoch_path)?;
-                    Some(WriteSide::new(file, None, newest))
+                    // The epoch file every write of this writer locks.
+                    let sidecar = EpochFile::open(id, &epoch_path)?;
+                    let newest = sidecar.lock(id)?.newest()?;
+                    Some(WriteSide::new(file, sidecar, None, newest))
                 }
                 Access::Read => None,
             };
@@ -431,14 +364,7 @@ impl TurnLog for JsonlLog {
             Ok((header, read, write, index))
         })
         .await?;
-        let io = Arc::new(JsonlIo::new(
-            id,
-            read,
-            write,
-            index,
-            self.epoch_path(id),
-            &self.buffers,
-        ));
+        let io = Arc::new(JsonlIo::new(id, read, write, index, &self.buffers));
         Ok(match claim {
             Some(claim) => LogHandle::writer(header, io, claim).with_fast_appends(),
             None => LogHandle::reader(header, io),
@@ -469,6 +395,28 @@ impl TurnLog for JsonlLog {
         let _claim = self.writers.claim(id)?;
         let (path, epoch_path, dir) = (self.path(id), self.epoch_path(id), self.dir.clone());
         blocking(move || delete_files(id, &path, &epoch_path, &dir)).await
+    }
+
+    async fn fence(&self, id: LogId, epoch: u64) -> Result<()> {
+        let (path, epoch_path) = (self.path(id), self.epoch_path(id));
+        let side = self.buffers.get(id);
+        blocking(move || {
+            // This service's writer of the log, if any, appends nothing
+            // meanwhile, and what it buffered goes to the file first (or
+            // is refused, if it is older than the log's newest already).
+            let mut guard = side
+                .as_ref()
+                .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
+            if let Some(side) = guard.as_mut().and_then(|g| g.as_mut()) {
+                // Its failure is the writer's, reported by its next call.
+                let _ = side.write_pending(id);
+                crate::jsonl_epoch::fence(id, &path, &epoch_path, epoch)?;
+                side.newest = side.newest.max(epoch);
+                return Ok(());
+            }
+            crate::jsonl_epoch::fence(id, &path, &epoch_path, epoch)
+        })
+        .await
     }
 
     async fn list(&self) -> Result<Vec<LogId>> {

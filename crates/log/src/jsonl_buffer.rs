@@ -9,12 +9,20 @@
 //! buffered write that fails later is reported by the next call on the
 //! handle, which from then on refuses appends: the events it had
 //! acknowledged are lost, as they would be in a crash before `flush`.
+//!
+//! Every write to the file is made under the log's epoch lock
+//! (`jsonl_epoch.rs`) and only while no newer writer claimed or fenced
+//! the log. A write-out that finds the writer fenced off stores nothing:
+//! the events it buffered are discarded, and it and every later call
+//! report [`LogError::Fenced`]. One that cannot take the lock in time
+//! keeps its buffer for the next try and reports a transient error.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::jsonl_epoch::EpochFile;
 use crate::jsonl_file::{serialise_into, write_counted, BACKEND};
 use crate::{Event, LogError, LogId, Result};
 
@@ -43,13 +51,15 @@ impl Buffers {
         map.insert(id, Arc::downgrade(side));
     }
 
+    /// The write side of `id`'s writer in this service, if any.
+    pub(crate) fn get(&self, id: LogId) -> Option<Shared> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&id).and_then(Weak::upgrade)
+    }
+
     /// Writes out the buffer of `id`'s writer in this service, if any.
     pub(crate) fn drain(&self, id: LogId) -> Result<()> {
-        let side = {
-            let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            map.get(&id).and_then(Weak::upgrade)
-        };
-        match side {
+        match self.get(id) {
             Some(side) => drain_shared(id, &side),
             None => Ok(()),
         }
@@ -61,13 +71,16 @@ impl Buffers {
 #[derive(Debug)]
 pub(crate) struct WriteSide {
     pub(crate) file: File,
+    /// The log's epoch file, whose lock every write of `file` holds.
+    sidecar: EpochFile,
     /// Complete events in the log (in the file and buffered); `None`
     /// until counted (a writer opened on an existing log counts them
     /// before its first append).
     pub(crate) count: Option<u64>,
     /// This writer's epoch (0 until it claims one) and the newest the log
-    /// had seen when this writer took the file lock (or claimed): appends
-    /// are refused while the first is older.
+    /// had seen when this writer last looked (opening, claiming, writing
+    /// out, or a fence of this service): appends are refused while the
+    /// first is older.
     pub(crate) epoch: u64,
     pub(crate) newest: u64,
     /// Whole event lines appended but not yet written.
@@ -77,10 +90,12 @@ pub(crate) struct WriteSide {
 }
 
 impl WriteSide {
-    /// A write side on `file` holding `count` events.
-    pub(crate) fn new(file: File, count: Option<u64>, newest: u64) -> Self {
+    /// A write side on `file` holding `count` events, whose epoch file
+    /// held `newest`.
+    pub(crate) fn new(file: File, sidecar: EpochFile, count: Option<u64>, newest: u64) -> Self {
         Self {
             file,
+            sidecar,
             count,
             epoch: 0,
             newest,
@@ -103,6 +118,36 @@ impl WriteSide {
         }
     }
 
+    /// `Fenced` when this writer is older than the newest epoch it knows of.
+    pub(crate) fn check_epoch(&self, id: LogId) -> Result<()> {
+        if self.epoch < self.newest {
+            return Err(LogError::Fenced {
+                id,
+                epoch: self.epoch,
+                newest: self.newest,
+            });
+        }
+        Ok(())
+    }
+
+    /// Claims `epoch` for this writer under the log's epoch lock (see
+    /// [`LogIo::claim`](crate::LogIo::claim)).
+    pub(crate) fn claim(&mut self, id: LogId, epoch: u64) -> Result<()> {
+        let claimed = self.sidecar.lock(id)?.claim(epoch);
+        match claimed {
+            Ok(()) => {
+                self.epoch = epoch;
+                self.newest = epoch;
+                Ok(())
+            }
+            Err(LogError::Fenced { newest, .. }) => {
+                self.newest = self.newest.max(newest);
+                claimed
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Appends whole event lines holding `n` events; the log then holds
     /// `at + n`. Small appends are buffered; when the buffer would reach
     /// [`BUFFER_BYTES`] it is written out first, and an append that is that
@@ -116,7 +161,11 @@ impl WriteSide {
         if self.pending.len() + lines.len() >= BUFFER_BYTES {
             self.write_pending(id)?;
             if lines.len() >= BUFFER_BYTES {
-                if let Some(cause) = write_lines(&mut self.file, lines) {
+                let (sidecar, epoch) = (&self.sidecar, self.epoch);
+                let written = write_fenced(id, sidecar, epoch, &mut self.newest, || {
+                    write_lines(&mut self.file, lines)
+                })?;
+                if let Some(cause) = written {
                     return Err(LogError::backend(BACKEND, std::io::Error::other(cause)));
                 }
                 self.count = Some(at + n);
@@ -169,14 +218,56 @@ impl WriteSide {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let failed = write_lines(&mut self.file, &self.pending);
-        self.pending.clear();
-        if let Some(cause) = failed {
-            self.count = None;
-            self.failed = Some(cause);
+        let (sidecar, epoch) = (&self.sidecar, self.epoch);
+        let (file, pending) = (&mut self.file, &self.pending);
+        match write_fenced(id, sidecar, epoch, &mut self.newest, || {
+            write_lines(file, pending)
+        }) {
+            Ok(failed) => {
+                self.pending.clear();
+                if let Some(cause) = failed {
+                    self.count = None;
+                    self.failed = Some(cause);
+                }
+                self.check(id)
+            }
+            Err(e @ LogError::Fenced { .. }) => {
+                // Superseded: what this writer buffered is never stored.
+                self.pending.clear();
+                self.count = None;
+                Err(e)
+            }
+            // The lock not taken in time, or the epoch not read: nothing
+            // was written, the buffer waits for the next write-out.
+            Err(e) => Err(e),
         }
-        self.check(id)
     }
+}
+
+/// Runs `write` (a write to the log file) under the log's epoch lock, when
+/// the log has seen no epoch newer than `epoch`, this writer's; `newest`
+/// learns what the epoch file holds. `Fenced` having written nothing when
+/// a newer writer claimed or fenced the log.
+fn write_fenced<T>(
+    id: LogId,
+    sidecar: &EpochFile,
+    epoch: u64,
+    newest: &mut u64,
+    write: impl FnOnce() -> T,
+) -> Result<T> {
+    let lock = sidecar.lock(id)?;
+    let found = lock.newest()?;
+    *newest = (*newest).max(found);
+    if found > epoch {
+        return Err(LogError::Fenced {
+            id,
+            epoch,
+            newest: found,
+        });
+    }
+    let written = write();
+    drop(lock);
+    Ok(written)
 }
 
 /// Writes whole lines to the end of `file` (opened in append mode) in one
@@ -226,9 +317,17 @@ pub(crate) fn write_behind(id: LogId, side: &Shared) {
         return;
     };
     runtime.spawn(async move {
-        tokio::time::sleep(WRITE_BEHIND).await;
-        if let Some(side) = weak.upgrade() {
-            let _ = drain_shared(id, &side);
+        loop {
+            tokio::time::sleep(WRITE_BEHIND).await;
+            let Some(side) = weak.upgrade() else {
+                return;
+            };
+            match drain_shared(id, &side) {
+                // The epoch lock was not free in time: the buffer is kept,
+                // and tried again one window later.
+                Err(e) if e.is_transient() => {}
+                _ => return,
+            }
         }
     });
 }

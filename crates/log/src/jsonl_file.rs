@@ -166,34 +166,6 @@ pub(crate) fn cut_torn_tail(id: LogId, file: &mut File) -> Result<()> {
     }
 }
 
-/// Claims `epoch` for the writer of log `id`, whose newest epoch is kept
-/// in the file at `path` (absent: 0): `Fenced` when it holds a newer one,
-/// else `epoch` is written there, durably. Only the holder of the log's
-/// file lock calls it.
-pub(crate) fn claim_epoch_file(id: LogId, path: &std::path::Path, epoch: u64) -> Result<()> {
-    let newest = read_epoch_file(id, path)?;
-    if newest > epoch {
-        return Err(LogError::Fenced { id, epoch, newest });
-    }
-    let mut file = File::create(path).map_err(|e| io_err(id, e))?;
-    file.write_all(format!("{epoch}\n").as_bytes())
-        .and_then(|()| file.sync_data())
-        .map_err(|e| io_err(id, e))
-}
-
-/// The newest writer epoch of log `id` kept in the file at `path`; 0 when
-/// there is none.
-pub(crate) fn read_epoch_file(id: LogId, path: &std::path::Path) -> Result<u64> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => text.trim().parse::<u64>().map_err(|_| LogError::Corrupt {
-            id,
-            detail: format!("epoch file {} holds {text:?}", path.display()),
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(io_err(id, e)),
-    }
-}
-
 /// Removes a log's file and its epoch file, under the writer's lock (a
 /// writer in another process makes it [`LogError::AlreadyOwned`]), then
 /// makes the removal durable. A missing file is `Ok`.

@@ -206,6 +206,19 @@ impl TurnLog for MemoryLog {
         Ok(())
     }
 
+    async fn fence(&self, id: LogId, epoch: u64) -> Result<()> {
+        let data = self.get(id)?;
+        // Under the events' lock, as claims and appends: an append is
+        // stored before the fence or checked after it.
+        let _events = data.events();
+        let newest = data.newest.load(Ordering::SeqCst);
+        if newest > epoch {
+            return Err(LogError::Fenced { id, epoch, newest });
+        }
+        data.newest.store(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
     async fn flush(&self) -> std::result::Result<(), FlushError> {
         self.writers.flush_all().await
     }

@@ -67,6 +67,10 @@ pub struct LogStat {
 ///   afterwards through any handle of this service sees at least that prefix.
 /// - [`Revision`] changes on append and on nothing else a caller does
 ///   (open, read, close leave it unchanged).
+/// - Writers are known by epoch ([`LogHandle::claim_epoch`]): a log
+///   refuses a claim older than the newest epoch it has seen, and every
+///   append of a writer once a newer epoch claimed or fenced it
+///   ([`TurnLog::fence`]), with [`LogError::Fenced`].
 ///
 /// Crash repair of turn structure is not a storage concern: see the session layer.
 #[cfg_attr(feature = "mock", mockall::automock)]
@@ -113,6 +117,33 @@ pub trait TurnLog: Send + Sync + Debug + 'static {
     /// does — in another process): nothing is removed. `Backend` on I/O
     /// failure.
     async fn delete(&self, id: LogId) -> Result<()>;
+
+    /// Fences the log off for every writer older than `epoch`, without
+    /// becoming its writer: records `epoch` as the newest the log has
+    /// seen (as a writer's claim of it would) and, once this returns
+    /// `Ok`, every later append of a writer whose epoch is older is
+    /// refused with [`LogError::Fenced`] — a writer of this service, of
+    /// another service, or of another process, holding the log open
+    /// included. An append in flight when the fence is made is either
+    /// stored before it or refused; none lands after. A writer of
+    /// `epoch` itself or newer is not affected. Fencing again at the
+    /// newest epoch is `Ok` (idempotent).
+    ///
+    /// How a take-over stops the appends of the run it superseded, while
+    /// that run may still hold the log open (a paused process that comes
+    /// back, a live run in another process).
+    ///
+    /// # Errors
+    /// `Fenced` when the log has seen a newer epoch than `epoch` (nothing
+    /// changes: the log is fenced off all the more); [`LogError::NotFound`];
+    /// `Backend` on I/O failure — transient when the same call may work
+    /// later (`JsonlLog`: the log's epoch lock was held past its bound by
+    /// a writer paused in the middle of a write).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe in effect: a dropped call has fenced the log or not
+    /// (never half-way), and may be made again.
+    async fn fence(&self, id: LogId, epoch: u64) -> Result<()>;
 
     /// Flushes every active write handle. A failure of one log does not stop
     /// the sweep: every failing log is reported in the error.
@@ -167,7 +198,8 @@ pub trait LogIo: Send + Sync + Debug + 'static {
     /// [`LogError::Fenced`] when the log has seen a newer one, else
     /// recorded as the log's newest (it may equal it). From then on, every
     /// append through this I/O is refused with `Fenced` once a newer writer
-    /// claimed the log. A writer that never claims has epoch 0.
+    /// claimed the log or a [`TurnLog::fence`] at a newer epoch was made.
+    /// A writer that never claims has epoch 0.
     ///
     /// # Errors
     /// `Fenced`, `NotFound`, `Backend`.

@@ -1,9 +1,11 @@
 //! Integration tests of korvus-log: the `korvus-testkit` TurnLog contract
 //! against both backends, byte-identical export across them, and the JSONL
-//! file format's torn-tail rules, and the shared handle rules over
-//! `MockLogIo`/`MockTurnLog`.
+//! file format's torn-tail rules, fences of a writer in another process,
+//! and the shared handle rules over `MockLogIo`/`MockTurnLog`.
 
 mod buffered;
+mod epoch_lock;
+mod fence_processes;
 mod file_limit;
 mod hook;
 mod mock;

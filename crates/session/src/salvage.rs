@@ -192,8 +192,8 @@ async fn is_real_dir(path: &Path) -> bool {
 }
 
 impl Inner {
-    /// Ends a run this manager took over: claims its turn log for the new
-    /// fence, stops the dead run's recorded agent processes on this host,
+    /// Ends a run this manager took over: fences its turn log at the new
+    /// fence (`TurnLog::fence`), stops the dead run's recorded agent processes on this host,
     /// salvages the scratch dir the dead run left here (`salvage.rs`: its
     /// files stored, its `report.md` adopted when this revision wrote it),
     /// then writes the report row (unless the dead run wrote its own) and

@@ -102,3 +102,81 @@ async fn a_cancel_on_another_replica_reaches_the_run_through_the_store() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A forced cancel made through another manager whose `JsonlLog` service
+/// shares the directory (the owner's writer holds the file's `flock`, as
+/// a run in another process would): the log is fenced all the same, so
+/// nothing the owner's run appends after the cancel lands — the run,
+/// which goes on appending as a paused process that came back would, is
+/// refused and stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_cancel_elsewhere_fences_the_owners_file_log() {
+    use std::sync::Arc;
+
+    use korvus_log::{Access, Event, EventKind, JsonlLog, LogError, LogId, TurnLog};
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env::with(
+        Arc::new(korvus_store::MemoryStore::new()),
+        Arc::new(korvus_blob::MemoryBlobStore::new()),
+        Arc::new(JsonlLog::open_dir(dir.path()).unwrap()),
+    )
+    .await;
+    let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = Arc::clone(&refused);
+    // Appends until the log refuses it, whatever its cancellation says
+    // (a run that has not heard of the cancel yet).
+    let appending = ScriptRunner::new(move |ctx, _| {
+        let told = Arc::clone(&told);
+        async move {
+            for i in 0..2_000 {
+                let note = Event::new(EventKind::Note {
+                    text: format!("note {i}"),
+                });
+                if let Err(e) = ctx.log.append(&[note]).await {
+                    assert!(matches!(e, LogError::Fenced { .. }), "{e:?}");
+                    told.store(true, std::sync::atomic::Ordering::SeqCst);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Ok(RunOutcome::completed(crate::support::counters()))
+        }
+    });
+    // The owner would notice the moved row only at a heartbeat, 30 s away.
+    let owner = env
+        .builder(appending)
+        .lease(Duration::from_secs(90), Duration::from_secs(30))
+        .build();
+    let operator_logs = Arc::new(JsonlLog::open_dir(dir.path()).unwrap());
+    let operator = env
+        .builder(writing(&[]))
+        .turn_log(Arc::clone(&operator_logs) as Arc<dyn TurnLog>)
+        .build();
+    let session = owner.create(env.request("long")).await.unwrap();
+    let id = LogId::from_uuid(session.id.as_uuid());
+    let reader = operator_logs.open(id, Access::Read).await.unwrap();
+    while reader.len().await.unwrap() < 10 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let forced = operator.force_cancel(session.id).await.unwrap();
+    assert_eq!(forced.status, SessionStatus::Cancelled);
+    // Everything of the run that landed is in the file now.
+    let at_fence = reader.len().await.unwrap();
+    let row = owner
+        .await_settled(session.id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(row, forced, "the run's own settle was refused");
+    assert!(refused.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(
+        reader.len().await.unwrap(),
+        at_fence,
+        "nothing of the run landed after the cancel"
+    );
+    for e in reader.read(0, None).await.unwrap() {
+        assert!(e.epoch <= Some(session.fence), "{e:?}");
+    }
+    owner.stop().await;
+    operator.stop().await;
+}

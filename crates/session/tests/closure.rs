@@ -340,6 +340,9 @@ impl korvus_log::TurnLog for BrokenLog {
     async fn delete(&self, id: korvus_log::LogId) -> korvus_log::Result<()> {
         self.inner.delete(id).await
     }
+    async fn fence(&self, id: korvus_log::LogId, epoch: u64) -> korvus_log::Result<()> {
+        self.inner.fence(id, epoch).await
+    }
     async fn stat(&self, id: korvus_log::LogId) -> korvus_log::Result<korvus_log::LogStat> {
         self.inner.stat(id).await
     }

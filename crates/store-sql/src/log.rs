@@ -82,6 +82,37 @@ macro_rules! sql_log {
             /// The `backend` name in this engine's `Backend` errors.
             const BACKEND: &str = <$io as LogDialect>::BACKEND;
 
+            /// Records `epoch` as the newest of log `id` in one statement,
+            /// unless the log has seen a newer one: what a writer's claim
+            /// and a fence do. An append checks the epoch in its own
+            /// statement, under the same row lock, so it is stored before
+            /// this or refused after it.
+            async fn record_epoch(pool: &$pool, id: LogId, epoch: u64) -> Result<()> {
+                let newest = log_rows::to_epoch(id, epoch)?;
+                let done = sqlx::query(sql::CLAIM_EPOCH)
+                .bind(id.as_uuid())
+                .bind(newest)
+                .execute(pool)
+                .await
+                .map_err(log_backend(BACKEND))?;
+                if done.rows_affected() == 0 {
+                    // Failure path only: unknown log, or a newer epoch.
+                    let found: Option<i64> =
+                        sqlx::query_scalar(sql::SELECT_EPOCH)
+                            .bind(id.as_uuid())
+                            .fetch_optional(pool)
+                            .await
+                            .map_err(log_backend(BACKEND))?;
+                    let found = found.ok_or(LogError::NotFound { id })?;
+                    return Err(LogError::Fenced {
+                        id,
+                        epoch,
+                        newest: u64::try_from(found).unwrap_or_default(),
+                    });
+                }
+                Ok(())
+            }
+
             impl $log {
                 async fn row(&self, id: LogId) -> Result<LogRow> {
                     let row: Option<LogRow> = sqlx::query_as(sql::SELECT_LOG)
@@ -162,6 +193,10 @@ macro_rules! sql_log {
                     tx.commit().await.map_err(log_backend(BACKEND))
                 }
 
+                async fn fence(&self, id: LogId, epoch: u64) -> Result<()> {
+                    record_epoch(&self.pool, id, epoch).await
+                }
+
                 async fn flush(&self) -> std::result::Result<(), FlushError> {
                     self.writers.flush_all().await
                 }
@@ -211,33 +246,11 @@ macro_rules! sql_log {
                 }
 
                 async fn claim(&self, epoch: u64) -> Result<()> {
-                    let newest = log_rows::to_epoch(self.id, epoch)?;
-                    if self.fresh.load(std::sync::atomic::Ordering::SeqCst) {
-                        // Recorded by the first append (see `fresh`).
-                        self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
-                        return Ok(());
+                    log_rows::to_epoch(self.id, epoch)?;
+                    if !self.fresh.load(std::sync::atomic::Ordering::SeqCst) {
+                        record_epoch(&self.pool, self.id, epoch).await?;
                     }
-                    let done = sqlx::query(sql::CLAIM_EPOCH)
-                    .bind(self.id.as_uuid())
-                    .bind(newest)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(log_backend(BACKEND))?;
-                    if done.rows_affected() == 0 {
-                        // Failure path only: unknown log, or a newer epoch.
-                        let found: Option<i64> =
-                            sqlx::query_scalar(sql::SELECT_EPOCH)
-                                .bind(self.id.as_uuid())
-                                .fetch_optional(&self.pool)
-                                .await
-                                .map_err(log_backend(BACKEND))?;
-                        let found = found.ok_or(LogError::NotFound { id: self.id })?;
-                        return Err(LogError::Fenced {
-                            id: self.id,
-                            epoch,
-                            newest: u64::try_from(found).unwrap_or_default(),
-                        });
-                    }
+                    // (On a fresh log, the first append records it: see `fresh`.)
                     self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
                     Ok(())
                 }

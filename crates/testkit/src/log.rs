@@ -11,11 +11,17 @@ use serde_json::json;
 use crate::faults::FailingLog;
 
 mod epoch;
+mod fence;
 mod service;
 
 pub use self::epoch::{
     an_older_writer_epoch_is_refused_and_events_record_theirs,
     an_unclaimed_writer_is_refused_after_a_claim,
+};
+pub use self::fence::{
+    a_fence_is_idempotent, a_fence_older_than_the_newest_claim_is_fenced,
+    a_fence_refuses_the_appends_of_the_open_older_writer,
+    appends_racing_a_fence_land_before_it_or_are_refused, fencing_a_missing_log_is_not_found,
 };
 pub use self::service::{
     delete_of_a_log_held_by_a_writer_is_refused, delete_removes_a_log_whole_and_again_is_ok,

@@ -95,6 +95,11 @@ macro_rules! __with_cases {
             a_reopened_writer_appends_after_the_stored_events,
             an_older_writer_epoch_is_refused_and_events_record_theirs,
             an_unclaimed_writer_is_refused_after_a_claim,
+            a_fence_refuses_the_appends_of_the_open_older_writer,
+            a_fence_older_than_the_newest_claim_is_fenced,
+            fencing_a_missing_log_is_not_found,
+            a_fence_is_idempotent,
+            appends_racing_a_fence_land_before_it_or_are_refused,
             delete_removes_a_log_whole_and_again_is_ok,
             delete_of_a_log_held_by_a_writer_is_refused,
         ]);

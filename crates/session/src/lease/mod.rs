@@ -25,8 +25,9 @@
 //!   full ttl (so a database outage does not end with every healthy run
 //!   reaped), each period it lists the expired leases and takes each
 //!   orphan over — one conditional transition, so exactly one manager
-//!   wins — then claims the orphan's turn log for the new fence (the dead
-//!   run's appends are refused from then on), stops the dead run's
+//!   wins — then fences the orphan's turn log at the new fence (the dead
+//!   run's appends are refused from then on, even while it holds the log
+//!   open), stops the dead run's
 //!   recorded agent processes on this host and, in one transaction,
 //!   writes the revision's report row (unless the dead run wrote one) and
 //!   the settlement: `cancelled` when a cancel was pending, else `failed`
@@ -39,7 +40,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use korvus_log::{Access, LogError, LogId};
+use korvus_log::{LogError, LogId};
 use korvus_store::{Session, SessionId, StoreError};
 use tracing::{debug, error, warn, Instrument as _};
 
@@ -352,34 +353,22 @@ impl Inner {
     }
 
     /// Claims the turn log of a session this manager took over (or
-    /// force-cancelled) for the row's new fence, so every later append of
-    /// the superseded run is refused (`LogError::Fenced`). A session
-    /// without a log has nothing to fence. A log another live writer
-    /// holds open in a way this backend cannot take from it (a `JsonlLog`
-    /// file locked by a paused process) cannot be claimed: that is
-    /// logged, and the superseded run's own lease check stops it.
+    /// force-cancelled) for the row's new fence by fencing it
+    /// ([`TurnLog::fence`](korvus_log::TurnLog::fence)), without opening
+    /// it for write: every later append of the superseded run is refused
+    /// (`LogError::Fenced`), even while that run still holds the log open
+    /// — a paused process that comes back, a run in another process or in
+    /// this one. A session without a log has nothing to fence, and a log
+    /// a newer run already claimed is fenced off all the more.
     ///
     /// # Errors
-    /// The log's error when the claim could not be made and may be tried
-    /// again.
+    /// The log's error when the fence could not be made; a transient one
+    /// (a `JsonlLog` writer stopped in the middle of a write holds the
+    /// log's epoch lock) may be tried again.
     pub(crate) async fn claim_log(&self, row: &Session) -> Result<(), LogError> {
         let id = LogId::from_uuid(row.id.as_uuid());
-        let log = match self.logs().open(id, Access::Write).await {
-            Ok(log) => log,
-            Err(LogError::NotFound { .. }) => return Ok(()),
-            Err(e @ LogError::AlreadyOwned { .. }) => {
-                warn!(session_id = %row.id, error = %e, "the superseded run's turn log is held by a live writer and cannot be claimed; its appends are not fenced off");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        let claimed = log.claim_epoch(row.fence).await;
-        if let Err(e) = log.close().await {
-            debug!(session_id = %row.id, error = %e, "claimed turn log not closed cleanly");
-        }
-        match claimed {
-            // A newer run already claimed it: it is fenced off all the more.
-            Ok(()) | Err(LogError::Fenced { .. }) => Ok(()),
+        match self.logs().fence(id, row.fence).await {
+            Ok(()) | Err(LogError::NotFound { .. } | LogError::Fenced { .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -250,8 +250,9 @@ impl Manager {
     /// store transition ([`Coordination::force_cancel`](korvus_store::Coordination::force_cancel))
     /// moves the fence on, settles the row `cancelled` and writes the
     /// revision's report row (unless the run wrote its own), with a detail
-    /// naming the operator action; then the session's turn log is claimed
-    /// for the new fence. From then on every write of the old run is
+    /// naming the operator action; then the session's turn log is fenced
+    /// at the new fence, even while the old run holds it open. From then
+    /// on every write of the old run is
     /// refused — its settlement, report, artifacts and log appends — and
     /// its owner cancels it (and stops its agent) within one heartbeat
     /// period, at once when the run is in this process. A session waiting
@@ -288,7 +289,7 @@ impl Manager {
                         }
                     }
                     if let Err(e) = self.inner.claim_log(&settled).await {
-                        warn!(session_id = %id, error = %e, "forced cancel: the turn log not claimed; the old run's owner stops it when it sees the row");
+                        warn!(session_id = %id, error = %e, "forced cancel: the turn log not fenced; the old run's owner stops it when it sees the row");
                     }
                     crate::metrics::settled(settled.exit_reason.as_deref());
                     info!(session_id = %id, fence = settled.fence, "forced cancel: the run was fenced off and the session cancelled");

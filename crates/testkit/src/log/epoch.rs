@@ -6,11 +6,13 @@ use korvus_log::{Access, Event, EventKind, LogError, TurnLog};
 
 use super::{fresh_id, header};
 
-fn note(text: &str) -> Event {
+/// A note event saying `text`.
+pub(super) fn note(text: &str) -> Event {
     Event::new(EventKind::Note { text: text.into() })
 }
 
-fn fenced(result: korvus_log::Result<()>, epoch: u64, newest: u64) {
+/// Asserts `result` is `Fenced` with this writer epoch and newest epoch.
+pub(super) fn fenced(result: korvus_log::Result<()>, epoch: u64, newest: u64) {
     match result {
         Err(LogError::Fenced {
             epoch: e,
