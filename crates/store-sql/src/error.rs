@@ -73,9 +73,20 @@ impl Op {
 /// - the pool timed out waiting for a connection, an I/O error (the
 ///   connection dropped or timed out), or SQLite's worker thread crashed;
 /// - PostgreSQL: a serialization failure (`40001`), a deadlock (`40P01`), a
-///   connection exception (class `08`), or the server shutting down or not
-///   yet accepting connections (`57P01`, `57P02`, `57P03`);
-/// - SQLite: `SQLITE_BUSY` or `SQLITE_LOCKED`, with any extended code.
+///   connection exception (class `08`), the server shutting down or not
+///   yet accepting connections (`57P01`, `57P02`, `57P03`), or a full disk
+///   (`53100`);
+/// - SQLite: `SQLITE_BUSY` or `SQLITE_LOCKED`, with any extended code, or
+///   `SQLITE_FULL` (the disk, or the write-ahead log's filesystem, is full).
+///
+/// A full disk is transient because it is a state of the machine, not of
+/// the call: space comes back (a log rotated, a data dir pruned, an
+/// operator), and the same write then succeeds. Callers retry transient
+/// errors only within a bound (the session layer's settle and report
+/// writes, the reaper's next period), so a disk that stays full costs that
+/// bound and then the write is given up as before, while one that clears
+/// meanwhile loses nothing. A full disk never half-writes: the failed
+/// commit rolled the statement back (see `completed.rs`).
 ///
 /// Everything else is permanent: constraint and data errors, a closed pool
 /// (closed on purpose), configuration, TLS, protocol and decoding errors,
@@ -99,12 +110,16 @@ pub(crate) fn is_transient(backend: &str, e: &sqlx::Error) -> bool {
 pub(crate) fn is_transient_code(backend: &str, code: &str) -> bool {
     const SQLITE_BUSY: i64 = 5;
     const SQLITE_LOCKED: i64 = 6;
+    const SQLITE_FULL: i64 = 13;
     if backend == "sqlite" {
         return code
             .parse::<i64>()
-            .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED));
+            .is_ok_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED | SQLITE_FULL));
     }
-    matches!(code, "40001" | "40P01" | "57P01" | "57P02" | "57P03") || code.starts_with("08")
+    matches!(
+        code,
+        "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53100"
+    ) || code.starts_with("08")
 }
 
 /// A driver error as a `Backend` store error, classified by [`is_transient`].
@@ -189,7 +204,9 @@ mod tests {
 
     #[test]
     fn postgres_serialization_deadlock_and_connection_codes_are_transient() {
-        for code in ["40001", "40P01", "08006", "08003", "57P01", "57P03"] {
+        for code in [
+            "40001", "40P01", "08006", "08003", "57P01", "57P03", "53100",
+        ] {
             assert!(is_transient_code("postgres", code), "{code}");
         }
         // Unique violation, foreign key, not null, check, syntax, and a
@@ -200,15 +217,15 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_busy_and_locked_are_transient_with_any_extended_code() {
+    fn sqlite_busy_locked_and_full_are_transient_with_any_extended_code() {
         // SQLITE_BUSY, _RECOVERY, _SNAPSHOT, _TIMEOUT; SQLITE_LOCKED,
-        // _SHAREDCACHE, _VTAB.
-        for code in ["5", "261", "517", "773", "6", "262", "518"] {
+        // _SHAREDCACHE, _VTAB; SQLITE_FULL (a full disk may clear).
+        for code in ["5", "261", "517", "773", "6", "262", "518", "13"] {
             assert!(is_transient_code("sqlite", code), "{code}");
         }
-        // SQLITE_ERROR, SQLITE_CONSTRAINT_UNIQUE, _FOREIGNKEY, SQLITE_FULL,
+        // SQLITE_ERROR, SQLITE_CONSTRAINT_UNIQUE, _FOREIGNKEY,
         // SQLITE_READONLY, SQLITE_CORRUPT.
-        for code in ["1", "2067", "787", "13", "8", "11"] {
+        for code in ["1", "2067", "787", "8", "11"] {
             assert!(!is_transient_code("sqlite", code), "{code}");
         }
     }

@@ -24,6 +24,7 @@ macro_rules! sql_lease {
                 Result, Session, SessionId, SessionStatus, Settlement, Store, StoreError,
             };
 
+            use $crate::completed::Completed as _;
             use $crate::dialect::StoreDialect;
             use $crate::error::backend;
             use $crate::rows::{self, to_i32, to_i64, ReportRow, SessionRow};
@@ -83,7 +84,7 @@ macro_rules! sql_lease {
                             .bind(exit_reason::AWAITING_USER),
                     };
                     let row = q
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if let Some(row) = row {
@@ -91,9 +92,9 @@ macro_rules! sql_lease {
                     }
                     // Failure path only: tell an unknown session from one
                     // the condition refused.
-                    let exists = sqlx::query(SESSION_EXISTS)
+                    let exists = sqlx::query_scalar::<_, i32>(SESSION_EXISTS)
                         .bind(id.as_uuid())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     Err(match exists {
@@ -121,7 +122,7 @@ macro_rules! sql_lease {
                         .bind(to_i64(c.output_tokens))
                         .bind(ended_at)
                         .bind(to_i64(s.fence))
-                        .fetch_optional(&mut *conn)
+                        .fetch_optional_completed(&mut *conn)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     row.map(|r| r.into_model(Self::BACKEND)).transpose()
@@ -177,7 +178,7 @@ macro_rules! sql_lease {
                     let stands: Option<ReportRow> = sqlx::query_as(SELECT_REPORT)
                         .bind(report.session_id.as_uuid())
                         .bind(to_i32(report.revision))
-                        .fetch_optional(&mut *tx)
+                        .fetch_optional_completed(&mut *tx)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     // No row: the session is not of the report's incident
@@ -199,7 +200,7 @@ macro_rules! sql_lease {
                     let bumped: Option<SessionRow> = sqlx::query_as(BUMP_FENCE)
                         .bind(id.as_uuid())
                         .bind(to_i64(fence))
-                        .fetch_optional(&mut *tx)
+                        .fetch_optional_completed(&mut *tx)
                         .await
                         .map_err(&err)?;
                     let Some(bumped) = bumped else {
@@ -248,7 +249,7 @@ macro_rules! sql_lease {
                         .bind(to_i64(fence))
                         .bind(lease.owner.as_uuid())
                         .bind(lease.ttl_millis())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if let Some(row) = row {
@@ -309,7 +310,7 @@ macro_rules! sql_lease {
                             .bind(pool)
                             .bind(lease.owner.as_uuid())
                             .bind(lease.ttl_millis())
-                            .fetch_optional(&self.pool)
+                            .fetch_optional_completed(&self.pool)
                             .await
                             .map_err(backend(Self::BACKEND))?,
                         Some(cap) => self.claim_capped(pool, cap, lease).await?,
@@ -339,7 +340,7 @@ macro_rules! sql_lease {
                         .bind(id.as_uuid())
                         .bind(to_i64(fence))
                         .bind(rows::now())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if let Some(row) = row {
@@ -357,7 +358,7 @@ macro_rules! sql_lease {
                     let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.release)
                         .bind(id.as_uuid())
                         .bind(to_i64(fence))
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if let Some(row) = row {
@@ -383,7 +384,7 @@ macro_rules! sql_lease {
                     let (pool_n, key_n): (i64, i64) = sqlx::query_as(&STATEMENTS.queue_depth)
                         .bind(pool)
                         .bind(key)
-                        .fetch_one(&self.pool)
+                        .fetch_one_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     let mut depth = korvus_store::QueueDepth::default();
@@ -396,7 +397,7 @@ macro_rules! sql_lease {
                     let row: Option<SessionRow> = sqlx::query_as(REQUEST_CANCEL)
                         .bind(id.as_uuid())
                         .bind(SessionStatus::Running.as_str())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     match row {

@@ -51,6 +51,19 @@
 //! statement is made once, and comparing the engines means reading only
 //! `postgres.rs` and `sqlite.rs`.
 //!
+//! A write this crate reports is a write that happened: **a statement's
+//! rows are read only after it completed; in autocommit that includes its
+//! commit.** sqlx's `fetch_optional` and `fetch_one` stop a SQLite
+//! statement at its first row, and the commit that runs when it is reset
+//! then fails unseen (a full disk: an `UPDATE … RETURNING` settle answered
+//! its row and was never stored). Every statement is read to its end
+//! instead (`fetch_all`, `execute`, or the crate's `fetch_optional_completed`
+//! built on `fetch_all`), every explicit commit's result is checked, and a
+//! failed commit is a `Backend` error — transient when the disk is full,
+//! which may clear. A test refuses `fetch_optional`/`fetch_one` in the
+//! sources, and `tests/commit_faults.rs` fills a real filesystem under
+//! SQLite and fails PostgreSQL's commits with a deferred trigger.
+//!
 //! Input is checked with `korvus_store::validate` before any statement, so a
 //! NUL byte (which PostgreSQL refuses in `text`) or an over-long field is the
 //! same `InvalidInput { field }` on every backend and nothing is written.
@@ -146,6 +159,7 @@
 #[cfg(feature = "testing")]
 extern crate self as korvus_store_sql;
 
+mod completed;
 mod dialect;
 mod error;
 mod heartbeat;

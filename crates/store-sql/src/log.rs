@@ -75,6 +75,7 @@ macro_rules! sql_log {
             use uuid::Uuid;
 
             use $crate::error::{is_unique_violation, log_backend};
+            use $crate::completed::Completed as _;
             use $crate::dialect::LogDialect;
             use $crate::log_rows::{self, LogRow};
             use $crate::sql;
@@ -100,7 +101,7 @@ macro_rules! sql_log {
                     let found: Option<i64> =
                         sqlx::query_scalar(sql::SELECT_EPOCH)
                             .bind(id.as_uuid())
-                            .fetch_optional(pool)
+                            .fetch_optional_completed(pool)
                             .await
                             .map_err(log_backend(BACKEND))?;
                     let found = found.ok_or(LogError::NotFound { id })?;
@@ -117,7 +118,7 @@ macro_rules! sql_log {
                 async fn row(&self, id: LogId) -> Result<LogRow> {
                     let row: Option<LogRow> = sqlx::query_as(sql::SELECT_LOG)
                     .bind(id.as_uuid())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(log_backend(BACKEND))?;
                     row.ok_or(LogError::NotFound { id })
@@ -238,7 +239,7 @@ macro_rules! sql_log {
                     let count: Option<i64> =
                         sqlx::query_scalar(sql::EVENT_COUNT)
                             .bind(self.id.as_uuid())
-                            .fetch_optional(&self.pool)
+                            .fetch_optional_completed(&self.pool)
                             .await
                             .map_err(log_backend(BACKEND))?;
                     let count = count.ok_or(LogError::NotFound { id: self.id })?;

@@ -64,11 +64,12 @@ impl sealed::Sealed for sqlx::SqlitePool {}
 #[async_trait]
 impl Migrations for sqlx::SqlitePool {
     async fn apply_migrations(&self) -> Result<(), StoreError> {
+        use crate::completed::Completed as _;
         use crate::sqlite::BACKEND;
         // The composite foreign keys are the point of this schema; SQLite
         // enforces them only on connections that ask for it.
         let on: i64 = sqlx::query_scalar(crate::sqlite::FOREIGN_KEYS)
-            .fetch_one(self)
+            .fetch_one_completed(self)
             .await
             .map_err(|e| StoreError::backend(BACKEND, e))?;
         if on != 1 {

@@ -107,6 +107,7 @@ macro_rules! sql_outbox {
 
             use korvus_store::{Outbox, OutboxEvent, OutboxKey, OwnerId, Result};
 
+            use $crate::completed::Completed as _;
             use $crate::dialect::StoreDialect;
             use $crate::error::backend;
             use $crate::outbox::{event, EventRow, OutboxStatements};
@@ -188,7 +189,7 @@ macro_rules! sql_outbox {
 
                 async fn undelivered(&self) -> Result<u64> {
                     let n: i64 = sqlx::query_scalar($crate::sql::UNDELIVERED_EVENTS)
-                        .fetch_one(self.pool())
+                        .fetch_one_completed(self.pool())
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     Ok(u64::try_from(n).unwrap_or(0))

@@ -15,6 +15,7 @@ use korvus_store::{constraint, ArtifactId, ContextRef, Entity, NewArtifact, Resu
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::completed::Completed as _;
 use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
@@ -145,7 +146,7 @@ impl StoreDialect for PgStore {
             let picked: Option<(Uuid, String)> = sqlx::query_as(&statements.pick_capped)
                 .bind(pool)
                 .bind(i64::from(cap))
-                .fetch_optional(&mut *tx)
+                .fetch_optional_completed(&mut *tx)
                 .await
                 .map_err(&err)?;
             let Some((id, key)) = picked else {
@@ -160,7 +161,7 @@ impl StoreDialect for PgStore {
             let busy: i64 = sqlx::query_scalar(&statements.key_busy)
                 .bind(pool)
                 .bind(&key)
-                .fetch_one(&mut *tx)
+                .fetch_one_completed(&mut *tx)
                 .await
                 .map_err(&err)?;
             if busy >= i64::from(cap) {
@@ -171,7 +172,7 @@ impl StoreDialect for PgStore {
                 .bind(id)
                 .bind(lease.owner.as_uuid())
                 .bind(lease.ttl_millis())
-                .fetch_optional(&mut *tx)
+                .fetch_optional_completed(&mut *tx)
                 .await
                 .map_err(&err)?;
             tx.commit().await.map_err(&err)?;
@@ -380,7 +381,7 @@ impl LogDialect for PgLogIo {
         // newer writer claimed it.
         let found: Option<(i64, i64)> = sqlx::query_as(crate::sql::COUNT_AND_EPOCH)
             .bind(self.id.as_uuid())
-            .fetch_optional(&self.pool)
+            .fetch_optional_completed(&self.pool)
             .await
             .map_err(log_backend(BACKEND))?;
         match found {

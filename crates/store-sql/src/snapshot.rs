@@ -7,7 +7,8 @@
 //! It also checks that no statement escapes the snapshot: every
 //! `sqlx::query*` call and transaction start in `src/` (but the test
 //! fixtures of `testing.rs`) must take a named statement, never a literal
-//! or a `format!` written where it runs.
+//! or a `format!` written where it runs; and that no statement is read
+//! before it completed (`completed.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -182,12 +183,17 @@ fn the_terminal_statuses_are_bound_not_written() {
 
 /// Every Rust file of `src/`, but the test fixtures.
 fn sources() -> Vec<(PathBuf, String)> {
+    sources_but("testing.rs")
+}
+
+/// Every Rust file of `src/` but `skip`.
+fn sources_but(skip: &str) -> Vec<(PathBuf, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("src/") {
         let path = entry.expect("entry").path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.extension().is_some_and(|e| e == "rs") && name != "testing.rs" {
+        if path.extension().is_some_and(|e| e == "rs") && name != skip {
             out.push((
                 path.clone(),
                 std::fs::read_to_string(&path).expect("readable"),
@@ -233,6 +239,28 @@ fn every_statement_is_named_where_it_runs() {
     assert!(
         inline.is_empty(),
         "statements written where they run (name them in sql.rs or the engine's statements! list): {inline:?}"
+    );
+}
+
+/// Every statement is read to its end (`completed.rs`): sqlx's
+/// `fetch_optional` and `fetch_one` stop at the first row, and on SQLite
+/// the failed commit of a write run so is never reported. The fixtures of
+/// `testing.rs` keep the rule too; only this file names the two calls.
+#[test]
+fn no_statement_is_read_before_it_completed() {
+    let mut early = Vec::new();
+    for (path, text) in sources_but("snapshot.rs") {
+        for call in [".fetch_optional(", ".fetch_one("] {
+            for (at, _) in text.match_indices(call) {
+                let line = text[..at].lines().count() + 1;
+                early.push(format!("{}:{line}", path.display()));
+            }
+        }
+    }
+    assert!(
+        early.is_empty(),
+        "statements read before they completed (use `Completed::fetch_optional_completed` \
+         or `fetch_one_completed`, or `fetch_all`): {early:?}"
     );
 }
 

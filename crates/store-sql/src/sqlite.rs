@@ -22,6 +22,7 @@ use korvus_store::{constraint, ArtifactId, ContextRef, Entity, NewArtifact, Resu
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use crate::completed::Completed as _;
 use crate::dialect::{LogDialect, StoreDialect};
 use crate::error::{backend, log_backend};
 use crate::log::sql_log;
@@ -106,7 +107,9 @@ fn naming(path: &Path, e: korvus_store::StoreError) -> korvus_store::StoreError 
 /// Opens (creating it if missing) the SQLite database at `path` with the
 /// settings the store and log rely on: foreign keys enforced, write-ahead
 /// logging, `synchronous = FULL` (a returned write is durable), and a 30 s
-/// busy timeout. Run [`migrate`](fn@crate::migrate) on the pool before use.
+/// busy timeout; a connection whose commit failed (a full disk) is closed
+/// rather than reused, since sqlx would go on counting the transaction
+/// SQLite rolled back. Run [`migrate`](fn@crate::migrate) on the pool before use.
 /// An open that finds the file locked by another process setting it up is
 /// retried a few times.
 ///
@@ -133,6 +136,7 @@ pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
     loop {
         let opened = SqlitePoolOptions::new()
             .max_connections(4)
+            .after_release(|conn, _| Box::pin(crate::completed::still_usable(conn)))
             .connect_with(options.clone())
             .await
             .map_err(backend(BACKEND));
@@ -176,7 +180,7 @@ impl StoreDialect for SqliteStore {
             .bind(lease.owner.as_uuid())
             .bind(lease.ttl_millis())
             .bind(i64::from(cap))
-            .fetch_optional(&self.pool)
+            .fetch_optional_completed(&self.pool)
             .await
             .map_err(backend(BACKEND))
     }
@@ -316,7 +320,7 @@ impl StoreDialect for SqliteStore {
         for id in artifact_sessions(new) {
             let row: Option<SessionFence> = sqlx::query_as(SESSION_FENCE)
                 .bind(id)
-                .fetch_optional(&mut *tx)
+                .fetch_optional_completed(&mut *tx)
                 .await
                 .map_err(backend(BACKEND))?;
             found.extend(row);
@@ -443,7 +447,7 @@ impl LogDialect for SqliteLogIo {
             .map_err(log_backend(BACKEND))?;
         let found: Option<(i64, i64)> = sqlx::query_as(crate::sql::COUNT_AND_EPOCH)
             .bind(self.id.as_uuid())
-            .fetch_optional(&mut *tx)
+            .fetch_optional_completed(&mut *tx)
             .await
             .map_err(log_backend(BACKEND))?;
         let Some((found, newest)) = found else {

@@ -60,6 +60,7 @@ macro_rules! sql_store {
                 Store, StoreError,
             };
 
+            use $crate::completed::Completed as _;
             use $crate::dialect::StoreDialect;
             use $crate::error::{backend, unexpected};
             use $crate::rows::{self, ArtifactRow, ContextRefRow, IncidentRow, ReportRow, SessionRow};
@@ -70,7 +71,7 @@ macro_rules! sql_store {
                 async fn session_row(&self, id: SessionId) -> Result<Session> {
                     let row: Option<SessionRow> = sqlx::query_as(sql::SELECT_SESSION)
                     .bind(id.as_uuid())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
                     row.ok_or_else(|| StoreError::not_found(Entity::Session, id))?
@@ -96,7 +97,7 @@ macro_rules! sql_store {
                     }
                     let inherited: Option<i32> = sqlx::query_scalar(sql::INHERITED_ARTIFACT)
                         .bind(id.as_uuid())
-                        .fetch_optional(&mut *tx)
+                        .fetch_optional_completed(&mut *tx)
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if inherited.is_some() {
@@ -151,7 +152,7 @@ macro_rules! sql_store {
                 async fn get_incident(&self, id: IncidentId) -> Result<Incident> {
                     let row: Option<IncidentRow> = sqlx::query_as(sql::SELECT_INCIDENT)
                     .bind(id.as_uuid())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
                     row.ok_or_else(|| StoreError::not_found(Entity::Incident, id))?
@@ -173,7 +174,7 @@ macro_rules! sql_store {
                     let row: Option<IncidentRow> = sqlx::query_as(sql::CLOSE_INCIDENT)
                     .bind(id.as_uuid())
                     .bind(IncidentStatus::Closed.as_str())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
                     row.ok_or_else(|| StoreError::not_found(Entity::Incident, id))?
@@ -197,7 +198,7 @@ macro_rules! sql_store {
                         .bind(i16::from(new.admission.priority.get()))
                         .bind(new.admission.queue_key.as_deref())
                         .bind(new.admission.idempotency_key.as_deref())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(|e| {
                             Self::op(Entity::Session, Some(constraint::SESSIONS_INCIDENT_FK)).err(e)
@@ -245,7 +246,7 @@ macro_rules! sql_store {
                         sqlx::query_as(sql::SESSION_BY_IDEMPOTENCY_KEY)
                             .bind(incident.as_uuid())
                             .bind(key)
-                            .fetch_optional(&self.pool)
+                            .fetch_optional_completed(&self.pool)
                             .await
                             .map_err(backend(Self::BACKEND))?;
                     row.map(|r| r.into_model(Self::BACKEND)).transpose()
@@ -359,7 +360,7 @@ macro_rules! sql_store {
                     let row: Option<ReportRow> = sqlx::query_as(sql::SELECT_REPORT)
                     .bind(session.as_uuid())
                     .bind(rev)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
                     row.ok_or_else(not_found)?.into_model(Self::BACKEND)
@@ -380,7 +381,7 @@ macro_rules! sql_store {
                 async fn next_report_revision(&self, session: SessionId) -> Result<u32> {
                     let next: Option<i64> = sqlx::query_scalar(sql::NEXT_REPORT_REVISION)
                     .bind(session.as_uuid())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional_completed(&self.pool)
                     .await
                     .map_err(backend(Self::BACKEND))?;
                     let next = next.ok_or_else(|| StoreError::not_found(Entity::Session, session))?;

@@ -146,12 +146,13 @@ async fn build_template(admin: &PgConnectOptions) {
     let mut conn = PgConnection::connect_with(admin)
         .await
         .expect("connect to the test server");
-    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+    // Read to its end, as every statement of this crate is (`completed.rs`).
+    let exists: Vec<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
         .bind(TEMPLATE)
-        .fetch_optional(&mut conn)
+        .fetch_all(&mut conn)
         .await
         .expect("look for the template");
-    if exists.is_some() && migrate_db(admin, TEMPLATE).await.is_ok() {
+    if !exists.is_empty() && migrate_db(admin, TEMPLATE).await.is_ok() {
         conn.close().await.ok();
         return;
     }

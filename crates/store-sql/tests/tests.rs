@@ -13,6 +13,7 @@
 
 mod support;
 
+mod commit_faults;
 mod concurrency;
 mod contract;
 mod database_keys;
