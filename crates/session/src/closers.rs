@@ -235,7 +235,7 @@ pub(crate) async fn first_of_epoch(
 
 /// The offset from which nothing earlier is open: the start of the
 /// newest epoch that begins with a repair, else 0.
-async fn balanced_start(log: &LogHandle, len: u64) -> korvus_log::Result<u64> {
+pub(crate) async fn balanced_start(log: &LogHandle, len: u64) -> korvus_log::Result<u64> {
     let mut end = len;
     while end > 0 {
         let epoch = epoch_at(log, end - 1).await?;

@@ -60,19 +60,34 @@ pub(crate) struct Salvaged {
 impl Salvaged {
     /// The report row's `detail`: the cause of the takeover, then what the
     /// salvage could not do and where the dir is kept.
+    /// The persist phase's own text is cut first, so where the dir is
+    /// kept always fits in the row's bound.
     pub(crate) fn detail(&self, cause: String) -> String {
-        let mut text = format!("{cause}; {} file(s) of its scratch dir stored", self.stored);
-        if let Some(d) = &self.detail {
-            text.push_str("; ");
-            text.push_str(d);
-        }
-        if !self.complete {
-            text.push_str(&format!(
-                "; the scratch dir is kept at {} (`korvus reap --apply` stores it once the cause is gone)",
+        let head = format!("{cause}; {} file(s) of its scratch dir stored", self.stored);
+        let tail = if self.complete {
+            String::new()
+        } else {
+            format!(
+                "; the scratch dir is kept at {} (its output is not stored whole)",
                 self.dir.display()
-            ));
+            )
+        };
+        let mut middle = self
+            .detail
+            .clone()
+            .map(|d| format!("; {d}"))
+            .unwrap_or_default();
+        let room = korvus_store::validate::MAX_REPORT_DETAIL_BYTES
+            .saturating_sub(head.len() + tail.len() + '…'.len_utf8());
+        if middle.len() > room {
+            let mut end = room;
+            while !middle.is_char_boundary(end) {
+                end -= 1;
+            }
+            middle.truncate(end);
+            middle.push('…');
         }
-        text
+        format!("{head}{middle}{tail}")
     }
 }
 
@@ -89,6 +104,9 @@ impl Inner {
         let (Some(root), Some(_)) = (self.scratch(), self.blobs()) else {
             return None;
         };
+        // A run that never started died while its dir was being prepared:
+        // what is there is seeded or half-restored, not the agent's.
+        row.started_at?;
         let dir = root.join(row.id.to_string()).join(row.revision.to_string());
         if !is_real_dir(&dir).await {
             return None;
@@ -201,17 +219,32 @@ impl Inner {
     /// set or a cancel was pending, else `failed` / `owner_lost` — retried
     /// on transient errors within the settle bound, and finally removes
     /// the salvaged dir if everything in it was stored.
+    ///
+    /// `cancelled` tells whether a cancel reached the session while it was
+    /// being ended (its live entry's cancellation), read right before the
+    /// settlement.
     pub(crate) async fn settle_taken_over(
         &self,
         row: &Session,
         cancel: bool,
+        cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<Session, SessionError> {
         self.claim_log(row).await?;
         self.stop_dead_agents(row.id).await;
         let salvaged = self.salvage(row).await;
-        // What the lost run used, as its log says: its row never got it.
+        if let Some(s) = salvaged.as_ref().filter(|s| !s.complete) {
+            // The only copy of what could not be stored: no removal takes
+            // it until a salvage stores it whole.
+            let (dir, reason) = (s.dir.clone(), s.detail.clone().unwrap_or_default());
+            let marked =
+                tokio::task::spawn_blocking(move || korvus_workspace::keep(&dir, &reason)).await;
+            if !matches!(marked, Ok(Ok(()))) {
+                warn!(session_id = %row.id, dir = %s.dir.display(), "the salvaged dir could not be marked kept; it is left in place");
+            }
+        }
+        // What the lost revision used, as its log says: its row never got it.
         let counters = self.counted_lost_run(row).await;
-        let (status, reason) = if cancel || row.cancel_requested {
+        let (status, reason) = if cancel || cancelled() || row.cancel_requested {
             (SessionStatus::Cancelled, ExitReason::CANCELLED)
         } else {
             (SessionStatus::Failed, ExitReason::OWNER_LOST)
@@ -254,24 +287,26 @@ impl Inner {
         Ok(settled)
     }
 
-    /// The counters of the lost run of `row` (the fence before the
-    /// takeover's), counted from the session's turn log within the report
-    /// bound; the row's own when the log cannot be read.
+    /// The counters of the lost revision of `row`, counted from the
+    /// session's turn log — every event since the revision began (its
+    /// newest repair, or the log's start), whichever runs of it wrote them
+    /// — within the report bound; none when the log cannot be read (the
+    /// row's own are the revision before's).
     async fn counted_lost_run(&self, row: &Session) -> korvus_store::Counters {
         let id = korvus_log::LogId::from_uuid(row.id.as_uuid());
         let count = async {
             let log = self.logs().open(id, korvus_log::Access::Read).await?;
-            let counted = crate::usage::logged(&log, row.fence.saturating_sub(1)).await;
+            let counted = crate::usage::revision(&log).await;
             let _ = log.close().await;
             counted
         };
         match tokio::time::timeout(self.config().report_timeout, count).await {
-            Ok(Ok(counted)) => crate::usage::larger(row.counters, counted).saturating(),
+            Ok(Ok(counted)) => counted.saturating(),
             Ok(Err(e)) => {
                 debug!(session_id = %row.id, error = %e, "the lost run's usage not read from its log");
-                row.counters
+                korvus_store::Counters::default()
             }
-            Err(_) => row.counters,
+            Err(_) => korvus_store::Counters::default(),
         }
     }
 
@@ -285,12 +320,22 @@ impl Inner {
     ) -> Result<(Session, korvus_store::Report), StoreError> {
         let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
         let mut delay = std::time::Duration::from_millis(25);
+        let per_attempt = self.config().settle_timeout / 4;
         loop {
-            match self
-                .store()
-                .settle_with_report(row.id, settlement.clone(), report.clone())
-                .await
-            {
+            let until = deadline.min(tokio::time::Instant::now() + per_attempt);
+            let attempt =
+                self.store()
+                    .settle_with_report(row.id, settlement.clone(), report.clone());
+            let answer = match tokio::time::timeout_at(until, attempt).await {
+                Ok(answer) => answer,
+                // A hung call (a black-holed connection) is given up and
+                // tried again, never waited for past the bound.
+                Err(_) => Err(StoreError::transient(
+                    "session",
+                    "settle_with_report did not answer in time",
+                )),
+            };
+            match answer {
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
                     warn!(session_id = %row.id, error = %e, "taken-over session not settled; retrying");
                     tokio::time::sleep(delay).await;

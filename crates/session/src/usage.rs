@@ -15,19 +15,43 @@ use crate::closers::{first_of_epoch, READ_PAGE};
 /// # Errors
 /// The log's, when a read fails.
 pub(crate) async fn logged(log: &LogHandle, fence: u64) -> korvus_log::Result<Counters> {
-    let mut counters = Counters::default();
     let len = log.len().await?;
     if len == 0 {
-        return Ok(counters);
+        return Ok(Counters::default());
     }
-    let mut at = first_of_epoch(log, len - 1, fence).await?;
+    let from = first_of_epoch(log, len - 1, fence).await?;
+    count(log, from, len, |e| e.epoch == Some(fence)).await
+}
+
+/// The counters of every event of the log's newest revision: from the
+/// start of its newest repair (a reopen's closers and message) — or the
+/// log's start — to its end, whichever runs wrote them. What a revision
+/// whose runs were lost used.
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn revision(log: &LogHandle) -> korvus_log::Result<Counters> {
+    let len = log.len().await?;
+    let from = crate::closers::balanced_start(log, len).await?;
+    count(log, from, len, |_| true).await
+}
+
+/// The counters of the events in `from..len` that `mine` accepts.
+async fn count(
+    log: &LogHandle,
+    from: u64,
+    len: u64,
+    mine: impl Fn(&korvus_log::Event) -> bool,
+) -> korvus_log::Result<Counters> {
+    let mut counters = Counters::default();
+    let mut at = from;
     while at < len {
         let page = log.read(at, Some(READ_PAGE.min(len - at))).await?;
         if page.is_empty() {
             break;
         }
         at += page.len() as u64;
-        for event in page.iter().filter(|e| e.epoch == Some(fence)) {
+        for event in page.iter().filter(|e| mine(e)) {
             match &event.kind {
                 EventKind::TurnStart { .. } => counters.turns = counters.turns.saturating_add(1),
                 EventKind::ToolCall { .. } => {

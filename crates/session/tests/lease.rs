@@ -341,10 +341,14 @@ async fn a_takeover_salvages_the_lost_runs_scratch_dir_before_it_settles() {
         b"step 3 of 5\n"
     );
     // Stored whole: the dir is removed after the settlement.
-    assert!(
-        !dir.exists(),
-        "a salvaged dir is removed once its output is stored"
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "a salvaged dir is removed once its output is stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     env.assert_safe().await;
     manager.stop().await;
 }
@@ -375,6 +379,11 @@ async fn a_salvage_that_cannot_store_everything_keeps_the_dir_and_says_where() {
         dir.join("work/progress.txt").exists(),
         "the only copy of the progress file is kept"
     );
+    // Marked kept (before the settlement), so no removal takes it.
+    let reason = korvus_workspace::kept_reason(&dir).expect("marked kept");
+    assert!(reason.contains("progress.txt"), "{reason}");
+    korvus_workspace::reap(env.root.path()).await.unwrap();
+    assert!(dir.join("work/progress.txt").exists(), "reap keeps it");
     env.assert_safe().await;
     manager.stop().await;
 }

@@ -202,6 +202,7 @@ fn report(s: &Session) -> NewReport {
         exit_reason: "completed".into(),
         counters: Counters::default(),
         detail: None,
+        salvaged_from: None,
         fence: s.fence,
     }
 }

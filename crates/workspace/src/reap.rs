@@ -42,19 +42,58 @@ fn kept_mark(scratch: &Path) -> Option<PathBuf> {
 /// The I/O error of writing the mark (durably: written, then synced).
 pub fn keep(scratch: &Path, reason: &str) -> io::Result<()> {
     use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mark = kept_mark(scratch).ok_or_else(|| io::Error::other("no session dir"))?;
-    let mut file = fs::File::create(&mark)?;
-    file.write_all(reason.replace('\n', " ").as_bytes())?;
+    // Never through a symlink planted where the mark goes.
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&mark)?;
+    let mut line = reason.replace('\n', " ");
+    line.truncate(floor_char_boundary(&line, MAX_REASON_BYTES));
+    file.write_all(line.as_bytes())?;
     file.write_all(b"\n")?;
-    file.sync_all()
+    file.sync_all()?;
+    // The mark's name durable too: it is what keeps the dir.
+    match mark.parent() {
+        Some(dir) => fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
-/// Why the iteration dir `scratch` is kept, if it is.
+/// The longest reason a mark keeps, in bytes.
+const MAX_REASON_BYTES: usize = 4096;
+
+/// The largest index at most `at` that is a char boundary of `s`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut end = at.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// Why the iteration dir `scratch` is kept, if it is (a mark that cannot
+/// be read still keeps it, with a reason saying so).
 pub fn kept_reason(scratch: &Path) -> Option<String> {
+    use std::io::Read as _;
     let mark = kept_mark(scratch)?;
-    fs::read_to_string(mark)
-        .ok()
-        .map(|r| r.trim_end().to_owned())
+    if let Err(e) = fs::symlink_metadata(&mark) {
+        if e.kind() == io::ErrorKind::NotFound {
+            return None;
+        }
+    }
+    let mut text = String::new();
+    let read = fs::File::open(&mark).and_then(|f| {
+        f.take(MAX_REASON_BYTES as u64 + 1)
+            .read_to_string(&mut text)
+    });
+    Some(match read {
+        Ok(_) => text.trim_end().to_owned(),
+        Err(e) => format!("(its kept mark could not be read: {e})"),
+    })
 }
 
 /// Clears the mark of `scratch` (its output is stored now). A dir that

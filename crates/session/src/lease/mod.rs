@@ -86,8 +86,6 @@ pub(crate) fn start(inner: &Arc<Inner>) {
 struct Reaper {
     /// Since when every heartbeat succeeded.
     healthy_since: Option<Instant>,
-    /// Sessions taken over whose settlement has not been written yet.
-    unsettled: HashMap<SessionId, Session>,
 }
 
 /// One period; `false` once the manager is gone, or stopped with no run left.
@@ -117,10 +115,7 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
             }
             if !stopping && since.elapsed() >= inner.config().lease_ttl {
                 let period = inner.config().heartbeat;
-                if tokio::time::timeout(period, reap(&inner, &mut reaper.unsettled))
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout(period, reap(&inner)).await.is_err() {
                     warn!(bound = ?period, "the reaper did not finish within a period; going on next period");
                 }
             }
@@ -138,35 +133,48 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     true
 }
 
-/// Takes over the orphans the store lists and ends each on a task of its
-/// own ([`Inner::end_orphan_as_run`]), in a run slot when one is free —
-/// never on this heartbeat task, which a salvage of a large scratch dir
-/// would hold past its period. An orphan taken over while no slot is free
-/// waits in `unsettled` for a later period (this manager owns its row
-/// meanwhile, under the takeover's claim). An orphan whose ending failed
-/// is left to the store: no heartbeat lists it, so its claim lapses and a
-/// reaper takes it over again under a new fence.
-async fn reap(inner: &Arc<Inner>, unsettled: &mut HashMap<SessionId, Session>) {
-    if let Err(e) = inner.take_over_orphans(unsettled).await {
-        warn!(error = %e, "expired leases not listed");
-    }
-    let owed: Vec<SessionId> = unsettled.keys().copied().collect();
-    for id in owed {
+/// Takes over the orphans the store lists, one per free run slot, and
+/// ends each on a task of its own ([`Inner::end_orphan_as_run`]) — never on
+/// this heartbeat task, which a salvage of a large scratch dir would hold
+/// past its period. The slot is taken before the takeover, so no orphan is
+/// held here waiting for one: with every slot busy, orphans stay for a
+/// later period or another replica. An orphan whose ending failed is left
+/// to the store: no heartbeat lists it, so its claim lapses and a reaper
+/// takes it over again under a new fence.
+async fn reap(inner: &Arc<Inner>) {
+    let orphans = match inner.store().expired_leases().await {
+        Ok(orphans) => orphans,
+        Err(e) => {
+            warn!(error = %e, "expired leases not listed");
+            return;
+        }
+    };
+    for (session, fence) in orphans {
+        if inner.live().contains(session) {
+            continue;
+        }
         let Some(slot) = inner.slots().try_take() else {
-            debug!(
-                waiting = unsettled.len(),
-                "no run slot free to end the orphans taken over; next period"
-            );
+            debug!("no run slot free to end an orphan; next period");
             return;
         };
-        let Some(row) = unsettled.remove(&id) else {
-            continue;
+        let row = match inner.store().take_over(session, fence, inner.lease()).await {
+            Ok(row) => row,
+            // Another reaper (or a renewal) came first.
+            Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => continue,
+            Err(e) => {
+                warn!(session_id = %session, error = %e, "orphan not taken over");
+                continue;
+            }
         };
+        warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
+        // A member of the run group before the task exists: `stop` waits
+        // for it whenever it looks.
+        let member = inner.runs().join();
         let inner = Arc::clone(inner);
         let span = tracing::info_span!(parent: None, "orphan", session_id = %row.id, incident_id = %row.incident_id, fence = row.fence);
         tokio::spawn(
             async move {
-                match inner.end_orphan_as_run(&row).await {
+                match inner.end_orphan_as_run(&row, false, member).await {
                     Some(Err(e)) if transient(&e) => {
                         warn!(error = %e, "orphan not settled; a reaper takes it over again once its claim lapses");
                     }
@@ -290,26 +298,49 @@ impl Inner {
 
     /// Ends an orphan this manager took over as a run of its own: registered
     /// in the live-run table under the takeover's fence (so this manager's
-    /// heartbeats hold the row while a salvage lands its dir, and neither
-    /// this reaper nor another takes it again meanwhile) and a member of
-    /// the run group (`stop` waits for it). Returns `None` when a run of
-    /// the session is already live here.
+    /// heartbeats hold the row while a salvage lands its dir, a cancel
+    /// reaches it, and neither this reaper nor another takes it again
+    /// meanwhile), a member of the run group through `member` (`stop`
+    /// waits for it), and bounded as a whole: by the persist, report and
+    /// settle bounds added up. `cancel` settles it `cancelled` (a cancel of
+    /// the orphan). Returns `None` when a run of the session is already
+    /// live here, or the bound passed (the row is then released by the next
+    /// beat and ended again later).
     ///
     /// # Errors
     /// As [`Inner::end_orphan`].
     pub(crate) async fn end_orphan_as_run(
         &self,
         row: &Session,
+        cancel: bool,
+        member: crate::live::RunGuard,
     ) -> Option<Result<Session, SessionError>> {
-        let _member = self.runs().join();
         let run = self
             .live()
             .register(row.id, row.incident_id, row.fence)
             .ok()?;
-        let ended = self.end_orphan(row).await;
+        let c = self.config();
+        let bound = c.persist.timeout
+            + c.persist.manifest_timeout
+            + c.report_timeout * 2
+            + c.settle_timeout
+            + c.cleanup_timeout;
+        let cancelled = || run.cancel.is_cancelled();
+        let work = async {
+            if cancel {
+                self.settle_taken_over(row, true, &cancelled).await
+            } else {
+                self.end_orphan(row, &cancelled).await
+            }
+        };
+        let ended = tokio::time::timeout(bound, work).await;
+        if ended.is_err() {
+            error!(session_id = %row.id, ?bound, "the orphan was not ended within its bound; it is released and ended again later");
+        }
         self.live().unregister(row.id, &run);
         run.signal_settled();
-        Some(ended)
+        drop(member);
+        ended.ok()
     }
 
     /// Ends an orphan this manager took over. A first run that never
@@ -325,14 +356,18 @@ impl Inner {
     /// # Errors
     /// As [`Inner::settle_taken_over`]; the store's error when the claim
     /// could not be given back.
-    pub(crate) async fn end_orphan(&self, row: &Session) -> Result<Session, SessionError> {
+    pub(crate) async fn end_orphan(
+        &self,
+        row: &Session,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Session, SessionError> {
         if row.started_at.is_none() && !row.cancel_requested && row.revision == 1 {
             let queued = self.store().release(row.id, row.fence).await?;
             warn!(session_id = %row.id, fence = queued.fence, "an orphan that never started went back to the queue");
             self.slots().nudge();
             return Ok(queued);
         }
-        self.settle_taken_over(row, false).await
+        self.settle_taken_over(row, false, cancelled).await
     }
 
     /// Stops the agent process groups that dead runs of `session` recorded

@@ -37,10 +37,9 @@ impl Manager {
     pub async fn check(&self) -> Result<()> {
         let inner = &self.inner;
         let store = inner.store();
-        store
-            .heartbeat(inner.lease(), &[])
-            .await
-            .map_err(|e| not_ready("store", &e))?;
+        // This manager's own renewal, naming its live runs: a probe that
+        // named none would release them.
+        inner.renew().await.map_err(|e| not_ready("store", &e))?;
         // A read of the sessions table: an unknown id is `NotFound`.
         match store.get_session(korvus_store::SessionId::new()).await {
             Ok(_) | Err(korvus_store::StoreError::NotFound { .. }) => {}

@@ -143,15 +143,20 @@ impl Manager {
     /// the run's cancellation within its
     /// [`cancel_poll`](crate::ManagerBuilder::cancel_poll) period; the row
     /// is returned with `cancel_requested` set. An orphan — a run whose
-    /// owner stopped renewing its lease — is taken over and settled
-    /// `cancelled` at once, with a report row for its revision.
+    /// owner stopped renewing its lease — is taken over, the scratch dir
+    /// its lost run left on this host salvaged, and settled `cancelled`
+    /// with a report row for its revision, before this returns (bounded by
+    /// the persist, report and settle bounds).
     ///
     /// # Errors
     /// `AlreadyEnded`, `NotFound`, `Store`.
     ///
     /// # Cancel safety
-    /// Cancel-safe: each write is one store call or the in-process
-    /// cancellation, made after the row was read.
+    /// Cancel-safe for every row but an orphan's: each write is one store
+    /// call or the in-process cancellation, made after the row was read.
+    /// Dropped while it ends an orphan it took over, the salvage and
+    /// settlement stop; the row, no longer listed by this manager's
+    /// heartbeat, becomes an orphan again and a reaper ends it.
     pub async fn cancel(&self, id: SessionId) -> Result<Session> {
         let row = self.inner.store.get_session(id).await?;
         if row.status.is_terminal() {
@@ -187,7 +192,13 @@ impl Manager {
         {
             Ok(taken) => {
                 info!(session_id = %id, "cancel: the session's owner is gone; taken over and cancelled");
-                return self.inner.settle_taken_over(&taken, true).await;
+                // As a run of this manager, like a reaper's: its heartbeats
+                // hold the row while the salvage stores the lost run's dir.
+                let member = self.inner.runs().join();
+                return match self.inner.end_orphan_as_run(&taken, true, member).await {
+                    Some(ended) => ended,
+                    None => Ok(self.inner.store.get_session(id).await?),
+                };
             }
             Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -326,7 +337,8 @@ impl Manager {
         for row in taken.values() {
             // As a run of this manager: its heartbeats hold the row while
             // a salvage lands the dead run's scratch dir.
-            match self.inner.end_orphan_as_run(row).await {
+            let member = self.inner.runs().join();
+            match self.inner.end_orphan_as_run(row, false, member).await {
                 Some(Ok(done)) => settled.push(done),
                 Some(Err(e)) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
                 None => warn!(session_id = %row.id, "orphan not settled: a run of it is live here"),
