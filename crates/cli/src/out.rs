@@ -25,7 +25,7 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
     write_line(&STDOUT_CLOSED, &mut std::io::stdout().lock(), args);
 }
 
-/// Writes one line to stderr, as [`line`] does to stdout.
+/// Writes one line to stderr, as the writer of stdout above does.
 pub(crate) fn err_line(args: std::fmt::Arguments<'_>) {
     write_line(&STDERR_CLOSED, &mut std::io::stderr().lock(), args);
 }

@@ -27,6 +27,18 @@ pub(crate) struct Leftovers {
     pub(crate) keep: Option<String>,
 }
 
+impl Leftovers {
+    /// What a run that stored its output (or never started) leaves: the
+    /// dir is removed.
+    pub(crate) fn removing(lease: Option<DocsLease>, dir: Option<ScratchDir>) -> Self {
+        Self {
+            lease,
+            dir,
+            keep: None,
+        }
+    }
+}
+
 /// Releases the docs lease and removes the scratch dir, within the bound.
 pub(crate) async fn cleanup(inner: &Arc<Inner>, leftovers: Leftovers) {
     let Leftovers { lease, dir, keep } = leftovers;

@@ -229,11 +229,7 @@ async fn iterate(
     // ends `cancelled` as asked.
     if first_run && token.is_cancelled() && run.by_stop.load(Ordering::Acquire) {
         info!("the manager stops before the run started: the session goes back to the queue");
-        let leftovers = Leftovers {
-            lease,
-            dir: prepared.dir,
-            keep: None,
-        };
+        let leftovers = Leftovers::removing(lease, prepared.dir);
         Box::pin(go_back(inner, revision, &log, leftovers)).await;
         return (None, Leftovers::default());
     }
@@ -265,11 +261,7 @@ async fn iterate(
         }
         Write::GaveUp if first_run => {
             error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
-            let leftovers = Leftovers {
-                lease,
-                dir: prepared.dir,
-                keep: None,
-            };
+            let leftovers = Leftovers::removing(lease, prepared.dir);
             if Box::pin(go_back(inner, revision, &log, leftovers)).await {
                 return (None, Leftovers::default());
             }
