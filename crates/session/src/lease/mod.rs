@@ -133,12 +133,22 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     true
 }
 
+/// Whether the orphan `session` at `fence` is a first run's claim that
+/// never started (so ending it is giving it back to the queue), as its
+/// row says now; `false` when the row cannot be read.
+async fn never_started(inner: &Inner, session: SessionId, fence: u64) -> bool {
+    inner.store().get_session(session).await.is_ok_and(|row| {
+        row.fence == fence && row.started_at.is_none() && row.revision == 1 && !row.cancel_requested
+    })
+}
+
 /// Takes over the orphans the store lists, one per free run slot, and
 /// ends each on a task of its own ([`Inner::end_orphan_as_run`]) — never on
 /// this heartbeat task, which a salvage of a large scratch dir would hold
 /// past its period. The slot is taken before the takeover, so no orphan is
 /// held here waiting for one: with every slot busy, orphans stay for a
-/// later period or another replica. An orphan whose ending failed is left
+/// later period or another replica. A first run's claim that never started
+/// needs no slot: it only goes back to the queue. An orphan whose ending failed is left
 /// to the store: no heartbeat lists it, so its claim lapses and a reaper
 /// takes it over again under a new fence.
 async fn reap(inner: &Arc<Inner>) {
@@ -153,9 +163,18 @@ async fn reap(inner: &Arc<Inner>) {
         if inner.live().contains(session) {
             continue;
         }
-        let Some(slot) = inner.slots().try_take() else {
-            debug!("no run slot free to end an orphan; next period");
-            return;
+        // A claim whose run never started only goes back to the queue: no
+        // salvage, no slot — it is given back at once, as it always was.
+        let slot = if never_started(inner, session, fence).await {
+            None
+        } else {
+            match inner.slots().try_take() {
+                Some(slot) => Some(slot),
+                None => {
+                    debug!("no run slot free to end an orphan; next period");
+                    continue;
+                }
+            }
         };
         let row = match inner.store().take_over(session, fence, inner.lease()).await {
             Ok(row) => row,
