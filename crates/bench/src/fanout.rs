@@ -258,13 +258,16 @@ async fn measure(kind: &str, n: usize, events: usize) -> Result<Sample> {
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the fan-out child")?;
-    let result = drive(&mut child, n, events).await;
+    // A korvus session's log begins with its prompt (a user message):
+    // one frame more than the bare channel's.
+    let prompt = u64::from(kind == "ours");
+    let result = drive(&mut child, n, events, prompt).await;
     let _ = child.kill();
     let _ = child.wait();
     result
 }
 
-async fn drive(child: &mut Child, n: usize, events: usize) -> Result<Sample> {
+async fn drive(child: &mut Child, n: usize, events: usize, prompt: u64) -> Result<Sample> {
     let pid = child.id();
     let mut stdin: ChildStdin = child.stdin.take().context("no stdin")?;
     let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
@@ -293,8 +296,10 @@ async fn drive(child: &mut Child, n: usize, events: usize) -> Result<Sample> {
     let followers: Followers = serde_json::from_str(&next_line()?)?;
     for sub in subs {
         let frames = sub.await??;
-        if frames != events as u64 + 1 {
-            bail!("a subscriber got {frames} frames, not {}", events + 1);
+        // The events, the prompt (ours) and the end frame.
+        let expected = events as u64 + 1 + prompt;
+        if frames != expected {
+            bail!("a subscriber got {frames} frames, not {expected}");
         }
     }
     let elapsed = started.elapsed().as_secs_f64();

@@ -96,7 +96,16 @@ async fn ours(b: &Bench, logs: Arc<dyn TurnLog>, lines: u64) -> Result<f64> {
         .read(0, None)
         .await?
         .iter()
-        .filter(|e| matches!(e.kind, EventKind::Message { .. }))
+        // The agent's lines: the prompt is the log's first, a user message.
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::Message {
+                    role: korvus_log::Role::Assistant,
+                    ..
+                }
+            )
+        })
         .count() as u64;
     if stored != lines {
         bail!("{stored} of {lines} lines stored");
