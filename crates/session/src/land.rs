@@ -152,28 +152,36 @@ pub(crate) fn unstored(outcome: &PersistOutcome) -> Option<String> {
     None
 }
 
-/// `detail` with where the scratch dir is kept, within the row's bound.
+/// `detail` with where the scratch dir is kept, within the row's bound:
+/// the persist phase's text is cut, never the path.
 fn kept_detail(detail: Option<String>, dir: &std::path::Path) -> String {
     let kept = format!(
         "the scratch dir is kept at {} (its output is not stored whole)",
         dir.display()
     );
-    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
     match detail {
         None => kept,
         Some(mut d) => {
-            let room = max.saturating_sub(kept.len() + 2);
-            if d.len() > room {
-                let mut end = room.saturating_sub('…'.len_utf8());
-                while !d.is_char_boundary(end) {
-                    end -= 1;
-                }
-                d.truncate(end);
-                d.push('…');
-            }
+            let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
+            cut(&mut d, max.saturating_sub(kept.len() + 2));
             format!("{d}; {kept}")
         }
     }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, ending it
+/// with `…` when anything was cut (the mark alone, 3 bytes, when `max` is
+/// smaller than that).
+pub(crate) fn cut(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
 }
 
 /// What the run used. A runner that returned says so itself; for any
@@ -308,14 +316,7 @@ async fn note_replaced(log: &LogHandle, returned: &ExitReason, now: &ExitReason)
 /// backend) and cut to [`REJECTED_NOTE_BYTES`].
 async fn note_rejected(log: &LogHandle, original: &str) {
     let mut escaped = format!("{original:?}");
-    if escaped.len() > REJECTED_NOTE_BYTES {
-        let mut end = REJECTED_NOTE_BYTES;
-        while !escaped.is_char_boundary(end) {
-            end -= 1;
-        }
-        escaped.truncate(end);
-        escaped.push('…');
-    }
+    cut(&mut escaped, REJECTED_NOTE_BYTES);
     warn!(original = %escaped, "runner returned an invalid exit reason");
     let note = Event::now(EventKind::Note {
         text: format!(
@@ -325,5 +326,22 @@ async fn note_rejected(log: &LogHandle, original: &str) {
     });
     if let Err(e) = log.append(&[note]).await {
         warn!(error = %e, "invalid exit reason not noted in the turn log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cut_keeps_within_the_bound_at_a_character_boundary() {
+        let mut short = "fits".to_owned();
+        super::cut(&mut short, 4);
+        assert_eq!(short, "fits");
+        let mut long = "ééééé".to_owned(); // 10 bytes
+        super::cut(&mut long, 6);
+        assert!(long.len() <= 6, "{long}");
+        assert_eq!(long, "é…");
+        let mut tiny = "abcdef".to_owned();
+        super::cut(&mut tiny, 2);
+        assert_eq!(tiny, "…", "nothing fits but the mark");
     }
 }

@@ -77,16 +77,9 @@ impl Salvaged {
             .clone()
             .map(|d| format!("; {d}"))
             .unwrap_or_default();
-        let room = korvus_store::validate::MAX_REPORT_DETAIL_BYTES
-            .saturating_sub(head.len() + tail.len() + '…'.len_utf8());
-        if middle.len() > room {
-            let mut end = room;
-            while !middle.is_char_boundary(end) {
-                end -= 1;
-            }
-            middle.truncate(end);
-            middle.push('…');
-        }
+        let room =
+            korvus_store::validate::MAX_REPORT_DETAIL_BYTES.saturating_sub(head.len() + tail.len());
+        crate::land::cut(&mut middle, room);
         format!("{head}{middle}{tail}")
     }
 }
@@ -374,14 +367,6 @@ impl Inner {
 /// `text` cut to what a report row's `detail` (and `salvaged_from`) may
 /// hold, at a character boundary.
 fn bounded_detail(mut text: String) -> String {
-    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
-    if text.len() > max {
-        let mut end = max - '…'.len_utf8();
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
+    crate::land::cut(&mut text, korvus_store::validate::MAX_REPORT_DETAIL_BYTES);
     text
 }
