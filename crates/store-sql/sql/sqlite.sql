@@ -64,6 +64,21 @@ SET fence = fence + 1
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
 
+-- SALVAGE_FENCE (shared)
+UPDATE sessions
+SET fence = fence + 1
+WHERE id = $1 AND fence = $2 AND revision >= $3 AND NOT (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key;
+
+-- SALVAGE_REPORT (shared)
+UPDATE reports
+SET markdown_bytes = CASE WHEN markdown_key IS NULL THEN $4 ELSE markdown_bytes END, markdown_key = COALESCE(markdown_key, $3), manifest_key = COALESCE($5, manifest_key), salvaged_from = $6, detail = $7, fence = $8
+WHERE session_id = $1 AND revision = $2;
+
+-- INSERT_ARTIFACT (shared)
+INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+
 -- MARK_STARTED (shared)
 UPDATE sessions
 SET started_at = COALESCE(started_at, $3)

@@ -296,6 +296,7 @@ macro_rules! sql_lease {
             }
 
             $crate::heartbeat::heartbeat_rows!($store);
+            $crate::salvage::salvage_rows!($store, $conn);
 
             #[async_trait::async_trait]
             impl Coordination for $store {
@@ -452,6 +453,15 @@ macro_rules! sql_lease {
                     report: NewReport,
                 ) -> Result<(Session, Report)> {
                     self.settle_with_report_rows(id, settlement, report).await
+                }
+
+                async fn attach_kept_output(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    kept: korvus_store::KeptOutput,
+                ) -> Result<(Session, Report)> {
+                    self.attach_kept_rows(id, fence, kept).await
                 }
 
                 async fn force_cancel(

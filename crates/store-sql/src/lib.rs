@@ -171,6 +171,7 @@ mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rows;
+mod salvage;
 #[cfg(all(test, feature = "postgres", feature = "sqlite"))]
 mod snapshot;
 mod sql;

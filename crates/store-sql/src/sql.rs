@@ -119,6 +119,37 @@ statements! {
         session_columns!()
     );
 
+    /// `attach_kept_output`'s first step: a settled row (not active) at
+    /// `$2` (fence) that has reached revision `$3` gets the next fence.
+    /// Binds `$1` id, `$2` fence, `$3` revision.
+    SALVAGE_FENCE = concat!(
+        "UPDATE sessions SET fence = fence + 1 WHERE id = $1 AND fence = $2 AND revision >= $3 \
+         AND NOT (",
+        active!(),
+        ") RETURNING ",
+        session_columns!()
+    );
+
+    /// `attach_kept_output`: the revision's report row takes the salvage
+    /// (its document only when it had none). Binds `$1` session, `$2`
+    /// revision, `$3` document key, `$4` document bytes, `$5` manifest key,
+    /// `$6` salvaged from, `$7` detail, `$8` fence.
+    SALVAGE_REPORT = "UPDATE reports SET \
+        markdown_bytes = CASE WHEN markdown_key IS NULL THEN $4 ELSE markdown_bytes END, \
+        markdown_key = COALESCE(markdown_key, $3), \
+        manifest_key = COALESCE($5, manifest_key), \
+        salvaged_from = $6, detail = $7, fence = $8 \
+        WHERE session_id = $1 AND revision = $2";
+
+    /// One artifact row, unconditionally: `attach_kept_output` checked
+    /// its session under the same transaction. Binds `$1…$12` in
+    /// `artifact_columns` order.
+    INSERT_ARTIFACT = concat!(
+        "INSERT INTO artifacts (",
+        artifact_columns!(),
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+    );
+
     /// `mark_started`: the active row at `$2` (fence) records when its run
     /// started, unless it did. Binds `$1` id, `$2` fence, `$3` now.
     MARK_STARTED = concat!(

@@ -161,6 +161,34 @@ pub trait Coordination: Send + Sync + Debug + 'static {
         detail: String,
     ) -> Result<(Session, Report)>;
 
+    /// Attaches the output a settled session's run could not store — a
+    /// kept scratch dir, stored later by a salvage — to the revision it
+    /// belongs to. This is the only write a settled row accepts. In one
+    /// transaction, while the session is settled (terminal or idle) at
+    /// `fence`: its fence moves to `fence + 1` (so of two salvages of one
+    /// dir exactly one attaches, and whatever presents the old fence is
+    /// refused), `kept.artifacts` are inserted, and the revision's report
+    /// row takes the salvage — its document when it had none, the
+    /// salvage's manifest key, `salvaged_from`, `detail` and the new fence;
+    /// its exit reason and counters stay (the run did not finish). A
+    /// revision without a report row gets `kept.report`. The session's
+    /// status, exit reason and counters do not change. Returns the row
+    /// and the report row that stands.
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotFinished` while a
+    /// run is active (its own landing stores its dir); `NotFound` for an
+    /// unknown session; `InvalidInput` for rows of another session,
+    /// revision or fence (see [`KeptOutput::validate`](crate::KeptOutput::validate))
+    /// or a revision the session has not reached; `Conflict` for an
+    /// artifact id already taken. Nothing is written on any error.
+    async fn attach_kept_output(
+        &self,
+        id: SessionId,
+        fence: u64,
+        kept: crate::KeptOutput,
+    ) -> Result<(Session, Report)>;
+
     /// Claims the next queued session of `pool` for the manager holding
     /// `lease`, in one conditional step: the highest
     /// [priority](crate::Priority) first; among those, the key (the

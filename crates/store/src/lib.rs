@@ -75,6 +75,7 @@ mod model;
 mod outbox;
 mod page;
 mod report;
+mod salvage;
 mod session_rules;
 mod store;
 pub mod validate;
@@ -95,6 +96,7 @@ pub use crate::outbox::MockOutbox;
 pub use crate::outbox::{Outbox, OutboxEvent, OutboxKey, OutboxKind};
 pub use crate::page::{walk, Cursor, Page, Paged, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use crate::report::{NewReport, Report};
+pub use crate::salvage::KeptOutput;
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;
 pub use crate::store::{ContinueFrom, Store, StoreExt};

@@ -5,6 +5,7 @@ mod lease;
 mod outbox;
 mod owners;
 mod pages;
+mod salvage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI64;

@@ -32,7 +32,7 @@ pub const MAX_KEY_BYTES: usize = 256;
 
 type Result = std::result::Result<(), StoreError>;
 
-fn invalid(field: &'static str, reason: impl Into<String>) -> StoreError {
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> StoreError {
     StoreError::InvalidInput {
         field,
         reason: reason.into(),

@@ -1,7 +1,8 @@
 //! The [`Coordination`](korvus_store::Coordination) contract: what a store
 //! must honour to be shared by replicas — cancel requests naming the run
 //! they target, leases renewed by their owner (one lease per owner, not per row) and taken over exactly once,
-//! settle with report, forced cancel. Every case is a public async function
+//! settle with report, forced cancel, kept output attached to a settled
+//! session. Every case is a public async function
 //! taking `&dyn CoordinatedStore` (it also uses the rows of
 //! [`Store`](korvus_store::Store)); [`run_all`] runs them in order; the
 //! [`coordination_contract_tests!`](crate::coordination_contract_tests)
@@ -17,6 +18,7 @@ mod leases;
 mod outbox;
 mod owners;
 mod queue;
+mod salvage;
 
 use korvus_store::CoordinatedStore;
 
@@ -39,6 +41,7 @@ pub use self::queue::{
     a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,
     keys_take_turns_when_runs_do_not_overlap, the_queue_depth_counts_queued_rows_by_pool_and_key,
 };
+pub use self::salvage::kept_output_attaches_to_a_settled_revision_under_a_new_fence;
 
 crate::__with_cases!(
     coordination,

@@ -69,6 +69,7 @@ macro_rules! __with_cases {
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,
             a_forced_cancel_racing_the_runs_settle_has_one_winner,
             the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once,
+            kept_output_attaches_to_a_settled_revision_under_a_new_fence,
         ]);
     };
     (log, [$($cb:tt)+], ($($args:tt)*)) => {

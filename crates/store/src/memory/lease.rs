@@ -363,6 +363,15 @@ impl Coordination for MemoryStore {
         self.settle_with_report_now(id, settlement, report)
     }
 
+    async fn attach_kept_output(
+        &self,
+        id: SessionId,
+        fence: u64,
+        kept: crate::KeptOutput,
+    ) -> Result<(Session, Report)> {
+        self.attach_kept_now(id, fence, kept)
+    }
+
     async fn force_cancel(
         &self,
         id: SessionId,

@@ -42,6 +42,7 @@ pub enum StoreOp {
     TakeOver,
     SettleWithReport,
     ForceCancel,
+    AttachKeptOutput,
     CreateReport,
     GetReport,
     ListReports,
@@ -382,6 +383,15 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     ) -> Result<(Session, Report)> {
         self.enter(StoreOp::SettleWithReport).await?;
         self.inner.settle_with_report(id, settlement, report).await
+    }
+    async fn attach_kept_output(
+        &self,
+        id: SessionId,
+        fence: u64,
+        kept: korvus_store::KeptOutput,
+    ) -> Result<(Session, Report)> {
+        self.enter(StoreOp::AttachKeptOutput).await?;
+        self.inner.attach_kept_output(id, fence, kept).await
     }
     async fn force_cancel(
         &self,
