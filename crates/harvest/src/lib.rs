@@ -80,6 +80,7 @@
 mod agent_state;
 mod content_type;
 mod file;
+mod held;
 mod manifest;
 mod outcome;
 mod persist;
@@ -87,6 +88,7 @@ mod sweep;
 mod walk;
 
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
+pub use crate::held::{persist_held, HeldRows};
 pub use crate::manifest::MANIFEST_PATH;
 pub use crate::outcome::{
     FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile, DETAIL_MAX_BYTES,

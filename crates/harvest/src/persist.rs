@@ -128,6 +128,39 @@ pub async fn persist(
     let Some(scratch) = request.scratch.clone() else {
         return PersistOutcome::skipped_phase("no scratch directory");
     };
+    let (mut outcome, request, span) = run_phase(
+        Rows::Write(store),
+        Arc::clone(&blobs),
+        config,
+        request,
+        scratch,
+    )
+    .await;
+    store_manifest(&*blobs, &request, &mut outcome, config.manifest_timeout)
+        .instrument(span)
+        .await;
+    outcome
+}
+
+/// Where a phase's artifact rows go.
+pub(crate) enum Rows {
+    /// Written by the phase, through this store.
+    Write(Arc<dyn Store>),
+    /// Held for the caller, who writes them in a transaction of its own
+    /// ([`persist_held`](crate::persist_held)).
+    Hold(Arc<Mutex<Vec<NewArtifact>>>),
+}
+
+/// Runs the phase on its own task within `config.timeout`: the outcome,
+/// without its manifest, and the request and span the manifest is stored
+/// under.
+pub(crate) async fn run_phase(
+    rows: Rows,
+    blobs: Arc<dyn BlobStore>,
+    config: &PersistConfig,
+    request: PersistRequest,
+    scratch: PathBuf,
+) -> (PersistOutcome, Arc<PersistRequest>, tracing::Span) {
     let progress = Progress::new();
     let span = info_span!(
         "persist",
@@ -137,15 +170,15 @@ pub async fn persist(
     );
     let request = Arc::new(request);
     let phase = Phase {
-        store,
-        blobs: Arc::clone(&blobs),
+        rows,
+        blobs,
         config: config.clone(),
         request: Arc::clone(&request),
         progress: progress.clone(),
     };
     let task = tokio::spawn(phase.run(scratch).instrument(span.clone()));
     let abort = task.abort_handle();
-    let mut outcome = match tokio::time::timeout(config.timeout, task).await {
+    let outcome = match tokio::time::timeout(config.timeout, task).await {
         Ok(Ok(())) => progress.snapshot(),
         Ok(Err(join)) => progress.cut_short(format!("persist phase panicked: {join}")),
         Err(_) => {
@@ -156,10 +189,7 @@ pub async fn persist(
             ))
         }
     };
-    store_manifest(&*blobs, &request, &mut outcome, config.manifest_timeout)
-        .instrument(span)
-        .await;
-    outcome
+    (outcome, request, span)
 }
 
 /// The outcome so far, shared between the phase's task and [`persist`], so
@@ -251,7 +281,7 @@ impl Progress {
 /// are up but no row points at them. A stored `report.md` becomes
 /// [`ReportFile::Failed`] with the same cause: a report row must never point
 /// at bytes whose artifact row is missing.
-fn rows_failed(outcome: &mut PersistOutcome, cause: &str) {
+pub(crate) fn rows_failed(outcome: &mut PersistOutcome, cause: &str) {
     if matches!(outcome.report, ReportFile::Stored { .. }) {
         outcome.report = ReportFile::Failed {
             cause: cause.to_owned(),
@@ -268,7 +298,7 @@ fn rows_failed(outcome: &mut PersistOutcome, cause: &str) {
 
 /// Everything the phase's task owns.
 struct Phase {
-    store: Arc<dyn Store>,
+    rows: Rows,
     blobs: Arc<dyn BlobStore>,
     config: PersistConfig,
     request: Arc<PersistRequest>,
@@ -294,7 +324,10 @@ impl Phase {
             self.progress.update(|o| rows_failed(o, &cause));
             return;
         }
-        self.write_rows(rows).await;
+        match &self.rows {
+            Rows::Write(store) => self.write_rows(&**store, rows).await,
+            Rows::Hold(held) => *held.lock().unwrap_or_else(|p| p.into_inner()) = rows,
+        }
     }
 
     /// Walks the scratch dir and opens it as a capability, on a blocking
@@ -379,14 +412,14 @@ impl Phase {
     /// whether they are these rows (the first attempt committed, its answer
     /// lost). On failure the bytes stay behind (harmless) and every stored
     /// file is reported failed at the row stage.
-    async fn write_rows(&self, rows: Vec<NewArtifact>) {
+    async fn write_rows(&self, store: &dyn Store, rows: Vec<NewArtifact>) {
         let mut delay = Duration::from_millis(25);
         let mut retried = false;
         let written = loop {
-            match self.store.create_artifacts(rows.clone()).await {
+            match store.create_artifacts(rows.clone()).await {
                 Ok(_) => break Ok(()),
                 Err(StoreError::Conflict { .. })
-                    if retried && self.already_written(&rows).await =>
+                    if retried && already_written(store, &rows).await =>
                 {
                     break Ok(())
                 }
@@ -408,18 +441,19 @@ impl Phase {
             }
         }
     }
+}
 
-    /// Whether every row of `rows` is stored as it is (by id and key).
-    async fn already_written(&self, rows: &[NewArtifact]) -> bool {
-        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-        match self.store.get_artifacts(&ids).await {
-            Ok(found) => {
-                found.len() == rows.len()
-                    && found.iter().zip(rows).all(|(a, r)| {
-                        a.id == r.id && a.blob_key == r.blob_key && a.fence == r.fence
-                    })
-            }
-            Err(_) => false,
+/// Whether every row of `rows` is stored as it is (by id and key).
+async fn already_written(store: &dyn Store, rows: &[NewArtifact]) -> bool {
+    let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+    match store.get_artifacts(&ids).await {
+        Ok(found) => {
+            found.len() == rows.len()
+                && found
+                    .iter()
+                    .zip(rows)
+                    .all(|(a, r)| a.id == r.id && a.blob_key == r.blob_key && a.fence == r.fence)
         }
+        Err(_) => false,
     }
 }

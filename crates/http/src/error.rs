@@ -39,6 +39,7 @@ pub const CODES: &[&str] = &[
     "not_awaiting_user",
     "already_live",
     "idempotency_conflict",
+    "output_kept",
     "body_too_large",
     "queue_full",
     "unsupported_media_type",
@@ -48,6 +49,7 @@ pub const CODES: &[&str] = &[
     "internal",
     "shutting_down",
     "store_unavailable",
+    "not_ready",
 ];
 
 /// A failed request: an HTTP status, a stable machine-readable `code` and a
@@ -62,12 +64,12 @@ pub const CODES: &[&str] = &[
 /// | 403 | `host_not_allowed`, `origin_not_allowed`, `csrf_failed` (the guard) |
 /// | 404 | `not_found`, `no_document`, `no_route` |
 /// | 405 | `method_not_allowed` |
-/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict` |
+/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict`, `output_kept` |
 /// | 413 | `body_too_large` |
 /// | 429 | `queue_full` (with `Retry-After`) |
 /// | 415 | `unsupported_media_type` |
 /// | 500 | `store_failed`, `log_failed`, `blob_failed`, `internal` |
-/// | 503 | `shutting_down`, `store_unavailable` |
+/// | 503 | `shutting_down`, `store_unavailable`, `not_ready` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     status: StatusCode,
@@ -162,6 +164,17 @@ impl From<SessionError> for ApiError {
             SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
             SessionError::AlreadyLive { .. } => conflict("already_live"),
             SessionError::IdempotencyConflict { .. } => conflict("idempotency_conflict"),
+            // The message names the kept dir: the operator who reopens is
+            // the one who salvages it.
+            SessionError::OutputKept { .. } => conflict("output_kept"),
+            SessionError::NotReady { .. } => {
+                tracing::error!(error = %e, "a backend is not usable");
+                Self::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "not_ready",
+                    "a backend of the manager is not usable; see the server log",
+                )
+            }
             // The queue drains as runs end: a few seconds is a fair wait.
             SessionError::QueueFull { .. } => {
                 Self::new(S::TOO_MANY_REQUESTS, "queue_full", e.to_string())

@@ -114,6 +114,23 @@ pub enum SessionError {
         /// What failed, cause first.
         reason: String,
     },
+    /// A reopen or answer found output of the session that an earlier run
+    /// could not store (its scratch dir is kept) and could not store it
+    /// now either: the session is not continued, so its next run never
+    /// starts without that output. Nothing was written; salvage it
+    /// ([`Manager::salvage`](crate::Manager::salvage), `korvus salvage`)
+    /// once the cause is gone.
+    #[error("session {session}: the output of its revision {revision} is kept at {} and not stored: {reason}", dir.display())]
+    OutputKept {
+        /// The session.
+        session: SessionId,
+        /// The revision whose output is kept.
+        revision: u32,
+        /// The kept dir.
+        dir: std::path::PathBuf,
+        /// Why it could not be stored, cause first.
+        reason: String,
+    },
     /// The store failed.
     #[error("store failed")]
     Store(#[source] StoreError),
@@ -135,3 +152,16 @@ impl From<StoreError> for SessionError {
 
 /// `Result` with [`SessionError`] as the default error.
 pub type Result<T, E = SessionError> = std::result::Result<T, E>;
+
+/// `e` and every source under it, `": "`-separated: the text an error
+/// leaves in a row, a log line or another error's reason.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

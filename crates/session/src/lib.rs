@@ -94,6 +94,7 @@ mod cleanup;
 mod closers;
 mod error;
 mod execute;
+mod kept;
 mod land;
 mod lease;
 mod live;
@@ -116,6 +117,7 @@ mod write;
 
 pub use crate::closers::interrupted_turn_closers;
 pub use crate::error::{Result, SessionError};
+pub use crate::kept::{Salvage, SalvagedDir};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,

@@ -105,6 +105,9 @@ impl Manager {
                 return Err(how.refused(id));
             }
             wait_for_unwinding(inner, &row, how).await?;
+            // Output an earlier run could not store is stored first: the
+            // next run restores it, and it never starts without it.
+            let row = salvage_first(inner, row).await?;
 
             // Read everything before the transition.
             let Reading {
@@ -183,6 +186,35 @@ impl Manager {
         }
         .instrument(span);
         join_detached(work).await
+    }
+}
+
+/// Stores the kept dirs of `row` under this manager's scratch root before
+/// the session continues (`kept.rs`); `OutputKept` when one of them cannot
+/// be stored whole now, with nothing continued.
+async fn salvage_first(inner: &Inner, row: Session) -> Result<Session> {
+    let kept = inner.kept_dirs(row.id).await?;
+    let Some(first) = kept.first() else {
+        return Ok(row);
+    };
+    let (id, first) = (row.id, first.clone());
+    let (row, done) = inner
+        .salvage_kept(row)
+        .await
+        .map_err(|e| SessionError::OutputKept {
+            session: id,
+            revision: first.revision,
+            dir: first.path.clone(),
+            reason: crate::error::chain(&e),
+        })?;
+    match done.into_iter().find(|d| !d.complete) {
+        None => Ok(row),
+        Some(d) => Err(SessionError::OutputKept {
+            session: id,
+            revision: d.revision,
+            dir: d.dir,
+            reason: d.detail.unwrap_or_default(),
+        }),
     }
 }
 

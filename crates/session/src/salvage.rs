@@ -104,7 +104,7 @@ impl Inner {
         if !is_real_dir(&dir).await {
             return None;
         }
-        let restored = self.restored_before(row).await;
+        let restored = self.restored_before(row.id, row.revision).await;
         let outcome = persist(
             Arc::clone(self.store()).into_store(),
             self.blobs().clone(),
@@ -130,22 +130,26 @@ impl Inner {
         Some(salvaged)
     }
 
-    /// The session's own output of earlier revisions, newest per path, as
+    /// The session's own output of revisions before `revision`, newest per path, as
     /// the restore of the lost run put it into its dir: the unchanged rule
     /// then keeps an untouched `report.md` of revision N−1 from being
     /// adopted as this revision's. A read that fails leaves it empty (every
     /// file is then stored again, and a `report.md` adopted).
-    async fn restored_before(&self, row: &Session) -> BTreeMap<WorkspacePath, RestoredFile> {
-        let artifacts = match self.store().latest_session_artifacts(row.id).await {
+    pub(crate) async fn restored_before(
+        &self,
+        id: korvus_store::SessionId,
+        revision: u32,
+    ) -> BTreeMap<WorkspacePath, RestoredFile> {
+        let artifacts = match self.store().latest_session_artifacts(id).await {
             Ok(a) => a,
             Err(e) => {
-                warn!(session_id = %row.id, error = %e, "earlier output not read for the salvage");
+                warn!(session_id = %id, error = %e, "earlier output not read for the salvage");
                 return BTreeMap::new();
             }
         };
         let mut restored: BTreeMap<WorkspacePath, RestoredFile> = BTreeMap::new();
         for a in artifacts {
-            if a.revision >= row.revision
+            if a.revision >= revision
                 || !matches!(a.kind, ArtifactKind::Report | ArtifactKind::AgentOutput)
             {
                 continue;
@@ -366,7 +370,7 @@ impl Inner {
 
 /// `text` cut to what a report row's `detail` (and `salvaged_from`) may
 /// hold, at a character boundary.
-fn bounded_detail(mut text: String) -> String {
+pub(crate) fn bounded_detail(mut text: String) -> String {
     crate::land::cut(&mut text, korvus_store::validate::MAX_REPORT_DETAIL_BYTES);
     text
 }

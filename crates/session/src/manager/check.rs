@@ -90,12 +90,8 @@ async fn probe_blobs(blobs: &dyn BlobStore) -> Result<()> {
 
 /// A [`SessionError::NotReady`] whose reason is `e`'s whole chain.
 fn not_ready(part: &'static str, e: &(dyn std::error::Error + 'static)) -> SessionError {
-    let mut reason = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        reason.push_str(": ");
-        reason.push_str(&cause.to_string());
-        source = cause.source();
+    SessionError::NotReady {
+        part,
+        reason: crate::error::chain(e),
     }
-    SessionError::NotReady { part, reason }
 }

@@ -1,0 +1,383 @@
+//! Salvage of kept scratch dirs after their session settled:
+//! [`Manager::salvage`], and the salvage a reopen makes first.
+//!
+//! A run whose files, report row or settlement could not be written (the
+//! blob store refused, the disk was full, the database was gone) leaves its
+//! iteration dir kept (`korvus_workspace::keep`): no removal takes it. Once
+//! the cause is gone, a salvage stores the dir — the same walk, skip rules
+//! and caps as a landing, bytes first — and attaches the rows to the
+//! revision they belong to in one store transition under a new fence
+//! ([`Coordination::attach_kept_output`](korvus_store::Coordination::attach_kept_output)):
+//! the artifact rows, and on the report row the document (when it had
+//! none), the manifest, `salvaged_from` and `detail`. The exit reason and
+//! counters stay what the run's settlement said. A dir stored whole loses
+//! its mark and is removed; one that is not stays kept with the new reason.
+//!
+//! A session still running is not salvaged here: its own landing stores
+//! its dir, and an orphan's takeover salvages it ([`crate::salvage`]);
+//! `Manager::salvage` of an orphan takes it over to do so.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use korvus_harvest::{persist_held, PersistRequest, ReportFile};
+use korvus_runner::ExitReason;
+use korvus_store::{KeptOutput, NewReport, Report, Session, SessionId, StoreError};
+use korvus_workspace::{KeptDir, REPORT_FILE};
+use tracing::{info, warn};
+
+use crate::manager::{Inner, Manager};
+use crate::salvage::bounded_detail;
+use crate::{Result, SessionError};
+
+/// What a salvage stored of one kept dir.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SalvagedDir {
+    /// The revision the dir's run worked on; its rows are attached there.
+    pub revision: u32,
+    /// The dir.
+    pub dir: PathBuf,
+    /// Files stored now (files stored before are not stored again).
+    pub stored: usize,
+    /// Whether the revision's report row now has the document the dir held.
+    pub report: bool,
+    /// Whether everything in the dir is stored: it is removed then, and
+    /// stays kept otherwise.
+    pub complete: bool,
+    /// What could not be stored, cause first.
+    pub detail: Option<String>,
+}
+
+/// What [`Manager::salvage`] did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Salvage {
+    /// The session's row afterwards.
+    pub session: Session,
+    /// Whether the session was an orphan that this manager took over and
+    /// settled (its lost run's dir salvaged by the takeover).
+    pub taken_over: bool,
+    /// The kept dirs stored, oldest revision first.
+    pub dirs: Vec<SalvagedDir>,
+    /// Kept dirs of the session still on this host afterwards.
+    pub still_kept: Vec<KeptDir>,
+}
+
+impl Manager {
+    /// Stores what a session's runs left kept under this manager's scratch
+    /// root, once the cause is gone — the blob store is back, the disk has
+    /// room. For a settled session (terminal or idle) each kept iteration
+    /// dir is stored and attached to its revision in one fenced store
+    /// transition (the only write a settled row accepts; its status, exit
+    /// reason and counters do not change); the report row says where the
+    /// output came from (`salvaged_from`). An orphan (running, its owner's
+    /// lease expired) is taken over first and settled as a reaper settles
+    /// it, its lost run's dir salvaged. A dir stored whole is removed; one
+    /// that is not stays kept, with the new reason.
+    ///
+    /// # Errors
+    /// `ShuttingDown`; `NotFinished` while a live run has the session (its
+    /// own landing stores its dir); `NotReady` when there is no blob store
+    /// or the scratch root cannot be listed; `NotFound`; `Store` when the
+    /// rows could not be attached (the dir stays kept).
+    ///
+    /// # Cancel safety
+    /// Dropped midway, stored bytes may be left without rows (the blob
+    /// sweeper removes them) and the dir stays kept: nothing is lost.
+    pub async fn salvage(&self, id: SessionId) -> Result<Salvage> {
+        self.check_not_stopping()?;
+        let inner = &self.inner;
+        let mut row = inner.store().get_session(id).await?;
+        let mut taken_over = false;
+        if row.is_active() {
+            let taken = match inner.store().take_over(id, row.fence, inner.lease()).await {
+                Ok(taken) => taken,
+                Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {
+                    return Err(SessionError::NotFinished { session: id })
+                }
+                Err(e) => return Err(e.into()),
+            };
+            info!(session_id = %id, "salvage: the session's owner is gone; taken over");
+            let member = inner.runs().join();
+            row = match inner.end_orphan_as_run(&taken, false, member).await {
+                Some(ended) => ended?,
+                None => return Err(SessionError::NotFinished { session: id }),
+            };
+            taken_over = true;
+        }
+        let (session, dirs) = inner.salvage_kept(row).await?;
+        let still_kept = inner.kept_dirs(id).await?;
+        Ok(Salvage {
+            session,
+            taken_over,
+            dirs,
+            still_kept,
+        })
+    }
+}
+
+impl Inner {
+    /// The kept iteration dirs of `id` under this manager's scratch root
+    /// (none without one).
+    pub(crate) async fn kept_dirs(&self, id: SessionId) -> Result<Vec<KeptDir>> {
+        let Some(root) = self.scratch().clone() else {
+            return Ok(Vec::new());
+        };
+        let listed = tokio::task::spawn_blocking(move || korvus_workspace::kept_dirs(&root, id))
+            .await
+            .map_err(|e| not_ready(format!("listing kept dirs panicked: {e}")))?;
+        listed.map_err(|e| not_ready(format!("kept dirs of session {id} not listed: {e}")))
+    }
+
+    /// Stores every kept dir of the settled session `row` under this
+    /// manager's scratch root, oldest revision first, each attached under
+    /// its own new fence. Returns the row afterwards and what each salvage
+    /// did. A store refusal stops here (the dir stays kept).
+    pub(crate) async fn salvage_kept(&self, row: Session) -> Result<(Session, Vec<SalvagedDir>)> {
+        let kept = self.kept_dirs(row.id).await?;
+        let mut row = row;
+        let mut done = Vec::new();
+        for dir in kept {
+            if dir.revision > row.revision {
+                warn!(session_id = %row.id, dir = %dir.path.display(), "a kept dir of a revision the session has not reached; left alone");
+                continue;
+            }
+            let (now, salvaged) = self.salvage_kept_dir(&row, &dir).await?;
+            row = now;
+            done.push(salvaged);
+        }
+        Ok((row, done))
+    }
+
+    /// Stores one kept dir of the settled `row` and attaches it.
+    async fn salvage_kept_dir(
+        &self,
+        row: &Session,
+        kept: &KeptDir,
+    ) -> Result<(Session, SalvagedDir)> {
+        let Some(blobs) = self.blobs().clone() else {
+            return Err(SessionError::NotReady {
+                part: "blob store",
+                reason: "no blob store is configured: a kept dir cannot be stored".into(),
+            });
+        };
+        let fence = row.fence + 1;
+        // This revision's own rows count as stored: a file the landing
+        // stored before it failed is not stored twice.
+        let restored = self.restored_before(row.id, kept.revision + 1).await;
+        let own_report = restored
+            .iter()
+            .find(|(p, r)| p.as_str() == REPORT_FILE && r.artifact.revision == kept.revision)
+            .is_some();
+        let request = PersistRequest {
+            incident: row.incident_id,
+            session: row.id,
+            revision: kept.revision,
+            fence,
+            scratch: Some(kept.path.clone()),
+            skip_prefixes: self.read_only().clone(),
+            restored,
+        };
+        let config = &self.config().persist;
+        let mut held = persist_held(Arc::clone(&blobs), config, request.clone()).await;
+        held.store_manifest(&*blobs, config, &request).await;
+        let markdown = match &held.outcome.report {
+            ReportFile::Stored { key, bytes } => Some((key.clone(), *bytes)),
+            ReportFile::Unchanged { key, bytes } if own_report => Some((key.clone(), *bytes)),
+            _ => None,
+        };
+        let existing = match self.store().get_report(row.id, kept.revision).await {
+            Ok(r) => Some(r),
+            Err(StoreError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let stored = held.outcome.stored.len();
+        let complete_if_attached = {
+            let mut o = held.outcome.clone();
+            o.rows_written = true;
+            o.attempted && crate::land::unstored(&o).is_none()
+        };
+        let unstored = if complete_if_attached {
+            None
+        } else {
+            Some(
+                held.outcome
+                    .detail()
+                    .unwrap_or_else(|| "not every file was stored".into()),
+            )
+        };
+        let found = Found {
+            existing: existing.as_ref(),
+            markdown,
+            manifest_key: held.outcome.manifest_key.clone(),
+            stored,
+            unstored: unstored.clone(),
+        };
+        let report = self.kept_report(row, kept, found);
+        let attach = KeptOutput::new(held.rows.clone(), report);
+        match self.attach_kept(row, attach).await {
+            Ok((session, report)) => {
+                held.attached();
+                let salvaged = SalvagedDir {
+                    revision: kept.revision,
+                    dir: kept.path.clone(),
+                    stored,
+                    report: report.markdown_key.is_some(),
+                    complete: complete_if_attached,
+                    detail: unstored,
+                };
+                self.after_salvage(&session, &salvaged).await;
+                crate::metrics::salvaged(stored as u64, salvaged.complete);
+                Ok((session, salvaged))
+            }
+            Err(e) => {
+                held.refused(&e.to_string());
+                warn!(session_id = %row.id, dir = %kept.path.display(), error = %e, "kept dir stored but its rows not attached; it stays kept");
+                crate::metrics::salvaged(0, false);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The report row a salvage of `kept` attaches: the row's own exit
+    /// reason and counters (the settlement's, when the revision has no
+    /// row), the document the dir held, where it came from, and a detail
+    /// that keeps the row's cause and adds what the salvage did.
+    fn kept_report(&self, row: &Session, kept: &KeptDir, found: Found<'_>) -> NewReport {
+        let Found {
+            existing,
+            markdown,
+            manifest_key,
+            stored,
+            unstored,
+        } = found;
+        let cause = existing
+            .and_then(|r| r.detail.clone())
+            .unwrap_or_else(|| format!("the run's output was kept: {}", kept.reason));
+        let mut detail = format!(
+            "{cause}; salvaged later by manager {}: {stored} file(s) stored",
+            self.ownership().owner()
+        );
+        if let Some(unstored) = unstored {
+            detail.push_str(&format!(
+                "; still not stored whole, the dir stays kept at {}: {unstored}",
+                kept.path.display()
+            ));
+        }
+        let (exit_reason, counters) = match existing {
+            Some(r) => (r.exit_reason.clone(), r.counters),
+            None if kept.revision == row.revision => (
+                row.exit_reason
+                    .clone()
+                    .unwrap_or_else(|| ExitReason::OWNER_LOST.to_string()),
+                row.counters,
+            ),
+            None => (ExitReason::OWNER_LOST.to_string(), Default::default()),
+        };
+        NewReport {
+            session_id: row.id,
+            incident_id: row.incident_id,
+            revision: kept.revision,
+            markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
+            markdown_key: markdown.map(|(k, _)| k),
+            manifest_key,
+            exit_reason,
+            counters,
+            detail: Some(bounded_detail(detail)),
+            salvaged_from: Some(bounded_detail(format!(
+                "the kept scratch dir {} (kept because: {}), stored by manager {}",
+                kept.path.display(),
+                kept.reason,
+                self.ownership().owner()
+            ))),
+            fence: row.fence + 1,
+        }
+    }
+
+    /// `attach_kept_output`, retried on transient errors with backoff
+    /// within the settle bound.
+    async fn attach_kept(
+        &self,
+        row: &Session,
+        kept: KeptOutput,
+    ) -> std::result::Result<(Session, Report), StoreError> {
+        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let mut delay = std::time::Duration::from_millis(25);
+        loop {
+            let attempt = self
+                .store()
+                .attach_kept_output(row.id, row.fence, kept.clone());
+            let answer = match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(answer) => answer,
+                Err(_) => Err(StoreError::transient(
+                    "session",
+                    "attach_kept_output did not answer in time",
+                )),
+            };
+            match answer {
+                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                    warn!(session_id = %row.id, error = %e, "kept output not attached; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// After the attach: a dir stored whole loses its mark and is removed
+    /// (with what earlier runs of the session left beside it); one that is
+    /// not gets the new reason on its mark.
+    async fn after_salvage(&self, session: &Session, salvaged: &SalvagedDir) {
+        let Some(root) = self.scratch().clone() else {
+            return;
+        };
+        let dir = salvaged.dir.clone();
+        if !salvaged.complete {
+            let reason = salvaged.detail.clone().unwrap_or_default();
+            let marked =
+                tokio::task::spawn_blocking(move || korvus_workspace::keep(&dir, &reason)).await;
+            if !matches!(marked, Ok(Ok(()))) {
+                warn!(session_id = %session.id, dir = %salvaged.dir.display(), "the kept mark not renewed; the old one holds the dir");
+            }
+            return;
+        }
+        if let Err(e) = korvus_workspace::unkeep(&dir) {
+            warn!(session_id = %session.id, error = %e, "the salvaged dir's kept mark not cleared; it stays");
+            return;
+        }
+        info!(session_id = %session.id, dir = %dir.display(), stored = salvaged.stored, "kept dir salvaged");
+        match korvus_workspace::reap_session_through(&root, session.id, salvaged.revision).await {
+            Ok(r) if r.failed.is_empty() => {}
+            Ok(r) => {
+                warn!(session_id = %session.id, failed = ?r.failed, "salvaged dir not removed whole; `korvus reap --apply` removes it")
+            }
+            Err(e) => {
+                warn!(session_id = %session.id, error = %e, "salvaged dir not removed; `korvus reap --apply` removes it")
+            }
+        }
+    }
+}
+
+/// What a salvage found and stored of one kept dir, for its report row.
+struct Found<'a> {
+    /// The revision's report row, if it has one.
+    existing: Option<&'a Report>,
+    /// The document this revision adopts: its key and size.
+    markdown: Option<(String, u64)>,
+    /// The salvage's manifest.
+    manifest_key: Option<String>,
+    /// Files stored now.
+    stored: usize,
+    /// What could not be stored, when something could not.
+    unstored: Option<String>,
+}
+
+/// A scratch root that cannot be read.
+fn not_ready(reason: String) -> SessionError {
+    SessionError::NotReady {
+        part: "scratch root",
+        reason,
+    }
+}
