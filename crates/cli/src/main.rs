@@ -28,6 +28,7 @@ mod limits;
 mod metrics;
 mod out;
 mod prune;
+mod salvage;
 mod serve;
 mod session;
 mod sweep;
@@ -258,12 +259,29 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Settle sessions whose process is gone (their lease expired) and
-    /// remove scratch dirs no running session uses. Dry run unless --apply.
+    /// Settle sessions whose process is gone (their lease expired), store
+    /// kept scratch dirs, and remove scratch dirs no running session uses.
+    /// Dry run unless --apply.
     Reap {
-        /// Settle the orphans `owner_lost` and remove the dirs.
+        /// Settle the orphans `owner_lost` (their lost runs' dirs
+        /// salvaged), store kept dirs, and remove the dirs.
         #[arg(long)]
         apply: bool,
+        /// Kept dirs (output not stored) older than this many days are
+        /// removed, each one named.
+        #[arg(long, default_value_t = 30, value_name = "DAYS")]
+        kept_max_age: u64,
+        /// Kept dirs beyond this many bytes in all are removed, oldest
+        /// first, each one named.
+        #[arg(long, default_value_t = 10 * 1024 * 1024 * 1024, value_name = "BYTES")]
+        kept_max_bytes: u64,
+    },
+    /// Store what a session's runs left kept (their output could not be
+    /// stored when they ended: the blob store refused, the disk was full)
+    /// once the cause is gone; an orphan is taken over and settled first.
+    Salvage {
+        /// Session id.
+        session: String,
     },
     /// Find blobs no report or artifact row references and, with --apply,
     /// delete the ones older than the grace period whose session has no
@@ -455,7 +473,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             inspect::export(&global, &session, output.as_deref()).await
         }
         Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
-        Command::Reap { apply } => session::reap(&global, apply).await,
+        Command::Reap {
+            apply,
+            kept_max_age,
+            kept_max_bytes,
+        } => {
+            let retention = korvus_workspace::KeptRetention {
+                max_age: salvage::days(kept_max_age),
+                max_bytes: kept_max_bytes,
+            };
+            session::reap(&global, apply, retention).await
+        }
+        Command::Salvage { session } => salvage::salvage(&global, &session).await,
         Command::Sweep { apply, grace } => {
             sweep::sweep(&global, apply, Duration::from_secs(grace)).await
         }

@@ -736,7 +736,11 @@ async fn cancelled(
     }
 }
 
-pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
+pub(crate) async fn reap(
+    global: &Global,
+    apply: bool,
+    retention: korvus_workspace::KeptRetention,
+) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
     let orphans = backends.store.expired_leases().await?;
     // Dirs first, rows second: a session started in between has a row
@@ -780,7 +784,7 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
         for id in &unused {
             say!("  {id}");
         }
-        say!("dry run: `korvus reap --apply` settles the orphans owner_lost and removes the dirs");
+        say!("dry run: `korvus reap --apply` settles the orphans owner_lost, stores kept dirs and removes the dirs");
         backends.close().await;
         return Ok(ExitCode::SUCCESS);
     }
@@ -811,6 +815,10 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
             unused.push(row.id);
         }
     }
+    // Output runs could not store is stored now, if the cause is gone;
+    // then the retention of what stays kept.
+    let stays = crate::salvage::kept_on_reap(&manager, &backends.scratch, &unused).await;
+    crate::salvage::prune_on_reap(&manager, retention).await?;
     // The listing above is minutes old for a slow operator: each session's
     // row is read again right before anything of it is touched, an active
     // one is left alone, and only the revisions up to the one just read are
@@ -858,6 +866,9 @@ pub(crate) async fn reap(global: &Global, apply: bool) -> Result<ExitCode> {
     }
     for (path, e) in &reaped.failed {
         tell!("korvus: could not remove {}: {e}", path.display());
+    }
+    if stays > 0 {
+        say!("{stays} kept dir(s) still hold output that is not stored; `korvus salvage <id>` stores them once the cause is gone");
     }
     let failed = !reaped.failed.is_empty();
     manager.stop().await;

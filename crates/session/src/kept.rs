@@ -23,7 +23,7 @@ use std::sync::Arc;
 use korvus_harvest::{persist_held, PersistRequest, ReportFile};
 use korvus_runner::ExitReason;
 use korvus_store::{KeptOutput, NewReport, Report, Session, SessionId, StoreError};
-use korvus_workspace::{KeptDir, REPORT_FILE};
+use korvus_workspace::{KeptDir, KeptRetention, PrunedKept, REPORT_FILE};
 use tracing::{info, warn};
 
 use crate::manager::{Inner, Manager};
@@ -114,6 +114,41 @@ impl Manager {
             dirs,
             still_kept,
         })
+    }
+}
+
+impl Manager {
+    /// Removes kept dirs under this manager's scratch root past
+    /// `retention` (`korvus_workspace::prune_kept`): older than its age,
+    /// then the oldest while all of them hold more than its size. Output
+    /// that was never stored goes with them, so each one is a warning in
+    /// the log and counts in `korvus_kept_dirs_removed_total`. Returns
+    /// them; none without a scratch root.
+    ///
+    /// # Errors
+    /// `NotReady` when the scratch root cannot be listed.
+    pub async fn prune_kept(&self, retention: KeptRetention) -> Result<Vec<PrunedKept>> {
+        let Some(root) = self.inner.scratch().clone() else {
+            return Ok(Vec::new());
+        };
+        let pruned =
+            tokio::task::spawn_blocking(move || korvus_workspace::prune_kept(&root, retention))
+                .await
+                .map_err(|e| not_ready(format!("pruning kept dirs panicked: {e}")))?
+                .map_err(|e| not_ready(format!("kept dirs not pruned: {e}")))?;
+        for p in &pruned {
+            warn!(
+                session_id = %p.session,
+                dir = %p.dir.path.display(),
+                kept_for_secs = p.age.as_secs(),
+                bytes = p.bytes,
+                bound = p.bound,
+                reason = %p.dir.reason,
+                "a kept scratch dir removed by its retention: its output was never stored"
+            );
+            crate::metrics::kept_removed(p.bound);
+        }
+        Ok(pruned)
     }
 }
 
@@ -214,6 +249,22 @@ impl Inner {
             stored,
             unstored: unstored.clone(),
         };
+        if held.rows.is_empty() && found.markdown.is_none() && !complete_if_attached {
+            // Nothing stored: nothing to attach, and the row is left as it
+            // is (its fence too). The mark gets the new reason.
+            let salvaged = SalvagedDir {
+                revision: kept.revision,
+                dir: kept.path.clone(),
+                stored: 0,
+                report: false,
+                complete: false,
+                detail: unstored,
+            };
+            warn!(session_id = %row.id, dir = %kept.path.display(), errors = ?salvaged.detail, "nothing of the kept dir could be stored; it stays kept");
+            self.after_salvage(row, &salvaged).await;
+            crate::metrics::salvaged(0, false);
+            return Ok((row.clone(), salvaged));
+        }
         let report = self.kept_report(row, kept, found);
         let attach = KeptOutput::new(held.rows.clone(), report);
         match self.attach_kept(row, attach).await {

@@ -56,6 +56,9 @@ pub const SALVAGES: &str = "korvus_salvages_total";
 pub const KEPT_DIRS: &str = "korvus_scratch_dirs_kept_total";
 /// Files stored by salvages of lost runs' scratch dirs (counter).
 pub const SALVAGED_FILES: &str = "korvus_salvaged_files_total";
+/// Kept scratch dirs removed by their retention, their output never
+/// stored (counter; label `bound`: `age` or `size`).
+pub const KEPT_DIRS_REMOVED: &str = "korvus_kept_dirs_removed_total";
 /// Cancels of this process's runs, by where they came from (counter;
 /// label `via`: `local` — `Manager::cancel` here —, `request` — a cancel
 /// made on another replica, seen by the cancel poller).
@@ -153,6 +156,11 @@ pub(crate) fn taken_over() {
 /// A run's scratch dir was kept: its output or outcome is not stored.
 pub(crate) fn kept() {
     counter!(KEPT_DIRS).increment(1);
+}
+
+/// A kept dir was removed by its retention (`bound`: `age` or `size`).
+pub(crate) fn kept_removed(bound: &'static str) {
+    counter!(KEPT_DIRS_REMOVED, "bound" => bound).increment(1);
 }
 
 /// A lost run's scratch dir was salvaged: `files` stored, `complete`

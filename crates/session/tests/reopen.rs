@@ -71,18 +71,18 @@ async fn a_revision_whose_report_row_failed_is_not_reused() {
     env.store.heal();
     manager.reopen(s.id, "again").await.unwrap();
     settled(&manager, &s).await;
-    let revisions: Vec<u32> = env
-        .store
-        .all_reports(s.id)
-        .await
-        .unwrap()
+    // Revision 1's dir was kept (its report row failed) and the reopen
+    // salvaged it first, into revision 1's own row; the reopened run is
+    // revision 2, never revision 1 again.
+    let reports = env.store.all_reports(s.id).await.unwrap();
+    let revisions: Vec<(u32, bool)> = reports
         .iter()
-        .map(|r| r.revision)
+        .map(|r| (r.revision, r.salvaged_from.is_some()))
         .collect();
     assert_eq!(
         revisions,
-        [2],
-        "revision 1's key holds bytes a row describes"
+        [(1, true), (2, false)],
+        "revision 1's key holds bytes a row describes: {reports:?}"
     );
     env.assert_safe().await;
     manager.stop().await;

@@ -18,6 +18,7 @@ mod ordering;
 mod partial_failure;
 mod prune;
 mod reopen;
+mod salvage;
 mod shutdown;
 mod spans;
 mod watch;

@@ -62,6 +62,15 @@ impl FaultBlobStore {
             .push((needle.to_owned(), fault));
     }
 
+    /// Clears every fault set so far: the store works again (the cause
+    /// is gone), counts kept.
+    pub fn clear_faults(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.put_faults.clear();
+        state.get_faults.clear();
+        state.barrier_fault = None;
+    }
+
     /// Every [`BlobStore::barrier`] from now on does `fault`.
     pub fn fault_barrier(&self, fault: BlobFault) {
         self.state.lock().unwrap().barrier_fault = Some(fault);
