@@ -20,6 +20,7 @@ mod papercuts;
 mod prune;
 mod queue;
 mod replicas;
+mod salvage;
 mod report;
 mod sandbox;
 mod serve;
