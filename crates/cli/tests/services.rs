@@ -323,3 +323,80 @@ async fn a_missing_bucket_is_named_before_any_row_is_written() {
     conn.close().await.ok();
     drop_database(&admin, &name).await;
 }
+
+/// The bucket is deleted while the agent works: the upload fails, the
+/// run's scratch dir is kept; once the bucket exists again `korvus
+/// salvage` stores it — the report and the progress file land in the
+/// session's revision, and `show` says where they came from.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_deleted_mid_run_keeps_the_dir_and_salvage_stores_it() {
+    use std::process::Stdio;
+    let Some((admin, endpoint)) = services() else {
+        return;
+    };
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let name = format!("korvus_cli_{suffix}");
+    let bucket = format!("korvus-gone-{suffix}");
+    let db = create_database(&admin, &name).await;
+    let store = s3(&endpoint, &bucket).await;
+    let create = || async {
+        store
+            .client()
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create the bucket");
+    };
+    create().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        "echo '# What I found' > report.md\n\
+         mkdir -p work && echo 'step 3 of 5' > work/progress.txt\n\
+         echo 'agent is working'\n\
+         while [ ! -e go ]; do sleep 0.05; done\n",
+    );
+    let cmd = || production(data.path(), &db, &endpoint, &bucket);
+    let mut child = cmd()
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .args(crate::support::NO_CGROUP)
+        .arg("what happened?")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("korvus starts");
+    let seen = crate::support::read_until(&mut child, "agent is working");
+    let id = session_id(&seen);
+    let dir = data.path().join("scratch").join(&id).join("1");
+
+    empty_and_remove(&store).await;
+    std::fs::write(dir.join("go"), "").unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .expect("korvus ends");
+    assert!(!status.success(), "nothing was stored: {status:?}");
+    assert!(dir.join("work/progress.txt").exists(), "the dir is kept");
+    let show = ok(cmd().args(["show", &id]));
+    assert!(show.contains("kept at"), "{show}");
+
+    create().await;
+    let salvaged = ok(cmd().args(["salvage", &id]));
+    assert!(salvaged.contains("report stored"), "{salvaged}");
+    assert!(salvaged.contains("stored whole"), "{salvaged}");
+    let show = ok(cmd().args(["show", &id]));
+    assert!(show.contains("salvaged from"), "{show}");
+    let progress = ok(cmd().args(["cat", &id, "work/progress.txt"]));
+    assert_eq!(progress.trim(), "step 3 of 5");
+    assert!(!dir.exists(), "stored whole: the dir is removed");
+    assert!(
+        keys(&store).await.iter().any(|k| k.ends_with("/progress.txt")),
+        "{:?}",
+        keys(&store).await
+    );
+
+    empty_and_remove(&store).await;
+    drop_database(&admin, &name).await;
+}
