@@ -71,6 +71,9 @@ fn print(done: &Salvage) {
             d.dir.display()
         );
     }
+    for pgid in &done.agents_stopped {
+        say!("  stopped agent process group {pgid}, left running by a dead run");
+    }
     for k in &done.still_kept {
         tell!(
             "korvus: {} stays kept: {} (run `korvus salvage {}` again once the cause is gone)",

@@ -75,7 +75,10 @@ fn korvus_salvage_stores_a_kept_dir_once_the_blob_dir_is_back() {
     let salvaged = output(korvus(data.path()).args(["salvage", &id]));
     let said = stdout(&salvaged);
     assert!(salvaged.status.success(), "{said}");
-    assert!(said.contains("revision 1: 2 file(s), report stored"), "{said}");
+    assert!(
+        said.contains("revision 1: 2 file(s), report stored"),
+        "{said}"
+    );
     assert!(said.contains("stored whole"), "{said}");
     assert_salvaged(data.path(), &id, &dir);
     // Nothing left to do.
@@ -89,6 +92,83 @@ fn reap_apply_stores_a_kept_dir_once_the_blob_dir_is_back() {
     let (child, id, dir) = started(data.path());
     run_with_the_blob_dir_broken(data.path(), child, &dir);
     let reaped = ok(korvus(data.path()).args(["reap", "--apply"]));
-    assert!(reaped.contains(&format!("salvaged session {id}")), "{reaped}");
+    assert!(
+        reaped.contains(&format!("salvaged session {id}")),
+        "{reaped}"
+    );
     assert_salvaged(data.path(), &id, &dir);
+}
+
+/// The disk fills (a tmpfs data dir, filled from outside once the agent
+/// wrote its report): nothing korvus prints says a write happened that
+/// did not, and the run's scratch dir is kept. Once space is freed,
+/// `korvus salvage` lands it — taking the session over first if its
+/// outcome was never written — and the row is terminal with the report.
+#[test]
+fn a_full_disk_keeps_the_dir_and_salvage_lands_it_once_space_is_freed() {
+    use korvus_testkit::tmpfs::{fill, Tmpfs};
+    const BYTES: u64 = 48 * 1024 * 1024;
+    let tmpfs = Tmpfs::mount(BYTES);
+    let data = tmpfs.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let short_lease = |cmd: &mut std::process::Command| {
+        cmd.env("KORVUS_LEASE_TTL", "2");
+    };
+    let (mut child, id, dir) = {
+        let agent = script(
+            &data,
+            "agent.sh",
+            "echo '# What I found' > report.md\n\
+             mkdir -p work && echo 'step 3 of 5' > work/progress.txt\n\
+             echo 'agent is working'\n\
+             while [ ! -e go ]; do sleep 0.05; done\n",
+        );
+        let mut cmd = korvus(&data);
+        short_lease(&mut cmd);
+        let mut child = cmd
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(crate::support::NO_CGROUP)
+            .arg("what happened?")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("korvus starts");
+        let seen = read_until(&mut child, "agent is working");
+        let id = session_id(&seen);
+        let dir = data.join("scratch").join(&id).join("1");
+        (child, id, dir)
+    };
+    let filler = fill(tmpfs.path(), BYTES);
+    std::fs::write(dir.join("go"), "").unwrap();
+    let status = child.wait().expect("korvus ends");
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{said}");
+    assert!(dir.join("work/progress.txt").exists(), "kept: {said}");
+    std::fs::remove_file(&filler).unwrap();
+
+    // Nothing claims a write that did not happen: korvus said the outcome
+    // was not written, and the row is still running (its settlement, the
+    // report row and the artifact rows all failed on the full disk).
+    assert!(said.contains("outcome was not written"), "{said}");
+    let show = ok(korvus(&data).args(["show", &id]));
+    assert!(show.contains("status     running"), "{show}");
+    assert!(!show.contains("salvaged from"), "{show}");
+    // Past the lease of the exited run.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let salvaged = output(korvus(&data).args(["salvage", &id]));
+    let out = stdout(&salvaged);
+    assert!(
+        salvaged.status.success(),
+        "{out}\n{}",
+        crate::support::stderr(&salvaged)
+    );
+    let show = ok(korvus(&data).args(["show", &id]));
+    assert!(
+        show.contains("failed") || show.contains("completed"),
+        "terminal: {show}"
+    );
+    assert_salvaged(&data, &id, &dir);
+    drop(tmpfs);
 }

@@ -392,7 +392,10 @@ async fn a_bucket_deleted_mid_run_keeps_the_dir_and_salvage_stores_it() {
     assert_eq!(progress.trim(), "step 3 of 5");
     assert!(!dir.exists(), "stored whole: the dir is removed");
     assert!(
-        keys(&store).await.iter().any(|k| k.ends_with("/progress.txt")),
+        keys(&store)
+            .await
+            .iter()
+            .any(|k| k.ends_with("/progress.txt")),
         "{:?}",
         keys(&store).await
     );

@@ -62,6 +62,9 @@ pub struct Salvage {
     pub dirs: Vec<SalvagedDir>,
     /// Kept dirs of the session still on this host afterwards.
     pub still_kept: Vec<KeptDir>,
+    /// Agent process groups the session's dead runs left running on this
+    /// host, stopped before their dirs were stored.
+    pub agents_stopped: Vec<i32>,
 }
 
 impl Manager {
@@ -106,13 +109,14 @@ impl Manager {
             };
             taken_over = true;
         }
-        let (session, dirs) = inner.salvage_kept(row).await?;
+        let (session, dirs, agents_stopped) = inner.salvage_kept(row).await?;
         let still_kept = inner.kept_dirs(id).await?;
         Ok(Salvage {
             session,
             taken_over,
             dirs,
             still_kept,
+            agents_stopped,
         })
     }
 }
@@ -168,12 +172,30 @@ impl Inner {
     /// Stores every kept dir of the settled session `row` under this
     /// manager's scratch root, oldest revision first, each attached under
     /// its own new fence. Returns the row afterwards and what each salvage
-    /// did. A store refusal stops here (the dir stays kept).
-    pub(crate) async fn salvage_kept(&self, row: Session) -> Result<(Session, Vec<SalvagedDir>)> {
+    /// did, and the agent process groups its dead runs left running here,
+    /// stopped first. A store refusal stops here (the dir stays kept).
+    pub(crate) async fn salvage_kept(
+        &self,
+        row: Session,
+    ) -> Result<(Session, Vec<SalvagedDir>, Vec<i32>)> {
         let kept = self.kept_dirs(row.id).await?;
+        // A dead run's agent may still be writing into its dir: stopped
+        // first, so nothing is stored torn or left running.
+        let stopped = if kept.iter().any(|k| !k.run_alive) {
+            self.stop_dead_agents(row.id).await
+        } else {
+            Vec::new()
+        };
         let mut row = row;
         let mut done = Vec::new();
         for dir in kept {
+            if dir.run_alive {
+                // A run still using the dir (a stale run unwinding, or a
+                // run of another manager on this host): its own landing
+                // or a later salvage stores it.
+                info!(session_id = %row.id, dir = %dir.path.display(), "a kept dir whose run's process is alive; left alone");
+                continue;
+            }
             if dir.revision > row.revision {
                 warn!(session_id = %row.id, dir = %dir.path.display(), "a kept dir of a revision the session has not reached; left alone");
                 continue;
@@ -182,7 +204,7 @@ impl Inner {
             row = now;
             done.push(salvaged);
         }
-        Ok((row, done))
+        Ok((row, done, stopped))
     }
 
     /// Stores one kept dir of the settled `row` and attaches it.

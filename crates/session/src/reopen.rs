@@ -92,6 +92,11 @@ impl Manager {
         if message.trim().is_empty() {
             return Err(SessionError::MessageRequired);
         }
+        // Output an earlier run could not store is stored first: the next
+        // run restores it, and it never starts without it. Before the row
+        // is read for the transition, so a salvage does not widen the
+        // window between that read and the transition.
+        salvage_first(inner, id).await?;
         let row = inner.store().get_session(id).await?;
         let span =
             info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
@@ -105,9 +110,6 @@ impl Manager {
                 return Err(how.refused(id));
             }
             wait_for_unwinding(inner, &row, how).await?;
-            // Output an earlier run could not store is stored first: the
-            // next run restores it, and it never starts without it.
-            let row = salvage_first(inner, row).await?;
 
             // Read everything before the transition.
             let Reading {
@@ -146,7 +148,7 @@ impl Manager {
             // A run of this session that died on this host (its process
             // was killed) may have left its agent running: stop it before
             // the new run uses the session.
-            inner.stop_dead_agents(id).await;
+            let _ = inner.stop_dead_agents(id).await;
             // A report row that failed to land leaves the next report
             // revision behind the session's: never reuse a revision (its
             // report key may already hold bytes an artifact row describes).
@@ -192,13 +194,17 @@ impl Manager {
 /// Stores the kept dirs of `row` under this manager's scratch root before
 /// the session continues (`kept.rs`); `OutputKept` when one of them cannot
 /// be stored whole now, with nothing continued.
-async fn salvage_first(inner: &Inner, row: Session) -> Result<Session> {
-    let kept = inner.kept_dirs(row.id).await?;
-    let Some(first) = kept.first() else {
-        return Ok(row);
+async fn salvage_first(inner: &Inner, id: SessionId) -> Result<()> {
+    let kept = inner.kept_dirs(id).await?;
+    let Some(first) = kept.into_iter().find(|k| !k.run_alive) else {
+        return Ok(());
     };
-    let (id, first) = (row.id, first.clone());
-    let (row, done) = inner
+    let row = inner.store().get_session(id).await?;
+    if row.is_active() {
+        // The transition refuses it (`NotFinished`); its run stores its dir.
+        return Ok(());
+    }
+    let (_, done, _) = inner
         .salvage_kept(row)
         .await
         .map_err(|e| SessionError::OutputKept {
@@ -208,7 +214,7 @@ async fn salvage_first(inner: &Inner, row: Session) -> Result<Session> {
             reason: crate::error::chain(&e),
         })?;
     match done.into_iter().find(|d| !d.complete) {
-        None => Ok(row),
+        None => Ok(()),
         Some(d) => Err(SessionError::OutputKept {
             session: id,
             revision: d.revision,

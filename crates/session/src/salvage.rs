@@ -227,7 +227,7 @@ impl Inner {
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<Session, SessionError> {
         self.claim_log(row).await?;
-        self.stop_dead_agents(row.id).await;
+        let _ = self.stop_dead_agents(row.id).await;
         let salvaged = self.salvage(row).await;
         if let Some(s) = salvaged.as_ref().filter(|s| !s.complete) {
             // The only copy of what could not be stored: no removal takes

@@ -277,6 +277,12 @@ async fn iterate(
             None
         }
     };
+    if refused.is_none() {
+        // From here the dir holds what the agent makes: kept until the
+        // landing says it is stored, so a process that dies meanwhile
+        // leaves it for a salvage, never for a removal.
+        mark_running(&prepared).await;
+    }
     let result = match refused {
         Some(result) => result,
         None => execute(ctx).await,
@@ -380,4 +386,17 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+/// Marks the run's scratch dir kept while the agent runs
+/// (`korvus_workspace::mark_running`); a mark that cannot be written is
+/// logged, and the run goes on.
+async fn mark_running(prepared: &Prepared) {
+    let Some(path) = prepared.dir.as_ref().map(|d| d.path().to_path_buf()) else {
+        return;
+    };
+    let marked = tokio::task::spawn_blocking(move || korvus_workspace::mark_running(&path)).await;
+    if !matches!(marked, Ok(Ok(()))) {
+        warn!(?marked, "the running scratch dir could not be marked kept");
+    }
 }

@@ -9,9 +9,6 @@
 //! and a settle that never landed answered `Ok`.
 
 use std::fmt::Debug;
-use std::io::{ErrorKind, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use korvus_store::{
@@ -20,6 +17,7 @@ use korvus_store::{
 };
 use korvus_store_sql::{migrate, open_sqlite, PgStore, SqliteStore};
 use korvus_testkit::store::{incident, new_artifact, new_session, session, settlement_at};
+use korvus_testkit::tmpfs::{fill, Tmpfs};
 
 use crate::support::PgDb;
 
@@ -33,75 +31,6 @@ const SQLITE_FULL: &str = "13";
 /// PostgreSQL's `disk_full`, which the deferred trigger raises at commit
 /// as a server out of space would.
 const PG_DISK_FULL: &str = "53100";
-
-/// A tmpfs of its own, mounted on a fresh directory and unmounted when
-/// dropped — also when the test panics.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `bytes` bytes. A mount that fails fails the test:
-    /// what it checks happens only on a filesystem that really fills up.
-    fn mount(bytes: u64) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("a directory to mount the tmpfs on");
-        let size = format!("size={bytes}");
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match mounted {
-            Ok(out) if out.status.success() => Tmpfs { dir },
-            Ok(out) => panic!(
-                "cannot mount a {bytes}-byte tmpfs on {}: {} — this test fills a real \
-                 filesystem and needs root (CI and `cargo xtask test` run as root)",
-                dir.path().display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            Err(e) => panic!("cannot run `mount` for the full-disk test: {e}"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        // A panic may leave the database open (a pool still connected), and
-        // a plain unmount of a busy filesystem fails: detach it lazily then,
-        // so no mount outlives the test.
-        let path = self.dir.path();
-        let plain = Command::new("umount").arg(path).output();
-        if !plain.is_ok_and(|out| out.status.success()) {
-            let lazy = Command::new("umount").arg("-l").arg(path).status();
-            if !lazy.is_ok_and(|s| s.success()) {
-                eprintln!("could not unmount the test tmpfs at {}", path.display());
-            }
-        }
-    }
-}
-
-/// Writes a file into `dir` until its filesystem has no byte left
-/// (`ENOSPC`), and returns its path.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).expect("create the filler");
-    let chunk = vec![0xa5_u8; 64 * 1024];
-    let mut written = 0_u64;
-    loop {
-        match file.write_all(&chunk) {
-            Ok(()) => written += chunk.len() as u64,
-            Err(e) if e.kind() == ErrorKind::StorageFull => return path,
-            Err(e) => panic!("filling {}: {e}", path.display()),
-        }
-        assert!(
-            written <= TMPFS_BYTES,
-            "wrote {written} bytes to a {TMPFS_BYTES}-byte tmpfs without ENOSPC"
-        );
-    }
-}
 
 /// The rows the writes below act on, made while the database takes writes:
 /// one of each state a write needs.
@@ -344,7 +273,7 @@ async fn sqlite_on_a_full_filesystem_reports_no_write_it_did_not_make() {
         .await
         .expect("checkpoint");
     assert_eq!(busy, 0, "the checkpoint was blocked by a reader");
-    let filler = fill(tmpfs.path());
+    let filler = fill(tmpfs.path(), TMPFS_BYTES);
 
     every_write_is_refused(&store, &rows, SQLITE_FULL).await;
 

@@ -51,3 +51,4 @@ pub mod fixtures;
 pub mod log;
 mod macros;
 pub mod store;
+pub mod tmpfs;

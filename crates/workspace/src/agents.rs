@@ -100,7 +100,7 @@ fn parse(text: &str) -> Option<(i32, u64)> {
 
 /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`, after
 /// the parenthesised command name, which may itself hold spaces).
-fn start_time(pid: i32) -> Option<u64> {
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rsplit_once(')')?.1;
     after.split_whitespace().nth(19)?.parse().ok()

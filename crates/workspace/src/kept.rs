@@ -54,6 +54,57 @@ pub fn keep(scratch: &Path, reason: &str) -> io::Result<()> {
     }
 }
 
+/// The reason of the mark [`mark_running`] writes.
+pub const RUNNING_REASON: &str =
+    "its run started and had not stored its output when its process ended";
+
+/// Marks the iteration dir `scratch` kept while its run goes: from the
+/// moment the agent starts, the dir holds what the agent makes, and a
+/// process that dies before its landing (SIGKILL, out of memory) leaves it
+/// for a salvage, never for a removal. The run's clean-up clears the mark
+/// once its output is stored ([`unkeep`]), or replaces its reason
+/// ([`keep`]). Not synced: it guards against the process dying, which
+/// loses no written page; [`keep`] is the durable mark.
+///
+/// # Errors
+/// The I/O error of writing the mark.
+pub fn mark_running(scratch: &Path) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mark = kept_mark(scratch).ok_or_else(|| io::Error::other("no session dir"))?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&mark)?;
+    let pid = std::process::id();
+    let started = crate::agents::start_time(pid as i32).unwrap_or(0);
+    writeln!(
+        file,
+        "{RUNNING_REASON} (korvus process {pid} started at tick {started})"
+    )
+}
+
+/// Whether the mark's text is a running mark whose process is still the
+/// one that wrote it: its run may still be using the dir.
+fn run_alive(reason: &str) -> bool {
+    let Some(rest) = reason
+        .strip_prefix(RUNNING_REASON)
+        .and_then(|r| r.strip_prefix(" (korvus process "))
+        .and_then(|r| r.strip_suffix(')'))
+    else {
+        return false;
+    };
+    let Some((pid, started)) = rest.split_once(" started at tick ") else {
+        return false;
+    };
+    match (pid.parse::<i32>(), started.parse::<u64>()) {
+        (Ok(pid), Ok(started)) => crate::agents::start_time(pid) == Some(started),
+        _ => false,
+    }
+}
+
 /// The longest reason a mark keeps, in bytes.
 const MAX_REASON_BYTES: usize = 4096;
 
@@ -112,6 +163,10 @@ pub struct KeptDir {
     pub path: PathBuf,
     /// Why it is kept, as its mark says.
     pub reason: String,
+    /// Whether its mark is a running mark ([`mark_running`]) whose korvus
+    /// process is still alive: its run may still be using the dir, and a
+    /// salvage leaves it alone.
+    pub run_alive: bool,
 }
 
 /// The kept iteration dirs of `session` under the scratch root `root`,
@@ -146,6 +201,7 @@ pub fn kept_dirs(root: &Path, session: SessionId) -> io::Result<Vec<KeptDir>> {
             kept.push(KeptDir {
                 revision,
                 path,
+                run_alive: run_alive(&reason),
                 reason,
             });
         }
@@ -303,6 +359,18 @@ mod tests {
             .collect();
         assert_eq!(listed, vec![(1, "bucket gone"), (3, "rows not written")]);
         assert_eq!(kept[0].path, dir.join("1"));
+        assert!(!kept[0].run_alive);
+        // A running mark of this (live) process; one of a process that is
+        // gone (a start tick that does not match) is not alive.
+        mark_running(&dir.join("3")).unwrap();
+        let kept = kept_dirs(root.path(), session).unwrap();
+        assert!(kept[1].run_alive, "{:?}", kept[1]);
+        assert!(kept[1].reason.starts_with(RUNNING_REASON));
+        let dead = format!(
+            "{RUNNING_REASON} (korvus process {} started at tick 1)",
+            std::process::id()
+        );
+        assert!(!run_alive(&dead));
     }
 }
 

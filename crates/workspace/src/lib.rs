@@ -117,7 +117,9 @@ pub use crate::context::{
     RefuseReason, Refused, RestoreOutcome, RestoredFile, FETCH_CONCURRENCY,
 };
 pub use crate::error::{Result, WorkspaceError};
-pub use crate::kept::{kept_dirs, prune_kept, KeptDir, KeptRetention, PrunedKept};
+pub use crate::kept::{
+    kept_dirs, mark_running, prune_kept, KeptDir, KeptRetention, PrunedKept, RUNNING_REASON,
+};
 pub use crate::path::{
     context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,
     AGENT_HOME, AGENT_STATE_DIR, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES,

@@ -392,9 +392,9 @@ impl Inner {
     /// Stops the agent process groups that dead runs of `session` recorded
     /// under this manager's scratch root (on this host) and that still run.
     /// Called only when no run of the session is live here.
-    pub(crate) async fn stop_dead_agents(&self, session: SessionId) {
+    pub(crate) async fn stop_dead_agents(&self, session: SessionId) -> Vec<i32> {
         let Some(root) = &self.scratch() else {
-            return;
+            return Vec::new();
         };
         let dir = root.join(session.to_string());
         let stopped =
@@ -404,6 +404,7 @@ impl Inner {
         if !stopped.is_empty() {
             warn!(session_id = %session, groups = ?stopped, "stopped the agent processes a dead run left running");
         }
+        stopped
     }
 
     /// Claims the turn log of a session this manager took over (or
