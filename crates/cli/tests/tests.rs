@@ -24,6 +24,7 @@ mod report;
 mod salvage;
 mod sandbox;
 mod serve;
+mod serve_crash;
 mod services;
 mod sigint;
 mod webhooks;
