@@ -219,31 +219,7 @@ impl Inner {
                 reason: "no blob store is configured: a kept dir cannot be stored".into(),
             });
         };
-        let fence = row.fence + 1;
-        // This revision's own rows count as stored: a file the landing
-        // stored before it failed is not stored twice.
-        let restored = self.restored_before(row.id, kept.revision + 1).await;
-        let own_report = restored
-            .iter()
-            .find(|(p, r)| p.as_str() == REPORT_FILE && r.artifact.revision == kept.revision)
-            .is_some();
-        let request = PersistRequest {
-            incident: row.incident_id,
-            session: row.id,
-            revision: kept.revision,
-            fence,
-            scratch: Some(kept.path.clone()),
-            skip_prefixes: self.read_only().clone(),
-            restored,
-        };
-        let config = &self.config().persist;
-        let mut held = persist_held(Arc::clone(&blobs), config, request.clone()).await;
-        held.store_manifest(&*blobs, config, &request).await;
-        let markdown = match &held.outcome.report {
-            ReportFile::Stored { key, bytes } => Some((key.clone(), *bytes)),
-            ReportFile::Unchanged { key, bytes } if own_report => Some((key.clone(), *bytes)),
-            _ => None,
-        };
+        let (mut held, markdown) = self.store_kept(row, kept, blobs).await;
         let existing = match self.store().get_report(row.id, kept.revision).await {
             Ok(r) => Some(r),
             Err(StoreError::NotFound { .. }) => None,
@@ -272,20 +248,7 @@ impl Inner {
             unstored: unstored.clone(),
         };
         if held.rows.is_empty() && found.markdown.is_none() && !complete_if_attached {
-            // Nothing stored: nothing to attach, and the row is left as it
-            // is (its fence too). The mark gets the new reason.
-            let salvaged = SalvagedDir {
-                revision: kept.revision,
-                dir: kept.path.clone(),
-                stored: 0,
-                report: false,
-                complete: false,
-                detail: unstored,
-            };
-            warn!(session_id = %row.id, dir = %kept.path.display(), errors = ?salvaged.detail, "nothing of the kept dir could be stored; it stays kept");
-            self.after_salvage(row, &salvaged).await;
-            crate::metrics::salvaged(0, false);
-            return Ok((row.clone(), salvaged));
+            return Ok((row.clone(), self.nothing_stored(row, kept, unstored).await));
         }
         let report = self.kept_report(row, kept, found);
         let attach = KeptOutput::new(held.rows.clone(), report);
@@ -311,6 +274,63 @@ impl Inner {
                 Err(e.into())
             }
         }
+    }
+
+    /// Stores the kept dir under the next fence with its rows held, and
+    /// its manifest: the held phase and the document this revision
+    /// adopts. This revision's own rows count as stored — a file its
+    /// landing stored before it failed is not stored twice, and its own
+    /// `report.md` among them is still the document.
+    async fn store_kept(
+        &self,
+        row: &Session,
+        kept: &KeptDir,
+        blobs: Arc<dyn korvus_blob::BlobStore>,
+    ) -> (korvus_harvest::HeldRows, Option<(String, u64)>) {
+        let restored = self.restored_before(row.id, kept.revision + 1).await;
+        let own_report = restored
+            .iter()
+            .any(|(p, r)| p.as_str() == REPORT_FILE && r.artifact.revision == kept.revision);
+        let request = PersistRequest {
+            incident: row.incident_id,
+            session: row.id,
+            revision: kept.revision,
+            fence: row.fence + 1,
+            scratch: Some(kept.path.clone()),
+            skip_prefixes: self.read_only().clone(),
+            restored,
+        };
+        let config = &self.config().persist;
+        let mut held = persist_held(Arc::clone(&blobs), config, request.clone()).await;
+        held.store_manifest(&*blobs, config, &request).await;
+        let markdown = match &held.outcome.report {
+            ReportFile::Stored { key, bytes } => Some((key.clone(), *bytes)),
+            ReportFile::Unchanged { key, bytes } if own_report => Some((key.clone(), *bytes)),
+            _ => None,
+        };
+        (held, markdown)
+    }
+
+    /// A salvage that stored nothing: nothing is attached, and the row is
+    /// left as it is (its fence too); the mark gets the new reason.
+    async fn nothing_stored(
+        &self,
+        row: &Session,
+        kept: &KeptDir,
+        unstored: Option<String>,
+    ) -> SalvagedDir {
+        let salvaged = SalvagedDir {
+            revision: kept.revision,
+            dir: kept.path.clone(),
+            stored: 0,
+            report: false,
+            complete: false,
+            detail: unstored,
+        };
+        warn!(session_id = %row.id, dir = %kept.path.display(), errors = ?salvaged.detail, "nothing of the kept dir could be stored; it stays kept");
+        self.after_salvage(row, &salvaged).await;
+        crate::metrics::salvaged(0, false);
+        salvaged
     }
 
     /// The report row a salvage of `kept` attaches: the row's own exit

@@ -25,7 +25,7 @@ macro_rules! salvage_rows {
                 use $crate::dialect::StoreDialect;
                 use $crate::error::backend;
                 use $crate::rows::{self, to_i32, to_i64, SessionRow};
-                use $crate::sql::{INSERT_ARTIFACT, SALVAGE_FENCE, SALVAGE_REPORT};
+                use $crate::sql::SALVAGE_FENCE;
 
                 kept.validate(id, fence)?;
                 let err = backend(Self::BACKEND);
@@ -57,10 +57,24 @@ macro_rules! salvage_rows {
                         name: constraint::REPORTS_SESSION_FK.to_owned(),
                     });
                 }
+                Self::insert_kept_artifacts(&mut tx, &kept.artifacts, created_at).await?;
+                let stands = Self::kept_report_row(&mut tx, &report).await?;
+                tx.commit().await.map_err(&err)?;
+                Ok((session, stands))
+            }
+            /// The artifact rows of a salvage, one by one, on its transaction.
+            async fn insert_kept_artifacts(
+                tx: &mut $conn,
+                artifacts: &[korvus_store::NewArtifact],
+                created_at: chrono::DateTime<chrono::Utc>,
+            ) -> korvus_store::Result<()> {
+                use korvus_store::{constraint, Entity};
+                use $crate::dialect::StoreDialect;
+                use $crate::rows::{to_i32, to_i64};
                 let map =
                     |e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e);
-                for a in &kept.artifacts {
-                    sqlx::query(INSERT_ARTIFACT)
+                for a in artifacts {
+                    sqlx::query($crate::sql::INSERT_ARTIFACT)
                         .bind(a.id.as_uuid())
                         .bind(a.incident_id.as_uuid())
                         .bind(a.session_id.as_uuid())
@@ -77,7 +91,22 @@ macro_rules! salvage_rows {
                         .await
                         .map_err(map)?;
                 }
-                let updated = sqlx::query(SALVAGE_REPORT)
+                Ok(())
+            }
+
+            /// The revision's report row takes the salvage (or is inserted
+            /// from it), on its transaction; returns the row that stands.
+            async fn kept_report_row(
+                tx: &mut $conn,
+                report: &korvus_store::Report,
+            ) -> korvus_store::Result<korvus_store::Report> {
+                use $crate::completed::Completed as _;
+                use $crate::dialect::StoreDialect;
+                use $crate::error::backend;
+                use $crate::rows::{to_i32, to_i64};
+                let err = backend(Self::BACKEND);
+                let id = report.session_id;
+                let updated = sqlx::query($crate::sql::SALVAGE_REPORT)
                     .bind(id.as_uuid())
                     .bind(to_i32(report.revision))
                     .bind(report.markdown_key.as_deref())
@@ -89,19 +118,16 @@ macro_rules! salvage_rows {
                     .execute(&mut *tx)
                     .await
                     .map_err(&err)?;
-                let stands = if updated.rows_affected() == 0 {
-                    Self::report_unless_present(&mut tx, &report).await?
-                } else {
-                    let row: rows::ReportRow = sqlx::query_as($crate::sql::SELECT_REPORT)
-                        .bind(id.as_uuid())
-                        .bind(to_i32(report.revision))
-                        .fetch_one_completed(&mut *tx)
-                        .await
-                        .map_err(&err)?;
-                    row.into_model(Self::BACKEND)?
-                };
-                tx.commit().await.map_err(&err)?;
-                Ok((session, stands))
+                if updated.rows_affected() == 0 {
+                    return Self::report_unless_present(tx, report).await;
+                }
+                let row: $crate::rows::ReportRow = sqlx::query_as($crate::sql::SELECT_REPORT)
+                    .bind(id.as_uuid())
+                    .bind(to_i32(report.revision))
+                    .fetch_one_completed(&mut *tx)
+                    .await
+                    .map_err(&err)?;
+                row.into_model(Self::BACKEND)
             }
         }
     };

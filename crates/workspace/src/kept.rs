@@ -283,7 +283,7 @@ pub fn prune_kept(root: &Path, retention: KeptRetention) -> io::Result<Vec<Prune
         }
     }
     // Oldest first.
-    all.sort_by(|a, b| b.2.cmp(&a.2));
+    all.sort_by_key(|a| std::cmp::Reverse(a.2));
     let mut total: u64 = all.iter().map(|a| a.3).sum();
     let mut pruned = Vec::new();
     for (session, dir, age, bytes) in all {
