@@ -5,9 +5,9 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
+use crate::ending::Ending;
 use futures::FutureExt;
-use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome};
-use korvus_store::SessionStatus;
+use korvus_runner::{RunContext, RunError, RunOutcome};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
@@ -32,32 +32,16 @@ pub(crate) enum RunResult {
 }
 
 impl RunResult {
-    /// The status and exit reason a run result settles with (before the
-    /// report-related overrides of `land`):
-    ///
-    /// | run | status | exit reason |
-    /// |---|---|---|
-    /// | runner error | `failed` | the error's `exit_reason`, else `runner_failed` |
-    /// | panicked | `failed` | `panicked` |
-    /// | timed out | `failed` | `timeout` |
-    /// | cancelled | `cancelled` | `cancelled` |
-    /// | stopped for a lapsed lease | `failed` | `lease_lost` |
-    /// | returned `awaiting_user` | `running` | `awaiting_user` |
-    /// | returned anything else | `completed` | as returned |
-    pub(crate) fn status(&self) -> (SessionStatus, ExitReason) {
+    /// How this run ended ([`Ending`]; its table gives the status and
+    /// exit reason, before the report's part of `land`).
+    pub(crate) fn ending(&self) -> Ending {
         match self {
-            RunResult::Failed(e) => (
-                SessionStatus::Failed,
-                e.exit_reason.clone().unwrap_or(ExitReason::RUNNER_FAILED),
-            ),
-            RunResult::Panicked => (SessionStatus::Failed, ExitReason::PANICKED),
-            RunResult::TimedOut => (SessionStatus::Failed, ExitReason::TIMEOUT),
-            RunResult::Cancelled(_) => (SessionStatus::Cancelled, ExitReason::CANCELLED),
-            RunResult::LeaseLost(_) => (SessionStatus::Failed, ExitReason::LEASE_LOST),
-            RunResult::Returned(o) if o.exit_reason == ExitReason::AWAITING_USER => {
-                (SessionStatus::Running, ExitReason::AWAITING_USER)
-            }
-            RunResult::Returned(o) => (SessionStatus::Completed, o.exit_reason.clone()),
+            RunResult::Failed(e) => Ending::RunnerFailed(e.exit_reason.clone()),
+            RunResult::Panicked => Ending::Panicked,
+            RunResult::TimedOut => Ending::TimedOut,
+            RunResult::Cancelled(_) => Ending::Cancelled,
+            RunResult::LeaseLost(_) => Ending::LeaseLost,
+            RunResult::Returned(o) => Ending::Returned(o.exit_reason.clone()),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use korvus_harvest::{persist, FailStage, PersistOutcome, PersistRequest, ReportFile};
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
-use korvus_store::{Counters, NewReport, SessionStatus, Settlement};
+use korvus_store::{Counters, NewReport, Settlement};
 use tracing::{info, warn};
 
 use crate::execute::RunResult;
@@ -39,8 +39,9 @@ pub(crate) async fn land(
     log: &LogHandle,
     result: RunResult,
 ) -> Landed {
-    let (mut status, mut exit_reason) = result.status();
-    if let Some(original) = exit_reason.rejected() {
+    let mut ending = result.ending();
+    let returned = ending.settles().1;
+    if let Some(original) = returned.rejected() {
         note_rejected(log, original).await;
     }
     let claimed = result.outcome().is_some_and(|o| o.author_finished);
@@ -48,7 +49,7 @@ pub(crate) async fn land(
     // Whatever the runner claims, a restored report.md it never touched was
     // not authored in this iteration.
     let author_finished = claimed && !untouched_restored_report(prepared).await;
-    let ended_normally = matches!(&result, RunResult::Returned(_)) && status.is_terminal();
+    let ended_normally = ending.returned_normally();
     // Landed whatever this process's clock says of the lease: every write
     // below presents the run's fence, and the store refuses them only if
     // the session really moved on.
@@ -65,15 +66,12 @@ pub(crate) async fn land(
         (ReportFile::Stored { .. }, false) if ended_normally => None,
         (report, _) => report.markdown().map(|(k, b)| (k.to_owned(), b)),
     };
-    let returned = exit_reason.clone();
     if ended_normally {
         // An empty report.md is nothing authored, like a missing one.
         if !author_finished || matches!(outcome.report, ReportFile::Empty) {
-            status = SessionStatus::Failed;
-            exit_reason = ExitReason::REPORT_AUTHOR_FAILED;
+            ending = ending.with_report_failure(ExitReason::REPORT_AUTHOR_FAILED);
         } else if matches!(outcome.report, ReportFile::Failed { .. }) {
-            status = SessionStatus::Failed;
-            exit_reason = ExitReason::REPORT_UPLOAD_FAILED;
+            ending = ending.with_report_failure(ExitReason::REPORT_UPLOAD_FAILED);
         }
     }
     // The scratch dir is the only copy of what could not be stored: it is
@@ -90,7 +88,7 @@ pub(crate) async fn land(
         markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
         manifest_key: outcome.manifest_key.clone(),
         markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
-        exit_reason: exit_reason.to_string(),
+        exit_reason: ending.settles().1.to_string(),
         counters,
         // What degraded the persist phase, cause first, for the operator.
         detail,
@@ -100,10 +98,10 @@ pub(crate) async fn land(
     // The write comes first: a run that did not end normally still gets
     // its row, only its reason is not replaced.
     let written = inner.write_report(report).await;
-    if !written && ended_normally {
-        status = SessionStatus::Failed;
-        exit_reason = ExitReason::REPORT_PERSIST_FAILED;
+    if !written {
+        ending = ending.with_report_failure(ExitReason::REPORT_PERSIST_FAILED);
     }
+    let (status, exit_reason) = ending.settles();
     if !written && outcome.attempted && keep.is_none() {
         keep = Some("the report row could not be written".into());
     }

@@ -92,6 +92,7 @@ mod admission;
 mod cancel_poll;
 mod cleanup;
 mod closers;
+mod ending;
 mod error;
 mod execute;
 mod kept;

@@ -29,8 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use korvus_harvest::{persist, PersistOutcome, PersistRequest, ReportFile};
-use korvus_runner::ExitReason;
-use korvus_store::{ArtifactKind, NewReport, Session, SessionStatus, Settlement, StoreError};
+use korvus_store::{ArtifactKind, NewReport, Session, Settlement, StoreError};
 use korvus_workspace::{RestoredFile, WorkspacePath};
 use tracing::{debug, info, warn};
 
@@ -241,11 +240,10 @@ impl Inner {
         }
         // What the lost revision used, as its log says: its row never got it.
         let counters = self.counted_lost_run(row).await;
-        let (status, reason) = if cancel || cancelled() || row.cancel_requested {
-            (SessionStatus::Cancelled, ExitReason::CANCELLED)
-        } else {
-            (SessionStatus::Failed, ExitReason::OWNER_LOST)
-        };
+        let (status, reason) = crate::ending::Ending::TakenOver {
+            cancelled: cancel || cancelled() || row.cancel_requested,
+        }
+        .settles();
         let settlement = Settlement {
             status,
             exit_reason: Some(reason.to_string()),

@@ -10,18 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_runner::ExitReason;
-use korvus_store::{
-    Counters, NewReport, Session, SessionId, SessionStatus, Settlement, StoreError,
-};
+use korvus_store::{Counters, NewReport, Session, SessionId, Settlement, StoreError};
 use tracing::{error, info, warn, Instrument as _};
 
+use crate::ending::Ending;
 use crate::manager::Inner;
 use crate::run::RunKey;
 
-/// A `failed` settlement with `reason` and no usage, for the run at `fence`.
+/// The settlement of a revision that never ran for `reason`
+/// ([`Ending::NotRun`]), with no usage, for the run at `fence`.
 pub(crate) fn failed(reason: ExitReason, fence: u64) -> Settlement {
+    let (status, reason) = Ending::NotRun(reason).settles();
     Settlement {
-        status: SessionStatus::Failed,
+        status,
         exit_reason: Some(reason.into()),
         counters: Counters::default(),
         fence,
