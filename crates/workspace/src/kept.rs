@@ -35,6 +35,11 @@ pub fn keep(scratch: &Path, reason: &str) -> io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mark = kept_mark(scratch).ok_or_else(|| io::Error::other("no session dir"))?;
+    // A dir a salvage already stored and removed (a fenced-off run that
+    // comes back late) gets no mark: there is nothing left to keep.
+    if !fs::symlink_metadata(scratch)?.is_dir() {
+        return Err(io::Error::other("not a directory"));
+    }
     // Never through a symlink planted where the mark goes.
     let mut file = fs::OpenOptions::new()
         .write(true)
@@ -351,7 +356,7 @@ mod tests {
         keep(&dir.join("07"), "x").unwrap();
         keep(&dir.join("notes"), "x").unwrap();
         fs::write(dir.join("9"), "a file").unwrap();
-        keep(&dir.join("9"), "x").unwrap();
+        fs::write(dir.join("9.kept"), "x").unwrap();
         let kept = kept_dirs(root.path(), session).unwrap();
         let listed: Vec<_> = kept
             .iter()
@@ -360,6 +365,9 @@ mod tests {
         assert_eq!(listed, vec![(1, "bucket gone"), (3, "rows not written")]);
         assert_eq!(kept[0].path, dir.join("1"));
         assert!(!kept[0].run_alive);
+        // A dir that is gone gets no mark.
+        assert!(keep(&dir.join("4"), "late").is_err());
+        assert!(!dir.join("4.kept").exists());
         // A running mark of this (live) process; one of a process that is
         // gone (a start tick that does not match) is not alive.
         mark_running(&dir.join("3")).unwrap();
