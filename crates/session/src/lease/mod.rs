@@ -427,4 +427,22 @@ impl Inner {
             Err(e) => Err(e),
         }
     }
+
+    /// [`claim_log`](Inner::claim_log), tried again with backoff while
+    /// its error is transient, within the settle bound: a forced cancel's
+    /// fence of the log is not given up for a writer caught mid-write.
+    pub(crate) async fn claim_log_retried(&self, row: &Session) -> Result<(), LogError> {
+        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let mut delay = std::time::Duration::from_millis(25);
+        loop {
+            match self.claim_log(row).await {
+                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                    debug!(session_id = %row.id, error = %e, "turn log not fenced yet; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                }
+                done => return done,
+            }
+        }
+    }
 }

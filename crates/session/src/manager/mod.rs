@@ -299,7 +299,7 @@ impl Manager {
                             run.cancel.cancel();
                         }
                     }
-                    if let Err(e) = self.inner.claim_log(&settled).await {
+                    if let Err(e) = self.inner.claim_log_retried(&settled).await {
                         warn!(session_id = %id, error = %e, "forced cancel: the turn log not fenced; the old run's owner stops it when it sees the row");
                     }
                     crate::metrics::settled(settled.exit_reason.as_deref());
