@@ -23,7 +23,7 @@
 //! only keeps the table small; the day keeps `lease_expires_at` of a
 //! recent orphan readable.
 
-use crate::transition::Dialect;
+use crate::built::Dialect;
 
 /// How long after its expiry an owner row is deleted, in milliseconds.
 const FORGET_AFTER_MS: i64 = 24 * 60 * 60 * 1000;

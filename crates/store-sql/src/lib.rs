@@ -159,6 +159,7 @@
 #[cfg(feature = "testing")]
 extern crate self as korvus_store_sql;
 
+mod built;
 mod completed;
 mod dialect;
 mod error;

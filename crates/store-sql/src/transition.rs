@@ -362,19 +362,7 @@ impl Statements {
     }
 }
 
-/// What [`Statements::new`] builds from: an engine's dialect constants.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Dialect {
-    pub(crate) now: &'static str,
-    pub(crate) run_key: &'static str,
-    pub(crate) texts_4: &'static str,
-    pub(crate) share: &'static str,
-    pub(crate) incident_text: &'static str,
-    pub(crate) skip_locked: &'static str,
-    /// Whether the engine runs writes inside `WITH` (PostgreSQL does,
-    /// SQLite does not).
-    pub(crate) writes_in_with: bool,
-}
+pub(crate) use crate::built::Dialect;
 
 /// `runs` as the JSON array of run keys a heartbeat binds.
 pub(crate) fn run_keys(runs: &[(SessionId, u64)]) -> String {

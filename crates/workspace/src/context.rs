@@ -55,11 +55,7 @@ fn without_clashes<'a>(
     kept
 }
 
-/// Files fetched at once by [`materialize_context`] and
-/// [`restore_own_output`]: each holds a few 1 MiB chunks in flight, so a
-/// restore holds at most this many times that, and a store with tens of
-/// milliseconds a request (S3) is not waited on one file at a time.
-pub const FETCH_CONCURRENCY: usize = 8;
+pub use crate::fetch::FETCH_CONCURRENCY;
 
 /// One file that could not be put into the workspace, and why.
 #[derive(Debug)]

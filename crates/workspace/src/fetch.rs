@@ -19,6 +19,13 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use crate::error::{Result, WorkspaceError};
+
+/// Files fetched at once by [`materialize_context`](crate::materialize_context)
+/// and [`restore_own_output`](crate::restore_own_output): each holds a few
+/// 1 MiB chunks in flight, so a restore holds at most this many times that,
+/// and a store with tens of milliseconds a request (S3) is not waited on
+/// one file at a time.
+pub const FETCH_CONCURRENCY: usize = 8;
 use crate::fsutil::make_parents;
 use crate::path::WorkspacePath;
 
@@ -101,7 +108,7 @@ pub(crate) async fn to_file(
 }
 
 /// [`to_file`] for each of `jobs` (a tag, the artifact, its path),
-/// [`FETCH_CONCURRENCY`](crate::FETCH_CONCURRENCY) in flight at once
+/// [`FETCH_CONCURRENCY`] in flight at once
 /// (a slow file does not hold the others back), answered in job order.
 pub(crate) async fn to_files<'a, T>(
     jobs: Vec<(T, &'a Artifact, WorkspacePath)>,
@@ -114,7 +121,7 @@ pub(crate) async fn to_files<'a, T>(
     let mut running = FuturesUnordered::new();
     let mut done = Vec::with_capacity(jobs.len());
     loop {
-        while running.len() < crate::FETCH_CONCURRENCY {
+        while running.len() < FETCH_CONCURRENCY {
             let Some((i, (tag, artifact, path))) = jobs.next() else {
                 break;
             };
