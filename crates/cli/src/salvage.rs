@@ -119,6 +119,28 @@ pub(crate) async fn kept_on_reap(
     stays
 }
 
+/// `korvus reap`'s dry run: the kept dirs of `sessions`, each with why it
+/// is kept — what `--apply` (or `korvus salvage`) tries to store.
+pub(crate) async fn list_kept(scratch: &std::path::Path, sessions: &[SessionId]) {
+    let mut all = Vec::new();
+    for &id in sessions {
+        let root = scratch.to_path_buf();
+        let kept = tokio::task::spawn_blocking(move || korvus_workspace::kept_dirs(&root, id))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        all.extend(kept.into_iter().map(|k| (id, k)));
+    }
+    say!(
+        "{} kept scratch dir(s): output that is not stored yet",
+        all.len()
+    );
+    for (id, k) in &all {
+        say!("  {id} revision {}: {}", k.revision, k.reason);
+    }
+}
+
 /// `korvus reap --apply`'s retention step: kept dirs past `retention`
 /// are removed, each one named (and logged, and counted) — output that
 /// was never stored is never removed silently.

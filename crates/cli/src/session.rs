@@ -784,6 +784,7 @@ pub(crate) async fn reap(
         for id in &unused {
             say!("  {id}");
         }
+        crate::salvage::list_kept(&backends.scratch, &unused).await;
         say!("dry run: `korvus reap --apply` settles the orphans owner_lost, stores kept dirs and removes the dirs");
         backends.close().await;
         return Ok(ExitCode::SUCCESS);

@@ -91,6 +91,9 @@ fn reap_apply_stores_a_kept_dir_once_the_blob_dir_is_back() {
     let data = tempfile::tempdir().expect("temp dir");
     let (child, id, dir) = started(data.path());
     run_with_the_blob_dir_broken(data.path(), child, &dir);
+    let dry = ok(korvus(data.path()).arg("reap"));
+    assert!(dry.contains("1 kept scratch dir(s)"), "{dry}");
+    assert!(dry.contains(&format!("{id} revision 1: ")), "{dry}");
     let reaped = ok(korvus(data.path()).args(["reap", "--apply"]));
     assert!(
         reaped.contains(&format!("salvaged session {id}")),
