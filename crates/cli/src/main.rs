@@ -282,6 +282,10 @@ enum Command {
     Salvage {
         /// Session id.
         session: String,
+        /// Give the session's kept dirs up instead: remove them, each named
+        /// (for output that can never be stored whole).
+        #[arg(long)]
+        discard: bool,
     },
     /// Find blobs no report or artifact row references and, with --apply,
     /// delete the ones older than the grace period whose session has no
@@ -484,7 +488,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             session::reap(&global, apply, retention).await
         }
-        Command::Salvage { session } => salvage::salvage(&global, &session).await,
+        Command::Salvage { session, discard } => salvage::salvage(&global, &session, discard).await,
         Command::Sweep { apply, grace } => {
             sweep::sweep(&global, apply, Duration::from_secs(grace)).await
         }

@@ -19,8 +19,11 @@ use crate::Global;
 /// dir's scratch root — an orphan is taken over and settled first, its
 /// lost run's dir salvaged — and says what was stored and what stays
 /// kept. Exit 1 when something stays kept.
-pub(crate) async fn salvage(global: &Global, session: &str) -> Result<ExitCode> {
+pub(crate) async fn salvage(global: &Global, session: &str, discard: bool) -> Result<ExitCode> {
     let id = parse_id::<SessionId>(session, "session")?;
+    if discard {
+        return discard_kept(global, id).await;
+    }
     // The blob store and the database are probed first: a salvage into a
     // store that refuses writes would only fail again.
     let backends = Backends::open_checked(global).await?;
@@ -38,6 +41,27 @@ pub(crate) async fn salvage(global: &Global, session: &str) -> Result<ExitCode> 
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `korvus salvage --discard <id>`: the session's kept dirs removed, each
+/// named on stderr (output that was never stored is never removed
+/// silently).
+async fn discard_kept(global: &Global, id: SessionId) -> Result<ExitCode> {
+    let backends = Backends::open(global).await?;
+    let manager = backends.tool_manager();
+    let removed = manager.discard_kept(id).await;
+    manager.stop().await;
+    backends.close().await;
+    let removed = removed.with_context(|| format!("cannot discard the kept dirs of {id}"))?;
+    for k in &removed {
+        tell!(
+            "korvus: discarded {} of session {id} (kept because: {}); its output was never stored",
+            k.path.display(),
+            k.reason
+        );
+    }
+    say!("discarded {} kept dir(s) of session {id}", removed.len());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What a salvage did, for people.

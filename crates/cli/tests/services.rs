@@ -356,7 +356,7 @@ async fn a_bucket_deleted_mid_run_keeps_the_dir_and_salvage_stores_it() {
         "echo '# What I found' > report.md\n\
          mkdir -p work && echo 'step 3 of 5' > work/progress.txt\n\
          echo 'agent is working'\n\
-         while [ ! -e go ]; do sleep 0.05; done\n",
+         n=0; while [ ! -e go ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done\n",
     );
     let cmd = || production(data.path(), &db, &endpoint, &bucket);
     let mut child = cmd()

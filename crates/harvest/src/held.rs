@@ -19,7 +19,8 @@ use crate::persist::{rows_failed, run_phase, PersistConfig, PersistRequest, Rows
 #[non_exhaustive]
 pub struct HeldRows {
     /// The phase's outcome; `rows_written` is false until
-    /// [`attached`](HeldRows::attached) says the caller wrote them.
+    /// [`attached`](HeldRows::attached) says the caller wrote them (true
+    /// already when the phase stored nothing: there are no rows to write).
     pub outcome: PersistOutcome,
     /// The artifact rows of every stored file (bytes stored and made
     /// durable), not yet written.

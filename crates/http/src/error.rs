@@ -164,9 +164,21 @@ impl From<SessionError> for ApiError {
             SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
             SessionError::AlreadyLive { .. } => conflict("already_live"),
             SessionError::IdempotencyConflict { .. } => conflict("idempotency_conflict"),
-            // The message names the kept dir: the operator who reopens is
-            // the one who salvages it.
-            SessionError::OutputKept { .. } => conflict("output_kept"),
+            // The dir and the cause go to the log, as every backend's do.
+            SessionError::OutputKept {
+                session, revision, ..
+            } => {
+                tracing::warn!(error = %e, "a reopen found output it could not store");
+                Self::new(
+                    S::CONFLICT,
+                    "output_kept",
+                    format!(
+                        "session {session}: the output of its revision {revision} is kept on the \
+                         server and could not be stored yet (the server log says why); it is \
+                         stored before the session continues — try again once the cause is gone"
+                    ),
+                )
+            }
             SessionError::NotReady { .. } => {
                 tracing::error!(error = %e, "a backend is not usable");
                 Self::new(

@@ -70,22 +70,29 @@ pub(crate) async fn cleanup(inner: &Arc<Inner>, leftovers: Leftovers) {
         (dir, _) => dir,
     };
     let work = async move {
+        // Its output is stored (or there was none): the mark of a running
+        // dir goes first — before anything that may hang — then the dir.
+        let dir = match dir {
+            Some(dir) => {
+                let path = dir.path().to_path_buf();
+                let unmarked =
+                    tokio::task::spawn_blocking(move || korvus_workspace::unkeep(&path)).await;
+                if matches!(unmarked, Ok(Ok(()))) {
+                    Some(dir)
+                } else {
+                    warn!(
+                        ?unmarked,
+                        "the scratch dir's running mark not cleared; it is kept"
+                    );
+                    None
+                }
+            }
+            None => None,
+        };
         if let Some(lease) = lease {
             lease.release.await;
         }
         if let Some(dir) = dir {
-            // Its output is stored (or there was none): the mark of a
-            // running dir goes first, then the dir.
-            let path = dir.path().to_path_buf();
-            let unmarked =
-                tokio::task::spawn_blocking(move || korvus_workspace::unkeep(&path)).await;
-            if !matches!(unmarked, Ok(Ok(()))) {
-                warn!(
-                    ?unmarked,
-                    "the scratch dir's running mark not cleared; it is kept"
-                );
-                return;
-            }
             if let Err(e) = dir.release().await {
                 warn!(error = %e, "scratch dir not removed; `reap` will");
             }

@@ -21,13 +21,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use korvus_harvest::{persist_held, PersistRequest, ReportFile};
-use korvus_runner::ExitReason;
-use korvus_store::{KeptOutput, NewReport, Report, Session, SessionId, StoreError};
+use korvus_store::{KeptOutput, Session, SessionId, StoreError};
 use korvus_workspace::{KeptDir, KeptRetention, PrunedKept, REPORT_FILE};
 use tracing::{info, warn};
 
+use crate::kept_rows::Found;
 use crate::manager::{Inner, Manager};
-use crate::salvage::bounded_detail;
 use crate::{Result, SessionError};
 
 /// What a salvage stored of one kept dir.
@@ -156,6 +155,36 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// Gives up the kept dirs of session `id` under this manager's scratch
+    /// root — output that can never be stored whole (a file that cannot be
+    /// read), which a reopen would otherwise refuse for: each is removed,
+    /// a warning in the log and counted in
+    /// `korvus_kept_dirs_removed_total{bound="discard"}`. A dir whose run's
+    /// process is alive is left alone. Returns the dirs removed.
+    ///
+    /// # Errors
+    /// `NotReady` when the scratch root cannot be listed.
+    pub async fn discard_kept(&self, id: SessionId) -> Result<Vec<KeptDir>> {
+        let mut removed = Vec::new();
+        for dir in self.inner.kept_dirs(id).await? {
+            if dir.run_alive {
+                continue;
+            }
+            let path = dir.path.clone();
+            let gone = tokio::task::spawn_blocking(move || korvus_workspace::discard(&path)).await;
+            if !matches!(gone, Ok(Ok(()))) {
+                warn!(session_id = %id, dir = %dir.path.display(), ?gone, "a kept dir not discarded");
+                continue;
+            }
+            warn!(session_id = %id, dir = %dir.path.display(), reason = %dir.reason, "a kept scratch dir discarded by an operator: its output was never stored");
+            crate::metrics::kept_removed("discard");
+            removed.push(dir);
+        }
+        Ok(removed)
+    }
+}
+
 impl Inner {
     /// The kept iteration dirs of `id` under this manager's scratch root
     /// (none without one).
@@ -179,26 +208,33 @@ impl Inner {
         row: Session,
     ) -> Result<(Session, Vec<SalvagedDir>, Vec<i32>)> {
         let kept = self.kept_dirs(row.id).await?;
-        // A dead run's agent may still be writing into its dir: stopped
-        // first, so nothing is stored torn or left running.
-        let stopped = if kept.iter().any(|k| !k.run_alive) {
-            self.stop_dead_agents(row.id).await
-        } else {
-            Vec::new()
-        };
         let mut row = row;
         let mut done = Vec::new();
+        let mut stopped = Vec::new();
         for dir in kept {
             if dir.run_alive {
                 // A run still using the dir (a stale run unwinding, or a
                 // run of another manager on this host): its own landing
-                // or a later salvage stores it.
+                // or a later salvage stores it, and its agent is its own.
                 info!(session_id = %row.id, dir = %dir.path.display(), "a kept dir whose run's process is alive; left alone");
                 continue;
             }
             if dir.revision > row.revision {
                 warn!(session_id = %row.id, dir = %dir.path.display(), "a kept dir of a revision the session has not reached; left alone");
                 continue;
+            }
+            // The dead run's agent may still be writing into its dir:
+            // stopped first (that run's only), so nothing is stored torn
+            // or left running.
+            let path = dir.path.clone();
+            let agent =
+                tokio::task::spawn_blocking(move || korvus_workspace::stop_recorded_agent(&path))
+                    .await
+                    .ok()
+                    .flatten();
+            if let Some(pgid) = agent {
+                warn!(session_id = %row.id, pgid, "stopped the agent a dead run left running");
+                stopped.push(pgid);
             }
             let (now, salvaged) = self.salvage_kept_dir(&row, &dir).await?;
             row = now;
@@ -250,6 +286,25 @@ impl Inner {
         if held.rows.is_empty() && found.markdown.is_none() && !complete_if_attached {
             return Ok((row.clone(), self.nothing_stored(row, kept, unstored).await));
         }
+        let has_document = existing.as_ref().is_some_and(|r| r.markdown_key.is_some());
+        if held.rows.is_empty()
+            && complete_if_attached
+            && (found.markdown.is_none() || has_document)
+        {
+            // Everything in it was stored already (a run whose clean-up
+            // never cleared its mark): nothing to attach, the row stays as
+            // its run left it, and the dir goes.
+            let salvaged = SalvagedDir {
+                revision: kept.revision,
+                dir: kept.path.clone(),
+                stored: 0,
+                report: has_document,
+                complete: true,
+                detail: None,
+            };
+            self.after_salvage(row, &salvaged).await;
+            return Ok((row.clone(), salvaged));
+        }
         let report = self.kept_report(row, kept, found);
         let attach = KeptOutput::new(held.rows.clone(), report);
         match self.attach_kept(row, attach).await {
@@ -287,7 +342,7 @@ impl Inner {
         kept: &KeptDir,
         blobs: Arc<dyn korvus_blob::BlobStore>,
     ) -> (korvus_harvest::HeldRows, Option<(String, u64)>) {
-        let restored = self.restored_before(row.id, kept.revision + 1).await;
+        let restored = self.restored_before(row.id, kept.revision + 1, true).await;
         let own_report = restored
             .iter()
             .any(|(p, r)| p.as_str() == REPORT_FILE && r.artifact.revision == kept.revision);
@@ -333,92 +388,6 @@ impl Inner {
         salvaged
     }
 
-    /// The report row a salvage of `kept` attaches: the row's own exit
-    /// reason and counters (the settlement's, when the revision has no
-    /// row), the document the dir held, where it came from, and a detail
-    /// that keeps the row's cause and adds what the salvage did.
-    fn kept_report(&self, row: &Session, kept: &KeptDir, found: Found<'_>) -> NewReport {
-        let Found {
-            existing,
-            markdown,
-            manifest_key,
-            stored,
-            unstored,
-        } = found;
-        let cause = existing
-            .and_then(|r| r.detail.clone())
-            .unwrap_or_else(|| format!("the run's output was kept: {}", kept.reason));
-        let mut detail = format!(
-            "{cause}; salvaged later by manager {}: {stored} file(s) stored",
-            self.ownership().owner()
-        );
-        if let Some(unstored) = unstored {
-            detail.push_str(&format!(
-                "; still not stored whole, the dir stays kept at {}: {unstored}",
-                kept.path.display()
-            ));
-        }
-        let (exit_reason, counters) = match existing {
-            Some(r) => (r.exit_reason.clone(), r.counters),
-            None if kept.revision == row.revision => (
-                row.exit_reason
-                    .clone()
-                    .unwrap_or_else(|| ExitReason::OWNER_LOST.to_string()),
-                row.counters,
-            ),
-            None => (ExitReason::OWNER_LOST.to_string(), Default::default()),
-        };
-        NewReport {
-            session_id: row.id,
-            incident_id: row.incident_id,
-            revision: kept.revision,
-            markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
-            markdown_key: markdown.map(|(k, _)| k),
-            manifest_key,
-            exit_reason,
-            counters,
-            detail: Some(bounded_detail(detail)),
-            salvaged_from: Some(bounded_detail(format!(
-                "the kept scratch dir {} (kept because: {}), stored by manager {}",
-                kept.path.display(),
-                kept.reason,
-                self.ownership().owner()
-            ))),
-            fence: row.fence + 1,
-        }
-    }
-
-    /// `attach_kept_output`, retried on transient errors with backoff
-    /// within the settle bound.
-    async fn attach_kept(
-        &self,
-        row: &Session,
-        kept: KeptOutput,
-    ) -> std::result::Result<(Session, Report), StoreError> {
-        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
-        let mut delay = std::time::Duration::from_millis(25);
-        loop {
-            let attempt = self
-                .store()
-                .attach_kept_output(row.id, row.fence, kept.clone());
-            let answer = match tokio::time::timeout_at(deadline, attempt).await {
-                Ok(answer) => answer,
-                Err(_) => Err(StoreError::transient(
-                    "session",
-                    "attach_kept_output did not answer in time",
-                )),
-            };
-            match answer {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
-                    warn!(session_id = %row.id, error = %e, "kept output not attached; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
-                }
-                done => return done,
-            }
-        }
-    }
-
     /// After the attach: a dir stored whole loses its mark and is removed
     /// (with what earlier runs of the session left beside it); one that is
     /// not gets the new reason on its mark.
@@ -451,20 +420,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// What a salvage found and stored of one kept dir, for its report row.
-struct Found<'a> {
-    /// The revision's report row, if it has one.
-    existing: Option<&'a Report>,
-    /// The document this revision adopts: its key and size.
-    markdown: Option<(String, u64)>,
-    /// The salvage's manifest.
-    manifest_key: Option<String>,
-    /// Files stored now.
-    stored: usize,
-    /// What could not be stored, when something could not.
-    unstored: Option<String>,
 }
 
 /// A scratch root that cannot be read.

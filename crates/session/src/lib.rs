@@ -96,6 +96,7 @@ mod ending;
 mod error;
 mod execute;
 mod kept;
+mod kept_rows;
 mod land;
 mod lease;
 mod live;

@@ -96,7 +96,7 @@ impl Manager {
         // run restores it, and it never starts without it. Before the row
         // is read for the transition, so a salvage does not widen the
         // window between that read and the transition.
-        salvage_first(inner, id).await?;
+        salvage_first(inner, id, how).await?;
         let row = inner.store().get_session(id).await?;
         let span =
             info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
@@ -191,37 +191,50 @@ impl Manager {
     }
 }
 
-/// Stores the kept dirs of `row` under this manager's scratch root before
-/// the session continues (`kept.rs`); `OutputKept` when one of them cannot
-/// be stored whole now, with nothing continued.
-async fn salvage_first(inner: &Inner, id: SessionId) -> Result<()> {
-    let kept = inner.kept_dirs(id).await?;
-    let Some(first) = kept.into_iter().find(|k| !k.run_alive) else {
-        return Ok(());
-    };
-    let row = inner.store().get_session(id).await?;
-    if row.is_active() {
-        // The transition refuses it (`NotFinished`); its run stores its dir.
+/// Stores the kept dirs of session `id` under this manager's scratch root
+/// before the session continues (`kept.rs`); `OutputKept` when one of them
+/// cannot be stored whole now, with nothing continued. Nothing is done for
+/// a row the continue refuses anyway, or without a blob store (nothing
+/// could be stored); a salvage another caller made first is seen, and a
+/// store that fails transiently is its own error (try again).
+async fn salvage_first(inner: &Inner, id: SessionId, how: Continue) -> Result<()> {
+    if inner.blobs().is_none() {
         return Ok(());
     }
-    let (_, done, _) = inner
-        .salvage_kept(row)
-        .await
-        .map_err(|e| SessionError::OutputKept {
-            session: id,
-            revision: first.revision,
-            dir: first.path.clone(),
-            reason: crate::error::chain(&e),
-        })?;
-    match done.into_iter().find(|d| !d.complete) {
-        None => Ok(()),
-        Some(d) => Err(SessionError::OutputKept {
-            session: id,
-            revision: d.revision,
-            dir: d.dir,
-            reason: d.detail.unwrap_or_default(),
-        }),
+    for _ in 0..3 {
+        let kept = inner.kept_dirs(id).await?;
+        let Some(first) = kept.into_iter().find(|k| !k.run_alive) else {
+            return Ok(());
+        };
+        let row = inner.store().get_session(id).await?;
+        if !how.accepts(&row) {
+            return Ok(());
+        }
+        let done = match inner.salvage_kept(row).await {
+            Ok((_, done, _)) => done,
+            // Another salvage (or a reopen) moved the row: look again.
+            Err(SessionError::Store(e)) if e.is_fenced_off() => continue,
+            Err(SessionError::Store(e)) if e.is_transient() => return Err(SessionError::Store(e)),
+            Err(e) => {
+                return Err(SessionError::OutputKept {
+                    session: id,
+                    revision: first.revision,
+                    dir: first.path.clone(),
+                    reason: crate::error::chain(&e),
+                })
+            }
+        };
+        return match done.into_iter().find(|d| !d.complete) {
+            None => Ok(()),
+            Some(d) => Err(SessionError::OutputKept {
+                session: id,
+                revision: d.revision,
+                dir: d.dir,
+                reason: d.detail.unwrap_or_default(),
+            }),
+        };
     }
+    Ok(())
 }
 
 /// Queues a continued session whose message is in its log: the log

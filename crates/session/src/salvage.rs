@@ -103,7 +103,7 @@ impl Inner {
         if !is_real_dir(&dir).await {
             return None;
         }
-        let restored = self.restored_before(row.id, row.revision).await;
+        let restored = self.restored_before(row.id, row.revision, false).await;
         let outcome = persist(
             Arc::clone(self.store()).into_store(),
             self.blobs().clone(),
@@ -134,12 +134,20 @@ impl Inner {
     /// then keeps an untouched `report.md` of revision N−1 from being
     /// adopted as this revision's. A read that fails leaves it empty (every
     /// file is then stored again, and a `report.md` adopted).
+    ///
+    /// Read from every artifact row of the session, not only the newest
+    /// per path: a later revision's file must not hide the one this
+    /// bound sees. With `own_state`, the agent state of the revision just
+    /// below the bound counts too (a salvage of a settled revision does
+    /// not store its thread twice).
     pub(crate) async fn restored_before(
         &self,
         id: korvus_store::SessionId,
         revision: u32,
+        own_state: bool,
     ) -> BTreeMap<WorkspacePath, RestoredFile> {
-        let artifacts = match self.store().latest_session_artifacts(id).await {
+        use korvus_store::StoreExt as _;
+        let artifacts = match self.store().all_session_artifacts(id).await {
             Ok(a) => a,
             Err(e) => {
                 warn!(session_id = %id, error = %e, "earlier output not read for the salvage");
@@ -148,17 +156,21 @@ impl Inner {
         };
         let mut restored: BTreeMap<WorkspacePath, RestoredFile> = BTreeMap::new();
         for a in artifacts {
-            if a.revision >= revision
-                || !matches!(a.kind, ArtifactKind::Report | ArtifactKind::AgentOutput)
-            {
+            let counted = match a.kind {
+                ArtifactKind::Report | ArtifactKind::AgentOutput => true,
+                ArtifactKind::AgentState => own_state && a.revision + 1 == revision,
+                _ => false,
+            };
+            if a.revision >= revision || !counted {
                 continue;
             }
             let (Ok(path), Ok(sha256)) = (WorkspacePath::new(&a.path), a.sha256.parse()) else {
                 continue;
             };
-            let newer = restored
-                .get(&path)
-                .is_some_and(|r| r.artifact.revision > a.revision);
+            let newer = restored.get(&path).is_some_and(|r| {
+                (r.artifact.revision, r.artifact.created_at, r.artifact.id)
+                    > (a.revision, a.created_at, a.id)
+            });
             if !newer {
                 restored.insert(
                     path,

@@ -281,7 +281,7 @@ async fn iterate(
         // From here the dir holds what the agent makes: kept until the
         // landing says it is stored, so a process that dies meanwhile
         // leaves it for a salvage, never for a removal.
-        mark_running(&prepared).await;
+        mark_running(inner, &prepared).await;
     }
     let result = match refused {
         Some(result) => result,
@@ -390,11 +390,15 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
 
 /// Marks the run's scratch dir kept while the agent runs
 /// (`korvus_workspace::mark_running`); a mark that cannot be written is
-/// logged, and the run goes on.
-async fn mark_running(prepared: &Prepared) {
+/// logged, and the run goes on. Without a blob store nothing of the dir
+/// is ever stored, so there is nothing to keep it for: no mark.
+async fn mark_running(inner: &Inner, prepared: &Prepared) {
     let Some(path) = prepared.dir.as_ref().map(|d| d.path().to_path_buf()) else {
         return;
     };
+    if inner.blobs().is_none() {
+        return;
+    }
     let marked = tokio::task::spawn_blocking(move || korvus_workspace::mark_running(&path)).await;
     if !matches!(marked, Ok(Ok(()))) {
         warn!(?marked, "the running scratch dir could not be marked kept");

@@ -185,3 +185,74 @@ async fn salvage_refuses_a_session_whose_run_is_live() {
         .unwrap();
     manager.stop().await;
 }
+
+/// A kept dir whose mark names a live korvus process (a run still going on
+/// this host) is left alone by a salvage; a dir of a run that stored all
+/// its output but whose mark stayed (its clean-up never ran) is removed
+/// without touching the row; `discard_kept` gives a dir up.
+#[tokio::test]
+async fn salvage_leaves_a_live_runs_dir_and_removes_a_stale_mark_without_a_write() {
+    let env = Env::new().await;
+    let manager = env
+        .builder(writing(&[("work/progress.txt", "all stored")]))
+        .build();
+    let session = manager.create(env.request("stored")).await.unwrap();
+    let settled = manager
+        .await_settled(session.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    manager.wait().await;
+    let dir = env.root.path().join(session.id.to_string()).join("1");
+    assert!(!dir.exists(), "stored whole: removed");
+
+    // The same files, as a run killed after its clean-up's settle would
+    // leave them: a running mark of a process that is gone.
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::write(dir.join("work/progress.txt"), "all stored").unwrap();
+    std::fs::write(
+        env.root.path().join(session.id.to_string()).join("1.kept"),
+        format!(
+            "{} (korvus process 1 started at tick 1)\n",
+            korvus_workspace::RUNNING_REASON
+        ),
+    )
+    .unwrap();
+    let done = manager.salvage(session.id).await.unwrap();
+    assert_eq!(done.dirs.len(), 1, "{done:?}");
+    assert!(
+        done.dirs[0].complete && done.dirs[0].stored == 0,
+        "{done:?}"
+    );
+    assert!(!dir.exists(), "removed");
+    assert_eq!(
+        env.store.get_session(session.id).await.unwrap(),
+        settled,
+        "the row as its run left it"
+    );
+    let report = env.store.get_report(session.id, 1).await.unwrap();
+    assert_eq!(report.salvaged_from, None, "{report:?}");
+
+    // A running mark of this live process: in use, left alone.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("busy.txt"), "in use").unwrap();
+    korvus_workspace::mark_running(&dir).unwrap();
+    let done = manager.salvage(session.id).await.unwrap();
+    assert!(done.dirs.is_empty(), "{done:?}");
+    assert_eq!(done.still_kept.len(), 1);
+    assert!(done.still_kept[0].run_alive);
+    assert!(dir.join("busy.txt").exists());
+    assert!(
+        manager.discard_kept(session.id).await.unwrap().is_empty(),
+        "a live run's dir stays"
+    );
+
+    // Given up by an operator once it is no longer in use.
+    korvus_workspace::keep(&dir, "a file that cannot be read").unwrap();
+    let gone = manager.discard_kept(session.id).await.unwrap();
+    assert_eq!(gone.len(), 1);
+    assert!(!dir.exists());
+    assert!(korvus_workspace::kept_dirs(env.root.path(), session.id)
+        .unwrap()
+        .is_empty());
+    manager.stop().await;
+}

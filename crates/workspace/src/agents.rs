@@ -78,6 +78,18 @@ pub fn stop_recorded_agents(session_dir: &Path) -> Vec<i32> {
     stopped
 }
 
+/// Stops (`SIGKILL`) the agent process group the run of `scratch`
+/// recorded ([`record_agent`]), if its leader is still the recorded
+/// process or is gone, and removes the record: one run's, where
+/// [`stop_recorded_agents`] stops every run's of a session. Returns the
+/// group signalled.
+pub fn stop_recorded_agent(scratch: &Path) -> Option<i32> {
+    let record = agent_record_path(scratch)?;
+    let stopped = stop_record(&record);
+    let _ = fs::remove_file(record);
+    stopped
+}
+
 /// Stops the group `record` names, if it is still that group.
 pub(crate) fn stop_record(record: &Path) -> Option<i32> {
     let (pgid, started) = parse(&fs::read_to_string(record).ok()?)?;

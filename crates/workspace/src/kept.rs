@@ -27,7 +27,8 @@ fn kept_mark(scratch: &Path) -> Option<PathBuf> {
 
 /// Marks the iteration dir `scratch` kept: its output is not stored, so no
 /// removal here takes it until [`unkeep`]. `reason` (one line) says why,
-/// for the operator.
+/// for the operator. A mark already there gets the new reason and keeps
+/// its time: the dir is kept since it was first marked.
 ///
 /// # Errors
 /// The I/O error of writing the mark (durably: written, then synced).
@@ -40,6 +41,10 @@ pub fn keep(scratch: &Path, reason: &str) -> io::Result<()> {
     if !fs::symlink_metadata(scratch)?.is_dir() {
         return Err(io::Error::other("not a directory"));
     }
+    let first = fs::symlink_metadata(&mark)
+        .ok()
+        .filter(fs::Metadata::is_file)
+        .and_then(|m| m.modified().ok());
     // Never through a symlink planted where the mark goes.
     let mut file = fs::OpenOptions::new()
         .write(true)
@@ -51,6 +56,11 @@ pub fn keep(scratch: &Path, reason: &str) -> io::Result<()> {
     line.truncate(floor_char_boundary(&line, MAX_REASON_BYTES));
     file.write_all(line.as_bytes())?;
     file.write_all(b"\n")?;
+    // The mark says since when the dir is kept (its retention's age): a
+    // new reason does not make it younger.
+    if let Some(first) = first {
+        file.set_modified(first)?;
+    }
     file.sync_all()?;
     // The mark's name durable too: it is what keeps the dir.
     match mark.parent() {
@@ -215,6 +225,21 @@ pub fn kept_dirs(root: &Path, session: SessionId) -> io::Result<Vec<KeptDir>> {
     Ok(kept)
 }
 
+/// Removes the kept iteration dir `scratch` and then its mark: output
+/// that is given up (an operator's choice, or retention). Read-only trees
+/// are made writable first and symlinks never followed; a dir that cannot
+/// be removed whole keeps its mark.
+///
+/// # Errors
+/// The I/O error of removing the dir or the mark.
+pub fn discard(scratch: &Path) -> io::Result<()> {
+    match crate::fsutil::remove_tree(scratch) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    unkeep(scratch)
+}
+
 /// How long and how much kept output a scratch root holds
 /// ([`prune_kept`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,8 +278,10 @@ pub struct PrunedKept {
 }
 
 /// Removes kept dirs under `root` past `retention`: every one kept longer
-/// than `max_age`, then the oldest while all of them together hold more
-/// than `max_bytes`. Each one removed is returned — the caller logs it
+/// than `max_age` (since its mark was first written), then the oldest
+/// while all of them together hold more than `max_bytes`. A dir whose
+/// run's process is alive ([`KeptDir::run_alive`]) is in use: never
+/// removed nor counted. Each one removed is returned — the caller logs it
 /// and counts it: this is output that was never stored, and it is never
 /// removed silently. Symlinks are never followed; a dir that cannot be
 /// removed stays, kept.
@@ -277,7 +304,12 @@ pub fn prune_kept(root: &Path, retention: KeptRetention) -> io::Result<Vec<Prune
         if !entry.file_type()?.is_dir() {
             continue;
         }
-        for dir in kept_dirs(root, session)? {
+        // A dir whose run's process is alive is in use, not kept output:
+        // never removed here, and not counted.
+        for dir in kept_dirs(root, session)?
+            .into_iter()
+            .filter(|d| !d.run_alive)
+        {
             let since = kept_mark(&dir.path)
                 .and_then(|m| fs::symlink_metadata(m).ok())
                 .and_then(|m| m.modified().ok())
@@ -299,10 +331,9 @@ pub fn prune_kept(root: &Path, retention: KeptRetention) -> io::Result<Vec<Prune
         } else {
             continue;
         };
-        if crate::fsutil::remove_tree(&dir.path).is_err() {
+        if discard(&dir.path).is_err() {
             continue;
         }
-        let _ = unkeep(&dir.path);
         total = total.saturating_sub(bytes);
         pruned.push(PrunedKept {
             session,
@@ -409,9 +440,18 @@ mod retention_tests {
             kept_since(&dir, day * age_days as u32);
             made.push((session, dir));
         }
-        // A dir that is not kept is none of this function's business.
+        // A dir that is not kept is none of this function's business, nor
+        // is one whose run is alive (this process's running mark), however
+        // old and large.
         let plain = root.path().join(SessionId::new().to_string()).join("1");
         fs::create_dir_all(&plain).unwrap();
+        let live = root.path().join(SessionId::new().to_string()).join("1");
+        fs::create_dir_all(&live).unwrap();
+        fs::write(live.join("big.bin"), vec![1u8; 256 * 1024]).unwrap();
+        mark_running(&live).unwrap();
+        kept_since(&live, day * 90);
+        // A new reason does not make a mark younger.
+        keep(&made[0].1, "still not stored").unwrap();
         let retention = KeptRetention {
             max_age: day * 30,
             // Room for two of the 64 KiB dirs (and their blocks' slack).
@@ -423,6 +463,7 @@ mod retention_tests {
         assert!(pruned[1].bytes >= 64 * 1024, "{:?}", pruned[1]);
         assert!(!made[0].1.exists() && !made[1].1.exists());
         assert!(made[2].1.exists() && made[3].1.exists() && plain.exists());
+        assert!(live.join("big.bin").exists(), "a live run's dir stays");
         assert_eq!(kept_reason(&made[0].1), None, "the mark went with it");
         // Within the bounds now: nothing more.
         assert!(prune_kept(root.path(), retention).unwrap().is_empty());

@@ -107,7 +107,9 @@ mod seed;
 mod skills;
 mod upload;
 
-pub use crate::agents::{agent_record_path, forget_agent, record_agent, stop_recorded_agents};
+pub use crate::agents::{
+    agent_record_path, forget_agent, record_agent, stop_recorded_agent, stop_recorded_agents,
+};
 pub use crate::archive::{
     archive, archive_with, store_archive, ArchiveConfig, WorkspaceArchive, ARCHIVE_CONTENT_TYPE,
     ARCHIVE_PATH, DEFAULT_ARCHIVE_MAX_BYTES,
@@ -118,7 +120,8 @@ pub use crate::context::{
 };
 pub use crate::error::{Result, WorkspaceError};
 pub use crate::kept::{
-    kept_dirs, mark_running, prune_kept, KeptDir, KeptRetention, PrunedKept, RUNNING_REASON,
+    discard, kept_dirs, mark_running, prune_kept, KeptDir, KeptRetention, PrunedKept,
+    RUNNING_REASON,
 };
 pub use crate::path::{
     context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,

@@ -20,10 +20,12 @@ impl MemoryStore {
         kept.validate(id, fence)?;
         let mut inner = self.lock();
         let report = kept.report;
-        inner.session_in(id, report.incident_id, constraint::REPORTS_SESSION_FK)?;
+        // In the order the SQL stores find them: the row, its fence and
+        // state, then the incident the rows name.
         if let Some(refused) = inner.session(id)?.salvage_refusal(fence, report.revision) {
             return Err(refused);
         }
+        inner.session_in(id, report.incident_id, constraint::REPORTS_SESSION_FK)?;
         if let Some(taken) = kept
             .artifacts
             .iter()

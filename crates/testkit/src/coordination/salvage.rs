@@ -32,6 +32,23 @@ fn kept(s: &Session, paths: &[&str]) -> KeptOutput {
     KeptOutput::new(artifacts, report)
 }
 
+/// How many outbox events of `s` are due now, claimed (by a claimer of
+/// this case's own) so the next call counts only newer ones.
+async fn outbox_events_of(store: &dyn CoordinatedStore, s: &Session) -> usize {
+    let claimer = korvus_store::OwnerId::new();
+    let mut n = 0;
+    loop {
+        let batch = store
+            .claim_events(claimer, 500, std::time::Duration::from_secs(600))
+            .await
+            .unwrap();
+        if batch.is_empty() {
+            return n;
+        }
+        n += batch.iter().filter(|e| e.key.session_id == s.id).count();
+    }
+}
+
 /// A failed session whose landing stored neither its document nor its
 /// files: the report row has no document.
 async fn failed_without_output(store: &dyn CoordinatedStore) -> Session {
@@ -61,6 +78,9 @@ pub async fn kept_output_attaches_to_a_settled_revision_under_a_new_fence(
     store: &dyn CoordinatedStore,
 ) {
     let s = failed_without_output(store).await;
+    // The run's end is in the outbox once; a salvage sends nothing more.
+    let ends = outbox_events_of(store, &s).await;
+    assert_eq!(ends, 1, "the settle's own event");
     let rows = kept(&s, &["work/progress.txt", "notes/a.md"]);
     let (row, stands) = store
         .attach_kept_output(s.id, s.fence, rows.clone())
@@ -98,6 +118,8 @@ pub async fn kept_output_attaches_to_a_settled_revision_under_a_new_fence(
             ("work/progress.txt".to_owned(), s.fence + 1)
         ]
     );
+
+    assert_eq!(outbox_events_of(store, &s).await, 0, "no second end event");
 
     // The same dir salvaged again at the old fence: refused, nothing written.
     let again = kept(&s, &["work/other.txt"]);
@@ -185,7 +207,7 @@ async fn refusals(store: &dyn CoordinatedStore) {
     ghost.report.session_id = gone;
     assert!(matches!(
         store.attach_kept_output(gone, s.fence, ghost).await,
-        Err(StoreError::NotFound { .. } | StoreError::Constraint { .. })
+        Err(StoreError::NotFound { .. })
     ));
 }
 
