@@ -78,14 +78,17 @@
 #![deny(missing_docs)]
 
 mod agent_state;
+mod checkpoint;
 mod content_type;
 mod file;
 mod manifest;
 mod outcome;
 mod persist;
+mod stat;
 mod sweep;
 mod walk;
 
+pub use crate::checkpoint::{ChangingFile, CheckpointOutcome, Checkpointer, TORN_AFTER_SKIPS};
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
 pub use crate::manifest::MANIFEST_PATH;
 pub use crate::outcome::{

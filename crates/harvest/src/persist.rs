@@ -17,11 +17,14 @@ use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store, Stor
 use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
 use crate::agent_state::agent_state_candidates;
+use crate::checkpoint::land::{land_file, Prior};
+use crate::checkpoint::state::CheckpointState;
 use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
 use crate::walk::{
-    apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk, WalkLimits,
+    apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, SkipReason, Walk,
+    WalkLimits,
 };
 use crate::DEFAULT_MAX_FILES;
 
@@ -122,6 +125,18 @@ pub async fn persist(
     config: &PersistConfig,
     request: PersistRequest,
 ) -> PersistOutcome {
+    persist_with(store, blobs, config, request, None).await
+}
+
+/// [`persist`] after the run's checkpoints (`prior`): files they hold are
+/// promoted, not uploaded, and their rows replaced in one transition.
+pub(crate) async fn persist_with(
+    store: Arc<dyn Store>,
+    blobs: Option<Arc<dyn BlobStore>>,
+    config: &PersistConfig,
+    request: PersistRequest,
+    prior: Option<CheckpointState>,
+) -> PersistOutcome {
     let Some(blobs) = blobs else {
         return PersistOutcome::skipped_phase("no blob store configured");
     };
@@ -142,6 +157,7 @@ pub async fn persist(
         config: config.clone(),
         request: Arc::clone(&request),
         progress: progress.clone(),
+        prior: prior.map(|p| Arc::new(Prior::new(p))),
     };
     let task = tokio::spawn(phase.run(scratch).instrument(span.clone()));
     let abort = task.abort_handle();
@@ -205,14 +221,17 @@ impl Progress {
     /// in step when it is the root [`REPORT_FILE`].
     fn record(&self, result: &FileResult) {
         self.update(|o| match result {
-            FileResult::Stored(row) => {
+            FileResult::Stored(row) | FileResult::Promoted(row) => {
                 if row.kind == ArtifactKind::Report {
                     o.report = ReportFile::Stored {
                         key: row.blob_key.clone(),
                         bytes: row.size_bytes,
                     };
                 }
-                o.stored.push(StoredFile::of(row));
+                let mut stored = StoredFile::of(row);
+                stored.promoted = matches!(result, FileResult::Promoted(_));
+                o.promoted += usize::from(stored.promoted);
+                o.stored.push(stored);
             }
             FileResult::Unchanged(u) => {
                 if u.path == REPORT_FILE {
@@ -273,6 +292,8 @@ struct Phase {
     config: PersistConfig,
     request: Arc<PersistRequest>,
     progress: Progress,
+    /// What the run's checkpoints stored, when it had any.
+    prior: Option<Arc<Prior>>,
 }
 
 impl Phase {
@@ -283,7 +304,8 @@ impl Phase {
             return;
         };
         let rows = self.upload_files(walk.candidates, dir).await;
-        if rows.is_empty() {
+        let checkpoints = self.prior.as_ref().map_or(0, |p| p.checkpoint_rows().len());
+        if rows.is_empty() && checkpoints == 0 {
             self.progress.update(|o| o.rows_written = true);
             return;
         }
@@ -303,12 +325,15 @@ impl Phase {
     async fn walk(&self, scratch: PathBuf) -> Option<(Walk, Arc<Dir>)> {
         let prefixes = self.request.skip_prefixes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
+        let prior = self.prior.clone();
         let walked = tokio::task::spawn_blocking(move || {
             let limits = WalkLimits {
                 max_bytes,
                 max_files,
             };
-            let mut walk = harvest_candidates(&scratch, &prefixes, limits);
+            // After checkpoints the cap counts the paths they hold.
+            let mut admit = Prior::admission(prior.as_deref(), max_files);
+            let mut walk = harvest_candidates_admitting(&scratch, &prefixes, limits, &mut admit);
             apply_size_limits(&mut walk, max_bytes);
             apply_cap(&mut walk, max_files);
             walk.candidates.extend(agent_state_candidates(&scratch));
@@ -354,9 +379,13 @@ impl Phase {
             .map(|candidate| {
                 let dir = Arc::clone(&dir);
                 async move {
-                    let result =
-                        store_file(&dir, &*self.blobs, &self.request, &self.config, candidate)
-                            .await;
+                    let (blobs, request, config) = (&*self.blobs, &*self.request, &self.config);
+                    let result = match &self.prior {
+                        Some(prior) => {
+                            land_file(&dir, blobs, request, config, candidate, prior).await
+                        }
+                        None => store_file(&dir, blobs, request, config, candidate).await,
+                    };
                     self.progress.record(&result);
                     result
                 }
@@ -367,7 +396,7 @@ impl Phase {
         results
             .into_iter()
             .filter_map(|r| match r {
-                FileResult::Stored(row) => Some(*row),
+                FileResult::Stored(row) | FileResult::Promoted(row) => Some(*row),
                 _ => None,
             })
             .collect()
@@ -383,9 +412,19 @@ impl Phase {
         let mut delay = Duration::from_millis(25);
         let mut retried = false;
         let written = loop {
-            match self.store.create_artifacts(rows.clone()).await {
+            let call = match &self.prior {
+                Some(prior) => {
+                    let r = &self.request;
+                    let delete = prior.checkpoint_rows();
+                    self.store
+                        .replace_checkpoints(r.session, r.fence, rows.clone(), delete)
+                        .await
+                }
+                None => self.store.create_artifacts(rows.clone()).await,
+            };
+            match call {
                 Ok(_) => break Ok(()),
-                Err(StoreError::Conflict { .. })
+                Err(StoreError::Conflict { .. } | StoreError::NotFound { .. })
                     if retried && self.already_written(&rows).await =>
                 {
                     break Ok(())
@@ -400,7 +439,12 @@ impl Phase {
             }
         };
         match written {
-            Ok(()) => self.progress.update(|o| o.rows_written = true),
+            Ok(()) => {
+                self.progress.update(|o| o.rows_written = true);
+                if let Some(prior) = &self.prior {
+                    prior.delete_unpromoted(&*self.blobs, &rows).await;
+                }
+            }
             Err(e) => {
                 let cause = format!("artifact rows not written: {}", error_chain(&e));
                 warn!(error = %e, "artifact rows not written; their bytes remain");

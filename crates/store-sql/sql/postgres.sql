@@ -138,7 +138,7 @@ WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR 
 -- DELETE_CHECKPOINT (shared)
 DELETE
 FROM artifacts
-WHERE id = $1 AND session_id = $2 AND revision = $3 AND kind = $4;
+WHERE id = $1 AND session_id = $2 AND fence = $3 AND kind = $4;
 
 -- GUARD_DELETION (shared)
 UPDATE sessions

@@ -72,7 +72,7 @@ macro_rules! sql_replace {
                         let deleted = sqlx::query(sql::DELETE_CHECKPOINT)
                             .bind(id.as_uuid())
                             .bind(session.as_uuid())
-                            .bind(rows::to_i32(row.revision))
+                            .bind(rows::to_i64(fence))
                             .bind(ArtifactKind::Checkpoint.as_str())
                             .execute(&mut *tx)
                             .await

@@ -231,11 +231,11 @@ statements! {
         active!()
     );
 
-    /// Deletes one checkpoint row of the session's revision; 0 rows: the
+    /// Deletes one checkpoint row the run at the fence wrote; 0 rows: the
     /// id names no such row. Binds `$1` artifact, `$2` session, `$3`
-    /// revision, `$4` the checkpoint kind.
+    /// fence, `$4` the checkpoint kind.
     DELETE_CHECKPOINT = "DELETE FROM artifacts \
-        WHERE id = $1 AND session_id = $2 AND revision = $3 AND kind = $4";
+        WHERE id = $1 AND session_id = $2 AND fence = $3 AND kind = $4";
 
     // Retention (`delete_session`, one transaction, in this order).
 

@@ -264,8 +264,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     ///
     /// Every row of `insert` must be of `session` at `fence`. Every id of
     /// `delete` (duplicates count once) must name a checkpoint row of
-    /// `session` at the session's current revision: no other row can be
-    /// deleted this way. The blobs of deleted rows are the caller's to
+    /// `session` written at `fence` — by this run, of its revision: no other
+    /// row can be deleted this way. (The fence, not the session's revision
+    /// column, names the run: a run's revision may be ahead of it when a
+    /// failed report row took a number.) The blobs of deleted rows are the caller's to
     /// delete, after this returns (rows first, as everywhere). Both lists
     /// empty checks the fence and writes nothing.
     ///
@@ -276,7 +278,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// `NotFound` (session) for an unknown session, (artifact) for an id of
-    /// `delete` that names no checkpoint row of this session's revision;
+    /// `delete` that names no checkpoint row of this run;
     /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the session
     /// is not at `fence` and
     /// [`StoreError::NotActive`](crate::StoreError::NotActive) when it is

@@ -27,7 +27,7 @@ impl MemoryStore {
         if let Some(refused) = row.refusal(fence) {
             return Err(refused);
         }
-        let (incident, revision) = (row.incident_id, row.revision);
+        let incident = row.incident_id;
         if insert.iter().any(|n| n.incident_id != incident) {
             return Err(StoreError::Constraint {
                 name: constraint::ARTIFACTS_SESSION_FK.to_owned(),
@@ -36,9 +36,7 @@ impl MemoryStore {
         let delete: BTreeSet<ArtifactId> = delete.iter().copied().collect();
         for id in &delete {
             let deletable = inner.artifacts.get(id).is_some_and(|a| {
-                a.session_id == session
-                    && a.revision == revision
-                    && a.kind == ArtifactKind::Checkpoint
+                a.session_id == session && a.fence == fence && a.kind == ArtifactKind::Checkpoint
             });
             if !deletable {
                 return Err(StoreError::not_found(Entity::Artifact, id));
