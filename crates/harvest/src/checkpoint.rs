@@ -39,8 +39,8 @@ use self::change::Change;
 use self::read::{read_file, Job, Read};
 use self::state::{admission, standing, CheckpointState, Known, Standing};
 use crate::agent_state::agent_state_candidates;
-use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, StoredFile};
-use crate::persist::{persist_with, PersistConfig, PersistRequest};
+use crate::config::{PersistConfig, PersistRequest};
+use crate::outcome::{error_chain, FailStage, FailedFile, StoredFile};
 use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, Skipped, Walk,
     WalkLimits,
@@ -98,11 +98,11 @@ pub struct CheckpointOutcome {
 /// and reads run on blocking threads over the scratch dir as it is.
 #[derive(Debug)]
 pub struct Checkpointer {
-    store: Arc<dyn Store>,
-    blobs: Arc<dyn BlobStore>,
-    config: PersistConfig,
-    request: Arc<PersistRequest>,
-    state: CheckpointState,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
+    pub(crate) config: PersistConfig,
+    pub(crate) request: Arc<PersistRequest>,
+    pub(crate) state: CheckpointState,
 }
 
 impl Checkpointer {
@@ -165,30 +165,6 @@ impl Checkpointer {
             revision = self.request.revision
         );
         self.run().instrument(span).await
-    }
-
-    /// Lands the run: the persist phase ([`persist`](crate::persist())),
-    /// storing only what changed since the last checkpoint. A file whose
-    /// checkpoint still holds its bytes (same `stat`, or same digest) is
-    /// promoted: its final row (`report`, `agent_output` or `agent_state`)
-    /// names the checkpoint's bytes and nothing is uploaded
-    /// ([`StoredFile::promoted`], [`PersistOutcome::promoted`]); the rest
-    /// is stored as usual. The final rows go in with **one**
-    /// [`Store::replace_checkpoints`] that deletes every checkpoint row of
-    /// the run; bytes of checkpoints not promoted are deleted after.
-    ///
-    /// # Cancel safety
-    /// As [`persist`](crate::persist()).
-    pub async fn land(self) -> PersistOutcome {
-        let request = Arc::unwrap_or_clone(self.request);
-        persist_with(
-            self.store,
-            Some(self.blobs),
-            &self.config,
-            request,
-            Some(self.state),
-        )
-        .await
     }
 }
 

@@ -12,8 +12,8 @@ use korvus_blob::{digest_of_file, BlobError, BlobStore, Durability, Sha256Digest
 use korvus_store::{ArtifactKind, NewArtifact};
 use korvus_workspace::{upload_file, UploadRow, WorkspaceError};
 
+use crate::config::{PersistConfig, PersistRequest};
 use crate::outcome::{error_chain, FailStage, FailedFile, UnchangedFile};
-use crate::persist::{PersistConfig, PersistRequest};
 use crate::walk::{Candidate, SkipReason, Skipped};
 use crate::{content_type_for, REPORT_FILE};
 

@@ -2,7 +2,6 @@
 //! manifest, write all rows — detached from the caller and bounded by a
 //! timeout.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,12 +12,14 @@ use futures::stream::{self, StreamExt};
 use tracing::{info_span, warn, Instrument};
 
 use korvus_blob::BlobStore;
-use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store, StoreError};
-use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
+use korvus_store::{ArtifactKind, NewArtifact, Store, StoreError};
+use korvus_workspace::REPORT_FILE;
 
 use crate::agent_state::agent_state_candidates;
 use crate::checkpoint::land::{land_file, Prior};
 use crate::checkpoint::state::CheckpointState;
+use crate::checkpoint::Checkpointer;
+use crate::config::{PersistConfig, PersistRequest};
 use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
@@ -26,74 +27,6 @@ use crate::walk::{
     apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, SkipReason, Walk,
     WalkLimits,
 };
-use crate::DEFAULT_MAX_FILES;
-
-/// The default of [`PersistConfig::report_max_bytes`]: 8 MiB. A report is
-/// read by people and rendered whole; anything larger is not a report.
-pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
-
-/// The default of [`PersistConfig::max_file_bytes`]: 1 GiB. The harvest
-/// hands each file to the blob store open
-/// ([`BlobStore::put_file`](korvus_blob::BlobStore::put_file)) and never
-/// reads one whole: `FsBlobStore` copies it through a small buffer and S3
-/// holds one only below its multipart threshold, so the limit bounds
-/// storage and time, not the process's memory.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;
-
-/// Limits of the persist phase.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PersistConfig {
-    /// At most this many files are stored (`report.md` always kept).
-    pub max_files: usize,
-    /// Files larger than this are skipped. Not applied to the root
-    /// `report.md`, which has its own limit.
-    pub max_file_bytes: u64,
-    /// The root `report.md` larger than this is not stored and the outcome's
-    /// report is [`ReportFile::Failed`] (it existed but cannot be stored).
-    /// Independent of `max_file_bytes`; [`DEFAULT_REPORT_MAX_BYTES`] by
-    /// default.
-    pub report_max_bytes: u64,
-    /// Uploads in flight at once.
-    pub concurrency: usize,
-    /// The whole phase is bounded by this, whatever the backends do.
-    pub timeout: Duration,
-    /// The harvest manifest, stored after the phase (also after a phase
-    /// cut short by `timeout`), is bounded by this.
-    pub manifest_timeout: Duration,
-}
-
-impl Default for PersistConfig {
-    fn default() -> Self {
-        Self {
-            max_files: DEFAULT_MAX_FILES,
-            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-            report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
-            concurrency: 8,
-            timeout: Duration::from_secs(120),
-            manifest_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-/// What one persist phase works on.
-#[derive(Debug, Clone)]
-pub struct PersistRequest {
-    /// The session's incident.
-    pub incident: IncidentId,
-    /// The session.
-    pub session: SessionId,
-    /// The report revision this iteration lands.
-    pub revision: u32,
-    /// The fence of the run that lands it: its artifact rows are written
-    /// only while it is the session's.
-    pub fence: u64,
-    /// The scratch dir; `None` skips the phase.
-    pub scratch: Option<PathBuf>,
-    /// Pruned from the walk: [`korvus_workspace::read_only_prefixes`].
-    pub skip_prefixes: Vec<WorkspacePath>,
-    /// Files restored on reopen, for the unchanged rule.
-    pub restored: BTreeMap<WorkspacePath, RestoredFile>,
-}
 
 /// Runs the persist phase.
 ///
@@ -128,9 +61,38 @@ pub async fn persist(
     persist_with(store, blobs, config, request, None).await
 }
 
+impl Checkpointer {
+    /// Lands the run: the persist phase ([`persist`]), storing only what
+    /// changed since the last checkpoint. A file whose checkpoint still
+    /// holds its bytes (same `stat`, or same digest where the stat cannot
+    /// vouch) is promoted: its final row (`report`, `agent_output` or
+    /// `agent_state`) names the checkpoint's bytes and nothing is uploaded
+    /// ([`StoredFile::promoted`], [`PersistOutcome::promoted`]); the rest
+    /// is stored as usual, the unchanged rule for restored files included.
+    /// The final rows go in with **one**
+    /// [`Store::replace_checkpoints`](korvus_store::Store::replace_checkpoints)
+    /// that deletes every checkpoint row of the run; the bytes of
+    /// checkpoints not promoted are deleted after (best effort).
+    ///
+    /// # Cancel safety
+    /// As [`persist`].
+    pub async fn land(self) -> PersistOutcome {
+        let request = Arc::unwrap_or_clone(self.request);
+        let config = self.config;
+        persist_with(
+            self.store,
+            Some(self.blobs),
+            &config,
+            request,
+            Some(self.state),
+        )
+        .await
+    }
+}
+
 /// [`persist`] after the run's checkpoints (`prior`): files they hold are
 /// promoted, not uploaded, and their rows replaced in one transition.
-pub(crate) async fn persist_with(
+async fn persist_with(
     store: Arc<dyn Store>,
     blobs: Option<Arc<dyn BlobStore>>,
     config: &PersistConfig,

@@ -19,7 +19,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// other cycle may appear, nor may one of these grow.
 pub(crate) const KNOWN: &[(&str, &[&str])] = &[
     ("crates/blob-s3/src", &["config", "store"]),
-    ("crates/harvest/src", &["file", "manifest", "persist"]),
     ("crates/log/src", &["handle", "seam"]),
     ("crates/runner/src", &["context", "docs", "runner"]),
     ("crates/store-sql/src", &["dialect", "log", "store"]),

@@ -13,9 +13,9 @@ use korvus_store::{ArtifactId, NewArtifact};
 use korvus_workspace::{WorkspacePath, REPORT_FILE};
 
 use super::state::{admission, promoted_row, standing, CheckpointState, Known, Standing};
+use crate::config::{PersistConfig, PersistRequest};
 use crate::file::{open_file, store_file, FileResult, Opened};
 use crate::outcome::UnchangedFile;
-use crate::persist::{PersistConfig, PersistRequest};
 use crate::walk::Candidate;
 
 /// What a run's checkpoints stored, as its landing reads it.

@@ -9,7 +9,7 @@ use korvus_store::{ArtifactId, ArtifactKind, NewArtifact};
 use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
 
 use crate::agent_state::is_agent_state;
-use crate::persist::PersistRequest;
+use crate::config::PersistRequest;
 use crate::stat::FileStat;
 use crate::walk::Candidate;
 
