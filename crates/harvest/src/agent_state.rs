@@ -23,9 +23,11 @@ pub(crate) fn agent_state_candidates(scratch: &Path) -> Vec<Candidate> {
             let meta = entry.metadata().ok().filter(|m| m.is_file())?;
             let name = entry.file_name().into_string().ok()?;
             let path = WorkspacePath::new(format!("{AGENT_STATE_DIR}/{name}")).ok()?;
+            let stat = crate::stat::FileStat::of(&meta);
             Some(Candidate {
                 path,
-                size: meta.len(),
+                size: stat.size,
+                stat: Some(stat),
             })
         })
         .collect();

@@ -12,8 +12,8 @@ use korvus_blob::{digest_of_file, BlobError, BlobStore, Durability, Sha256Digest
 use korvus_store::{ArtifactKind, NewArtifact};
 use korvus_workspace::{upload_file, UploadRow, WorkspaceError};
 
+use crate::config::{PersistConfig, PersistRequest};
 use crate::outcome::{error_chain, FailStage, FailedFile, UnchangedFile};
-use crate::persist::{PersistConfig, PersistRequest};
 use crate::walk::{Candidate, SkipReason, Skipped};
 use crate::{content_type_for, REPORT_FILE};
 
@@ -21,6 +21,9 @@ use crate::{content_type_for, REPORT_FILE};
 pub(crate) enum FileResult {
     /// Uploaded; the row still has to be written.
     Stored(Box<NewArtifact>),
+    /// Its checkpoint holds its bytes: the row names them, nothing was
+    /// uploaded; the row still has to be written.
+    Promoted(Box<NewArtifact>),
     /// Equal to its restored artifact; not uploaded.
     Unchanged(UnchangedFile),
     /// Left out when opened or read (no longer a regular file, empty, too
@@ -122,7 +125,7 @@ fn report_not_read(result: FileResult) -> FileResult {
 
 /// A candidate opened for its upload (never [`Opened::Skip`]), or what
 /// became of it instead.
-async fn open_file(
+pub(crate) async fn open_file(
     dir: &Arc<Dir>,
     candidate: &Candidate,
     limit: u64,
@@ -161,7 +164,7 @@ async fn open_file(
 }
 
 /// What opening a candidate found.
-enum Opened {
+pub(crate) enum Opened {
     /// A regular file of `len` bytes (1 to the limit), positioned at its
     /// start, for the upload to read.
     File {

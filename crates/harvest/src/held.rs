@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use korvus_blob::BlobStore;
 use korvus_store::NewArtifact;
 
+use crate::config::{PersistConfig, PersistRequest};
 use crate::manifest::store_manifest;
 use crate::outcome::PersistOutcome;
-use crate::persist::{rows_failed, run_phase, PersistConfig, PersistRequest, Rows};
+use crate::persist::{rows_failed, run_phase, Rows};
 
 /// What a held phase stored, and the rows that would make it visible.
 #[derive(Debug)]
@@ -83,6 +84,7 @@ pub async fn persist_held(
         config,
         request,
         scratch,
+        None,
     )
     .await;
     let rows = std::mem::take(&mut *held.lock().unwrap_or_else(|p| p.into_inner()));

@@ -78,24 +78,29 @@
 #![deny(missing_docs)]
 
 mod agent_state;
+mod checkpoint;
+mod config;
 mod content_type;
 mod file;
 mod held;
 mod manifest;
 mod outcome;
 mod persist;
+mod stat;
 mod sweep;
 mod walk;
 
+pub use crate::checkpoint::{ChangingFile, CheckpointOutcome, Checkpointer, TORN_AFTER_SKIPS};
+pub use crate::config::{
+    PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,
+};
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
 pub use crate::held::{persist_held, HeldRows};
 pub use crate::manifest::MANIFEST_PATH;
 pub use crate::outcome::{
     FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile, UnchangedFile, DETAIL_MAX_BYTES,
 };
-pub use crate::persist::{
-    persist, PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,
-};
+pub use crate::persist::persist;
 pub use crate::sweep::{
     sweep, Orphan, SweepConfig, SweepError, SweepReport, DEFAULT_CLOCK_SKEW, DEFAULT_SWEEP_GRACE,
     MAX_REPORTED, SWEEP_PAGE,

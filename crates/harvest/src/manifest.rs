@@ -11,8 +11,8 @@ use tracing::warn;
 use korvus_blob::{manifest_key, BlobStore, Durability, PutOptions};
 use korvus_workspace::HARVEST_MANIFEST;
 
+use crate::config::PersistRequest;
 use crate::outcome::{error_chain, PersistOutcome};
-use crate::persist::PersistRequest;
 
 /// The workspace path of the harvest manifest under its older name; the
 /// same constant as [`HARVEST_MANIFEST`], kept for existing callers.

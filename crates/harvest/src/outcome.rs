@@ -17,7 +17,9 @@ pub struct StoredFile {
     pub path: String,
     /// The new artifact's id.
     pub artifact_id: ArtifactId,
-    /// `Report` for the root [`REPORT_FILE`](crate::REPORT_FILE), else `AgentOutput`.
+    /// `Report` for the root [`REPORT_FILE`](crate::REPORT_FILE),
+    /// `AgentState` for an agent's kept state, else `AgentOutput`; a
+    /// checkpoint's file is `Checkpoint`.
     pub kind: ArtifactKind,
     /// Where the bytes are.
     pub blob_key: String,
@@ -27,6 +29,20 @@ pub struct StoredFile {
     pub size: u64,
     /// Hex SHA-256.
     pub sha256: String,
+    /// Only the bytes up to the size its read began with: a checkpoint of a
+    /// file that never stopped changing
+    /// ([`TORN_AFTER_SKIPS`](crate::TORN_AFTER_SKIPS)).
+    #[serde(skip_serializing_if = "is_false")]
+    pub torn: bool,
+    /// Not uploaded by the landing: its row names the bytes a checkpoint
+    /// of this run stored ([`Checkpointer::land`](crate::Checkpointer::land)).
+    #[serde(skip_serializing_if = "is_false")]
+    pub promoted: bool,
+}
+
+/// Serde's test for the flags left out of the manifest when unset.
+fn is_false(flag: &bool) -> bool {
+    !flag
 }
 
 /// A file equal to the restored artifact at its path: not stored again.
@@ -121,8 +137,12 @@ pub struct PersistOutcome {
     pub attempted: bool,
     /// Why it was skipped or cut short, in words.
     pub reason: Option<String>,
-    /// Files stored now.
+    /// Files stored now (their rows written by this phase), promoted ones
+    /// included.
     pub stored: Vec<StoredFile>,
+    /// How many of `stored` were promoted from this run's checkpoints
+    /// rather than uploaded ([`StoredFile::promoted`]).
+    pub promoted: usize,
     /// Files equal to their restored artifact, not stored again.
     pub unchanged: Vec<UnchangedFile>,
     /// Entries left out, each with its reason: the first
@@ -157,6 +177,7 @@ impl PersistOutcome {
             attempted: true,
             reason: None,
             stored: Vec::new(),
+            promoted: 0,
             unchanged: Vec::new(),
             skipped: Vec::new(),
             skipped_unlisted: 0,
@@ -241,10 +262,13 @@ impl fmt::Display for PersistOutcome {
                 self.reason.as_deref().unwrap_or("")
             );
         }
+        write!(f, "stored {}", self.stored.len())?;
+        if self.promoted > 0 {
+            write!(f, " ({} promoted)", self.promoted)?;
+        }
         write!(
             f,
-            "stored {}, unchanged {}, skipped {}, failed {}",
-            self.stored.len(),
+            ", unchanged {}, skipped {}, failed {}",
             self.unchanged.len(),
             self.skipped.len() as u64 + self.skipped_unlisted,
             self.failed.len()
@@ -263,6 +287,8 @@ impl StoredFile {
             content_type: row.content_type.clone(),
             size: row.size_bytes,
             sha256: row.sha256.clone(),
+            torn: false,
+            promoted: false,
         }
     }
 }

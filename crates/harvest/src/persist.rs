@@ -2,7 +2,6 @@
 //! manifest, write all rows — detached from the caller and bounded by a
 //! timeout.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,84 +12,21 @@ use futures::stream::{self, StreamExt};
 use tracing::{info_span, warn, Instrument};
 
 use korvus_blob::BlobStore;
-use korvus_store::{ArtifactKind, IncidentId, NewArtifact, SessionId, Store, StoreError};
-use korvus_workspace::{RestoredFile, WorkspacePath, REPORT_FILE};
+use korvus_store::{ArtifactKind, NewArtifact, Store, StoreError};
+use korvus_workspace::REPORT_FILE;
 
 use crate::agent_state::agent_state_candidates;
+use crate::checkpoint::land::{land_file, Prior};
+use crate::checkpoint::state::CheckpointState;
+use crate::checkpoint::Checkpointer;
+use crate::config::{PersistConfig, PersistRequest};
 use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
 use crate::walk::{
-    apply_cap, apply_size_limits, harvest_candidates, Candidate, SkipReason, Walk, WalkLimits,
+    apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, SkipReason, Walk,
+    WalkLimits,
 };
-use crate::DEFAULT_MAX_FILES;
-
-/// The default of [`PersistConfig::report_max_bytes`]: 8 MiB. A report is
-/// read by people and rendered whole; anything larger is not a report.
-pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
-
-/// The default of [`PersistConfig::max_file_bytes`]: 1 GiB. The harvest
-/// hands each file to the blob store open
-/// ([`BlobStore::put_file`](korvus_blob::BlobStore::put_file)) and never
-/// reads one whole: `FsBlobStore` copies it through a small buffer and S3
-/// holds one only below its multipart threshold, so the limit bounds
-/// storage and time, not the process's memory.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;
-
-/// Limits of the persist phase.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PersistConfig {
-    /// At most this many files are stored (`report.md` always kept).
-    pub max_files: usize,
-    /// Files larger than this are skipped. Not applied to the root
-    /// `report.md`, which has its own limit.
-    pub max_file_bytes: u64,
-    /// The root `report.md` larger than this is not stored and the outcome's
-    /// report is [`ReportFile::Failed`] (it existed but cannot be stored).
-    /// Independent of `max_file_bytes`; [`DEFAULT_REPORT_MAX_BYTES`] by
-    /// default.
-    pub report_max_bytes: u64,
-    /// Uploads in flight at once.
-    pub concurrency: usize,
-    /// The whole phase is bounded by this, whatever the backends do.
-    pub timeout: Duration,
-    /// The harvest manifest, stored after the phase (also after a phase
-    /// cut short by `timeout`), is bounded by this.
-    pub manifest_timeout: Duration,
-}
-
-impl Default for PersistConfig {
-    fn default() -> Self {
-        Self {
-            max_files: DEFAULT_MAX_FILES,
-            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-            report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
-            concurrency: 8,
-            timeout: Duration::from_secs(120),
-            manifest_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-/// What one persist phase works on.
-#[derive(Debug, Clone)]
-pub struct PersistRequest {
-    /// The session's incident.
-    pub incident: IncidentId,
-    /// The session.
-    pub session: SessionId,
-    /// The report revision this iteration lands.
-    pub revision: u32,
-    /// The fence of the run that lands it: its artifact rows are written
-    /// only while it is the session's.
-    pub fence: u64,
-    /// The scratch dir; `None` skips the phase.
-    pub scratch: Option<PathBuf>,
-    /// Pruned from the walk: [`korvus_workspace::read_only_prefixes`].
-    pub skip_prefixes: Vec<WorkspacePath>,
-    /// Files restored on reopen, for the unchanged rule.
-    pub restored: BTreeMap<WorkspacePath, RestoredFile>,
-}
 
 /// Runs the persist phase.
 ///
@@ -122,6 +58,47 @@ pub async fn persist(
     config: &PersistConfig,
     request: PersistRequest,
 ) -> PersistOutcome {
+    persist_with(store, blobs, config, request, None).await
+}
+
+impl Checkpointer {
+    /// Lands the run: the persist phase ([`persist`]), storing only what
+    /// changed since the last checkpoint. A file whose checkpoint still
+    /// holds its bytes (same `stat`, or same digest where the stat cannot
+    /// vouch) is promoted: its final row (`report`, `agent_output` or
+    /// `agent_state`) names the checkpoint's bytes and nothing is uploaded
+    /// ([`StoredFile::promoted`], [`PersistOutcome::promoted`]); the rest
+    /// is stored as usual, the unchanged rule for restored files included.
+    /// The final rows go in with **one**
+    /// [`Store::replace_checkpoints`](korvus_store::Store::replace_checkpoints)
+    /// that deletes every checkpoint row of the run; the bytes of
+    /// checkpoints not promoted are deleted after (best effort).
+    ///
+    /// # Cancel safety
+    /// As [`persist`].
+    pub async fn land(self) -> PersistOutcome {
+        let request = Arc::unwrap_or_clone(self.request);
+        let config = self.config;
+        persist_with(
+            self.store,
+            Some(self.blobs),
+            &config,
+            request,
+            Some(self.state),
+        )
+        .await
+    }
+}
+
+/// [`persist`] after the run's checkpoints (`prior`): files they hold are
+/// promoted, not uploaded, and their rows replaced in one transition.
+async fn persist_with(
+    store: Arc<dyn Store>,
+    blobs: Option<Arc<dyn BlobStore>>,
+    config: &PersistConfig,
+    request: PersistRequest,
+    prior: Option<CheckpointState>,
+) -> PersistOutcome {
     let Some(blobs) = blobs else {
         return PersistOutcome::skipped_phase("no blob store configured");
     };
@@ -134,6 +111,7 @@ pub async fn persist(
         config,
         request,
         scratch,
+        prior,
     )
     .await;
     store_manifest(&*blobs, &request, &mut outcome, config.manifest_timeout)
@@ -160,6 +138,7 @@ pub(crate) async fn run_phase(
     config: &PersistConfig,
     request: PersistRequest,
     scratch: PathBuf,
+    prior: Option<CheckpointState>,
 ) -> (PersistOutcome, Arc<PersistRequest>, tracing::Span) {
     let progress = Progress::new();
     let span = info_span!(
@@ -175,6 +154,7 @@ pub(crate) async fn run_phase(
         config: config.clone(),
         request: Arc::clone(&request),
         progress: progress.clone(),
+        prior: prior.map(|p| Arc::new(Prior::new(p))),
     };
     let task = tokio::spawn(phase.run(scratch).instrument(span.clone()));
     let abort = task.abort_handle();
@@ -235,14 +215,17 @@ impl Progress {
     /// in step when it is the root [`REPORT_FILE`].
     fn record(&self, result: &FileResult) {
         self.update(|o| match result {
-            FileResult::Stored(row) => {
+            FileResult::Stored(row) | FileResult::Promoted(row) => {
                 if row.kind == ArtifactKind::Report {
                     o.report = ReportFile::Stored {
                         key: row.blob_key.clone(),
                         bytes: row.size_bytes,
                     };
                 }
-                o.stored.push(StoredFile::of(row));
+                let mut stored = StoredFile::of(row);
+                stored.promoted = matches!(result, FileResult::Promoted(_));
+                o.promoted += usize::from(stored.promoted);
+                o.stored.push(stored);
             }
             FileResult::Unchanged(u) => {
                 if u.path == REPORT_FILE {
@@ -303,6 +286,8 @@ struct Phase {
     config: PersistConfig,
     request: Arc<PersistRequest>,
     progress: Progress,
+    /// What the run's checkpoints stored, when it had any.
+    prior: Option<Arc<Prior>>,
 }
 
 impl Phase {
@@ -313,7 +298,8 @@ impl Phase {
             return;
         };
         let rows = self.upload_files(walk.candidates, dir).await;
-        if rows.is_empty() {
+        let checkpoints = self.prior.as_ref().map_or(0, |p| p.checkpoint_rows().len());
+        if rows.is_empty() && checkpoints == 0 {
             self.progress.update(|o| o.rows_written = true);
             return;
         }
@@ -336,12 +322,15 @@ impl Phase {
     async fn walk(&self, scratch: PathBuf) -> Option<(Walk, Arc<Dir>)> {
         let prefixes = self.request.skip_prefixes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
+        let prior = self.prior.clone();
         let walked = tokio::task::spawn_blocking(move || {
             let limits = WalkLimits {
                 max_bytes,
                 max_files,
             };
-            let mut walk = harvest_candidates(&scratch, &prefixes, limits);
+            // After checkpoints the cap counts the paths they hold.
+            let mut admit = Prior::admission(prior.as_deref(), max_files);
+            let mut walk = harvest_candidates_admitting(&scratch, &prefixes, limits, &mut admit);
             apply_size_limits(&mut walk, max_bytes);
             apply_cap(&mut walk, max_files);
             walk.candidates.extend(agent_state_candidates(&scratch));
@@ -387,9 +376,13 @@ impl Phase {
             .map(|candidate| {
                 let dir = Arc::clone(&dir);
                 async move {
-                    let result =
-                        store_file(&dir, &*self.blobs, &self.request, &self.config, candidate)
-                            .await;
+                    let (blobs, request, config) = (&*self.blobs, &*self.request, &self.config);
+                    let result = match &self.prior {
+                        Some(prior) => {
+                            land_file(&dir, blobs, request, config, candidate, prior).await
+                        }
+                        None => store_file(&dir, blobs, request, config, candidate).await,
+                    };
                     self.progress.record(&result);
                     result
                 }
@@ -400,7 +393,7 @@ impl Phase {
         results
             .into_iter()
             .filter_map(|r| match r {
-                FileResult::Stored(row) => Some(*row),
+                FileResult::Stored(row) | FileResult::Promoted(row) => Some(*row),
                 _ => None,
             })
             .collect()
@@ -416,9 +409,19 @@ impl Phase {
         let mut delay = Duration::from_millis(25);
         let mut retried = false;
         let written = loop {
-            match store.create_artifacts(rows.clone()).await {
+            let call = match &self.prior {
+                Some(prior) => {
+                    let r = &self.request;
+                    let delete = prior.checkpoint_rows();
+                    store
+                        .replace_checkpoints(r.session, r.fence, rows.clone(), delete)
+                        .await
+                }
+                None => store.create_artifacts(rows.clone()).await,
+            };
+            match call {
                 Ok(_) => break Ok(()),
-                Err(StoreError::Conflict { .. })
+                Err(StoreError::Conflict { .. } | StoreError::NotFound { .. })
                     if retried && already_written(store, &rows).await =>
                 {
                     break Ok(())
@@ -433,7 +436,12 @@ impl Phase {
             }
         };
         match written {
-            Ok(()) => self.progress.update(|o| o.rows_written = true),
+            Ok(()) => {
+                self.progress.update(|o| o.rows_written = true);
+                if let Some(prior) = &self.prior {
+                    prior.delete_unpromoted(&*self.blobs, &rows).await;
+                }
+            }
             Err(e) => {
                 let cause = format!("artifact rows not written: {}", error_chain(&e));
                 warn!(error = %e, "artifact rows not written; their bytes remain");

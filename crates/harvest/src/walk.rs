@@ -8,6 +8,8 @@ use walkdir::WalkDir;
 
 use korvus_workspace::{WorkspacePath, REPORT_FILE};
 
+use crate::stat::FileStat;
+
 /// Default cap on stored files per harvest.
 pub const DEFAULT_MAX_FILES: usize = 64;
 
@@ -18,6 +20,9 @@ pub(crate) struct Candidate {
     pub path: WorkspacePath,
     /// Size when walked (the file is re-checked when read).
     pub size: u64,
+    /// Its `lstat` when walked: how a checkpoint tells a file it stored
+    /// from one that changed. `None` where no stat was taken.
+    pub stat: Option<FileStat>,
 }
 
 /// Why an entry was not harvested.
@@ -149,14 +154,35 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// `lstat`; empty and over-size files are left to the persist phase, which
 /// re-checks the size of what it actually reads.
 ///
-/// Blocking: call it from `spawn_blocking` in async code.
+/// Blocking: call it from `spawn_blocking` in async code. The phases call
+/// [`harvest_candidates_admitting`]; this first-come cap is what its tests
+/// pin.
+#[cfg(test)]
 pub(crate) fn harvest_candidates(
     scratch: &Path,
     skip_prefixes: &[WorkspacePath],
     limits: WalkLimits,
 ) -> Walk {
-    let mut walk = Walk::default();
     let mut others = 0usize;
+    let mut admit = |_: &WorkspacePath| {
+        let room = others < limits.max_files;
+        others += usize::from(room);
+        room
+    };
+    harvest_candidates_admitting(scratch, skip_prefixes, limits, &mut admit)
+}
+
+/// [`harvest_candidates`] with the cap decided by `admit`: a file (other
+/// than the root report, within the size limits) is kept when `admit`
+/// says so, else skipped as over `limits.max_files`. A checkpoint admits
+/// the paths it already holds and new ones while the revision has room.
+pub(crate) fn harvest_candidates_admitting(
+    scratch: &Path,
+    skip_prefixes: &[WorkspacePath],
+    limits: WalkLimits,
+    admit: &mut dyn FnMut(&WorkspacePath) -> bool,
+) -> Walk {
+    let mut walk = Walk::default();
     let mut entries = WalkDir::new(scratch)
         .min_depth(1)
         .follow_links(false)
@@ -220,8 +246,8 @@ pub(crate) fn harvest_candidates(
             });
             continue;
         }
-        let size = match entry.metadata() {
-            Ok(md) => md.len(),
+        let stat = match entry.metadata() {
+            Ok(md) => FileStat::of(&md),
             Err(err) => {
                 skip(SkipReason::Unreadable {
                     error: err.to_string(),
@@ -229,7 +255,12 @@ pub(crate) fn harvest_candidates(
                 continue;
             }
         };
-        walk.consider(Candidate { path, size }, limits, &mut others);
+        let file = Candidate {
+            path,
+            size: stat.size,
+            stat: Some(stat),
+        };
+        walk.consider(file, limits, admit);
     }
     walk
 }
@@ -238,9 +269,13 @@ impl Walk {
     /// Keeps a regular file as a candidate or skips it, applying the size
     /// limits and the cap as the walk goes (as `apply_size_limits` and
     /// `apply_cap` would after it), so the walk never holds more than the
-    /// cap's worth of candidates. `others`: candidates kept so far besides
-    /// the root report.
-    fn consider(&mut self, file: Candidate, limits: WalkLimits, others: &mut usize) {
+    /// cap's worth of candidates. `admit` decides the cap.
+    fn consider(
+        &mut self,
+        file: Candidate,
+        limits: WalkLimits,
+        admit: &mut dyn FnMut(&WorkspacePath) -> bool,
+    ) {
         let reason = if file.path.as_str() == REPORT_FILE {
             None
         } else if file.size == 0 {
@@ -250,8 +285,7 @@ impl Walk {
                 size: file.size,
                 limit: limits.max_bytes,
             })
-        } else if *others < limits.max_files {
-            *others += 1;
+        } else if admit(&file.path) {
             None
         } else {
             Some(SkipReason::OverCap {

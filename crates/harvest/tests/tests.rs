@@ -5,6 +5,7 @@
 
 mod support;
 
+mod checkpoint;
 mod containment;
 mod persist_phase;
 mod report;

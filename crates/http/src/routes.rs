@@ -245,9 +245,13 @@ pub(crate) async fn list_artifacts(
 }
 
 /// Whether an artifact is served to users: a real agent's kept state
-/// (`agent_state`, its thread for a reopen) is not.
+/// (`agent_state`, its thread for a reopen) is not, nor is a run's mid-run
+/// copy of a file (`checkpoint`, promoted or deleted when the run lands).
 pub(crate) fn is_served(artifact: &Artifact) -> bool {
-    artifact.kind != ArtifactKind::AgentState
+    !matches!(
+        artifact.kind,
+        ArtifactKind::AgentState | ArtifactKind::Checkpoint
+    )
 }
 
 /// An artifact users may see, or `404 not_found`.

@@ -134,7 +134,7 @@ LIMIT $3;
 
 -- LATEST_SESSION_ARTIFACTS (shared)
 SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence
-FROM (SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence, ROW_NUMBER() OVER (PARTITION BY kind, path ORDER BY revision DESC, created_at DESC, id DESC) AS newest FROM artifacts WHERE session_id = $1) AS latest
+FROM (SELECT id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence, ROW_NUMBER() OVER (PARTITION BY kind, path ORDER BY revision DESC, created_at DESC, id DESC) AS newest FROM artifacts WHERE session_id = $1 AND kind <> 'checkpoint') AS latest
 WHERE newest = 1
 ORDER BY path, id;
 
@@ -144,6 +144,16 @@ FROM artifacts
 WHERE incident_id = $1 AND id > $2
 ORDER BY id
 LIMIT $3;
+
+-- GUARD_REPLACEMENT (shared)
+UPDATE sessions
+SET fence = fence
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user');
+
+-- DELETE_CHECKPOINT (shared)
+DELETE
+FROM artifacts
+WHERE id = $1 AND session_id = $2 AND fence = $3 AND kind = $4;
 
 -- GUARD_DELETION (shared)
 UPDATE sessions

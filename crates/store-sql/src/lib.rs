@@ -86,6 +86,7 @@
 //! | `list_context_refs` | 1 | 1 |
 //! | `create_report`, `get_report`, `list_reports`, `next_report_revision` | 1 | 1 |
 //! | `create_artifacts` | 1 (`UNNEST` of arrays), 0 for an empty batch | 1 multi-row `INSERT` per 2000 rows (more chunks: in one `BEGIN IMMEDIATE` transaction) |
+//! | `replace_checkpoints` | `BEGIN`, the fence guard, the session read, 1 per deleted row, the insert (`UNNEST`), `COMMIT` | same, the insert 1 per 2000 rows |
 //! | `get_artifacts` | 1 (`= ANY`), 0 for no ids | 1 per 2000 ids |
 //! | `list_session_artifacts`, `list_incident_artifacts` | 1 | 1 |
 //! | `request_cancel` | 1; 2 for a row not running | same |
@@ -164,6 +165,7 @@ mod completed;
 mod dialect;
 mod error;
 mod heartbeat;
+mod insert;
 mod lease;
 mod log;
 mod log_rows;
@@ -171,6 +173,7 @@ mod migrate;
 mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod replace;
 mod rows;
 mod salvage;
 #[cfg(all(test, feature = "postgres", feature = "sqlite"))]

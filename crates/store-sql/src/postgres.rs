@@ -118,6 +118,7 @@ sql_store! {
 }
 
 crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
+crate::replace::sql_replace!(PgStore, sqlx::PgConnection);
 crate::outbox::sql_outbox!(PgStore);
 
 impl StoreDialect for PgStore {

@@ -230,7 +230,8 @@ statements! {
     );
 
     /// `latest_session_artifacts`: the newest row of each kind and path
-    /// (greatest revision, then `created_at`, then id). Binds `$1` session.
+    /// (greatest revision, then `created_at`, then id), checkpoint rows
+    /// left out. Binds `$1` session.
     LATEST_SESSION_ARTIFACTS = concat!(
         "SELECT ",
         artifact_columns!(),
@@ -238,7 +239,8 @@ statements! {
         artifact_columns!(),
         ", ROW_NUMBER() OVER (PARTITION BY kind, path \
          ORDER BY revision DESC, created_at DESC, id DESC) AS newest \
-         FROM artifacts WHERE session_id = $1) AS latest WHERE newest = 1 ORDER BY path, id"
+         FROM artifacts WHERE session_id = $1 AND kind <> 'checkpoint') AS latest \
+         WHERE newest = 1 ORDER BY path, id"
     );
 
     /// `list_incident_artifacts`, one page. Binds `$1` incident, `$2` the
@@ -249,6 +251,22 @@ statements! {
         artifact_columns!(),
         " FROM artifacts WHERE incident_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     );
+
+    // Checkpoints (`replace_checkpoints`, one transaction, in this order).
+
+    /// Takes the session row's lock while it is active at the fence (a
+    /// racing reopen or takeover waits for the commit); 0 rows: refused.
+    /// Binds `$1` session, `$2` fence.
+    GUARD_REPLACEMENT = concat!(
+        "UPDATE sessions SET fence = fence WHERE id = $1 AND fence = $2 AND ",
+        active!()
+    );
+
+    /// Deletes one checkpoint row the run at the fence wrote; 0 rows: the
+    /// id names no such row. Binds `$1` artifact, `$2` session, `$3`
+    /// fence, `$4` the checkpoint kind.
+    DELETE_CHECKPOINT = "DELETE FROM artifacts \
+        WHERE id = $1 AND session_id = $2 AND fence = $3 AND kind = $4";
 
     // Retention (`delete_session`, one transaction, in this order).
 

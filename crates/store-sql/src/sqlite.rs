@@ -62,7 +62,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Rows per multi-row statement: SQLite allows at most 32766 bound values in
 /// one statement, and an artifact row binds 11.
-const MAX_ROWS: usize = 2000;
+pub(crate) const MAX_ROWS: usize = 2000;
 
 /// A failed open of the database file at `path`: its message names the
 /// file, the driver's error is its source.
@@ -164,6 +164,7 @@ sql_store! {
 }
 
 crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
+crate::replace::sql_replace!(SqliteStore, sqlx::SqliteConnection);
 crate::outbox::sql_outbox!(SqliteStore);
 
 impl StoreDialect for SqliteStore {

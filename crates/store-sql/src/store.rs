@@ -402,6 +402,16 @@ macro_rules! sql_store {
                     Ok(new.into_iter().map(|n| n.stored_at(created_at)).collect())
                 }
 
+                async fn replace_checkpoints(
+                    &self,
+                    session: SessionId,
+                    fence: u64,
+                    insert: Vec<NewArtifact>,
+                    delete: Vec<ArtifactId>,
+                ) -> Result<Vec<Artifact>> {
+                    self.replace_checkpoint_rows(session, fence, insert, delete).await
+                }
+
                 async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
                     if ids.is_empty() {
                         return Ok(Vec::new());

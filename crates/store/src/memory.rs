@@ -5,6 +5,7 @@ mod lease;
 mod outbox;
 mod owners;
 mod pages;
+mod replace;
 mod salvage;
 
 use std::collections::{BTreeMap, HashMap};
@@ -106,9 +107,7 @@ impl MemoryStore {
         inner.outbox_note(&row, self.now());
         Ok(row)
     }
-}
 
-impl MemoryStore {
     /// Writes a settlement into a session row: the run is over, so its
     /// owner and lease (and its claim) go too.
     fn settle(&self, session: &mut Session, settlement: Settlement) {
@@ -463,6 +462,16 @@ impl Store for MemoryStore {
             inner.artifacts.insert(a.id, a.clone());
         }
         Ok(stored)
+    }
+
+    async fn replace_checkpoints(
+        &self,
+        session: SessionId,
+        fence: u64,
+        insert: Vec<NewArtifact>,
+        delete: Vec<ArtifactId>,
+    ) -> Result<Vec<Artifact>> {
+        self.replace_checkpoint_rows(session, fence, insert, &delete)
     }
 
     async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

@@ -208,6 +208,15 @@ string_enum!(
         /// resumes from on reopen): harvested, restored and swept like any
         /// artifact, never served to users.
         AgentState => "agent_state",
+        /// A file of the running revision stored mid-run, at the run's
+        /// fence, so a lost replica loses at most one checkpoint interval.
+        /// Superseded by the next checkpoint of its path and promoted to an
+        /// `agent_output` or `report` row when the run lands
+        /// ([`Store::replace_checkpoints`](crate::Store::replace_checkpoints));
+        /// never served to users, never restored by a reopen (left out of
+        /// [`Store::latest_session_artifacts`](crate::Store::latest_session_artifacts)),
+        /// never context.
+        Checkpoint => "checkpoint",
     }
 );
 

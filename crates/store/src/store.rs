@@ -252,6 +252,48 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// for a bad path, key, content type or digest.
     async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>>;
 
+    /// Inserts `insert` and deletes the [checkpoint](crate::ArtifactKind::Checkpoint)
+    /// rows `delete` in **one** transaction, only while `session` is active
+    /// at `fence` — the rule of [`create_artifacts`](Store::create_artifacts).
+    /// It is how a checkpoint supersedes the previous version of a file
+    /// (insert the new checkpoint row, delete the old one) and how a run's
+    /// landing promotes its checkpoint rows (insert `agent_output` or
+    /// `report` rows naming the same blob keys, delete the checkpoint
+    /// rows): a reader sees the rows before or after, never both or
+    /// neither. Returns the inserted rows in request order.
+    ///
+    /// Every row of `insert` must be of `session` at `fence`. Every id of
+    /// `delete` (duplicates count once) must name a checkpoint row of
+    /// `session` written at `fence` — by this run, of its revision: no other
+    /// row can be deleted this way. (The fence, not the session's revision
+    /// column, names the run: a run's revision may be ahead of it when a
+    /// failed report row took a number.) The blobs of deleted rows are the caller's to
+    /// delete, after this returns (rows first, as everywhere). Both lists
+    /// empty checks the fence and writes nothing.
+    ///
+    /// Not idempotent: a retry whose first attempt committed finds its ids
+    /// taken (`Conflict`) or its deleted rows gone (`NotFound`); read the
+    /// inserted ids back with [`get_artifacts`](Store::get_artifacts) to
+    /// tell a lost acknowledgement from a refusal.
+    ///
+    /// # Errors
+    /// `NotFound` (session) for an unknown session, (artifact) for an id of
+    /// `delete` that names no checkpoint row of this run;
+    /// [`StoreError::Fenced`](crate::StoreError::Fenced) when the session
+    /// is not at `fence` and
+    /// [`StoreError::NotActive`](crate::StoreError::NotActive) when it is
+    /// terminal or idle; `Conflict` for a duplicate id; `Constraint`
+    /// (`artifacts_session_fk`) for a row naming another incident;
+    /// `InvalidInput` for a bad row, or one of another session (`session_id`)
+    /// or fence (`fence`). Nothing is written on any error.
+    async fn replace_checkpoints(
+        &self,
+        session: SessionId,
+        fence: u64,
+        insert: Vec<NewArtifact>,
+        delete: Vec<ArtifactId>,
+    ) -> Result<Vec<Artifact>>;
+
     /// Reads the artifacts with these ids, in request order; unknown ids are
     /// left out (compare lengths to detect them).
     ///
@@ -285,7 +327,8 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// The newest artifact of each kind and path a session produced —
     /// what a reopen restores — sorted by path, then id. The newest is
     /// the one with the greatest (revision, `created_at`, id); rows of
-    /// earlier revisions are not returned.
+    /// earlier revisions are not returned. [Checkpoint](crate::ArtifactKind::Checkpoint)
+    /// rows are left out: a run's mid-run copies are never restored.
     ///
     /// A provided method: the default walks
     /// [`list_session_artifacts`](Self::list_session_artifacts) keeping
@@ -301,6 +344,9 @@ pub trait Store: Send + Sync + Debug + 'static {
         loop {
             let paged = self.list_session_artifacts(session, page).await?;
             for a in paged.items {
+                if a.kind == crate::ArtifactKind::Checkpoint {
+                    continue;
+                }
                 let slot = newest.entry((a.kind, a.path.clone()));
                 match slot {
                     std::collections::hash_map::Entry::Occupied(mut held) => {

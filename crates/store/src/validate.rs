@@ -182,6 +182,24 @@ pub fn new_artifact(n: &NewArtifact) -> Result {
     sha256_hex(&n.sha256)
 }
 
+/// Rules for the rows a [`Store::replace_checkpoints`](crate::Store::replace_checkpoints)
+/// inserts: each a valid [`NewArtifact`] of `session` at `fence`.
+pub fn replacement(session: crate::SessionId, fence: u64, insert: &[NewArtifact]) -> Result {
+    for n in insert {
+        new_artifact(n)?;
+        if n.session_id != session {
+            return Err(invalid(
+                "session_id",
+                "is not the session being replaced in",
+            ));
+        }
+        if n.fence != fence {
+            return Err(invalid("fence", "is not the fence being replaced at"));
+        }
+    }
+    Ok(())
+}
+
 /// A SHA-256 digest as 64 lower-case hex digits.
 pub fn sha256_hex(value: &str) -> Result {
     let ok = value.len() == 64

@@ -6,12 +6,13 @@
 //! [`coordination`](crate::coordination) suite.
 //!
 //! The cases live in one file per topic (incidents, errors, sessions,
-//! context refs, reports, artifacts, idle rows, terminal rows, retention) and are
+//! context refs, reports, artifacts, checkpoints, idle rows, terminal rows, retention) and are
 //! re-exported here, so every case is `korvus_testkit::store::<case>`, the
 //! path the macros call. The fixtures the cases of both suites share stay
 //! in this file.
 
 mod artifacts;
+mod checkpoints;
 mod context_refs;
 mod errors;
 mod idle;
@@ -30,6 +31,11 @@ use korvus_store::{
 pub use self::artifacts::{
     artifacts_are_listed_and_fetched, artifacts_batch_is_all_or_nothing,
     latest_session_artifacts_keep_the_newest_per_path,
+};
+pub use self::checkpoints::{
+    a_checkpoint_is_superseded_then_promoted_in_one_step,
+    a_stale_or_ended_run_replaces_no_checkpoint,
+    replace_checkpoints_refuses_what_is_not_its_own_and_writes_nothing,
 };
 pub use self::context_refs::{
     context_refs_keep_request_order, cross_incident_context_ref_is_refused,

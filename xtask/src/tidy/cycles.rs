@@ -23,7 +23,6 @@ pub(crate) const KNOWN: &[(&str, &[&str])] = &[
     // Seen once the rule counted paths in code: the namespace probe runs
     // the audited `spawn` step, which brings loopback up through `netns`.
     ("crates/command/src", &["network::netns", "spawn"]),
-    ("crates/harvest/src", &["file", "manifest", "persist"]),
     ("crates/log/src", &["handle", "seam"]),
     ("crates/runner/src", &["context", "docs", "runner"]),
     ("crates/store-sql/src", &["dialect", "log", "store"]),

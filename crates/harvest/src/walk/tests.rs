@@ -13,6 +13,7 @@ fn cand(p: &str) -> Candidate {
     Candidate {
         path: WorkspacePath::new(p).unwrap(),
         size: 1,
+        stat: None,
     }
 }
 
@@ -44,6 +45,7 @@ fn size_limits_keep_the_root_report_whatever_its_size() {
     let sized = |p: &str, size| Candidate {
         path: WorkspacePath::new(p).unwrap(),
         size,
+        stat: None,
     };
     let mut walk = Walk {
         candidates: vec![

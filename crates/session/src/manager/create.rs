@@ -385,6 +385,16 @@ async fn resolve_refs(
                 ),
             });
         }
+        // A checkpoint row is deleted when its run lands or checkpoints the
+        // file again; a context ref would pin it (and refuse that delete).
+        if artifact.kind == ArtifactKind::Checkpoint {
+            return Err(SessionError::InvalidContextRef {
+                reason: format!(
+                    "artifact {} is a run's checkpoint, not context",
+                    r.artifact_id
+                ),
+            });
+        }
         let role = if r.role.trim().is_empty() {
             default_role(artifact.kind).to_owned()
         } else {

@@ -48,6 +48,7 @@ pub enum StoreOp {
     ListReports,
     NextReportRevision,
     CreateArtifacts,
+    ReplaceCheckpoints,
     GetArtifacts,
     ListSessionArtifacts,
     ListIncidentArtifacts,
@@ -267,6 +268,18 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
     async fn create_artifacts(&self, new: Vec<NewArtifact>) -> Result<Vec<Artifact>> {
         self.enter(StoreOp::CreateArtifacts).await?;
         self.inner.create_artifacts(new).await
+    }
+    async fn replace_checkpoints(
+        &self,
+        session: SessionId,
+        fence: u64,
+        insert: Vec<NewArtifact>,
+        delete: Vec<ArtifactId>,
+    ) -> Result<Vec<Artifact>> {
+        self.enter(StoreOp::ReplaceCheckpoints).await?;
+        self.inner
+            .replace_checkpoints(session, fence, insert, delete)
+            .await
     }
     async fn get_artifacts(&self, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
         self.enter(StoreOp::GetArtifacts).await?;
