@@ -99,3 +99,21 @@ pub(crate) fn read_until(child: &mut std::process::Child, needle: &str) -> Strin
     std::thread::spawn(move || for _ in lines {});
     seen
 }
+
+/// Reads `child`'s stdout until a line holding `needle` and returns what
+/// it read, with a thread that reads the rest to its end and returns it.
+pub(crate) fn read_until_then_rest(
+    child: &mut std::process::Child,
+    needle: &str,
+) -> (String, std::thread::JoinHandle<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let line = lines.next().expect("output").expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).map(|l| l + "\n").collect());
+    (seen, rest)
+}
