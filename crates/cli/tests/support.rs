@@ -8,16 +8,22 @@ pub(crate) use korvus_runner::testing::unique_sleep;
 /// `korvus --data-dir <data>` with no `KORVUS_*` or AWS settings inherited
 /// from the calling environment, and the demo agent unpaced.
 pub(crate) fn korvus(data: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_korvus"));
+    let mut cmd = clean(Command::new(env!("CARGO_BIN_EXE_korvus")));
+    cmd.arg("--data-dir").arg(data);
+    cmd
+}
+
+/// `cmd` with no `KORVUS_*` or AWS settings inherited from the calling
+/// environment and the demo agent unpaced: for a program that starts
+/// `korvus` itself (a terminal, a shell).
+pub(crate) fn clean(mut cmd: Command) -> Command {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         if key.starts_with("KORVUS_") || key.starts_with("AWS_") {
             cmd.env_remove(&key);
         }
     }
-    cmd.env("KORVUS_DEMO_PAUSE", "0")
-        .arg("--data-dir")
-        .arg(data);
+    cmd.env("KORVUS_DEMO_PAUSE", "0");
     cmd
 }
 
