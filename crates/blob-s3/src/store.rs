@@ -21,7 +21,7 @@ use korvus_blob::{
 
 use self::upload::{digest, read_small};
 use crate::config::{S3BlobStoreBuilder, S3Credentials};
-use crate::error::{read_error, Failure, Kind};
+use crate::error::{read_error, Failure, Kind, Target};
 
 /// Name of the user metadata (`x-amz-meta-sha256`) holding the hex SHA-256
 /// of the whole object. S3's own `x-amz-checksum-sha256` of a multipart
@@ -91,6 +91,15 @@ macro_rules! object_meta {
 }
 
 impl S3BlobStore {
+    /// The bucket and the region this store is configured for, which its
+    /// errors name.
+    pub(crate) fn target(&self) -> Target<'_> {
+        Target {
+            bucket: &self.settings.bucket,
+            region: self.client.config().region().map(|r| r.as_ref()),
+        }
+    }
+
     /// `GetObject` of `key`: the response (its body unread) and the
     /// object's metadata, `size` as the response declares it.
     async fn get_object(&self, key: &BlobKey) -> Result<(GetObjectOutput, BlobMeta)> {
@@ -101,7 +110,7 @@ impl S3BlobStore {
             .key(self.object_key(key)?)
             .send()
             .await
-            .map_err(|e| read_error("GetObject", key, e))?;
+            .map_err(|e| read_error("GetObject", &self.target(), key, e))?;
         let meta = object_meta!(key, out);
         Ok((out, meta))
     }
@@ -315,7 +324,7 @@ impl BlobStore for S3BlobStore {
             .checksum_mode(ChecksumMode::Enabled)
             .send()
             .await
-            .map_err(|e| read_error("HeadObject", key, e))?;
+            .map_err(|e| read_error("HeadObject", &self.target(), key, e))?;
         Ok(object_meta!(key, out))
     }
 
@@ -337,7 +346,7 @@ impl BlobStore for S3BlobStore {
             Err(e) if Failure::kind(&e) == Kind::NotFound => Ok(()),
             Err(e) => Err(BlobError::backend(
                 "s3",
-                Failure::from_sdk("DeleteObject", &e),
+                Failure::from_sdk("DeleteObject", &self.target(), &e),
             )),
         }
     }

@@ -151,9 +151,15 @@ fn a_closed_stdout_never_abandons_the_run() {
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
         .expect("stderr");
     assert_eq!(status.code(), Some(141), "{err}");
+    // By the time korvus has exited, the row is terminal and the report
+    // row and its document are stored.
     let id = session_id(&seen);
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("status     completed"), "{show}");
+    assert!(
+        show.contains("rev 1   completed"),
+        "the report row landed:\n{show}"
+    );
     let report = ok(korvus(data.path()).args(["cat", &id]));
     assert!(
         report.contains("# Findings after the reader left"),
@@ -191,4 +197,98 @@ fn ctrl_c_with_the_reader_gone_still_cancels_and_lands() {
     let report = ok(korvus(data.path()).args(["cat", &id]));
     assert!(report.contains("# Partial findings"), "{report}");
     assert!(!running(&format!("sleep {arg}")));
+}
+
+/// A real Ctrl-C on a terminal: `korvus run … | tee out` runs as the
+/// foreground process group of a pseudo-terminal (`script` from
+/// util-linux), and the terminal's interrupt character is typed, so the
+/// kernel sends `SIGINT` to the whole group — korvus and `tee` alike. The
+/// session ends `cancelled` with its
+/// partial report stored, and korvus, whose stdout `tee` no longer reads,
+/// exits 141 once it has.
+#[test]
+fn ctrl_c_on_a_terminal_with_tee_cancels_lands_and_exits_141() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let arg = unique_sleep();
+    let agent = script(
+        data.path(),
+        "slow-agent.sh",
+        &format!(
+            "echo '# Partial findings' > report.md\n\
+             echo 'agent is working'\n\
+             exec sleep {arg}\n"
+        ),
+    );
+    let dir = data.path();
+    let out = dir.join("out");
+    let rc = dir.join("rc");
+    let korvus_bin = env!("CARGO_BIN_EXE_korvus");
+    // Run by `script`, the shell is the session leader of the terminal and
+    // the pipeline runs in its process group, the foreground one: the
+    // interrupt reaches all three. The shell outlives it, as an
+    // interactive shell does (a trap, which its children do not inherit),
+    // and records both exit statuses.
+    let job = format!(
+        "trap : INT; '{korvus_bin}' --data-dir '{data}' run --agent sh --agent-arg '{agent}' \
+         --memory-limit none --task-limit none 'why is db-1 slow?' | tee '{out}'; \
+         echo \"${{PIPESTATUS[0]}} ${{PIPESTATUS[1]}}\" > '{rc}'",
+        data = dir.display(),
+        agent = agent.display(),
+        out = out.display(),
+        rc = rc.display(),
+    );
+    let mut terminal = crate::support::clean(std::process::Command::new("script"))
+        .args(["-qfe", "-c"])
+        .arg(format!("bash --norc --noprofile -c {}", shell_quote(&job)))
+        .arg("/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) starts");
+    let mut keys = terminal.stdin.take().expect("the terminal's keyboard");
+    let screen = read_to_end(terminal.stdout.take().expect("the screen"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains("agent is working")) {
+        assert!(Instant::now() < deadline, "the agent never got going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Ctrl-C: the terminal's interrupt character (VINTR).
+    std::io::Write::write_all(&mut keys, b"\x03").expect("type Ctrl-C");
+    std::io::Write::flush(&mut keys).expect("type Ctrl-C");
+    let status = terminal.wait().expect("the terminal's shell ends");
+    drop(keys);
+    let screen = screen.join().expect("the screen");
+    assert!(status.success(), "{status}:\n{screen}");
+    let codes = std::fs::read_to_string(&rc).expect("the shell recorded the job's statuses");
+    assert_eq!(
+        codes.trim(),
+        "141 130",
+        "korvus exits 141 (its reader gone), tee died of SIGINT:\n{screen}"
+    );
+    let seen = std::fs::read_to_string(&out).expect("what tee wrote");
+    let id = session_id(&seen);
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("status     cancelled"), "{show}");
+    assert!(
+        show.contains("rev 1   cancelled"),
+        "the report row landed:\n{show}"
+    );
+    let report = ok(korvus(data.path()).args(["cat", &id]));
+    assert!(report.contains("# Partial findings"), "{report}");
+    assert!(!running(&format!("sleep {arg}")));
+}
+
+/// `text` as one single-quoted shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Reads `from` to its end on a thread and returns it.
+fn read_to_end(mut from: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = from.read_to_end(&mut all);
+        String::from_utf8_lossy(&all).into_owned()
+    })
 }

@@ -8,16 +8,22 @@ pub(crate) use korvus_runner::testing::unique_sleep;
 /// `korvus --data-dir <data>` with no `KORVUS_*` or AWS settings inherited
 /// from the calling environment, and the demo agent unpaced.
 pub(crate) fn korvus(data: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_korvus"));
+    let mut cmd = clean(Command::new(env!("CARGO_BIN_EXE_korvus")));
+    cmd.arg("--data-dir").arg(data);
+    cmd
+}
+
+/// `cmd` with no `KORVUS_*` or AWS settings inherited from the calling
+/// environment and the demo agent unpaced: for a program that starts
+/// `korvus` itself (a terminal, a shell).
+pub(crate) fn clean(mut cmd: Command) -> Command {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         if key.starts_with("KORVUS_") || key.starts_with("AWS_") {
             cmd.env_remove(&key);
         }
     }
-    cmd.env("KORVUS_DEMO_PAUSE", "0")
-        .arg("--data-dir")
-        .arg(data);
+    cmd.env("KORVUS_DEMO_PAUSE", "0");
     cmd
 }
 
@@ -98,4 +104,22 @@ pub(crate) fn read_until(child: &mut std::process::Child, needle: &str) -> Strin
     }
     std::thread::spawn(move || for _ in lines {});
     seen
+}
+
+/// Reads `child`'s stdout until a line holding `needle` and returns what
+/// it read, with a thread that reads the rest to its end and returns it.
+pub(crate) fn read_until_then_rest(
+    child: &mut std::process::Child,
+    needle: &str,
+) -> (String, std::thread::JoinHandle<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let line = lines.next().expect("output").expect("a line");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).map(|l| l + "\n").collect());
+    (seen, rest)
 }

@@ -7,6 +7,7 @@ mod browser;
 mod cancel;
 mod closure;
 mod context;
+mod counters;
 mod demo;
 mod dialects;
 mod environment;

@@ -223,6 +223,29 @@ impl<'a> Sink<'a> {
         self.stderr.push_back(format!("{}{suffix}", line.text));
     }
 
+    /// Raises the decoder's running total to `total`, what the agent's
+    /// thread records, and logs the growth — usage the agent made but
+    /// never reported on stdout — as a usage event of its own, counted
+    /// like any other, so the log's usage events still sum to the
+    /// counters.
+    pub(crate) async fn thread_total(&mut self, total: crate::dialect::Usage) {
+        let Some(decoder) = &mut self.decoder else {
+            return;
+        };
+        let grown = decoder.raise_total(total);
+        if grown.input == 0 && grown.output == 0 {
+            return;
+        }
+        let c = &mut self.counters;
+        c.input_tokens = c.input_tokens.saturating_add(grown.input);
+        c.output_tokens = c.output_tokens.saturating_add(grown.output);
+        self.append(&[Event::now(EventKind::Usage {
+            input_tokens: grown.input,
+            output_tokens: grown.output,
+        })])
+        .await;
+    }
+
     /// Appends one note to the log.
     pub(crate) async fn note(&mut self, text: String) {
         self.append(&[Event::now(EventKind::Note { text })]).await;

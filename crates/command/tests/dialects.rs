@@ -138,3 +138,85 @@ async fn claude_code_lines_become_one_turn_per_invocation() {
     );
     h.stop().await;
 }
+
+/// A Codex that records each model call's token count in its thread file
+/// (its rollout, as the real one does: `event_msg` / `token_count`, the
+/// thread's running total) and prints the total only at `turn.completed`.
+/// The first run makes one model call (100/10), starts a command and is
+/// cancelled in the middle of that turn; the resumed run makes two more
+/// calls (200/20 more: 300/30 in all) and completes.
+const CODEX_CANCELLED_MID_TURN: &str = r#"
+    read -r prompt
+    dir="$HOME/.codex/sessions/2026/12/05"
+    file="$dir/rollout-2026-12-05T09-00-00-th-9.jsonl"
+    count() {
+        echo "{\"timestamp\":\"2026-12-05T09:00:0$3Z\",\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"input_tokens\":$1,\"cached_input_tokens\":0,\"output_tokens\":$2,\"reasoning_output_tokens\":0,\"total_tokens\":0},\"last_token_usage\":{\"input_tokens\":0,\"output_tokens\":0}},\"rate_limits\":null}}" >> "$file"
+    }
+    echo '{"type":"thread.started","thread_id":"th-9"}'
+    echo '{"type":"turn.started"}'
+    if [ "$KORVUS_RESUME" = 0 ]; then
+        mkdir -p "$dir"
+        echo '{"timestamp":"2026-12-05T09:00:00Z","type":"session_meta","payload":{"id":"th-9"}}' > "$file"
+        echo '{"timestamp":"2026-12-05T09:00:00Z","type":"event_msg","payload":{"type":"token_count","info":null,"rate_limits":null}}' >> "$file"
+        count 100 10 1
+        echo '# Partial' > report.md
+        echo '{"type":"item.started","item":{"id":"item_0","type":"command_execution","command":"sleep","aggregated_output":"","exit_code":null,"status":"in_progress"}}'
+        exec sleep SLEEP
+    fi
+    [ -f "$file" ] || { echo 'the thread was not resumed' >&2; exit 9; }
+    count 200 20 2
+    count 300 30 3
+    echo '# Findings' > report.md
+    echo "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"type\":\"agent_message\",\"text\":\"answered: $prompt\"}}"
+    echo '{"type":"turn.completed","usage":{"input_tokens":300,"cached_input_tokens":0,"output_tokens":30}}'
+"#;
+
+/// Cancelled in the middle of a turn, a Codex run reported no usage on
+/// stdout; it is charged what its thread file records (100/10), as a
+/// usage event its counters agree with, and the reopened revision, whose
+/// `turn.completed` reports the thread's whole total (300/30), is charged
+/// only its own calls (200/20).
+#[tokio::test]
+async fn a_codex_run_cancelled_mid_turn_is_charged_its_own_tokens_and_the_reopen_its_own() {
+    let sleep = crate::support::unique_sleep();
+    let h = harness(sh(&CODEX_CANCELLED_MID_TURN.replace("SLEEP", &sleep)).dialect(Dialect::Codex))
+        .await;
+    let s = h.start("why?").await;
+    let pattern = format!("sleep {sleep}");
+    crate::support::eventually("the agent is mid-turn", || {
+        crate::support::running(&pattern)
+    })
+    .await;
+    h.manager.cancel(s.id).await.expect("cancel");
+    let row = h.settled(s.id).await;
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    let tokens = |c: &korvus_store::Counters| (c.input_tokens, c.output_tokens);
+    assert_eq!(tokens(&row.counters), (100, 10), "{row:?}");
+    assert_eq!((row.counters.turns, row.counters.tool_calls), (1, 1));
+    let usage = |events: &[korvus_log::Event]| {
+        events.iter().fold((0, 0), |(i, o), e| match e.kind {
+            EventKind::Usage {
+                input_tokens,
+                output_tokens,
+            } => (i + input_tokens, o + output_tokens),
+            _ => (i, o),
+        })
+    };
+    assert_eq!(usage(&h.events(s.id).await), (100, 10));
+
+    h.manager.reopen(s.id, "and now?").await.expect("reopen");
+    let row = h.settled(s.id).await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let texts = h.texts(s.id).await;
+    assert!(
+        texts.iter().any(|t| t == "resuming codex thread th-9"),
+        "{texts:?}"
+    );
+    assert_eq!(tokens(&row.counters), (200, 20), "{row:?}");
+    let reports = h.store.all_reports(s.id).await.expect("reports");
+    let charged: Vec<_> = reports.iter().map(|r| tokens(&r.counters)).collect();
+    assert_eq!(charged, vec![(100, 10), (200, 20)], "each revision its own");
+    // The log's usage events sum to what the revisions were charged.
+    assert_eq!(usage(&h.events(s.id).await), (300, 30));
+    h.stop().await;
+}

@@ -9,6 +9,7 @@ mod events;
 mod guard;
 mod openapi;
 mod pages;
+mod prune;
 mod routes;
 mod view;
 mod webhook;

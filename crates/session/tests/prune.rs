@@ -2,15 +2,19 @@
 //! rows, then log, then blobs — skips and counts the rest, and a reopen
 //! racing it wins whole or finds nothing.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use korvus_blob::MemoryBlobStore;
 use korvus_blob::{artifact_key, session_prefix, BlobStore, PutOptions};
 use korvus_harvest::SweepConfig;
-use korvus_log::{Access, LogHeader, LogId};
+use korvus_log::{Access, JsonlLog, LogHeader, LogId};
 use korvus_runner::{ExitReason, RunOutcome};
 use korvus_session::{prune, Manager, PruneConfig, PruneTargets, SessionError};
-use korvus_store::{Counters, Session, SessionStatus, Store, StoreError, StoreExt as _};
+use korvus_store::{
+    Counters, MemoryStore, Session, SessionStatus, Store, StoreError, StoreExt as _,
+};
 use korvus_testkit::store::{new_artifact, new_session, settlement_at};
 
 use crate::support::{settled, write_files, Env, ScriptRunner};
@@ -192,11 +196,39 @@ async fn prune_deletes_old_finished_sessions_whole_and_skips_the_rest() {
 
 #[tokio::test]
 async fn a_reopen_racing_prune_is_kept_whole_or_not_found() {
-    let env = Env::new().await;
+    race_reopen_and_prune(&Env::new().await, 12).await;
+}
+
+/// The same race, 20 rounds, on the one-machine `JsonlLog`: a log file the
+/// reopen holds open while prune deletes it must not make the reopen fail
+/// with a log error, nor leave the file behind.
+#[tokio::test]
+async fn a_reopen_racing_prune_on_jsonl_logs_is_kept_whole_or_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = Arc::new(JsonlLog::open_dir(dir.path()).unwrap());
+    let env = Env::with(
+        Arc::new(MemoryStore::new()),
+        Arc::new(MemoryBlobStore::new()),
+        logs,
+    )
+    .await;
+    race_reopen_and_prune(&env, 20).await;
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "nothing of a pruned log is left: {left:?}");
+}
+
+/// `rounds` rounds of a reopen racing an applied prune of its finished
+/// session: each ends with the session whole (the reopen won) or gone
+/// with `NotFound` (prune won) — never another error, never an orphan —
+/// and each side wins some rounds.
+async fn race_reopen_and_prune(env: &Env, rounds: u64) {
     let manager = env.builder(by_prompt()).build();
     let (mut kept, mut gone) = (0, 0);
-    for round in 0..12 {
-        let s = finished(&env, &manager, 1).await.remove(0);
+    for round in 0..rounds {
+        let s = finished(env, &manager, 1).await.remove(0);
         let config = PruneConfig {
             finished_before: SystemTime::now() + Duration::from_secs(60),
             apply: true,
@@ -209,7 +241,7 @@ async fn a_reopen_racing_prune_is_kept_whole_or_not_found() {
                 if !late.is_zero() {
                     tokio::time::sleep(late).await;
                 }
-                prune(targets(&env), &config).await
+                prune(targets(env), &config).await
             },
             manager.reopen(s.id, "hold")
         );
@@ -222,26 +254,26 @@ async fn a_reopen_racing_prune_is_kept_whole_or_not_found() {
                 manager.cancel(s.id).await.unwrap();
                 let row = settled(&manager, &s).await;
                 assert_eq!(row.revision, 2);
-                assert_whole(&env, &row).await;
+                assert_whole(env, &row).await;
             }
             Err(SessionError::NotFound { .. }) => {
                 gone += 1;
                 assert_eq!(pruned.pruned, 1, "round {round}: {pruned:?}");
-                assert_gone(&env, &s).await;
+                assert_gone(env, &s).await;
             }
             Err(other) => panic!("round {round}: a reopen racing prune failed {other:?}"),
         }
         // What the round kept is pruned before the next.
-        let rest = prune(targets(&env), &config).await.unwrap();
+        let rest = prune(targets(env), &config).await.unwrap();
         assert_eq!(
             rest.pruned,
             u64::from(reopened_ok),
             "round {round}: {rest:?}"
         );
-        assert_gone(&env, &s).await;
-        assert_no_orphans(&env).await;
+        assert_gone(env, &s).await;
+        assert_no_orphans(env).await;
     }
-    assert_eq!(kept + gone, 12);
+    assert_eq!(kept + gone, rounds);
     assert!(
         kept > 0 && gone > 0,
         "both sides won some rounds: {kept} kept, {gone} gone"

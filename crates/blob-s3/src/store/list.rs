@@ -53,10 +53,9 @@ impl S3BlobStore {
         if !search.is_empty() {
             request = request.prefix(search);
         }
-        let page = request
-            .send()
-            .await
-            .map_err(|e| BlobError::backend("s3", Failure::from_sdk("ListObjectsV2", &e)))?;
+        let page = request.send().await.map_err(|e| {
+            BlobError::backend("s3", Failure::from_sdk("ListObjectsV2", &self.target(), &e))
+        })?;
         let mut found = Vec::with_capacity(page.contents().len());
         let mut last = None;
         for object in page.contents() {
@@ -219,7 +218,7 @@ impl S3BlobStore {
             .delete(delete)
             .send()
             .await
-            .map_err(|e| Failure::from_sdk("DeleteObjects", &e))?;
+            .map_err(|e| Failure::from_sdk("DeleteObjects", &self.target(), &e))?;
         for error in out.errors() {
             if error.code() == Some("NoSuchKey") {
                 continue; // gone already: deleted

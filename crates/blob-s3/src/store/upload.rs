@@ -39,7 +39,7 @@ impl S3BlobStore {
             .body(ByteStream::from(bytes))
             .send()
             .await
-            .map_err(|e| write_error("PutObject", key, e))?;
+            .map_err(|e| write_error("PutObject", &self.target(), key, e))?;
         Ok(())
     }
 
@@ -145,7 +145,7 @@ impl S3BlobStore {
             .checksum_algorithm(ChecksumAlgorithm::Sha256)
             .send()
             .await
-            .map_err(|e| write_error("CreateMultipartUpload", key, e))?;
+            .map_err(|e| write_error("CreateMultipartUpload", &self.target(), key, e))?;
         created.upload_id().map(str::to_owned).ok_or_else(|| {
             BlobError::backend(
                 "s3",
@@ -181,7 +181,7 @@ impl S3BlobStore {
                     .body(ByteStream::from(chunk))
                     .send()
                     .await
-                    .map_err(|e| write_error("UploadPart", key, e))?;
+                    .map_err(|e| write_error("UploadPart", &self.target(), key, e))?;
                 Ok::<_, BlobError>(
                     CompletedPart::builder()
                         .part_number(number)
@@ -215,7 +215,7 @@ impl S3BlobStore {
             )
             .send()
             .await
-            .map_err(|e| write_error("CompleteMultipartUpload", key, e))?;
+            .map_err(|e| write_error("CompleteMultipartUpload", &self.target(), key, e))?;
         Ok(())
     }
 
@@ -234,7 +234,7 @@ impl S3BlobStore {
             tracing::warn!(
                 bucket = %self.settings.bucket,
                 object_key,
-                error = %Failure::from_sdk("AbortMultipartUpload", &e),
+                error = %Failure::from_sdk("AbortMultipartUpload", &self.target(), &e),
                 "could not abort a failed multipart upload; a lifecycle rule must clean it up"
             );
         }

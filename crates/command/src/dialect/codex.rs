@@ -14,6 +14,10 @@
 //! | `turn.failed` | note `turn failed: …`, `turn_end`; the run's failure |
 //! | `error` | note `codex error: …` |
 //! | anything else | a note holding the line |
+//!
+//! After the run, usage the thread file records beyond the last
+//! `turn.completed` (a turn the run was stopped in) is one more usage
+//! event (`state.rs`).
 
 use std::collections::HashSet;
 

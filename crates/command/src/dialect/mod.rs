@@ -243,6 +243,23 @@ impl Decoder {
             Decoder::Claude(c) => c.total,
         }
     }
+
+    /// Raises the running total to `total`, the thread's own record of
+    /// it (see [`state`]), and returns the growth: usage this run made
+    /// that the agent did not report on stdout.
+    pub(crate) fn raise_total(&mut self, total: Usage) -> Usage {
+        let now = match self {
+            Decoder::Codex(c) => &mut c.total,
+            Decoder::Claude(c) => &mut c.total,
+        };
+        let grown = Usage {
+            input: total.input.saturating_sub(now.input),
+            output: total.output.saturating_sub(now.output),
+        };
+        now.input = now.input.max(total.input);
+        now.output = now.output.max(total.output);
+        grown
+    }
 }
 
 /// The highest turn number in the session's log so far (0 for none): an

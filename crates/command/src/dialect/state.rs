@@ -185,9 +185,17 @@ pub(crate) fn native_resume(
     }
 }
 
-/// After a run of an agent dialect (its processes all gone): keeps the
-/// agent's thread for the next revision; a note when it cannot.
+/// After a run of an agent dialect (its processes all gone): charges the
+/// run with the usage its thread file records but the agent never reported
+/// on stdout ([`unreported`]), then keeps the agent's thread for the next
+/// revision; a note when it cannot.
 pub(crate) async fn keep_thread(sink: &mut Sink<'_>, scratch: &Path, home: &Path) {
+    let Some(decoder) = sink.decoder() else {
+        return;
+    };
+    if let Some(total) = unreported(home, decoder) {
+        sink.thread_total(total).await;
+    }
     let Some(decoder) = sink.decoder() else {
         return;
     };
@@ -205,6 +213,51 @@ pub(crate) async fn keep_thread(sink: &mut Sink<'_>, scratch: &Path, home: &Path
         ))
         .await;
     }
+}
+
+/// The running usage total Codex's thread file (its rollout) records
+/// under `home`, when it is above what the run's decoder was told on
+/// stdout: Codex prints the thread's total only at `turn.completed`, so a
+/// run stopped in the middle of a turn (cancelled, timed out, stalled)
+/// never reported the model calls that turn made. The rollout records
+/// each one as it comes back (an `event_msg` of type `token_count` whose
+/// `info.total_token_usage` is the thread's total so far, the figure
+/// `turn.completed` reports), so the run is charged what it used and the
+/// total it keeps is the thread's, and the next revision counts only its
+/// own calls. `None` for Claude Code (its `result` line is not a running
+/// total), without a thread file, or when the file records no more.
+fn unreported(home: &Path, decoder: &Decoder) -> Option<Usage> {
+    if decoder.dialect() != Dialect::Codex {
+        return None;
+    }
+    let thread = decoder.thread().filter(|t| is_id(t))?;
+    let bytes = read_regular(&find_codex(home, thread)?).ok()?;
+    let recorded = rollout_total(&bytes)?;
+    let told = decoder.total();
+    (recorded.input > told.input || recorded.output > told.output).then_some(recorded)
+}
+
+/// The last `token_count` total a Codex rollout records (lines that are
+/// not JSON, a torn last line, and counts without `info` are skipped).
+fn rollout_total(rollout: &[u8]) -> Option<Usage> {
+    let mut total = None;
+    for line in rollout.split(|b| *b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let payload = &v["payload"];
+        if v["type"] != "event_msg" || payload["type"] != "token_count" {
+            continue;
+        }
+        let usage = &payload["info"]["total_token_usage"];
+        if usage.is_object() {
+            total = Some(Usage {
+                input: super::count_of(usage, "input_tokens"),
+                output: super::count_of(usage, "output_tokens"),
+            });
+        }
+    }
+    total
 }
 
 /// Claude Code's session file for a run in `cwd`: its projects folder is
@@ -389,6 +442,46 @@ mod tests {
         assert!(restore(dir.path(), &home, Dialect::Codex)
             .unwrap_err()
             .contains("path"));
+    }
+
+    #[test]
+    fn a_rollouts_last_token_count_is_the_threads_total() {
+        let rollout = concat!(
+            r#"{"timestamp":"t","type":"session_meta","payload":{"id":"th-4"}}"#,
+            "\n",
+            r#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count","info":null}}"#,
+            "\n",
+            r#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":100,"cached_input_tokens":40,"output_tokens":10,"total_tokens":110}}}}"#,
+            "\n",
+            r#"{"timestamp":"t","type":"response_item","payload":{"type":"message"}}"#,
+            "\n",
+            r#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":{"input_tokens":250,"output_tokens":25}}}}"#,
+            "\n",
+            r#"{"timestamp":"t","type":"event_msg","payload":{"type":"token_count","info":{"total_tok"#,
+        );
+        assert_eq!(
+            rollout_total(rollout.as_bytes()),
+            Some(Usage {
+                input: 250,
+                output: 25
+            })
+        );
+        assert_eq!(rollout_total(b"{\"type\":\"session_meta\"}\n"), None);
+
+        // A run that reported 100/10 and was stopped after a second call:
+        // the thread's total is above it; one that reported all is not.
+        let home = tempfile::tempdir().unwrap();
+        let file = home
+            .path()
+            .join(".codex/sessions/2026/12/05/rollout-x-th-4.jsonl");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, rollout).unwrap();
+        let mut d = Decoder::new(Dialect::Codex, Start::default()).unwrap();
+        d.line(r#"{"type":"thread.started","thread_id":"th-4"}"#);
+        d.line(r#"{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":10}}"#);
+        let grown = d.raise_total(unreported(home.path(), &d).unwrap());
+        assert_eq!((grown.input, grown.output), (150, 15));
+        assert_eq!(unreported(home.path(), &d), None);
     }
 
     #[test]
