@@ -33,12 +33,12 @@ pub const APPEND_BACKOFF: Duration = Duration::from_millis(25);
 pub const DROPPED_PREFIX: &str = "dropped: ";
 
 /// Told the outcome of every append a write handle makes (its own, the
-/// note about lost events, [`LogHandle::append_at`]): `Ok` once the
-/// events are stored, or the error the append ended with. Set with
-/// [`LogHandle::with_append_hook`]; it runs on the appending task, so it
-/// must be quick (wake a watcher, fire a cancellation) and must not
-/// append itself.
-pub type AppendHook = Arc<dyn Fn(std::result::Result<(), &LogError>) + Send + Sync>;
+/// note about lost events, [`LogHandle::append_at`]), with the events it
+/// appended: `Ok` once they are stored, or the error the append ended
+/// with. Set with [`LogHandle::with_append_hook`]; it runs on the
+/// appending task, so it must be quick (wake a watcher, fire a
+/// cancellation, note that a turn ended) and must not append itself.
+pub type AppendHook = Arc<dyn Fn(&[Event], std::result::Result<(), &LogError>) + Send + Sync>;
 
 /// An open log: the one type for both accesses.
 ///
@@ -161,9 +161,9 @@ impl LogHandle {
         self
     }
 
-    fn told(&self, outcome: std::result::Result<(), &LogError>) {
+    fn told(&self, events: &[Event], outcome: std::result::Result<(), &LogError>) {
         if let Some(hook) = &self.hook {
-            hook(outcome);
+            hook(events, outcome);
         }
     }
 
@@ -321,7 +321,7 @@ impl LogHandle {
         writing.next = Some(at + events.len() as u64);
         // Under the lock, as the full path does: the hook hears appends in
         // the order they were stored.
-        self.told(Ok(()));
+        self.told(events, Ok(()));
         drop(writing);
         metrics::counter!(EVENTS_APPENDED).increment(events.len() as u64);
         true
@@ -347,7 +347,7 @@ impl LogHandle {
         writing.next = None;
         let events = writing.stamped(events);
         let stored = self.io.append(at, &events).await;
-        self.told(stored.as_ref().map(|_| ()));
+        self.told(&events, stored.as_ref().map(|_| ()));
         stored?;
         writing.next = Some(at + events.len() as u64);
         Ok(())
@@ -413,7 +413,7 @@ impl LogHandle {
             match result {
                 Ok(next) => {
                     writing.next = Some(next);
-                    self.told(Ok(()));
+                    self.told(batch, Ok(()));
                     return Ok(());
                 }
                 Err(e) if e.is_transient() && attempt < APPEND_ATTEMPTS => {
@@ -424,7 +424,7 @@ impl LogHandle {
                 Err(e) => {
                     // Whether it committed is unknown: ask before the next.
                     writing.next = None;
-                    self.told(Err(&e));
+                    self.told(batch, Err(&e));
                     return Err(e);
                 }
             }

@@ -13,7 +13,7 @@ use korvus_testkit::log::{fresh_id, sample_events};
 fn recording() -> (AppendHook, Arc<Mutex<Vec<String>>>) {
     let told = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&told);
-    let hook: AppendHook = Arc::new(move |outcome| {
+    let hook: AppendHook = Arc::new(move |_events, outcome| {
         let text = match outcome {
             Ok(()) => "stored".to_owned(),
             Err(LogError::Fenced { .. }) => "fenced".to_owned(),

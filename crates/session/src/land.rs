@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use korvus_harvest::{persist, FailStage, PersistOutcome, PersistRequest, ReportFile};
+use korvus_harvest::{
+    persist, Checkpointer, FailStage, PersistOutcome, PersistRequest, ReportFile,
+};
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
 use korvus_store::{Counters, NewReport, Settlement};
@@ -38,6 +40,7 @@ pub(crate) async fn land(
     prepared: &Prepared,
     log: &LogHandle,
     result: RunResult,
+    checkpointer: Option<Checkpointer>,
 ) -> Landed {
     let mut ending = result.ending();
     let returned = ending.settles().1;
@@ -53,7 +56,7 @@ pub(crate) async fn land(
     // Landed whatever this process's clock says of the lease: every write
     // below presents the run's fence, and the store refuses them only if
     // the session really moved on.
-    let outcome = persist_phase(inner, run, prepared).await;
+    let outcome = persist_phase(inner, run, prepared, checkpointer).await;
     if inner.config().archive_on_release {
         archive(inner, run, prepared).await;
     }
@@ -253,23 +256,41 @@ async fn untouched_restored_report(prepared: &Prepared) -> bool {
 }
 
 /// The persist phase of this iteration (bytes first, rows second), logged.
-async fn persist_phase(inner: &Inner, run: RunKey, prepared: &Prepared) -> PersistOutcome {
+/// What the persist phase of the run `run` works on — its landing's, and
+/// its checkpoints' (`checkpoints.rs`).
+pub(crate) fn landing_request(inner: &Inner, run: RunKey, prepared: &Prepared) -> PersistRequest {
+    PersistRequest {
+        incident: run.incident,
+        session: run.session,
+        revision: run.revision,
+        fence: run.fence,
+        scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
+        skip_prefixes: inner.read_only().clone(),
+        restored: prepared.restored.clone(),
+    }
+}
+
+async fn persist_phase(
+    inner: &Inner,
+    run: RunKey,
+    prepared: &Prepared,
+    checkpointer: Option<Checkpointer>,
+) -> PersistOutcome {
     let started = std::time::Instant::now();
-    let outcome = persist(
-        Arc::clone(inner.store()).into_store(),
-        inner.blobs().clone(),
-        &inner.config().persist,
-        PersistRequest {
-            incident: run.incident,
-            session: run.session,
-            revision: run.revision,
-            fence: run.fence,
-            scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
-            skip_prefixes: inner.read_only().clone(),
-            restored: prepared.restored.clone(),
-        },
-    )
-    .await;
+    let outcome = match checkpointer {
+        // After checkpoints that hold files: only what changed since the
+        // last one. A run no checkpoint stored anything of lands as usual.
+        Some(checkpointer) if checkpointer.held_files() > 0 => checkpointer.land().await,
+        _ => {
+            persist(
+                Arc::clone(inner.store()).into_store(),
+                inner.blobs().clone(),
+                &inner.config().persist,
+                landing_request(inner, run, prepared),
+            )
+            .await
+        }
+    };
     // `stored` holds every file stored now, `report.md` included.
     if outcome.attempted {
         crate::metrics::persisted(

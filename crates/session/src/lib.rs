@@ -90,6 +90,8 @@
 
 mod admission;
 mod cancel_poll;
+mod checkpoint_slot;
+mod checkpoints;
 mod cleanup;
 mod closers;
 mod ending;
@@ -123,8 +125,8 @@ pub use crate::kept::{Salvage, SalvagedDir};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,
-    DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
-    DEFAULT_RUN_TIMEOUT,
+    DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::prune::{
     prune, PruneConfig, PruneError, PruneReport, PruneTargets, MAX_REPORTED_FAILURES,

@@ -20,6 +20,10 @@ pub(crate) struct RunState {
     /// When a cancel reached the run (`Manager::cancel` here, or the
     /// poller seeing a request): the start of its cancel latency.
     pub(crate) cancelled_at: std::sync::OnceLock<std::time::Instant>,
+    /// The run's checkpoints, once its agent started with a scratch dir
+    /// and a blob store (`checkpoints.rs`).
+    pub(crate) checkpoints:
+        std::sync::OnceLock<std::sync::Arc<crate::checkpoint_slot::CheckpointSlot>>,
     /// Set after the terminal write and deregistration.
     settled: AtomicBool,
     /// Wakes those waiting for `settled`.

@@ -56,6 +56,11 @@ pub const SALVAGES: &str = "korvus_salvages_total";
 pub const KEPT_DIRS: &str = "korvus_scratch_dirs_kept_total";
 /// Files stored by salvages of lost runs' scratch dirs (counter).
 pub const SALVAGED_FILES: &str = "korvus_salvaged_files_total";
+/// Checkpoints of runs' scratch dirs (counter; label `outcome`: `ok`,
+/// `failed` — something was not stored; the next one tries again).
+pub const CHECKPOINTS: &str = "korvus_checkpoints_total";
+/// Files stored by checkpoints (counter).
+pub const CHECKPOINT_FILES: &str = "korvus_checkpoint_files_total";
 /// Kept scratch dirs removed by their retention, their output never
 /// stored (counter; label `bound`: `age` or `size`).
 pub const KEPT_DIRS_REMOVED: &str = "korvus_kept_dirs_removed_total";
@@ -156,6 +161,13 @@ pub(crate) fn taken_over() {
 /// A run's scratch dir was kept: its output or outcome is not stored.
 pub(crate) fn kept() {
     counter!(KEPT_DIRS).increment(1);
+}
+
+/// A checkpoint stored `files`; `failed` when something was not stored.
+pub(crate) fn checkpointed(files: u64, failed: bool) {
+    let outcome = if failed { "failed" } else { "ok" };
+    counter!(CHECKPOINTS, "outcome" => outcome).increment(1);
+    counter!(CHECKPOINT_FILES).increment(files);
 }
 
 /// A kept dir was removed by its retention (`bound`: `age` or `size`).

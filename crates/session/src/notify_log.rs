@@ -5,22 +5,35 @@
 
 use std::sync::Arc;
 
-use korvus_log::{AppendHook, LogError, LogHandle};
+use korvus_log::{AppendHook, EventKind, LogError, LogHandle};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::live_state::RunState;
+
 /// `log` with the run's hook: after every stored append `notify` wakes
 /// [`Manager::watch`](crate::Manager::watch) (no polling of the backend in
-/// a tight loop); a `LogError::Fenced` append fires `cancel` — the run was
-/// superseded and must stop.
+/// a tight loop) and a stored turn end makes the run's checkpoint due
+/// (`state`'s slot); a `LogError::Fenced` append fires `cancel` — the run
+/// was superseded and must stop.
 pub(crate) fn notifying(
     log: LogHandle,
     notify: Arc<Notify>,
     cancel: CancellationToken,
+    state: Arc<RunState>,
 ) -> LogHandle {
-    let hook: AppendHook = Arc::new(move |outcome| match outcome {
-        Ok(()) => notify.notify_waiters(),
+    let hook: AppendHook = Arc::new(move |events, outcome| match outcome {
+        Ok(()) => {
+            notify.notify_waiters();
+            // A turn's end makes a checkpoint due (`checkpoints.rs`).
+            let turn_ended = events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::TurnEnd { .. }));
+            if let (true, Some(slot)) = (turn_ended, state.checkpoints.get()) {
+                slot.turn_ended();
+            }
+        }
         Err(e @ LogError::Fenced { .. }) => {
             if !cancel.is_cancelled() {
                 warn!(error = %e, "the turn log has a newer writer: this run was superseded; cancelling it");

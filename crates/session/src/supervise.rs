@@ -207,7 +207,12 @@ async fn iterate(
     let RunInput { mut plan, log } = crate::run::unbox(input);
     let token = run.cancel.clone();
     let revision = plan.key();
-    let log = Arc::new(notifying(log, Arc::clone(&run.appended), token.clone()));
+    let log = Arc::new(notifying(
+        log,
+        Arc::clone(&run.appended),
+        token.clone(),
+        run.state(),
+    ));
     let mut prepared = match Box::pin(prepare(inner, &plan, &log, &token)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
@@ -282,14 +287,18 @@ async fn iterate(
         // landing says it is stored, so a process that dies meanwhile
         // leaves it for a salvage, never for a removal.
         mark_running(inner, &prepared).await;
+        crate::checkpoints::attach(inner, run, revision, &prepared);
     }
     let result = match refused {
         Some(result) => result,
         None => execute(ctx).await,
     };
+    // The checkpointer, once a checkpoint in flight finished: the landing
+    // stores only what changed since the last one.
+    let checkpointer = Box::pin(crate::checkpoints::take(run)).await;
     let landed = crate::metrics::phase(
         "land",
-        Box::pin(land(inner, revision, &prepared, &log, result)),
+        Box::pin(land(inner, revision, &prepared, &log, result, checkpointer)),
     )
     .instrument(info_span!("land"))
     .await;

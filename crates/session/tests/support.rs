@@ -90,6 +90,9 @@ impl Env {
             .blob_store(self.blobs.clone())
             .turn_log(Arc::clone(&self.logs))
             .scratch_root(ScratchRoot::supplied(self.root.path()))
+            // Checkpoints are tested on their own (`checkpoints.rs`): here
+            // a turn's end must not race the landing's store calls.
+            .checkpoint_interval(Duration::ZERO)
             .settle_timeout(Duration::from_secs(5))
             .cancel_grace(Duration::from_millis(200))
     }

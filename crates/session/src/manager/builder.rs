@@ -29,6 +29,10 @@ pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// replica reaches the run within about this long.
 pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
 
+/// Default of [`ManagerBuilder::checkpoint_interval`]: a dead replica's
+/// runs lose at most about this much of their output.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
 /// How many runs a manager executes at once unless told
 /// ([`ManagerBuilder::max_running`]).
 pub const DEFAULT_MAX_RUNNING: usize = 64;
@@ -64,6 +68,9 @@ pub(crate) struct Config {
     pub(crate) report_template: Option<PathBuf>,
     /// How often cancel requests from other replicas are polled.
     pub(crate) cancel_poll: Duration,
+    /// How often a run's scratch dir is checkpointed at least (also at
+    /// each turn's end); zero: never.
+    pub(crate) checkpoint_interval: Duration,
     /// How long a renewal keeps this manager's sessions.
     pub(crate) lease_ttl: Duration,
     /// How often the lease is renewed (and orphans looked for).
@@ -96,6 +103,7 @@ impl Default for Config {
             archive_on_release: false,
             report_template: None,
             cancel_poll: DEFAULT_CANCEL_POLL,
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             lease_ttl: DEFAULT_LEASE_TTL,
             heartbeat: DEFAULT_HEARTBEAT,
             max_running: DEFAULT_MAX_RUNNING,
@@ -314,6 +322,21 @@ impl ManagerBuilder {
         self
     }
 
+    /// How often a run's scratch dir is checkpointed while the agent works
+    /// (default [`DEFAULT_CHECKPOINT_INTERVAL`]): what changed since the
+    /// last checkpoint is stored — bytes first, then hidden `checkpoint`
+    /// rows — at least this often and at each turn's end the agent reports,
+    /// so a replica that dies loses at most this much of its runs' output
+    /// (another replica lands the last checkpoint). One scheduler per
+    /// manager; a checkpoint never blocks the agent and never overlaps the
+    /// run's previous one, and the landing then stores only what changed
+    /// since. [`Duration::ZERO`] turns checkpoints off. Needs a blob store
+    /// and a scratch root.
+    pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.config.checkpoint_interval = interval;
+        self
+    }
+
     /// How long a cancelled runner may take to return before it is dropped
     /// (default 10 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
@@ -392,6 +415,7 @@ impl ManagerBuilder {
             }),
         };
         crate::cancel_poll::start(&manager.inner);
+        crate::checkpoints::start(&manager.inner);
         crate::lease::start(&manager.inner);
         if manager.inner.config.claims {
             crate::admission::start(&manager.inner);

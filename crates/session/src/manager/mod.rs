@@ -28,8 +28,8 @@ mod inner;
 
 pub(crate) use self::builder::Config;
 pub use self::builder::{
-    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING,
-    DEFAULT_RUN_TIMEOUT,
+    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
 };
 pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
 pub(crate) use self::inner::Inner;
