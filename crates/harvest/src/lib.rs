@@ -90,6 +90,7 @@ mod stat;
 mod sweep;
 mod walk;
 
+pub use crate::checkpoint::state::final_kind;
 pub use crate::checkpoint::{ChangingFile, CheckpointOutcome, Checkpointer, TORN_AFTER_SKIPS};
 pub use crate::config::{
     PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,

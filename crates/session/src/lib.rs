@@ -112,6 +112,7 @@ mod reopen;
 mod reopener;
 mod run;
 mod salvage;
+mod salvage_checkpoint;
 mod supervise;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -39,8 +39,10 @@ use crate::SessionError;
 /// What a salvage stored of a lost run's scratch dir.
 #[derive(Debug)]
 pub(crate) struct Salvaged {
-    /// The dead run's iteration dir.
-    pub(crate) dir: PathBuf,
+    /// The dead run's iteration dir; `None` when the output came from its
+    /// last checkpoint (`salvage_checkpoint.rs`: the dir is on another
+    /// host).
+    pub(crate) dir: Option<PathBuf>,
     /// Where the output came from, for the report row.
     pub(crate) from: String,
     /// The document this revision adopts: its key and size.
@@ -62,14 +64,18 @@ impl Salvaged {
     /// The persist phase's own text is cut first, so where the dir is
     /// kept always fits in the row's bound.
     pub(crate) fn detail(&self, cause: String) -> String {
-        let head = format!("{cause}; {} file(s) of its scratch dir stored", self.stored);
-        let tail = if self.complete {
-            String::new()
+        let from = if self.dir.is_some() {
+            "its scratch dir"
         } else {
-            format!(
+            "its last checkpoint"
+        };
+        let head = format!("{cause}; {} file(s) of {from} stored", self.stored);
+        let tail = match (&self.dir, self.complete) {
+            (Some(dir), false) => format!(
                 "; the scratch dir is kept at {} (its output is not stored whole)",
-                self.dir.display()
-            )
+                dir.display()
+            ),
+            _ => String::new(),
         };
         let mut middle = self
             .detail
@@ -121,9 +127,9 @@ impl Inner {
         .await;
         let salvaged = salvaged(self, dir, &outcome);
         if salvaged.complete {
-            info!(session_id = %row.id, dir = %salvaged.dir.display(), stored = salvaged.stored, "salvaged the lost run's scratch dir");
+            info!(session_id = %row.id, dir = ?salvaged.dir, stored = salvaged.stored, "salvaged the lost run's scratch dir");
         } else {
-            warn!(session_id = %row.id, dir = %salvaged.dir.display(), errors = ?salvaged.detail, "the lost run's scratch dir was not stored whole; it is kept");
+            warn!(session_id = %row.id, dir = ?salvaged.dir, errors = ?salvaged.detail, "the lost run's scratch dir was not stored whole; it is kept");
         }
         crate::metrics::salvaged(salvaged.stored as u64, salvaged.complete);
         Some(salvaged)
@@ -196,12 +202,12 @@ fn salvaged(inner: &Inner, dir: PathBuf, outcome: &PersistOutcome) -> Salvaged {
     // The same judgement as a run's own landing.
     let complete = outcome.attempted && crate::land::unstored(outcome).is_none();
     Salvaged {
+        dir: Some(dir.clone()),
         from: format!(
             "the scratch dir {} of the lost run, landed by manager {}",
             dir.display(),
             inner.ownership().owner(),
         ),
-        dir,
         markdown,
         manifest_key: outcome.manifest_key.clone(),
         stored: outcome.stored.len(),
@@ -239,15 +245,27 @@ impl Inner {
     ) -> Result<Session, SessionError> {
         self.claim_log(row).await?;
         let _ = self.stop_dead_agents(row.id).await;
-        let salvaged = self.salvage(row).await;
-        if let Some(s) = salvaged.as_ref().filter(|s| !s.complete) {
+        // The dead run's dir when it is on this host, else its last
+        // checkpoint.
+        let salvaged = match self.salvage(row).await {
+            Some(salvaged) => Some(salvaged),
+            None => self.salvage_checkpoint(row).await,
+        };
+        if let Some((s, dir)) = salvaged
+            .as_ref()
+            .filter(|s| !s.complete)
+            .and_then(|s| Some((s, s.dir.clone()?)))
+        {
             // The only copy of what could not be stored: no removal takes
             // it until a salvage stores it whole.
-            let (dir, reason) = (s.dir.clone(), s.detail.clone().unwrap_or_default());
-            let marked =
-                tokio::task::spawn_blocking(move || korvus_workspace::keep(&dir, &reason)).await;
+            let reason = s.detail.clone().unwrap_or_default();
+            let marked = tokio::task::spawn_blocking({
+                let dir = dir.clone();
+                move || korvus_workspace::keep(&dir, &reason)
+            })
+            .await;
             if !matches!(marked, Ok(Ok(()))) {
-                warn!(session_id = %row.id, dir = %s.dir.display(), "the salvaged dir could not be marked kept; it is left in place");
+                warn!(session_id = %row.id, dir = %dir.display(), "the salvaged dir could not be marked kept; it is left in place");
             }
         }
         // What the lost revision used, as its log says: its row never got it.
@@ -285,8 +303,8 @@ impl Inner {
             fence: row.fence,
         };
         let (settled, report) = self.settle_with_report(row, settlement, report).await?;
-        if let Some(salvaged) = salvaged.filter(|s| s.complete) {
-            self.remove_salvaged(row, &salvaged.dir).await;
+        if let Some(dir) = salvaged.filter(|s| s.complete).and_then(|s| s.dir) {
+            self.remove_salvaged(row, &dir).await;
         }
         crate::metrics::taken_over();
         crate::metrics::settled(settled.exit_reason.as_deref());

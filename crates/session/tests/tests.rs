@@ -7,6 +7,7 @@ mod support;
 mod admission;
 mod cancel;
 mod check;
+mod checkpoints;
 mod closure;
 mod create;
 mod docs;

@@ -71,8 +71,10 @@ pub(crate) fn counts_for_cap(path: &WorkspacePath) -> bool {
     path.as_str() != REPORT_FILE && !is_agent_state(path.as_str())
 }
 
-/// The kind a file's final row has when the run lands.
-pub(crate) fn final_kind(path: &str) -> ArtifactKind {
+/// The kind a file's final row has when the run lands (or when a takeover
+/// lands its last checkpoint): `report` for the root `report.md`,
+/// `agent_state` for the agent's kept thread, else `agent_output`.
+pub fn final_kind(path: &str) -> ArtifactKind {
     if path == REPORT_FILE {
         ArtifactKind::Report
     } else if is_agent_state(path) {
