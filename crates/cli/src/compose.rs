@@ -35,6 +35,8 @@ pub(crate) struct Backends {
     pub(crate) places: Vec<(&'static str, String)>,
     /// The lease ttl and heartbeat period of this process's manager.
     lease: (Duration, Duration),
+    /// How often its runs are checkpointed at most (zero: never).
+    checkpoint_interval: Duration,
     /// Its admission: run slots, the per-key cap, the pool.
     admission: (usize, Option<u32>, String),
     pools: Pools,
@@ -147,6 +149,7 @@ impl Backends {
                 Duration::from_secs_f64(global.lease_ttl),
                 Duration::from_secs_f64(global.heartbeat),
             ),
+            checkpoint_interval: Duration::from_secs_f64(global.checkpoint_interval),
             admission: (
                 global.max_running as usize,
                 global.max_running_per_key,
@@ -226,6 +229,7 @@ impl Backends {
             .scratch_root(ScratchRoot::supplied(&self.scratch))
             .seeder(Arc::new(seeder), trees)
             .lease(self.lease.0, self.lease.1)
+            .checkpoint_interval(self.checkpoint_interval)
             .max_running(self.admission.0)
             .pool(self.admission.2.clone());
         if let Some(cap) = self.admission.1 {

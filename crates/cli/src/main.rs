@@ -150,6 +150,13 @@ struct Global {
     #[arg(long, env = "KORVUS_LEASE_TTL", value_name = "SECS", global = true,
           default_value_t = 30.0, value_parser = seconds)]
     lease_ttl: f64,
+    /// Seconds between two checkpoints of a running agent's scratch dir at
+    /// most (one also follows each turn's end): a korvus process that dies
+    /// loses at most this much of its agents' output. 0 turns checkpoints
+    /// off.
+    #[arg(long, env = "KORVUS_CHECKPOINT_INTERVAL", value_name = "SECS", global = true,
+          default_value_t = 60.0, value_parser = seconds_or_zero)]
+    checkpoint_interval: f64,
     /// Seconds between two lease renewals (at most a third of the ttl).
     #[arg(long, env = "KORVUS_HEARTBEAT", value_name = "SECS", global = true,
           default_value_t = 10.0, value_parser = seconds)]
@@ -192,6 +199,14 @@ fn seconds(text: &str) -> std::result::Result<f64, String> {
         _ => Err(format!(
             "{text:?} is not a number of seconds between 0 and 86400"
         )),
+    }
+}
+
+/// As [`seconds`], zero allowed (it turns something off).
+fn seconds_or_zero(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s == 0.0 => Ok(s),
+        _ => seconds(text),
     }
 }
 

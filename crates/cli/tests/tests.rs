@@ -21,6 +21,7 @@ mod papercuts;
 mod prune;
 mod queue;
 mod replicas;
+mod replicas_hosts;
 mod report;
 mod salvage;
 mod sandbox;
