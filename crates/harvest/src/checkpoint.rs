@@ -383,9 +383,8 @@ impl Checkpointer {
             let call =
                 self.store
                     .replace_checkpoints(r.session, r.fence, insert.clone(), delete.clone());
-            let e = match call.await {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
+            let Err(e) = call.await else {
+                return Ok(());
             };
             if retried && !e.is_transient() && self.already_written(&insert).await {
                 return Ok(());
