@@ -31,7 +31,9 @@
 //! 22. the sweeper over 1,000,000 orphan keys (Fs and an S3 stand-in);
 //! 23. reopen of a session with a 1,000,000-event log and 1,000 artifacts;
 //! 24. a thousand `CommandRunner` sessions of sleeping agents: what each
-//!     costs the host (memory, tasks, threads, descriptors).
+//!     costs the host (memory, tasks, threads, descriptors);
+//! 25. a checkpoint of an unchanged tree of 10,000 files against a bare
+//!     `stat` walk of it.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -46,6 +48,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 mod admission;
 mod cancel;
+mod checkpoint;
 mod closers;
 mod command;
 mod export;
@@ -194,7 +197,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=24u32 {
+    for n in 1..=25u32 {
         if !wanted(n) {
             continue;
         }
@@ -224,7 +227,8 @@ async fn all(
             21 => walk::many_empty_files(&mut b).await,
             22 => sweep::sweep_at_scale(&mut b).await,
             23 => reopen::reopen_at_scale(&mut b).await,
-            _ => command::command_sessions(&mut b).await,
+            24 => command::command_sessions(&mut b).await,
+            _ => checkpoint::unchanged_tree(&mut b).await,
         };
         match result {
             Ok(r) => {

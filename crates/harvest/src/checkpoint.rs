@@ -311,6 +311,7 @@ impl Checkpointer {
         } = change;
         if insert.is_empty() && delete.is_empty() {
             outcome.rows_written = true;
+            self.remember(after);
             self.delete_blobs(orphans).await;
             return;
         }
@@ -329,13 +330,7 @@ impl Checkpointer {
         match written {
             Ok(()) => {
                 outcome.rows_written = true;
-                let known = Arc::make_mut(&mut self.state.known);
-                for (path, next) in after {
-                    match next {
-                        Some(k) => known.insert(path, k),
-                        None => known.remove(&path),
-                    };
-                }
+                self.remember(after);
             }
             Err(cause) => {
                 warn!(%cause, "checkpoint rows not written; their bytes are deleted");
@@ -353,6 +348,22 @@ impl Checkpointer {
         }
         obsolete.extend(orphans);
         self.delete_blobs(obsolete).await;
+    }
+
+    /// Keeps what the checkpoint judged, once its rows (if any) are
+    /// written. Copies the map only when the walk's snapshot is still
+    /// alive, which it is not by now.
+    fn remember(&mut self, after: Vec<(WorkspacePath, Option<Known>)>) {
+        if after.is_empty() {
+            return;
+        }
+        let known = Arc::make_mut(&mut self.state.known);
+        for (path, next) in after {
+            match next {
+                Some(k) => known.insert(path, k),
+                None => known.remove(&path),
+            };
+        }
     }
 
     /// One [`Store::replace_checkpoints`], retried with backoff while the

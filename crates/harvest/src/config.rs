@@ -32,7 +32,7 @@ pub struct PersistConfig {
     /// `report.md`, which has its own limit.
     pub max_file_bytes: u64,
     /// The root `report.md` larger than this is not stored and the outcome's
-    /// report is [`ReportFile::Failed`] (it existed but cannot be stored).
+    /// report is [`ReportFile::Failed`](crate::ReportFile::Failed) (it existed but cannot be stored).
     /// Independent of `max_file_bytes`; [`DEFAULT_REPORT_MAX_BYTES`] by
     /// default.
     pub report_max_bytes: u64,
