@@ -53,15 +53,21 @@ impl CheckpointSlot {
         due && !self.busy.swap(true, Ordering::AcqRel)
     }
 
-    /// Runs one checkpoint (after [`claim_due`](Self::claim_due)); nothing
-    /// once the landing took the checkpointer. Returns its outcome.
-    pub(crate) async fn checkpoint(&self) -> Option<korvus_harvest::CheckpointOutcome> {
+    /// Runs one checkpoint (after [`claim_due`](Self::claim_due)), given
+    /// up after `bound` — the landing waits for it, so a hung blob store
+    /// must not hold the run's end (rows a checkpoint cut short wrote stay
+    /// hidden; its bytes are the sweeper's). Nothing once the landing took
+    /// the checkpointer. Returns its outcome, `Err` when it was cut short.
+    pub(crate) async fn checkpoint(
+        &self,
+        bound: Duration,
+    ) -> Option<Result<korvus_harvest::CheckpointOutcome, tokio::time::error::Elapsed>> {
         let mut held = self.checkpointer.lock().await;
         let outcome = match held.as_mut() {
             Some(checkpointer) => {
                 self.turn_ended.store(false, Ordering::Release);
                 *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                Some(checkpointer.checkpoint().await)
+                Some(tokio::time::timeout(bound, checkpointer.checkpoint()).await)
             }
             None => None,
         };

@@ -80,10 +80,17 @@ fn schedule(weak: &Weak<Inner>, interval: Duration) -> bool {
         }
         let slot = Arc::clone(slot);
         let span = info_span!("checkpoint", session_id = %session);
+        let bound = inner.config().persist.timeout;
         tokio::spawn(
             async move {
-                let Some(outcome) = slot.checkpoint().await else {
-                    return;
+                let outcome = match slot.checkpoint(bound).await {
+                    None => return,
+                    Some(Ok(outcome)) => outcome,
+                    Some(Err(_)) => {
+                        crate::metrics::checkpointed(0, true);
+                        warn!(?bound, "checkpoint cut short at the persist bound; the next one tries again");
+                        return;
+                    }
                 };
                 let failed = !outcome.failed.is_empty() || !outcome.rows_written;
                 crate::metrics::checkpointed(outcome.stored.len() as u64, failed);
