@@ -185,7 +185,7 @@ fn stat_fields(pid: &str) -> Vec<u64> {
 
 /// CPU time (user + system, fields 14 and 15) of process `pid`, plus with
 /// `reaped` what its reaped children used (16 and 17), in milliseconds.
-fn cpu_of(pid: &str, reaped: bool) -> u64 {
+pub(crate) fn cpu_of(pid: &str, reaped: bool) -> u64 {
     let f = stat_fields(pid);
     // Indexes count from field 4 (after the state).
     let at = |n: usize| f.get(n - 4).copied().unwrap_or(0);

@@ -33,7 +33,9 @@
 //! 24. a thousand `CommandRunner` sessions of sleeping agents: what each
 //!     costs the host (memory, tasks, threads, descriptors);
 //! 25. a checkpoint of an unchanged tree of 10,000 files against a bare
-//!     `stat` walk of it.
+//!     `stat` walk of it;
+//! 26. checkpoints every 5 s while an agent writes 1,000 files over 60 s,
+//!     against the same run without: wall time and CPU.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -49,6 +51,7 @@ use tracing_subscriber::layer::SubscriberExt;
 mod admission;
 mod cancel;
 mod checkpoint;
+mod checkpoint_run;
 mod closers;
 mod command;
 mod export;
@@ -197,7 +200,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=25u32 {
+    for n in 1..=26u32 {
         if !wanted(n) {
             continue;
         }
@@ -228,7 +231,8 @@ async fn all(
             22 => sweep::sweep_at_scale(&mut b).await,
             23 => reopen::reopen_at_scale(&mut b).await,
             24 => command::command_sessions(&mut b).await,
-            _ => checkpoint::unchanged_tree(&mut b).await,
+            25 => checkpoint::unchanged_tree(&mut b).await,
+            _ => checkpoint_run::running_agent(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -172,6 +172,21 @@ pub(crate) fn harvest_candidates(
     harvest_candidates_admitting(scratch, skip_prefixes, limits, &mut admit)
 }
 
+/// The skip of an entry the walk could not read.
+fn unreadable_entry(scratch: &Path, err: &walkdir::Error) -> Skipped {
+    let path = err
+        .path()
+        .and_then(|p| p.strip_prefix(scratch).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Skipped {
+        path,
+        reason: SkipReason::Unreadable {
+            error: err.to_string(),
+        },
+    }
+}
+
 /// [`harvest_candidates`] with the cap decided by `admit`: a file (other
 /// than the root report, within the size limits) is kept when `admit`
 /// says so, else skipped as over `limits.max_files`. A checkpoint admits
@@ -192,17 +207,7 @@ pub(crate) fn harvest_candidates_admitting(
         let entry = match next {
             Ok(entry) => entry,
             Err(err) => {
-                let path = err
-                    .path()
-                    .and_then(|p| p.strip_prefix(scratch).ok())
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                walk.skip(Skipped {
-                    path,
-                    reason: SkipReason::Unreadable {
-                        error: err.to_string(),
-                    },
-                });
+                walk.skip(unreadable_entry(scratch, &err));
                 continue;
             }
         };
