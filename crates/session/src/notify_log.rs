@@ -6,23 +6,17 @@
 use std::sync::Arc;
 
 use korvus_log::{AppendHook, EventKind, LogError, LogHandle};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::live_state::RunState;
+use crate::live::LiveRun;
 
-/// `log` with the run's hook: after every stored append `notify` wakes
-/// [`Manager::watch`](crate::Manager::watch) (no polling of the backend in
-/// a tight loop) and a stored turn end makes the run's checkpoint due
-/// (`state`'s slot); a `LogError::Fenced` append fires `cancel` — the run
-/// was superseded and must stop.
-pub(crate) fn notifying(
-    log: LogHandle,
-    notify: Arc<Notify>,
-    cancel: CancellationToken,
-    state: Arc<RunState>,
-) -> LogHandle {
+/// `log` with the hook of `run`: after every stored append its `appended`
+/// wakes [`Manager::watch`](crate::Manager::watch) (no polling of the
+/// backend in a tight loop) and a stored turn end makes its checkpoint due
+/// (its state's slot); a `LogError::Fenced` append fires its cancellation
+/// — the run was superseded and must stop.
+pub(crate) fn notifying(log: LogHandle, run: &LiveRun) -> LogHandle {
+    let (notify, cancel, state) = (Arc::clone(&run.appended), run.cancel.clone(), run.state());
     let hook: AppendHook = Arc::new(move |events, outcome| match outcome {
         Ok(()) => {
             notify.notify_waiters();

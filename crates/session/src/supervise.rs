@@ -207,12 +207,7 @@ async fn iterate(
     let RunInput { mut plan, log } = crate::run::unbox(input);
     let token = run.cancel.clone();
     let revision = plan.key();
-    let log = Arc::new(notifying(
-        log,
-        Arc::clone(&run.appended),
-        token.clone(),
-        run.state(),
-    ));
+    let log = Arc::new(notifying(log, run));
     let mut prepared = match Box::pin(prepare(inner, &plan, &log, &token)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
@@ -282,26 +277,20 @@ async fn iterate(
             None
         }
     };
-    if refused.is_none() {
-        // From here the dir holds what the agent makes: kept until the
-        // landing says it is stored, so a process that dies meanwhile
-        // leaves it for a salvage, never for a removal.
-        mark_running(inner, &prepared).await;
-        crate::checkpoints::attach(inner, run, revision, &prepared);
-    }
     let result = match refused {
         Some(result) => result,
-        None => execute(ctx).await,
+        None => {
+            starting(inner, run, revision, &prepared).await;
+            execute(ctx).await
+        }
     };
     // The checkpointer, once a checkpoint in flight finished: the landing
     // stores only what changed since the last one.
     let checkpointer = Box::pin(crate::checkpoints::take(run)).await;
-    let landed = crate::metrics::phase(
-        "land",
-        Box::pin(land(inner, revision, &prepared, &log, result, checkpointer)),
-    )
-    .instrument(info_span!("land"))
-    .await;
+    let landed = Box::pin(land(inner, revision, &prepared, &log, result, checkpointer));
+    let landed = crate::metrics::phase("land", landed)
+        .instrument(info_span!("land"))
+        .await;
     // A watcher or a reopen must see the whole log once the row is terminal.
     Box::pin(close_log(inner, &log)).await;
     let leftovers = Leftovers {
@@ -395,6 +384,15 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+/// What a run does as its agent starts: from here the dir holds what the
+/// agent makes — kept until the landing says it is stored, so a process
+/// that dies meanwhile leaves it for a salvage, never for a removal — and
+/// the run is checkpointed (`checkpoints.rs`).
+async fn starting(inner: &Inner, run: &LiveRun, key: RunKey, prepared: &Prepared) {
+    mark_running(inner, prepared).await;
+    crate::checkpoints::attach(inner, run, key, prepared);
 }
 
 /// Marks the run's scratch dir kept while the agent runs
