@@ -28,7 +28,7 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns, placeholders,
-    session_fences, to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence,
+    session_fences, ArtifactRow, ContextRefRow, SessionFence,
 };
 use crate::store::sql_store;
 
@@ -285,31 +285,6 @@ impl StoreDialect for SqliteStore {
         new: &[NewArtifact],
         created_at: DateTime<Utc>,
     ) -> Result<()> {
-        let chunks: Vec<&[NewArtifact]> = new.chunks(MAX_ROWS).collect();
-        let sqls: Vec<String> = chunks
-            .iter()
-            .map(|c| insert_artifacts_sql(c.len()))
-            .collect();
-        let query = |i: usize| {
-            let mut q = sqlx::query(&sqls[i]);
-            for n in chunks[i] {
-                q = q
-                    .bind(n.id.as_uuid())
-                    .bind(n.incident_id.as_uuid())
-                    .bind(n.session_id.as_uuid())
-                    .bind(n.kind.as_str())
-                    .bind(n.path.as_str())
-                    .bind(n.blob_key.as_str())
-                    .bind(n.content_type.as_str())
-                    .bind(to_i64(n.size_bytes))
-                    .bind(n.sha256.as_str())
-                    .bind(to_i32(n.revision))
-                    .bind(created_at)
-                    .bind(to_i64(n.fence));
-            }
-            q
-        };
-        let map = |e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e);
         // IMMEDIATE: the write lock is held from the fence check to the
         // commit, so no reopen moves a fence in between.
         let mut tx = self
@@ -327,9 +302,7 @@ impl StoreDialect for SqliteStore {
             found.extend(row);
         }
         check_artifact_fences(new, &found)?;
-        for i in 0..chunks.len() {
-            query(i).execute(&mut *tx).await.map_err(map)?;
-        }
+        Self::insert_artifacts_on(&mut tx, new, created_at).await?;
         tx.commit().await.map_err(backend(BACKEND))
     }
 
