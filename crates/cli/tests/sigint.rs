@@ -237,9 +237,17 @@ fn ctrl_c_on_a_terminal_with_tee_cancels_lands_and_exits_141() {
         out = out.display(),
         rc = rc.display(),
     );
+    // `script` runs its command with `$SHELL -c` (`/bin/sh` when unset, as
+    // in CI); dash does not exec a last command, and without a trap of its
+    // own it would die of the interrupt and end the terminal. `exec` leaves
+    // bash, with its trap, as the terminal's only shell whatever `$SHELL` is.
     let mut terminal = crate::support::clean(std::process::Command::new("script"))
+        .env_remove("SHELL")
         .args(["-qfe", "-c"])
-        .arg(format!("bash --norc --noprofile -c {}", shell_quote(&job)))
+        .arg(format!(
+            "exec bash --norc --noprofile -c {}",
+            shell_quote(&job)
+        ))
         .arg("/dev/null")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
