@@ -273,7 +273,7 @@ impl CommandRunner {
         let private = PrivateDirs::make(&scratch).await?;
         let (resume, resume_note) =
             state::native_resume(self.dialect, &scratch, &private.home, message.is_some());
-        self.hand_over(&scratch).await?;
+        user::hand_over_to(self.user.clone(), &scratch).await?;
         let thread = resume.as_ref().map(|r| r.thread.as_str());
         let cmd = self.command(
             &ctx,
@@ -291,6 +291,13 @@ impl CommandRunner {
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
+        state::watch(
+            &ctx.checkpoint,
+            self.dialect,
+            &scratch,
+            &private.home,
+            &mut sink,
+        );
         for note in resume_note.into_iter().chain(notes) {
             sink.note(note).await;
         }
@@ -329,7 +336,7 @@ impl CommandRunner {
             }),
             (result, _) => result,
         };
-        state::keep_thread(&mut sink, &scratch, &private.home).await;
+        state::keep_thread(&mut sink, &scratch, &private.home, &ctx.checkpoint).await;
         conclude(&scratch, sink, status, result, used).await
     }
 
@@ -381,23 +388,6 @@ impl CommandRunner {
             .chain(limits_note)
             .collect();
         Ok((agent, notes, network))
-    }
-
-    /// Hands the scratch dir over to the agent user, if there is one.
-    async fn hand_over(&self, scratch: &Path) -> Result<(), CommandError> {
-        let Some(user) = self.user.clone() else {
-            return Ok(());
-        };
-        let name = user.name().to_owned();
-        let path = scratch.to_path_buf();
-        let scratch = path.clone();
-        tokio::task::spawn_blocking(move || user::hand_over(&scratch, &user))
-            .await
-            .map_err(|e| CommandError::HandOver {
-                user: name,
-                path,
-                source: std::io::Error::other(e),
-            })?
     }
 
     /// The program, its arguments and its environment, in the scratch dir.

@@ -8,6 +8,7 @@ use korvus_runner::RunContext;
 use korvus_store::Counters;
 use tracing::{debug, warn};
 
+use crate::dialect::thread::Published;
 use crate::dialect::Decoder;
 
 /// One line of output, cut at the line limit.
@@ -62,6 +63,8 @@ pub(crate) struct Sink<'a> {
     append_failures: u64,
     /// The agent's dialect, when it is not korvus's own protocol.
     decoder: Option<Decoder>,
+    /// Where what the decoder learns goes for the run's checkpoints.
+    published: Option<Published>,
 }
 
 impl<'a> Sink<'a> {
@@ -85,7 +88,14 @@ impl<'a> Sink<'a> {
             stderr_dropped: 0,
             append_failures: 0,
             decoder,
+            published: None,
         }
+    }
+
+    /// From now on, what the decoder learns (its thread, its running
+    /// total) is also put in `published`, for the run's checkpoints.
+    pub(crate) fn publish_to(&mut self, published: Published) {
+        self.published = Some(published);
     }
 
     /// The dialect's decoder, for what it learnt (thread, failure, usage).
@@ -172,6 +182,9 @@ impl<'a> Sink<'a> {
         }
         if let Some(decoder) = &mut self.decoder {
             let decoded = decoder.line(&line.text);
+            if let Some(published) = &self.published {
+                published.update(decoder);
+            }
             // The usage a dialect line reported (codex `turn.completed`,
             // Claude Code `result`) becomes a usage event of its own,
             // before the line's other events (a `turn_end` among them), so

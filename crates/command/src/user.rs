@@ -169,6 +169,27 @@ pub(crate) fn hand_over(scratch: &Path, user: &AgentUser) -> Result<(), CommandE
     Ok(())
 }
 
+/// Hands the scratch dir over to the agent `user`, if there is one, on a
+/// blocking thread ([`hand_over`]).
+pub(crate) async fn hand_over_to(
+    user: Option<AgentUser>,
+    scratch: &Path,
+) -> Result<(), CommandError> {
+    let Some(user) = user else {
+        return Ok(());
+    };
+    let name = user.name().to_owned();
+    let path = scratch.to_path_buf();
+    let scratch = path.clone();
+    tokio::task::spawn_blocking(move || hand_over(&scratch, &user))
+        .await
+        .map_err(|e| CommandError::HandOver {
+            user: name,
+            path,
+            source: std::io::Error::other(e),
+        })?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

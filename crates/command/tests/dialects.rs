@@ -2,13 +2,17 @@
 //! agents print what Codex and Claude Code print (the real binaries are
 //! driven in the e2e tests).
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use korvus_blob::{BlobKey, BlobStore as _, MemoryBlobStore};
 use korvus_command::Dialect;
 use korvus_log::{EventKind, Role};
 use korvus_runner::exit;
-use korvus_store::SessionStatus;
 use korvus_store::StoreExt as _;
+use korvus_store::{ArtifactKind, SessionStatus};
 
-use crate::support::{harness, sh};
+use crate::support::{harness, harness_with, sh};
 
 /// An agent printing `codex exec --json` lines: one command that writes
 /// the report, a message, and the thread's running usage total (200/20
@@ -218,5 +222,87 @@ async fn a_codex_run_cancelled_mid_turn_is_charged_its_own_tokens_and_the_reopen
     assert_eq!(charged, vec![(100, 10), (200, 20)], "each revision its own");
     // The log's usage events sum to what the revisions were charged.
     assert_eq!(usage(&h.events(s.id).await), (300, 30));
+    h.stop().await;
+}
+
+/// A checkpoint taken while a Codex run is in the middle of a turn holds
+/// the agent's thread — the rollout as far as the agent wrote it, and
+/// `state.json` naming the thread and where its file goes — so another
+/// replica can resume it; the landing then keeps them as agent state and
+/// leaves no checkpoint row.
+#[tokio::test]
+async fn a_checkpoint_of_a_codex_run_taken_mid_turn_holds_state_json_and_the_thread_file() {
+    let sleep = crate::support::unique_sleep();
+    let blobs = Arc::new(MemoryBlobStore::new());
+    let runner = sh(&CODEX_CANCELLED_MID_TURN.replace("SLEEP", &sleep)).dialect(Dialect::Codex);
+    let h = harness_with(runner, |b| {
+        b.blob_store(blobs.clone())
+            .checkpoint_interval(Duration::from_secs(1))
+    })
+    .await;
+    let s = h.start("why?").await;
+    let pattern = format!("sleep {sleep}");
+    crate::support::eventually("the agent is mid-turn", || {
+        crate::support::running(&pattern)
+    })
+    .await;
+    let wanted = [".korvus/agent/thread.jsonl", ".korvus/agent/state.json"];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let rows = h.store.all_session_artifacts(s.id).await.expect("rows");
+        let held: Vec<_> = wanted
+            .iter()
+            .filter_map(|p| {
+                rows.iter()
+                    .find(|a| a.kind == ArtifactKind::Checkpoint && a.path == *p)
+                    .cloned()
+            })
+            .collect();
+        if held.len() == wanted.len() {
+            break held;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of the thread: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(crate::support::running(&pattern), "taken mid-turn");
+    let read = |key: String| {
+        let blobs = Arc::clone(&blobs);
+        async move {
+            let key = BlobKey::new(key).expect("key");
+            String::from_utf8(blobs.get(&key).await.expect("blob").bytes.to_vec()).expect("utf-8")
+        }
+    };
+    let thread = read(held[0].blob_key.clone()).await;
+    assert!(thread.contains(r#""payload":{"id":"th-9"}"#), "{thread}");
+    assert!(thread.contains(r#""input_tokens":100"#), "{thread}");
+    assert!(thread.ends_with('\n'), "whole lines only: {thread}");
+    let state: serde_json::Value =
+        serde_json::from_str(&read(held[1].blob_key.clone()).await).expect("state.json");
+    assert_eq!(state["dialect"], "codex", "{state}");
+    assert_eq!(state["thread"], "th-9", "{state}");
+    let file = state["file"].as_str().expect("file");
+    assert!(
+        file.starts_with(".codex/sessions/") && file.ends_with("-th-9.jsonl"),
+        "{state}"
+    );
+
+    h.manager.cancel(s.id).await.expect("cancel");
+    let row = h.settled(s.id).await;
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    let rows = h.store.all_session_artifacts(s.id).await.expect("rows");
+    assert!(
+        rows.iter().all(|a| a.kind != ArtifactKind::Checkpoint),
+        "{rows:?}"
+    );
+    for path in wanted {
+        assert!(
+            rows.iter()
+                .any(|a| a.kind == ArtifactKind::AgentState && a.path == path),
+            "{path} landed as agent state: {rows:?}"
+        );
+    }
     h.stop().await;
 }

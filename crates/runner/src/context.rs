@@ -8,7 +8,7 @@ use korvus_store::{Artifact, Incident, Session, WorkspaceRef};
 use korvus_workspace::{SkillCatalog, WorkspacePath};
 use tokio_util::sync::CancellationToken;
 
-use crate::DocsClient;
+use crate::{CheckpointHook, DocsClient};
 
 /// An inherited artifact and the workspace path it was written to.
 #[derive(Debug, Clone)]
@@ -57,4 +57,8 @@ pub struct RunContext {
     /// Fires when the run must stop (cancel, stop, timeout). The manager
     /// stops waiting for the runner shortly after it fires.
     pub cancel: CancellationToken,
+    /// Called by the manager just before each checkpoint of the scratch
+    /// dir while the run goes; a runner installs what it must copy in
+    /// first (see [`CheckpointHook`]).
+    pub checkpoint: CheckpointHook,
 }

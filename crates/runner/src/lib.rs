@@ -65,6 +65,7 @@
 //! | `testing` | `testing::ScriptRunner`, a runner whose behaviour is a closure |
 #![deny(missing_docs)]
 
+mod checkpoint;
 mod context;
 mod docs;
 mod reason;
@@ -72,6 +73,7 @@ mod runner;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use crate::checkpoint::CheckpointHook;
 pub use crate::context::{InheritedFile, RunContext, Tools};
 pub use crate::docs::{DocsClient, DocsLease, DocsSearch};
 pub use crate::reason::{exit, ExitReason, InvalidExitReason};

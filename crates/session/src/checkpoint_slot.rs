@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use korvus_harvest::Checkpointer;
+use korvus_runner::CheckpointHook;
 
 /// One run's checkpointer and when it is due.
 #[derive(Debug)]
@@ -22,12 +23,16 @@ pub(crate) struct CheckpointSlot {
     last: Mutex<Instant>,
     /// A checkpoint of this run is scheduled or running.
     busy: AtomicBool,
+    /// The runner's: called before each checkpoint, so what only the
+    /// runner can reach (the agent's thread) is in the dir.
+    hook: CheckpointHook,
 }
 
 impl CheckpointSlot {
     /// A slot for a run whose agent starts now.
-    pub(crate) fn new(checkpointer: Checkpointer) -> Self {
+    pub(crate) fn new(checkpointer: Checkpointer, hook: CheckpointHook) -> Self {
         Self {
+            hook,
             checkpointer: tokio::sync::Mutex::new(Some(checkpointer)),
             turn_ended: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
@@ -67,7 +72,14 @@ impl CheckpointSlot {
             Some(checkpointer) => {
                 self.turn_ended.store(false, Ordering::Release);
                 *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                Some(tokio::time::timeout(bound, checkpointer.checkpoint()).await)
+                let hook = self.hook.clone();
+                let checkpoint = async {
+                    // The runner's copy first (blocking file work), then
+                    // the walk that stores it.
+                    let _ = tokio::task::spawn_blocking(move || hook.call()).await;
+                    checkpointer.checkpoint().await
+                };
+                Some(tokio::time::timeout(bound, checkpoint).await)
             }
             None => None,
         };

@@ -17,6 +17,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use korvus_harvest::Checkpointer;
+use korvus_runner::CheckpointHook;
 use tracing::{debug, info_span, warn, Instrument as _};
 
 use crate::checkpoint_slot::CheckpointSlot;
@@ -108,8 +109,15 @@ fn schedule(weak: &Weak<Inner>, interval: Duration) -> bool {
 
 /// Gives the run `key`, whose agent starts now in `prepared`'s dir, its
 /// checkpoints (`state`'s slot): nothing when `inner`'s runs are not
-/// checkpointed or the run has no scratch dir.
-pub(crate) fn attach(inner: &Inner, state: &RunState, key: RunKey, prepared: &Prepared) {
+/// checkpointed or the run has no scratch dir. `hook` is the runner's,
+/// called before each checkpoint.
+pub(crate) fn attach(
+    inner: &Inner,
+    state: &RunState,
+    key: RunKey,
+    prepared: &Prepared,
+    hook: &CheckpointHook,
+) {
     if !enabled(inner) || prepared.dir.is_none() {
         return;
     }
@@ -124,7 +132,7 @@ pub(crate) fn attach(inner: &Inner, state: &RunState, key: RunKey, prepared: &Pr
     );
     let _ = state
         .checkpoints
-        .set(Arc::new(CheckpointSlot::new(checkpointer)));
+        .set(Arc::new(CheckpointSlot::new(checkpointer, hook.clone())));
 }
 
 /// The checkpointer of `state`'s run for its landing, once a checkpoint

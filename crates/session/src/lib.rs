@@ -137,8 +137,8 @@ pub use crate::prune::{
 pub use crate::reopener::MockStreamReopener;
 pub use crate::reopener::StreamReopener;
 pub use korvus_runner::{
-    exit, DocsClient, DocsLease, DocsSearch, ExitReason, InheritedFile, InvalidExitReason,
-    RunContext, RunError, RunOutcome, Runner, Tools,
+    exit, CheckpointHook, DocsClient, DocsLease, DocsSearch, ExitReason, InheritedFile,
+    InvalidExitReason, RunContext, RunError, RunOutcome, Runner, Tools,
 };
 #[cfg(feature = "mock")]
 pub use korvus_runner::{MockDocsClient, MockDocsSearch, MockRunner};

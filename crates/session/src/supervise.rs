@@ -280,7 +280,7 @@ async fn iterate(
     let result = match refused {
         Some(result) => result,
         None => {
-            starting(inner, run, revision, &prepared).await;
+            starting(inner, run, revision, &prepared, &ctx.checkpoint).await;
             execute(ctx).await
         }
     };
@@ -374,6 +374,7 @@ fn context(
         revision,
         report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
+        checkpoint: korvus_runner::CheckpointHook::default(),
     })
 }
 
@@ -390,9 +391,15 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
 /// agent makes — kept until the landing says it is stored, so a process
 /// that dies meanwhile leaves it for a salvage, never for a removal — and
 /// the run is checkpointed (`checkpoints.rs`).
-async fn starting(inner: &Inner, run: &LiveRun, key: RunKey, prepared: &Prepared) {
+async fn starting(
+    inner: &Inner,
+    run: &LiveRun,
+    key: RunKey,
+    prepared: &Prepared,
+    hook: &korvus_runner::CheckpointHook,
+) {
     mark_running(inner, prepared).await;
-    crate::checkpoints::attach(inner, run, key, prepared);
+    crate::checkpoints::attach(inner, run, key, prepared, hook);
 }
 
 /// Marks the run's scratch dir kept while the agent runs

@@ -11,9 +11,11 @@
 //! Nothing is dropped: a line a dialect does not know becomes a note
 //! holding the line.
 
+mod beneath;
 mod claude;
 mod codex;
 pub(crate) mod state;
+pub(crate) mod thread;
 
 use korvus_log::{EventKind, LogHandle, Role};
 

@@ -14,39 +14,21 @@
 //! | Claude Code | `$HOME/.claude/projects/<cwd, non-alphanumerics as '-'>/<session>.jsonl` | `claude … --resume <session>` |
 //!
 //! Nothing else of `HOME` is kept: no `auth.json`, no credentials. The
-//! agent's processes are all gone when the file is read; it is read without
-//! following symbolic links, and only a regular file is taken.
+//! same copy is made while the agent runs, before each checkpoint
+//! ([`watch`]), so a checkpoint holds the live thread; the last copy, after
+//! every process of the run is gone, replaces it. All file access is
+//! through [`beneath`](super::beneath): no symbolic link is followed, and
+//! only a regular file is taken ([`thread`](super::thread)).
 
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Mutex;
 
+use korvus_runner::CheckpointHook;
 use korvus_workspace::AGENT_STATE_DIR;
-use serde::{Deserialize, Serialize};
 
-use super::{Decoder, Dialect, Usage};
+use super::thread::{self, claude_file, is_id, Kept, STATE_FILE, THREAD_FILE};
+use super::{beneath, Decoder, Dialect, Usage};
 use crate::sink::Sink;
-
-/// The state file's name in [`AGENT_STATE_DIR`].
-pub(crate) const STATE_FILE: &str = "state.json";
-
-/// The thread file's name in [`AGENT_STATE_DIR`].
-pub(crate) const THREAD_FILE: &str = "thread.jsonl";
-
-/// The largest thread file kept.
-const MAX_THREAD_BYTES: u64 = 64 * 1024 * 1024;
-
-/// What `state.json` holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Kept {
-    pub(crate) dialect: String,
-    pub(crate) thread: String,
-    /// Where the thread file was, relative to `HOME` (Codex's dated path).
-    pub(crate) file: String,
-    pub(crate) input_tokens: u64,
-    pub(crate) output_tokens: u64,
-}
 
 /// A thread to resume: its id and the usage total it had.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,46 +99,28 @@ pub(crate) fn restore(
 
 /// After a run: keeps the decoder's thread (its file found under `home`)
 /// in [`AGENT_STATE_DIR`], replacing whatever is there. `Ok(false)` when
-/// the agent named no thread or left no file for it.
+/// the agent named no thread or left no file for it. The agent is gone:
+/// nothing changes the dir meanwhile, but a link it left in place of
+/// `.korvus` is refused, never followed.
 pub(crate) fn keep(scratch: &Path, home: &Path, decoder: &Decoder) -> Result<bool, String> {
     let dir = scratch.join(AGENT_STATE_DIR);
+    let parent = Path::new(AGENT_STATE_DIR).parent().unwrap_or(Path::new(""));
+    beneath::root(scratch)
+        .and_then(|root| beneath::dir(&root, parent, true))
+        .map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
     // Whatever the agent put there is not korvus's record.
     remove(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
     let Some(thread) = decoder.thread().filter(|t| is_id(t)) else {
         return Ok(false);
     };
-    let dialect = decoder.dialect();
-    let found = match dialect {
-        Dialect::Codex => find_codex(home, thread),
-        Dialect::ClaudeCode => {
-            let path = claude_file(home, scratch, thread);
-            is_regular(&path).then_some(path)
-        }
-        Dialect::Korvus => None,
-    };
-    let Some(file) = found else {
-        return Ok(false);
-    };
-    let bytes = read_regular(&file)?;
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    std::fs::write(dir.join(THREAD_FILE), bytes)
-        .map_err(|e| format!("cannot keep the agent's thread file: {e}"))?;
-    let total = decoder.total();
-    let kept = Kept {
-        dialect: dialect.name().to_owned(),
-        thread: thread.to_owned(),
-        file: file
-            .strip_prefix(home)
-            .unwrap_or(&file)
-            .to_string_lossy()
-            .into_owned(),
-        input_tokens: total.input,
-        output_tokens: total.output,
-    };
-    let json = serde_json::to_vec_pretty(&kept).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join(STATE_FILE), json)
-        .map_err(|e| format!("cannot keep the agent state: {e}"))?;
-    Ok(true)
+    thread::copy(
+        scratch,
+        home,
+        decoder.dialect(),
+        thread,
+        decoder.total(),
+        &mut None,
+    )
 }
 
 /// A resumed run of an agent dialect: the agent's kept thread, put back
@@ -185,15 +149,24 @@ pub(crate) fn native_resume(
     }
 }
 
-/// After a run of an agent dialect (its processes all gone): charges the
+/// After a run of an agent dialect (its processes all gone; `hook`, the
+/// run's checkpoint hook, is cleared first): charges the
 /// run with the usage its thread file records but the agent never reported
 /// on stdout ([`unreported`]), then keeps the agent's thread for the next
 /// revision; a note when it cannot.
-pub(crate) async fn keep_thread(sink: &mut Sink<'_>, scratch: &Path, home: &Path) {
+pub(crate) async fn keep_thread(
+    sink: &mut Sink<'_>,
+    scratch: &Path,
+    home: &Path,
+    hook: &CheckpointHook,
+) {
+    // No checkpoint copies the thread from here on: this copy is the last.
+    let cleared = hook.clone();
+    let _ = tokio::task::spawn_blocking(move || cleared.clear()).await;
     let Some(decoder) = sink.decoder() else {
         return;
     };
-    if let Some(total) = unreported(home, decoder) {
+    if let Some(total) = unreported(scratch, home, decoder) {
         sink.thread_total(total).await;
     }
     let Some(decoder) = sink.decoder() else {
@@ -226,12 +199,13 @@ pub(crate) async fn keep_thread(sink: &mut Sink<'_>, scratch: &Path, home: &Path
 /// total it keeps is the thread's, and the next revision counts only its
 /// own calls. `None` for Claude Code (its `result` line is not a running
 /// total), without a thread file, or when the file records no more.
-fn unreported(home: &Path, decoder: &Decoder) -> Option<Usage> {
+fn unreported(scratch: &Path, home: &Path, decoder: &Decoder) -> Option<Usage> {
     if decoder.dialect() != Dialect::Codex {
         return None;
     }
     let thread = decoder.thread().filter(|t| is_id(t))?;
-    let bytes = read_regular(&find_codex(home, thread)?).ok()?;
+    let rel = thread::locate(scratch, home, Dialect::Codex, thread)?;
+    let bytes = thread::read_whole(scratch, home, &rel).ok()?;
     let recorded = rollout_total(&bytes)?;
     let told = decoder.total();
     (recorded.input > told.input || recorded.output > told.output).then_some(recorded)
@@ -260,86 +234,6 @@ fn rollout_total(rollout: &[u8]) -> Option<Usage> {
     total
 }
 
-/// Claude Code's session file for a run in `cwd`: its projects folder is
-/// named after the working directory with every character but ASCII
-/// letters and digits turned into `-`.
-fn claude_file(home: &Path, cwd: &Path, session: &str) -> PathBuf {
-    let folder: String = cwd
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    home.join(".claude/projects")
-        .join(folder)
-        .join(format!("{session}.jsonl"))
-}
-
-/// Codex's rollout of `thread` beneath `$HOME/.codex/sessions`, found
-/// without following symbolic links.
-fn find_codex(home: &Path, thread: &str) -> Option<PathBuf> {
-    let suffix = format!("-{thread}.jsonl");
-    let mut pending = vec![home.join(".codex/sessions")];
-    let mut seen = 0;
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
-            seen += 1;
-            if seen > 10_000 {
-                return None;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if kind.is_dir() {
-                pending.push(entry.path());
-            } else if kind.is_file() && entry.file_name().to_string_lossy().ends_with(&suffix) {
-                return Some(entry.path());
-            }
-        }
-    }
-    None
-}
-
-/// Thread ids are what the agents mint: letters, digits, `-` and `_`.
-fn is_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-}
-
-fn is_regular(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
-}
-
-/// A regular file's bytes, opened without following a symbolic link.
-fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .map_err(|e| {
-            format!(
-                "cannot open the agent's thread file {}: {e}",
-                path.display()
-            )
-        })?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
-    }
-    if meta.len() > MAX_THREAD_BYTES {
-        return Err(format!(
-            "the agent's thread file is {} bytes, more than the {MAX_THREAD_BYTES} kept",
-            meta.len()
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_THREAD_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
-}
-
 /// Removes `path` whatever it is, without following a symbolic link.
 fn remove(path: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
@@ -348,6 +242,37 @@ fn remove(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Lets the run's checkpoints hold the agent's live thread: for an agent
+/// dialect, installs the run's checkpoint `hook`, which copies the thread
+/// the decoder (in `sink`) names from `home` into the scratch dir before
+/// each checkpoint (what [`thread::copy`] does; a file unchanged since the last
+/// copy is not read again). The run clears the hook before its own last
+/// copy ([`keep_thread`]).
+pub(crate) fn watch(
+    hook: &CheckpointHook,
+    dialect: Dialect,
+    scratch: &Path,
+    home: &Path,
+    sink: &mut Sink<'_>,
+) {
+    if dialect == Dialect::Korvus {
+        return;
+    }
+    let published = thread::Published::default();
+    sink.publish_to(published.clone());
+    let (scratch, home) = (scratch.to_path_buf(), home.to_path_buf());
+    let last = Mutex::new(None);
+    hook.set(move || {
+        let Some((thread, total)) = published.get() else {
+            return;
+        };
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(why) = thread::copy(&scratch, &home, dialect, &thread, total, &mut last) {
+            tracing::debug!(%why, "the agent's thread is not in this checkpoint");
+        }
+    });
 }
 
 #[cfg(test)]
@@ -470,18 +395,17 @@ mod tests {
 
         // A run that reported 100/10 and was stopped after a second call:
         // the thread's total is above it; one that reported all is not.
-        let home = tempfile::tempdir().unwrap();
-        let file = home
-            .path()
-            .join(".codex/sessions/2026/12/05/rollout-x-th-4.jsonl");
+        let scratch = tempfile::tempdir().unwrap();
+        let home = scratch.path().join(".korvus/home");
+        let file = home.join(".codex/sessions/2026/12/05/rollout-x-th-4.jsonl");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, rollout).unwrap();
         let mut d = Decoder::new(Dialect::Codex, Start::default()).unwrap();
         d.line(r#"{"type":"thread.started","thread_id":"th-4"}"#);
         d.line(r#"{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":10}}"#);
-        let grown = d.raise_total(unreported(home.path(), &d).unwrap());
+        let grown = d.raise_total(unreported(scratch.path(), &home, &d).unwrap());
         assert_eq!((grown.input, grown.output), (150, 15));
-        assert_eq!(unreported(home.path(), &d), None);
+        assert_eq!(unreported(scratch.path(), &home, &d), None);
     }
 
     #[test]
