@@ -27,8 +27,9 @@ use korvus_runner::ExitReason;
 use korvus_store::{Artifact, Session};
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
+use crate::inner::Inner;
 use crate::live::Slot;
-use crate::manager::{Inner, Manager};
+use crate::manager::Manager;
 use crate::run::{Plan, Resume, RunKey};
 use crate::SessionError;
 
@@ -43,14 +44,14 @@ pub(crate) fn start(inner: &Arc<Inner>) {
     // The store's push (PostgreSQL's NOTIFY), where it has one: then a
     // freed slot claims only when work is known or announced, and the
     // poll is only the fallback for a notification lost in a reconnect.
-    let signal = inner.store().queue_signal();
+    let signal = inner.store.queue_signal();
     // With a per-key cap, a run of this manager that ends (or goes idle)
     // may make room under its key for work a claim passed over: a freed
     // slot always looks.
-    let capped = inner.config().per_key.is_some();
+    let capped = inner.config.per_key.is_some();
     let period = match signal {
-        Some(_) => inner.config().cancel_poll * PUSHED_POLL_FACTOR,
-        None => inner.config().cancel_poll,
+        Some(_) => inner.config.cancel_poll * PUSHED_POLL_FACTOR,
+        None => inner.config.cancel_poll,
     };
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
@@ -61,7 +62,7 @@ pub(crate) fn start(inner: &Arc<Inner>) {
             // The slots alone, not the manager: a dropped manager ends
             // the loop at its next wake-up. A slot freed while claims run
             // leaves a wake-up behind (`notify_one`), so none is missed.
-            let Some(slots) = weak.upgrade().map(|inner| inner.slots().clone()) else {
+            let Some(slots) = weak.upgrade().map(|inner| inner.slots.clone()) else {
                 return;
             };
             let freed = {
@@ -116,12 +117,12 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
         if inner.is_claiming_stopped() {
             return Admitted::Drained;
         }
-        let Some(slot) = inner.slots().try_take() else {
+        let Some(slot) = inner.slots.try_take() else {
             return Admitted::Full;
         };
         match inner
-            .store()
-            .claim_next(&inner.config().pool, inner.config().per_key, inner.lease())
+            .store
+            .claim_next(&inner.config.pool, inner.config.per_key, inner.lease())
             .await
         {
             // Claimed while the manager began to stop (or stopped
@@ -145,7 +146,7 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
                     let waited = now.saturating_sub(std::time::Duration::from_millis(created));
                     crate::metrics::queue_waited(waited);
                 }
-                inner.slots().set_waiting(true);
+                inner.slots.set_waiting(true);
                 let manager = Manager {
                     inner: Arc::clone(&inner),
                 };
@@ -156,7 +157,7 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
             Ok(None) => {
                 // Nothing queued in the pool: new creates may take free
                 // slots directly again.
-                inner.slots().set_waiting(false);
+                inner.slots.set_waiting(false);
                 slot.give_back();
                 return Admitted::Drained;
             }
@@ -177,7 +178,7 @@ impl Manager {
     /// without its run: what fails here settles it `failed`.
     async fn start_claimed(&self, row: Session, slot: Slot) {
         let inner = &self.inner;
-        let guard = inner.runs().join();
+        let guard = inner.runs.join();
         let id = row.id;
         let (incident, inherited) = match self.read_claimed(&row).await {
             Ok(read) => read,
@@ -192,7 +193,7 @@ impl Manager {
         };
         let opened = async {
             let log = inner
-                .logs()
+                .logs
                 .open(LogId::from_uuid(id.as_uuid()), Access::Write)
                 .await?;
             log.claim_epoch(row.fence).await?;
@@ -254,7 +255,7 @@ impl Manager {
         row: &Session,
         log: &korvus_log::LogHandle,
     ) -> crate::Result<(u32, Option<Resume>)> {
-        let store = &self.inner.store();
+        let store = &self.inner.store;
         let message = crate::closers::last_user_message(log)
             .await?
             .ok_or(SessionError::MessageRequired)?;
@@ -269,7 +270,7 @@ impl Manager {
         &self,
         row: &Session,
     ) -> crate::Result<(korvus_store::Incident, Vec<(Artifact, String)>)> {
-        let store = &self.inner.store();
+        let store = &self.inner.store;
         let incident = store.get_incident(row.incident_id).await?;
         let refs = store.list_context_refs(row.id).await?;
         let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 
 use tracing::{debug, info, warn};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 
 /// Starts the poller of `inner`'s manager, if a tokio runtime is running
 /// (a manager built outside one only sees its own cancels). The task ends
@@ -21,10 +21,10 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let period = inner.config().cancel_poll;
+    let period = inner.config.cancel_poll;
     // Where the store can push (PostgreSQL NOTIFY), a request is polled
     // for at once; the period stays as the fallback.
-    let signal = inner.store().cancel_signal();
+    let signal = inner.store.cancel_signal();
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -55,10 +55,10 @@ async fn poll(weak: &Weak<Inner>) -> bool {
     if inner.is_shutting_down() {
         return false;
     }
-    if inner.live().is_empty() {
+    if inner.live.is_empty() {
         return true;
     }
-    let requests = match inner.store().cancel_requests().await {
+    let requests = match inner.store.cancel_requests().await {
         Ok(requests) => requests,
         Err(e) => {
             warn!(error = %e, "cancel requests not polled; trying again");
@@ -66,7 +66,7 @@ async fn poll(weak: &Weak<Inner>) -> bool {
         }
     };
     for (session, fence) in requests {
-        let Some(run) = inner.live().get(session) else {
+        let Some(run) = inner.live.get(session) else {
             continue;
         };
         if run.fence == fence && !run.cancel.is_cancelled() {

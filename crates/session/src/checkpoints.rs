@@ -21,8 +21,8 @@ use korvus_runner::CheckpointHook;
 use tracing::{debug, info_span, warn, Instrument as _};
 
 use crate::checkpoint_slot::CheckpointSlot;
+use crate::inner::Inner;
 use crate::live_state::RunState;
-use crate::manager::Inner;
 use crate::prepare::Prepared;
 use crate::run::RunKey;
 
@@ -33,9 +33,7 @@ const TICK: Duration = Duration::from_secs(1);
 /// Whether `inner`'s runs are checkpointed: an interval, a blob store and
 /// a scratch root.
 fn enabled(inner: &Inner) -> bool {
-    !inner.config().checkpoint_interval.is_zero()
-        && inner.blobs().is_some()
-        && inner.scratch().is_some()
+    !inner.config.checkpoint_interval.is_zero() && inner.blobs.is_some() && inner.scratch.is_some()
 }
 
 /// Starts `inner`'s checkpoint scheduler, if its runs are checkpointed and
@@ -50,7 +48,7 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let interval = inner.config().checkpoint_interval;
+    let interval = inner.config.checkpoint_interval;
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(interval.min(TICK));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -72,7 +70,7 @@ fn schedule(weak: &Weak<Inner>, interval: Duration) -> bool {
     if inner.is_shutting_down() {
         return false;
     }
-    for (session, run) in inner.live().snapshot() {
+    for (session, run) in inner.live.snapshot() {
         let Some(slot) = run.checkpoints.get() else {
             continue;
         };
@@ -81,7 +79,7 @@ fn schedule(weak: &Weak<Inner>, interval: Duration) -> bool {
         }
         let slot = Arc::clone(slot);
         let span = info_span!("checkpoint", session_id = %session);
-        let bound = inner.config().persist.timeout;
+        let bound = inner.config.persist.timeout;
         tokio::spawn(
             async move {
                 let outcome = match slot.checkpoint(bound).await {
@@ -121,13 +119,13 @@ pub(crate) fn attach(
     if !enabled(inner) || prepared.dir.is_none() {
         return;
     }
-    let Some(blobs) = inner.blobs().clone() else {
+    let Some(blobs) = inner.blobs.clone() else {
         return;
     };
     let checkpointer = Checkpointer::new(
-        Arc::clone(inner.store()).into_store(),
+        Arc::clone(&inner.store).into_store(),
         blobs,
-        inner.config().persist.clone(),
+        inner.config.persist.clone(),
         crate::land::landing_request(inner, key, prepared),
     );
     let _ = state

@@ -13,7 +13,7 @@ use korvus_runner::DocsLease;
 use korvus_workspace::ScratchDir;
 use tracing::{error, warn, Instrument};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 
 /// What an iteration leaves to clean up after its terminal write.
 #[derive(Default)]
@@ -100,13 +100,13 @@ pub(crate) async fn cleanup(inner: &Arc<Inner>, leftovers: Leftovers) {
     };
     let task = tokio::spawn(work.in_current_span());
     let abort = task.abort_handle();
-    match tokio::time::timeout(inner.config().cleanup_timeout, task).await {
+    match tokio::time::timeout(inner.config.cleanup_timeout, task).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!(error = %e, "clean-up panicked; `reap` removes what is left"),
         Err(_) => {
             abort.abort();
             error!(
-                bound = ?inner.config().cleanup_timeout,
+                bound = ?inner.config.cleanup_timeout,
                 "clean-up did not finish in time; abandoned (`reap` removes what is left)"
             );
         }

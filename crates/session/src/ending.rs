@@ -30,7 +30,7 @@
 //! (`korvus_workspace::keep`) and a row whose outcome could not be written
 //! keeps its dir too: that is decided by what the landing stored, not by
 //! the ending. The launchers (create, admission, reopen, the supervisor)
-//! hand a revision that cannot run to [`Inner::fail_early`](crate::manager::Inner)
+//! hand a revision that cannot run to [`Inner::fail_early`](crate::inner::Inner)
 //! with a [`Ending::NotRun`]; the supervisor lands every run that ran
 //! (`land.rs`), a takeover settles a lost one (`salvage.rs`).
 

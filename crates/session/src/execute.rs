@@ -11,7 +11,7 @@ use korvus_runner::{RunContext, RunError, RunOutcome};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 
 /// How a run ended, before the manager's own rules are applied.
 #[derive(Debug)]
@@ -94,7 +94,7 @@ pub(crate) async fn execute(
     if token.is_cancelled() {
         return RunResult::Cancelled(None);
     }
-    let runner = &inner.runner();
+    let runner = &inner.runner;
     let run_token = ctx.cancel.clone();
     // Built in place and the context boxed: a parked run's task holds
     // this future for as long as the agent runs, and a value moved from
@@ -110,7 +110,7 @@ pub(crate) async fn execute(
         }
     })
     .catch_unwind());
-    let (run_timeout, grace) = (inner.config().run_timeout, inner.config().cancel_grace);
+    let (run_timeout, grace) = (inner.config.run_timeout, inner.config.cancel_grace);
     // Pinned in place and selected by reference, like `work`: moved into
     // the select it would take its room twice.
     let timeout = std::pin::pin!(async {

@@ -25,8 +25,9 @@ use korvus_store::{KeptOutput, Session, SessionId, StoreError};
 use korvus_workspace::{KeptDir, KeptRetention, PrunedKept, REPORT_FILE};
 use tracing::{info, warn};
 
+use crate::inner::Inner;
 use crate::kept_rows::Found;
-use crate::manager::{Inner, Manager};
+use crate::manager::Manager;
 use crate::{Result, SessionError};
 
 /// What a salvage stored of one kept dir.
@@ -90,10 +91,10 @@ impl Manager {
     pub async fn salvage(&self, id: SessionId) -> Result<Salvage> {
         self.check_not_stopping()?;
         let inner = &self.inner;
-        let mut row = inner.store().get_session(id).await?;
+        let mut row = inner.store.get_session(id).await?;
         let mut taken_over = false;
         if row.is_active() {
-            let taken = match inner.store().take_over(id, row.fence, inner.lease()).await {
+            let taken = match inner.store.take_over(id, row.fence, inner.lease()).await {
                 Ok(taken) => taken,
                 Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => {
                     return Err(SessionError::NotFinished { session: id })
@@ -101,7 +102,7 @@ impl Manager {
                 Err(e) => return Err(e.into()),
             };
             info!(session_id = %id, "salvage: the session's owner is gone; taken over");
-            let member = inner.runs().join();
+            let member = inner.runs.join();
             row = match inner.end_orphan_as_run(&taken, false, member).await {
                 Some(ended) => ended?,
                 None => return Err(SessionError::NotFinished { session: id }),
@@ -131,7 +132,7 @@ impl Manager {
     /// # Errors
     /// `NotReady` when the scratch root cannot be listed.
     pub async fn prune_kept(&self, retention: KeptRetention) -> Result<Vec<PrunedKept>> {
-        let Some(root) = self.inner.scratch().clone() else {
+        let Some(root) = self.inner.scratch.clone() else {
             return Ok(Vec::new());
         };
         let pruned =
@@ -189,7 +190,7 @@ impl Inner {
     /// The kept iteration dirs of `id` under this manager's scratch root
     /// (none without one).
     pub(crate) async fn kept_dirs(&self, id: SessionId) -> Result<Vec<KeptDir>> {
-        let Some(root) = self.scratch().clone() else {
+        let Some(root) = self.scratch.clone() else {
             return Ok(Vec::new());
         };
         let listed = tokio::task::spawn_blocking(move || korvus_workspace::kept_dirs(&root, id))
@@ -249,14 +250,14 @@ impl Inner {
         row: &Session,
         kept: &KeptDir,
     ) -> Result<(Session, SalvagedDir)> {
-        let Some(blobs) = self.blobs().clone() else {
+        let Some(blobs) = self.blobs.clone() else {
             return Err(SessionError::NotReady {
                 part: "blob store",
                 reason: "no blob store is configured: a kept dir cannot be stored".into(),
             });
         };
         let (mut held, markdown) = self.store_kept(row, kept, blobs).await;
-        let existing = match self.store().get_report(row.id, kept.revision).await {
+        let existing = match self.store.get_report(row.id, kept.revision).await {
             Ok(r) => Some(r),
             Err(StoreError::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
@@ -352,10 +353,10 @@ impl Inner {
             revision: kept.revision,
             fence: row.fence + 1,
             scratch: Some(kept.path.clone()),
-            skip_prefixes: self.read_only().clone(),
+            skip_prefixes: self.read_only.clone(),
             restored,
         };
-        let config = &self.config().persist;
+        let config = &self.config.persist;
         let mut held = persist_held(Arc::clone(&blobs), config, request.clone()).await;
         held.store_manifest(&*blobs, config, &request).await;
         let markdown = match &held.outcome.report {
@@ -392,7 +393,7 @@ impl Inner {
     /// (with what earlier runs of the session left beside it); one that is
     /// not gets the new reason on its mark.
     async fn after_salvage(&self, session: &Session, salvaged: &SalvagedDir) {
-        let Some(root) = self.scratch().clone() else {
+        let Some(root) = self.scratch.clone() else {
             return;
         };
         let dir = salvaged.dir.clone();

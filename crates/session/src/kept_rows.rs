@@ -9,7 +9,7 @@ use korvus_store::{KeptOutput, NewReport, Report, Session, StoreError};
 use korvus_workspace::KeptDir;
 use tracing::warn;
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::salvage::bounded_detail;
 
 /// What a salvage found and stored of one kept dir, for its report row.
@@ -44,7 +44,7 @@ impl Inner {
             .unwrap_or_else(|| format!("the run's output was kept: {}", kept.reason));
         let mut tail = format!(
             "; salvaged later by manager {}: {stored} file(s) stored",
-            self.ownership().owner()
+            self.ownership.owner()
         );
         if let Some(unstored) = unstored {
             tail.push_str(&format!(
@@ -81,7 +81,7 @@ impl Inner {
                 "the kept scratch dir {} (kept because: {}), stored by manager {}",
                 kept.path.display(),
                 kept.reason,
-                self.ownership().owner()
+                self.ownership.owner()
             ))),
             fence: row.fence + 1,
         }
@@ -94,12 +94,12 @@ impl Inner {
         row: &Session,
         kept: KeptOutput,
     ) -> std::result::Result<(Session, Report), StoreError> {
-        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
         let mut delay = std::time::Duration::from_millis(25);
         let mut retried = false;
         loop {
             let attempt = self
-                .store()
+                .store
                 .attach_kept_output(row.id, row.fence, kept.clone());
             let answer = match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(answer) => answer,
@@ -132,16 +132,16 @@ impl Inner {
     /// `row`'s (its report row at that fence, from this salvage, and its
     /// first artifact stored): an earlier attempt committed.
     async fn attached_before(&self, row: &Session, kept: &KeptOutput) -> Option<(Session, Report)> {
-        let now = self.store().get_session(row.id).await.ok()?;
+        let now = self.store.get_session(row.id).await.ok()?;
         let report = self
-            .store()
+            .store
             .get_report(row.id, kept.report.revision)
             .await
             .ok()?;
         let ours =
             report.fence == row.fence + 1 && report.salvaged_from == kept.report.salvaged_from;
         let rows = match kept.artifacts.first() {
-            Some(a) => self.store().get_artifacts(&[a.id]).await.ok()?.len() == 1,
+            Some(a) => self.store.get_artifacts(&[a.id]).await.ok()?.len() == 1,
             None => true,
         };
         (ours && rows).then_some((now, report))

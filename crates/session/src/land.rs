@@ -17,7 +17,7 @@ use korvus_store::{Counters, NewReport, Settlement};
 use tracing::{info, warn};
 
 use crate::execute::RunResult;
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::prepare::{FileStamp, Prepared};
 use crate::run::RunKey;
 
@@ -57,7 +57,7 @@ pub(crate) async fn land(
     // below presents the run's fence, and the store refuses them only if
     // the session really moved on.
     let outcome = persist_phase(inner, run, prepared, checkpointer).await;
-    if inner.config().archive_on_release {
+    if inner.config.archive_on_release {
         archive(inner, run, prepared).await;
     }
 
@@ -197,7 +197,7 @@ async fn counters_of(inner: &Inner, run: RunKey, log: &LogHandle, result: &RunRe
         RunResult::Cancelled(Some(o)) | RunResult::LeaseLost(Some(o)) => o.counters,
         _ => Counters::default(),
     };
-    let bound = inner.config().report_timeout;
+    let bound = inner.config.report_timeout;
     match tokio::time::timeout(bound, crate::usage::logged(log, run.fence)).await {
         Ok(Ok(logged)) => crate::usage::larger(told, logged),
         Ok(Err(e)) => {
@@ -215,13 +215,13 @@ async fn counters_of(inner: &Inner, run: RunKey, log: &LogHandle, result: &RunRe
 /// revision, before its report row, within the persist bound: on timeout
 /// it is skipped with a reason in the log.
 async fn archive(inner: &Inner, run: RunKey, prepared: &Prepared) {
-    let (Some(blobs), Some(dir)) = (inner.blobs(), &prepared.dir) else {
+    let (Some(blobs), Some(dir)) = (&inner.blobs, &prepared.dir) else {
         return;
     };
     let work = async {
         let archive = korvus_workspace::archive(dir.path()).await?;
         korvus_workspace::store_archive(
-            &**inner.store(),
+            &*inner.store,
             &**blobs,
             run.incident,
             run.session,
@@ -231,11 +231,11 @@ async fn archive(inner: &Inner, run: RunKey, prepared: &Prepared) {
         )
         .await
     };
-    match tokio::time::timeout(inner.config().persist.timeout, work).await {
+    match tokio::time::timeout(inner.config.persist.timeout, work).await {
         Ok(Ok(_)) => info!("workspace archived"),
         Ok(Err(e)) => warn!(error = %e, "workspace archive not stored"),
         Err(_) => warn!(
-            bound = ?inner.config().persist.timeout,
+            bound = ?inner.config.persist.timeout,
             "workspace archive skipped: not stored within the persist bound"
         ),
     }
@@ -265,7 +265,7 @@ pub(crate) fn landing_request(inner: &Inner, run: RunKey, prepared: &Prepared) -
         revision: run.revision,
         fence: run.fence,
         scratch: prepared.dir.as_ref().map(|d| d.path().to_path_buf()),
-        skip_prefixes: inner.read_only().clone(),
+        skip_prefixes: inner.read_only.clone(),
         restored: prepared.restored.clone(),
     }
 }
@@ -283,9 +283,9 @@ async fn persist_phase(
         Some(checkpointer) if checkpointer.held_files() > 0 => checkpointer.land().await,
         _ => {
             persist(
-                Arc::clone(inner.store()).into_store(),
-                inner.blobs().clone(),
-                &inner.config().persist,
+                Arc::clone(&inner.store).into_store(),
+                inner.blobs.clone(),
+                &inner.config.persist,
                 landing_request(inner, run, prepared),
             )
             .await

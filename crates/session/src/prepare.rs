@@ -16,7 +16,7 @@ use korvus_workspace::{
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::run::{Plan, Resume};
 
 /// The scratch dir of one iteration and what was put into it.
@@ -85,7 +85,7 @@ impl Inner {
             report_template: None,
             restored_report: None,
         };
-        let Some(root) = &self.scratch() else {
+        let Some(root) = &self.scratch else {
             info!("no scratch root configured; running without a workspace");
             return Ok(prepared);
         };
@@ -125,7 +125,7 @@ impl Inner {
     async fn fill(&self, dir: &ScratchDir, plan: &Plan, prepared: &mut Prepared) {
         prepared.report_template = self.copy_template(dir).await;
         prepared.skills = self.seed(dir, plan).await;
-        if self.blobs().is_some() {
+        if self.blobs.is_some() {
             self.write_context(dir, plan, &mut prepared.inherited).await;
             if let Some(resume) = &plan.resume {
                 prepared.restored = self.restore(dir, resume).await;
@@ -137,7 +137,7 @@ impl Inner {
     /// Copies the report template read-only into the scratch dir, under the
     /// metadata dir, so the harvest never stores it as the agent's output.
     async fn copy_template(&self, dir: &ScratchDir) -> Option<WorkspacePath> {
-        let source = self.config().report_template.as_ref()?;
+        let source = self.config.report_template.as_ref()?;
         let target = dir.path().join(REPORT_TEMPLATE);
         let copied = async {
             if let Some(parent) = target.parent() {
@@ -160,7 +160,7 @@ impl Inner {
     /// Seeds the read-only trees; returns the skills found in them (none
     /// when the session was pinned but not seeded).
     async fn seed(&self, dir: &ScratchDir, plan: &Plan) -> SkillCatalog {
-        let Some(seeder) = &self.seeder() else {
+        let Some(seeder) = &self.seeder else {
             info!("no seeder configured; seeding skipped");
             return SkillCatalog::default();
         };
@@ -185,7 +185,7 @@ impl Inner {
     /// Writes the inherited artifacts at `context/<n>-<name>` and records
     /// where each landed.
     async fn write_context(&self, dir: &ScratchDir, plan: &Plan, inherited: &mut [InheritedFile]) {
-        let Some(blobs) = &self.blobs() else { return };
+        let Some(blobs) = &self.blobs else { return };
         let artifacts: Vec<Artifact> = plan.inherited.iter().map(|(a, _)| a.clone()).collect();
         let outcome =
             korvus_workspace::materialize_context(dir, plan.key().incident, &artifacts, &**blobs)
@@ -214,12 +214,11 @@ impl Inner {
         dir: &ScratchDir,
         resume: &Resume,
     ) -> BTreeMap<WorkspacePath, RestoredFile> {
-        let Some(blobs) = &self.blobs() else {
+        let Some(blobs) = &self.blobs else {
             return BTreeMap::new();
         };
         let outcome =
-            korvus_workspace::restore_own_output(dir, &resume.own, self.read_only(), &**blobs)
-                .await;
+            korvus_workspace::restore_own_output(dir, &resume.own, &self.read_only, &**blobs).await;
         for f in &outcome.failed {
             warn!(failure = ?f, "own output not restored");
         }
@@ -237,7 +236,7 @@ pub(crate) async fn pin_docs(
     plan: &Plan,
     token: &CancellationToken,
 ) -> Option<DocsLease> {
-    let (Some(docs), Some(pin)) = (&inner.docs(), &plan.session().workspace_ref) else {
+    let (Some(docs), Some(pin)) = (&inner.docs, &plan.session().workspace_ref) else {
         return None;
     };
     if token.is_cancelled() {

@@ -9,7 +9,8 @@ use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use korvus_runner::ExitReason;
 
-use crate::manager::{join_detached, log_header, Inner};
+use crate::inner::Inner;
+use crate::manager::{join_detached, log_header};
 use crate::run::{Plan, Resume, RunKey};
 use crate::{Manager, Result, SessionError};
 
@@ -87,7 +88,7 @@ impl Manager {
 
     async fn continue_with(&self, id: SessionId, message: &str, how: Continue) -> Result<Session> {
         let inner = &self.inner;
-        let guard = inner.runs().join();
+        let guard = inner.runs.join();
         self.check_not_stopping()?;
         if message.trim().is_empty() {
             return Err(SessionError::MessageRequired);
@@ -97,7 +98,7 @@ impl Manager {
         // is read for the transition, so a salvage does not widen the
         // window between that read and the transition.
         salvage_first(inner, id, how).await?;
-        let row = inner.store().get_session(id).await?;
+        let row = inner.store.get_session(id).await?;
         let span =
             info_span!("continue", session_id = %id, incident_id = %row.incident_id, how = ?how);
         let this = self.clone();
@@ -128,7 +129,7 @@ impl Manager {
                 Continue::Answer => ContinueFrom::Idle,
             };
             let transition = inner
-                .store()
+                .store
                 .continue_session(id, from, Some(inner.lease()))
                 .await;
             let session = match transition {
@@ -153,7 +154,7 @@ impl Manager {
             // revision behind the session's: never reuse a revision (its
             // report key may already hold bytes an artifact row describes).
             let revision = next_revision.max(session.revision);
-            if let Some(reopener) = inner.reopener().clone() {
+            if let Some(reopener) = inner.reopener.clone() {
                 // A panicking reopener must not strand the running row.
                 if let Err(e) = tokio::spawn(async move { reopener.reopen(id).await }).await {
                     warn!(error = %e, "stream reopener panicked");
@@ -198,7 +199,7 @@ impl Manager {
 /// could be stored); a salvage another caller made first is seen, and a
 /// store that fails transiently is its own error (try again).
 async fn salvage_first(inner: &Inner, id: SessionId, how: Continue) -> Result<()> {
-    if inner.blobs().is_none() {
+    if inner.blobs.is_none() {
         return Ok(());
     }
     for _ in 0..3 {
@@ -206,7 +207,7 @@ async fn salvage_first(inner: &Inner, id: SessionId, how: Continue) -> Result<()
         let Some(first) = kept.into_iter().find(|k| !k.run_alive) else {
             return Ok(());
         };
-        let row = inner.store().get_session(id).await?;
+        let row = inner.store.get_session(id).await?;
         if !how.accepts(&row) {
             return Ok(());
         }
@@ -260,8 +261,8 @@ async fn queue_continued(
     }
     let session = inner.enqueue(session).await;
     info!(queued = session.is_queued(), "continued session queued");
-    inner.slots().set_waiting(true);
-    inner.slots().nudge();
+    inner.slots.set_waiting(true);
+    inner.slots.nudge();
     Ok(session)
 }
 
@@ -297,7 +298,7 @@ struct Reading {
 /// one must not wait for the run to end.
 async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Result<()> {
     let id = row.id;
-    let live = inner.live().get(id);
+    let live = inner.live.get(id);
     if live.as_ref().is_some_and(|run| run.fence > row.fence) {
         return Err(how.refused(id));
     }
@@ -305,7 +306,7 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
         run.settled().await;
         // What we waited for may have been a concurrent caller's new run
         // rather than the old one unwinding: then we lost.
-        let now = inner.store().get_session(id).await?;
+        let now = inner.store.get_session(id).await?;
         if now.revision != row.revision || !how.accepts(&now) {
             return Err(how.refused(id));
         }
@@ -317,13 +318,13 @@ async fn wait_for_unwinding(inner: &Inner, row: &Session, how: Continue) -> Resu
 /// gone; a failure is only logged (a later prune removes a log whose
 /// session is gone).
 async fn remove_created_log(inner: &Inner, id: SessionId) {
-    if let Err(e) = inner.logs().delete(LogId::from_uuid(id.as_uuid())).await {
+    if let Err(e) = inner.logs.delete(LogId::from_uuid(id.as_uuid())).await {
         warn!(error = %e, "the log this reopen created was not removed");
     }
 }
 
 async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading> {
-    let incident = inner.store().get_incident(row.incident_id).await?;
+    let incident = inner.store.get_incident(row.incident_id).await?;
     let (log, created) = open_log(inner, row).await?;
     match read_with_log(inner, row, &log, created).await {
         Ok((closers, next_revision, inherited, own)) => Ok(Reading {
@@ -339,7 +340,7 @@ async fn read_before_transition(inner: &Inner, row: &Session) -> Result<Reading>
             // Only when the session is gone (see the transition above).
             if created
                 && matches!(
-                    inner.store().get_session(row.id).await,
+                    inner.store.get_session(row.id).await,
                     Err(StoreError::NotFound { .. })
                 )
             {
@@ -356,7 +357,7 @@ async fn open_log(inner: &Inner, row: &Session) -> Result<(LogHandle, bool)> {
     let id = row.id;
     let mut created = false;
     let log = match inner
-        .logs()
+        .logs
         .open(LogId::from_uuid(id.as_uuid()), Access::Write)
         .await
     {
@@ -367,7 +368,7 @@ async fn open_log(inner: &Inner, row: &Session) -> Result<(LogHandle, bool)> {
         Err(LogError::NotFound { .. }) => {
             warn!(session_id = %id, "the session has no turn log in the configured backend; starting one");
             created = true;
-            match inner.logs().create(log_header(row.incident_id, id)).await {
+            match inner.logs.create(log_header(row.incident_id, id)).await {
                 Ok(log) => log,
                 // A concurrent reopen of this session created it first.
                 Err(LogError::AlreadyExists { .. } | LogError::AlreadyOwned { .. }) => {
@@ -415,11 +416,11 @@ async fn read_with_log(
         );
         read.closers
     };
-    let next_revision = inner.store().next_report_revision(id).await?;
-    let refs = inner.store().list_context_refs(id).await?;
+    let next_revision = inner.store.next_report_revision(id).await?;
+    let refs = inner.store.list_context_refs(id).await?;
     let ids: Vec<_> = refs.iter().map(|r| r.artifact_id).collect();
     let mut by_id: HashMap<_, Artifact> = inner
-        .store()
+        .store
         .get_artifacts(&ids)
         .await?
         .into_iter()
@@ -429,6 +430,6 @@ async fn read_with_log(
         .iter()
         .filter_map(|r| by_id.remove(&r.artifact_id).map(|a| (a, r.role.clone())))
         .collect();
-    let own = inner.store().latest_session_artifacts(id).await?;
+    let own = inner.store.latest_session_artifacts(id).await?;
     Ok((closers, next_revision, inherited, own))
 }

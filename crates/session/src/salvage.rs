@@ -33,7 +33,7 @@ use korvus_store::{ArtifactKind, NewReport, Session, Settlement, StoreError};
 use korvus_workspace::{RestoredFile, WorkspacePath};
 use tracing::{debug, info, warn};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::SessionError;
 
 /// What a salvage stored of a lost run's scratch dir.
@@ -99,7 +99,7 @@ impl Inner {
     /// cut off there); never fails — what it could not store is in the
     /// outcome.
     pub(crate) async fn salvage(&self, row: &Session) -> Option<Salvaged> {
-        let (Some(root), Some(_)) = (self.scratch(), self.blobs()) else {
+        let (Some(root), Some(_)) = (&self.scratch, &self.blobs) else {
             return None;
         };
         // A run that never started died while its dir was being prepared:
@@ -111,16 +111,16 @@ impl Inner {
         }
         let restored = self.restored_before(row.id, row.revision, false).await;
         let outcome = persist(
-            Arc::clone(self.store()).into_store(),
-            self.blobs().clone(),
-            &self.config().persist,
+            Arc::clone(&self.store).into_store(),
+            self.blobs.clone(),
+            &self.config.persist,
             PersistRequest {
                 incident: row.incident_id,
                 session: row.id,
                 revision: row.revision,
                 fence: row.fence,
                 scratch: Some(dir.clone()),
-                skip_prefixes: self.read_only().clone(),
+                skip_prefixes: self.read_only.clone(),
                 restored,
             },
         )
@@ -153,7 +153,7 @@ impl Inner {
         own_state: bool,
     ) -> BTreeMap<WorkspacePath, RestoredFile> {
         use korvus_store::StoreExt as _;
-        let artifacts = match self.store().all_session_artifacts(id).await {
+        let artifacts = match self.store.all_session_artifacts(id).await {
             Ok(a) => a,
             Err(e) => {
                 warn!(session_id = %id, error = %e, "earlier output not read for the salvage");
@@ -206,7 +206,7 @@ fn salvaged(inner: &Inner, dir: PathBuf, outcome: &PersistOutcome) -> Salvaged {
         from: format!(
             "the scratch dir {} of the lost run, landed by manager {}",
             dir.display(),
-            inner.ownership().owner(),
+            inner.ownership.owner(),
         ),
         markdown,
         manifest_key: outcome.manifest_key.clone(),
@@ -283,7 +283,7 @@ impl Inner {
         let cause = format!(
             "the manager running this revision stopped renewing its lease; \
              manager {} took the session over",
-            self.ownership().owner()
+            self.ownership.owner()
         );
         let markdown = salvaged.as_ref().and_then(|s| s.markdown.clone());
         let report = NewReport {
@@ -320,12 +320,12 @@ impl Inner {
     async fn counted_lost_run(&self, row: &Session) -> korvus_store::Counters {
         let id = korvus_log::LogId::from_uuid(row.id.as_uuid());
         let count = async {
-            let log = self.logs().open(id, korvus_log::Access::Read).await?;
+            let log = self.logs.open(id, korvus_log::Access::Read).await?;
             let counted = crate::usage::revision(&log).await;
             let _ = log.close().await;
             counted
         };
-        match tokio::time::timeout(self.config().report_timeout, count).await {
+        match tokio::time::timeout(self.config.report_timeout, count).await {
             Ok(Ok(counted)) => counted.saturating(),
             Ok(Err(e)) => {
                 debug!(session_id = %row.id, error = %e, "the lost run's usage not read from its log");
@@ -343,14 +343,14 @@ impl Inner {
         settlement: Settlement,
         report: NewReport,
     ) -> Result<(Session, korvus_store::Report), StoreError> {
-        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
         let mut delay = std::time::Duration::from_millis(25);
-        let per_attempt = self.config().settle_timeout / 4;
+        let per_attempt = self.config.settle_timeout / 4;
         loop {
             let until = deadline.min(tokio::time::Instant::now() + per_attempt);
-            let attempt =
-                self.store()
-                    .settle_with_report(row.id, settlement.clone(), report.clone());
+            let attempt = self
+                .store
+                .settle_with_report(row.id, settlement.clone(), report.clone());
             let answer = match tokio::time::timeout_at(until, attempt).await {
                 Ok(answer) => answer,
                 // A hung call (a black-holed connection) is given up and
@@ -375,7 +375,7 @@ impl Inner {
     /// the session up to this revision left beside it), after the
     /// settlement: a failure is logged and `reap` removes it later.
     async fn remove_salvaged(&self, row: &Session, dir: &std::path::Path) {
-        let Some(root) = self.scratch() else { return };
+        let Some(root) = &self.scratch else { return };
         // Its output is stored now: a mark the lost run's landing left
         // (its outcome was not written) no longer holds it.
         if let Err(e) = korvus_workspace::unkeep(dir) {

@@ -12,7 +12,7 @@ use korvus_store::{Artifact, ArtifactId, ArtifactKind, NewArtifact, Session, Sto
 use korvus_workspace::REPORT_FILE;
 use tracing::{info, warn};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::salvage::Salvaged;
 
 impl Inner {
@@ -23,7 +23,7 @@ impl Inner {
     pub(crate) async fn salvage_checkpoint(&self, row: &Session) -> Option<Salvaged> {
         // A run that never started made no checkpoint.
         row.started_at?;
-        let artifacts = match self.store().all_session_artifacts(row.id).await {
+        let artifacts = match self.store.all_session_artifacts(row.id).await {
             Ok(a) => a,
             Err(e) => {
                 warn!(session_id = %row.id, error = %e, "the lost run's checkpoints not read");
@@ -52,7 +52,7 @@ impl Inner {
             .iter()
             .find(|r| r.kind == ArtifactKind::Report && r.path == REPORT_FILE)
             .map(|r| (r.blob_key.clone(), r.size_bytes));
-        let written = self.store().create_artifacts(rows.clone()).await;
+        let written = self.store.create_artifacts(rows.clone()).await;
         let (stored, detail, complete) = match written {
             Ok(_) => (rows.len(), None, true),
             Err(e) => {
@@ -71,7 +71,7 @@ impl Inner {
             from: format!(
                 "the checkpoint of the lost run taken at {}, landed by manager {}",
                 last.format("%Y-%m-%d %H:%M:%S%.3f UTC"),
-                self.ownership().owner()
+                self.ownership.owner()
             ),
             markdown: markdown.filter(|_| complete),
             manifest_key: None,

@@ -41,9 +41,10 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::{execute, RunResult};
+use crate::inner::Inner;
 use crate::land::land;
 use crate::live::{LiveRun, RunGuard, Slot};
-use crate::manager::{Inner, Manager};
+use crate::manager::Manager;
 use crate::notify_log::notifying;
 use crate::prepare::{pin_docs, Prepared};
 use crate::run::{Plan, RunKey};
@@ -57,7 +58,7 @@ impl Manager {
         let inner = Arc::clone(&self.inner);
         let id = plan.key().session;
         let run = match inner
-            .live()
+            .live
             .register(id, plan.key().incident, plan.key().fence)
         {
             Ok(run) => run,
@@ -172,7 +173,7 @@ async fn supervise(
     // does that for a row left running).
     let mut leftovers = leftovers;
     if settled == Settled::NotWritten {
-        inner.live().mark_unsettled(id, run.fence);
+        inner.live.mark_unsettled(id, run.fence);
         // The session ends through a takeover, which salvages this dir.
         leftovers
             .keep
@@ -182,7 +183,7 @@ async fn supervise(
         .instrument(info_span!("cleanup"))
         .await;
     // 3. Deregister.
-    inner.live().unregister(id, &run);
+    inner.live.unregister(id, &run);
     drop(gauge);
     // 4. Fire the settle signal: a watcher released now reads the final row.
     run.signal_settled();
@@ -338,11 +339,11 @@ async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Le
 /// Closes the run's turn log (flushing it), bounded by the clean-up bound:
 /// a log backend that hangs must not hold the terminal write for ever.
 async fn close_log(inner: &Inner, log: &LogHandle) {
-    match tokio::time::timeout(inner.config().cleanup_timeout, log.close()).await {
+    match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => warn!(error = %e, "turn log close failed"),
         Err(_) => error!(
-            bound = ?inner.config().cleanup_timeout,
+            bound = ?inner.config.cleanup_timeout,
             "turn log close did not finish in time; going on"
         ),
     }
@@ -410,7 +411,7 @@ async fn mark_running(inner: &Inner, prepared: &Prepared) {
     let Some(path) = prepared.dir.as_ref().map(|d| d.path().to_path_buf()) else {
         return;
     };
-    if inner.blobs().is_none() {
+    if inner.blobs.is_none() {
         return;
     }
     let marked = tokio::task::spawn_blocking(move || korvus_workspace::mark_running(&path)).await;

@@ -103,7 +103,7 @@ impl State {
             let handle = self
                 .manager
                 .inner
-                .logs()
+                .logs
                 .open(LogId::from_uuid(self.id.as_uuid()), Access::Read)
                 .await?;
             self.handle = Some(handle);
@@ -148,7 +148,7 @@ impl State {
     /// Follows this process's run of the session, if there is one: its
     /// append wake-ups and its settle signal.
     fn follow_local_run(&mut self) {
-        let run = self.manager.inner.live().get(self.id);
+        let run = self.manager.inner.live.get(self.id);
         self.fence = run.as_ref().map_or(0, |r| r.fence);
         self.notify = run.as_ref().map(|r| Arc::clone(&r.appended));
         self.settled = run.map(|r| r.state());
@@ -161,7 +161,7 @@ impl State {
                 return Ok(false);
             }
             // The local run ended; the row says whether it settled.
-            let row = inner.store().get_session(self.id).await?;
+            let row = inner.store.get_session(self.id).await?;
             if row.status.is_terminal() || row.is_idle() {
                 return Ok(true);
             }
@@ -175,7 +175,7 @@ impl State {
         }
         // Not run by this process: the row decides. A session waiting for
         // the user has no run to follow either.
-        let row = inner.store().get_session(self.id).await?;
+        let row = inner.store.get_session(self.id).await?;
         Ok(row.status.is_terminal() || row.is_idle())
     }
 }

@@ -14,7 +14,7 @@ use korvus_store::{Counters, NewReport, Session, SessionId, Settlement, StoreErr
 use tracing::{error, info, warn, Instrument as _};
 
 use crate::ending::Ending;
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::run::RunKey;
 
 /// The settlement of a revision that never ran for `reason`
@@ -69,8 +69,8 @@ impl Inner {
     /// row landing wrote before a panic) counts as written: one row per
     /// revision. Returns whether the revision has its row.
     pub(crate) async fn write_report(&self, report: NewReport) -> bool {
-        let bound = self.config().report_timeout;
-        let store = Arc::clone(self.store());
+        let bound = self.config.report_timeout;
+        let store = Arc::clone(&self.store);
         let attempt = move || {
             let (store, report) = (Arc::clone(&store), report.clone());
             async move { store.create_report(report).await.map(|_| ()) }
@@ -107,13 +107,13 @@ impl Inner {
     /// this process's clock: a run whose lease may have lapsed still settles
     /// when nobody took the session over.
     pub(crate) async fn settle(&self, id: SessionId, settlement: Settlement) -> Settled {
-        let bound = self.config().settle_timeout;
+        let bound = self.config.settle_timeout;
         let settlement = Settlement {
             counters: settlement.counters.saturating(),
             ..settlement
         };
         let (status, reason) = (settlement.status, settlement.exit_reason.clone());
-        let store = Arc::clone(self.store());
+        let store = Arc::clone(&self.store);
         let attempt = move || {
             let (store, s) = (Arc::clone(&store), settlement.clone());
             async move { store.settle_session(id, s).await.map(|_| ()) }
@@ -149,12 +149,12 @@ impl Inner {
     /// to the queue. Bounded by the report bound, retried on transient
     /// errors; a repeat of a committed attempt is `Ok`.
     pub(crate) async fn mark_started(&self, run: RunKey) -> Write {
-        let store = Arc::clone(self.store());
+        let store = Arc::clone(&self.store);
         let attempt = move || {
             let store = Arc::clone(&store);
             async move { store.mark_started(run.session, run.fence).await.map(|_| ()) }
         };
-        retry("start", self.config().report_timeout, attempt).await
+        retry("start", self.config.report_timeout, attempt).await
     }
 
     /// Queues a session this manager created owned (so that no claimer
@@ -167,12 +167,12 @@ impl Inner {
     /// lapses.
     pub(crate) async fn enqueue(&self, session: Session) -> Session {
         let run = RunKey::of(&session);
-        let store = Arc::clone(self.store());
+        let store = Arc::clone(&self.store);
         let attempt = move || {
             let store = Arc::clone(&store);
             async move { store.release(run.session, run.fence).await.map(|_| ()) }
         };
-        match retry("enqueue", self.config().report_timeout, attempt).await {
+        match retry("enqueue", self.config.report_timeout, attempt).await {
             Write::Done => Session {
                 owner: None,
                 lease_expires_at: None,
@@ -197,15 +197,15 @@ impl Inner {
     /// `false` only when the store says the run started after all (a start
     /// whose answer was lost committed): the caller must end it.
     pub(crate) async fn give_back(&self, run: RunKey) -> bool {
-        let store = Arc::clone(self.store());
+        let store = Arc::clone(&self.store);
         let attempt = move || {
             let store = Arc::clone(&store);
             async move { store.release(run.session, run.fence).await.map(|_| ()) }
         };
-        match retry("give_back", self.config().cleanup_timeout, attempt).await {
+        match retry("give_back", self.config.cleanup_timeout, attempt).await {
             Write::Done => {
                 info!("the session went back to the queue without starting");
-                self.slots().nudge();
+                self.slots.nudge();
                 true
             }
             Write::Refused(StoreError::AlreadyStarted { .. }) => {

@@ -44,7 +44,7 @@ use korvus_log::{LogError, LogId};
 use korvus_store::{Session, SessionId, StoreError};
 use tracing::{debug, error, warn, Instrument as _};
 
-use crate::manager::Inner;
+use crate::inner::Inner;
 use crate::SessionError;
 
 pub(crate) mod state;
@@ -67,7 +67,7 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         return;
     };
     let weak = Arc::downgrade(inner);
-    let period = inner.config().heartbeat;
+    let period = inner.config.heartbeat;
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,7 +94,7 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
         return false;
     };
     let stopping = inner.is_shutting_down();
-    if stopping && inner.runs().len() == 0 {
+    if stopping && inner.runs.len() == 0 {
         return false;
     }
     // A process resumed after a pause stops what it may have lost first.
@@ -106,15 +106,15 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
     match renewed {
         Ok(Ok((sent, held))) => {
             let since = *reaper.healthy_since.get_or_insert(sent);
-            let period = inner.config().heartbeat;
+            let period = inner.config.heartbeat;
             if tokio::time::timeout(period, inner.cancel_taken_over(sent, &held))
                 .await
                 .is_err()
             {
                 warn!(bound = ?period, "takeover checks did not finish within a period");
             }
-            if !stopping && since.elapsed() >= inner.config().lease_ttl {
-                let period = inner.config().heartbeat;
+            if !stopping && since.elapsed() >= inner.config.lease_ttl {
+                let period = inner.config.heartbeat;
                 if tokio::time::timeout(period, reap(&inner)).await.is_err() {
                     warn!(bound = ?period, "the reaper did not finish within a period; going on next period");
                 }
@@ -137,7 +137,7 @@ async fn beat(weak: &Weak<Inner>, reaper: &mut Reaper) -> bool {
 /// never started (so ending it is giving it back to the queue), as its
 /// row says now; `false` when the row cannot be read.
 async fn never_started(inner: &Inner, session: SessionId, fence: u64) -> bool {
-    inner.store().get_session(session).await.is_ok_and(|row| {
+    inner.store.get_session(session).await.is_ok_and(|row| {
         row.fence == fence && row.started_at.is_none() && row.revision == 1 && !row.cancel_requested
     })
 }
@@ -152,7 +152,7 @@ async fn never_started(inner: &Inner, session: SessionId, fence: u64) -> bool {
 /// to the store: no heartbeat lists it, so its claim lapses and a reaper
 /// takes it over again under a new fence.
 async fn reap(inner: &Arc<Inner>) {
-    let orphans = match inner.store().expired_leases().await {
+    let orphans = match inner.store.expired_leases().await {
         Ok(orphans) => orphans,
         Err(e) => {
             warn!(error = %e, "expired leases not listed");
@@ -160,7 +160,7 @@ async fn reap(inner: &Arc<Inner>) {
         }
     };
     for (session, fence) in orphans {
-        if inner.live().contains(session) {
+        if inner.live.contains(session) {
             continue;
         }
         // A claim whose run never started only goes back to the queue: no
@@ -168,7 +168,7 @@ async fn reap(inner: &Arc<Inner>) {
         let slot = if never_started(inner, session, fence).await {
             None
         } else {
-            match inner.slots().try_take() {
+            match inner.slots.try_take() {
                 Some(slot) => Some(slot),
                 None => {
                     debug!("no run slot free to end an orphan; next period");
@@ -176,7 +176,7 @@ async fn reap(inner: &Arc<Inner>) {
                 }
             }
         };
-        let row = match inner.store().take_over(session, fence, inner.lease()).await {
+        let row = match inner.store.take_over(session, fence, inner.lease()).await {
             Ok(row) => row,
             // Another reaper (or a renewal) came first.
             Err(StoreError::NotOrphaned { .. } | StoreError::Fenced { .. }) => continue,
@@ -188,7 +188,7 @@ async fn reap(inner: &Arc<Inner>) {
         warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
         // A member of the run group before the task exists: `stop` waits
         // for it whenever it looks.
-        let member = inner.runs().join();
+        let member = inner.runs.join();
         let inner = Arc::clone(inner);
         let span = tracing::info_span!(parent: None, "orphan", session_id = %row.id, incident_id = %row.incident_id, fence = row.fence);
         tokio::spawn(
@@ -212,17 +212,14 @@ impl Inner {
     /// and the `(session, fence)` pairs it holds.
     pub(crate) async fn renew(&self) -> Result<(Instant, Vec<(SessionId, u64)>), StoreError> {
         let runs: Vec<(SessionId, u64)> = self
-            .live()
+            .live
             .snapshot()
             .into_iter()
             .map(|(session, run)| (session, run.fence))
             .collect();
         let sent = Instant::now();
-        let held = self
-            .store()
-            .heartbeat(self.ownership().lease(), &runs)
-            .await?;
-        self.ownership().renewed_at(sent);
+        let held = self.store.heartbeat(self.ownership.lease(), &runs).await?;
+        self.ownership.renewed_at(sent);
         Ok((sent, held))
     }
 
@@ -231,18 +228,18 @@ impl Inner {
     /// delay [`cancel_lapsed`](Inner::cancel_lapsed).
     fn renewal_bound(&self) -> std::time::Duration {
         let period = self
-            .config()
+            .config
             .heartbeat
             .max(std::time::Duration::from_millis(10));
         let oldest = self
-            .live()
+            .live
             .snapshot()
             .into_iter()
-            .map(|(_, run)| self.ownership().last_written(run.registered))
+            .map(|(_, run)| self.ownership.last_written(run.registered))
             .min();
         match oldest {
             Some(at) => {
-                let left = self.ownership().lapse_after().saturating_sub(at.elapsed());
+                let left = self.ownership.lapse_after().saturating_sub(at.elapsed());
                 period.min(left.max(std::time::Duration::from_millis(10)))
             }
             None => period,
@@ -254,12 +251,12 @@ impl Inner {
     /// now, before another manager can take the session over, and the run
     /// lands what it has; the store decides whether it still may.
     pub(crate) fn cancel_lapsed(&self) {
-        let after = self.ownership().lapse_after();
-        for (session, run) in self.live().snapshot() {
+        let after = self.ownership.lapse_after();
+        for (session, run) in self.live.snapshot() {
             if run.cancel.is_cancelled() {
                 continue;
             }
-            let since = self.ownership().last_written(run.registered).elapsed();
+            let since = self.ownership.last_written(run.registered).elapsed();
             if since >= after {
                 warn!(session_id = %session, fence = run.fence, ?since, "the lease was not renewed in time: stopping the run before another manager takes it over (lease_lost)");
                 run.lease_lost.store(true, Ordering::Release);
@@ -275,14 +272,14 @@ impl Inner {
     async fn cancel_taken_over(&self, sent: Instant, held: &[(SessionId, u64)]) {
         // A set: the check is O(runs + held) per heartbeat, not their product.
         let held: std::collections::HashSet<(SessionId, u64)> = held.iter().copied().collect();
-        for (session, run) in self.live().snapshot() {
+        for (session, run) in self.live.snapshot() {
             if run.registered > sent
                 || run.cancel.is_cancelled()
                 || held.contains(&(session, run.fence))
             {
                 continue;
             }
-            match self.store().get_session(session).await {
+            match self.store.get_session(session).await {
                 Ok(row) if row.fence != run.fence => {
                     warn!(session_id = %session, fence = run.fence, current = row.fence, "the session was taken over: cancelling the local run");
                     run.cancel.cancel();
@@ -298,11 +295,11 @@ impl Inner {
         &self,
         unsettled: &mut HashMap<SessionId, Session>,
     ) -> Result<(), StoreError> {
-        for (session, fence) in self.store().expired_leases().await? {
-            if self.live().contains(session) || unsettled.contains_key(&session) {
+        for (session, fence) in self.store.expired_leases().await? {
+            if self.live.contains(session) || unsettled.contains_key(&session) {
                 continue;
             }
-            match self.store().take_over(session, fence, self.lease()).await {
+            match self.store.take_over(session, fence, self.lease()).await {
                 Ok(row) => {
                     warn!(session_id = %session, fence = row.fence, "took over an orphan (its owner stopped renewing its lease)");
                     unsettled.insert(session, row);
@@ -335,10 +332,10 @@ impl Inner {
         member: crate::live::RunGuard,
     ) -> Option<Result<Session, SessionError>> {
         let run = self
-            .live()
+            .live
             .register(row.id, row.incident_id, row.fence)
             .ok()?;
-        let c = self.config();
+        let c = &self.config;
         let bound = c.persist.timeout
             + c.persist.manifest_timeout
             + c.report_timeout * 2
@@ -356,7 +353,7 @@ impl Inner {
         if ended.is_err() {
             error!(session_id = %row.id, ?bound, "the orphan was not ended within its bound; it is released and ended again later");
         }
-        self.live().unregister(row.id, &run);
+        self.live.unregister(row.id, &run);
         run.signal_settled();
         drop(member);
         ended.ok()
@@ -381,9 +378,9 @@ impl Inner {
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<Session, SessionError> {
         if row.started_at.is_none() && !row.cancel_requested && row.revision == 1 {
-            let queued = self.store().release(row.id, row.fence).await?;
+            let queued = self.store.release(row.id, row.fence).await?;
             warn!(session_id = %row.id, fence = queued.fence, "an orphan that never started went back to the queue");
-            self.slots().nudge();
+            self.slots.nudge();
             return Ok(queued);
         }
         self.settle_taken_over(row, false, cancelled).await
@@ -393,7 +390,7 @@ impl Inner {
     /// under this manager's scratch root (on this host) and that still run.
     /// Called only when no run of the session is live here.
     pub(crate) async fn stop_dead_agents(&self, session: SessionId) -> Vec<i32> {
-        let Some(root) = &self.scratch() else {
+        let Some(root) = &self.scratch else {
             return Vec::new();
         };
         let dir = root.join(session.to_string());
@@ -422,7 +419,7 @@ impl Inner {
     /// log's epoch lock) may be tried again.
     pub(crate) async fn claim_log(&self, row: &Session) -> Result<(), LogError> {
         let id = LogId::from_uuid(row.id.as_uuid());
-        match self.logs().fence(id, row.fence).await {
+        match self.logs.fence(id, row.fence).await {
             Ok(()) | Err(LogError::NotFound { .. } | LogError::Fenced { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -432,7 +429,7 @@ impl Inner {
     /// its error is transient, within the settle bound: a forced cancel's
     /// fence of the log is not given up for a writer caught mid-write.
     pub(crate) async fn claim_log_retried(&self, row: &Session) -> Result<(), LogError> {
-        let deadline = tokio::time::Instant::now() + self.config().settle_timeout;
+        let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
         let mut delay = std::time::Duration::from_millis(25);
         loop {
             match self.claim_log(row).await {

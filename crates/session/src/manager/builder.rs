@@ -1,4 +1,5 @@
-//! [`ManagerBuilder`] and the [`Config`] it fills.
+//! [`ManagerBuilder`]: it fills a [`Config`] and makes the [`Inner`] every
+//! run shares.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -13,108 +14,12 @@ use korvus_runner::{DocsSearch, Runner};
 use korvus_store::CoordinatedStore;
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
+use crate::config::Config;
+use crate::inner::Inner;
 use crate::lease::state::LeaseState;
 use crate::live::{LiveRuns, RunGroup, Slots};
-use crate::manager::{Inner, Manager};
+use crate::manager::Manager;
 use crate::StreamReopener;
-
-/// The default upper bound of one run (one agent burst): an hour. A run
-/// is an investigation, not a service; an agent that has not returned after
-/// an hour is stuck far more often than it is nearly done, and a bound is
-/// what lets every session end. Set it per manager with
-/// [`ManagerBuilder::run_timeout`].
-pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-
-/// Default of [`ManagerBuilder::cancel_poll`]: a cancel from another
-/// replica reaches the run within about this long.
-pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
-
-/// Default of [`ManagerBuilder::checkpoint_interval`]: a dead replica's
-/// runs lose at most about this much of their output.
-pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
-
-/// How many runs a manager executes at once unless told
-/// ([`ManagerBuilder::max_running`]).
-pub const DEFAULT_MAX_RUNNING: usize = 64;
-
-/// Default of [`ManagerBuilder::lease`]'s ttl: a manager that stops
-/// renewing (killed, cut off from the database) loses its sessions to
-/// another manager's reaper this long after its last renewal.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
-
-/// Default of [`ManagerBuilder::lease`]'s heartbeat period: one renewal
-/// statement this often, whatever the number of sessions.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// The bounds and switches of a manager, set through [`ManagerBuilder`].
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    /// Upper bound of one run; zero leaves it to the runner.
-    pub(crate) run_timeout: Duration,
-    /// Bound of the report row write, retries included.
-    pub(crate) report_timeout: Duration,
-    /// Bound of the final status write, retries included.
-    pub(crate) settle_timeout: Duration,
-    /// Bound of closing the turn log, and of the clean-up after the
-    /// terminal write (docs release, scratch removal).
-    pub(crate) cleanup_timeout: Duration,
-    /// How long a cancelled runner may take to return before it is dropped.
-    pub(crate) cancel_grace: Duration,
-    /// Limits of the persist phase.
-    pub(crate) persist: PersistConfig,
-    /// Store every scratch dir as one archive before removing it.
-    pub(crate) archive_on_release: bool,
-    /// The report template copied into every scratch dir.
-    pub(crate) report_template: Option<PathBuf>,
-    /// How often cancel requests from other replicas are polled.
-    pub(crate) cancel_poll: Duration,
-    /// How often a run's scratch dir is checkpointed at least (also at
-    /// each turn's end); zero: never.
-    pub(crate) checkpoint_interval: Duration,
-    /// How long a renewal keeps this manager's sessions.
-    pub(crate) lease_ttl: Duration,
-    /// How often the lease is renewed (and orphans looked for).
-    pub(crate) heartbeat: Duration,
-    /// How many runs this manager executes at once.
-    pub(crate) max_running: usize,
-    /// The runner pool this manager claims queued sessions of.
-    pub(crate) pool: String,
-    /// At most this many runs in progress per queue key, across the
-    /// pool's managers (`None`: no cap).
-    pub(crate) per_key: Option<u32>,
-    /// Whether this manager claims queued sessions of its pool.
-    pub(crate) claims: bool,
-    /// At most this many queued sessions in the pool when a create would
-    /// queue one more.
-    pub(crate) max_queued: Option<u64>,
-    /// At most this many queued sessions under one key, likewise.
-    pub(crate) max_queued_per_key: Option<u64>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            run_timeout: DEFAULT_RUN_TIMEOUT,
-            report_timeout: Duration::from_secs(30),
-            settle_timeout: Duration::from_secs(30),
-            cleanup_timeout: Duration::from_secs(30),
-            cancel_grace: Duration::from_secs(10),
-            persist: PersistConfig::default(),
-            archive_on_release: false,
-            report_template: None,
-            cancel_poll: DEFAULT_CANCEL_POLL,
-            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            heartbeat: DEFAULT_HEARTBEAT,
-            max_running: DEFAULT_MAX_RUNNING,
-            pool: korvus_store::DEFAULT_POOL.to_owned(),
-            per_key: None,
-            claims: true,
-            max_queued: None,
-            max_queued_per_key: None,
-        }
-    }
-}
 
 /// Builds a [`Manager`]. The store and the runner are constructor
 /// arguments ([`Manager::builder`]): a manager without them cannot be

@@ -36,7 +36,7 @@ impl Manager {
     /// directory behind, which nothing reads.
     pub async fn check(&self) -> Result<()> {
         let inner = &self.inner;
-        let store = inner.store();
+        let store = &inner.store;
         // This manager's own renewal, naming its live runs: a probe that
         // named none would release them.
         inner.renew().await.map_err(|e| not_ready("store", &e))?;
@@ -45,10 +45,10 @@ impl Manager {
             Ok(_) | Err(korvus_store::StoreError::NotFound { .. }) => {}
             Err(e) => return Err(not_ready("store", &e)),
         }
-        if let Some(blobs) = inner.blobs() {
+        if let Some(blobs) = &inner.blobs {
             probe_blobs(&**blobs).await?;
         }
-        if let Some(root) = inner.scratch() {
+        if let Some(root) = &inner.scratch {
             let probe = root.join(format!(".probe-{}", uuid::Uuid::now_v7()));
             tokio::fs::create_dir(&probe)
                 .await

@@ -257,7 +257,7 @@ fn same_request(row: Session, request: &CreateSession, key: &str) -> Result<Sess
 
 /// Ends a session whose create failed after its row was written: its
 /// report row and a `failed` settlement with `reason` — never left running.
-async fn fail_created(inner: &crate::manager::Inner, session: &Session, reason: ExitReason) {
+async fn fail_created(inner: &crate::inner::Inner, session: &Session, reason: ExitReason) {
     let ended = inner.fail_early(RunKey::of(session), reason).await;
     inner.settle(session.id, ended).await;
 }
@@ -267,7 +267,7 @@ async fn fail_created(inner: &crate::manager::Inner, session: &Session, reason: 
 /// Concurrent creates each check before they write, so the bound may be
 /// passed by as many as race.
 async fn check_queue_room(
-    inner: &crate::manager::Inner,
+    inner: &crate::inner::Inner,
     options: &CreateOptions,
     incident: korvus_store::IncidentId,
 ) -> Result<()> {
@@ -309,7 +309,7 @@ async fn check_queue_room(
 /// queued session's log exists from create too (watchers open it at once)
 /// and is closed here: the manager that claims the run writes the rest.
 async fn create_log(
-    inner: &crate::manager::Inner,
+    inner: &crate::inner::Inner,
     session: &Session,
     queued: bool,
 ) -> korvus_log::Result<korvus_log::LogHandle> {

@@ -24,15 +24,14 @@ use crate::{Result, SessionError};
 mod builder;
 mod check;
 mod create;
-mod inner;
 
-pub(crate) use self::builder::Config;
-pub use self::builder::{
-    ManagerBuilder, DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
-};
+pub use self::builder::ManagerBuilder;
 pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
-pub(crate) use self::inner::Inner;
+pub use crate::config::{
+    DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
+};
+use crate::inner::Inner;
 
 /// Runs agent sessions and never loses what they produce.
 ///
@@ -82,7 +81,7 @@ impl Manager {
     /// # Errors
     /// `Store`.
     pub async fn observe_queue(&self) -> Result<u64> {
-        let pool = &self.inner.config().pool;
+        let pool = &self.inner.config.pool;
         let depth = self
             .inner
             .store
@@ -194,7 +193,7 @@ impl Manager {
                 info!(session_id = %id, "cancel: the session's owner is gone; taken over and cancelled");
                 // As a run of this manager, like a reaper's: its heartbeats
                 // hold the row while the salvage stores the lost run's dir.
-                let member = self.inner.runs().join();
+                let member = self.inner.runs.join();
                 return match self.inner.end_orphan_as_run(&taken, true, member).await {
                     Some(ended) => ended,
                     None => Ok(self.inner.store.get_session(id).await?),
@@ -337,7 +336,7 @@ impl Manager {
         for row in taken.values() {
             // As a run of this manager: its heartbeats hold the row while
             // a salvage lands the dead run's scratch dir.
-            let member = self.inner.runs().join();
+            let member = self.inner.runs.join();
             match self.inner.end_orphan_as_run(row, false, member).await {
                 Some(Ok(done)) => settled.push(done),
                 Some(Err(e)) => warn!(session_id = %row.id, error = %e, "orphan not settled"),
