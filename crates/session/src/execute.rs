@@ -8,10 +8,9 @@ use std::panic::AssertUnwindSafe;
 use crate::ending::Ending;
 use futures::FutureExt;
 use korvus_runner::{RunContext, RunError, RunOutcome};
-use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use crate::inner::Inner;
+use crate::run::Run;
 
 /// How a run ended, before the manager's own rules are applied.
 #[derive(Debug)]
@@ -79,77 +78,75 @@ impl RunResult {
     }
 }
 
-/// Runs the runner, polled by the calling (the run's) task with its panics
-/// caught. When `token` fires, the runner's own token fires too and it gets
-/// the cancel grace to return; on the run timeout likewise. A runner that
-/// does not return in time is dropped (its future, and what it owns, goes
-/// away at once; a runner blocking its thread blocks this task, as it
-/// would block any).
-pub(crate) async fn execute(
-    inner: &Inner,
-    ctx: Box<RunContext>,
-    resume: Option<String>,
-    token: &CancellationToken,
-) -> RunResult {
-    if token.is_cancelled() {
-        return RunResult::Cancelled(None);
-    }
-    let runner = &inner.runner;
-    let run_token = ctx.cancel.clone();
-    // Built in place and the context boxed: a parked run's task holds
-    // this future for as long as the agent runs, and a value moved from
-    // one local (or argument) of an async fn into another takes room in
-    // both.
-    //
-    // The context leaves its box in the call (`unbox`), so the box is
-    // freed before the runner is awaited, not after it returns.
-    let mut work = std::pin::pin!(AssertUnwindSafe(async move {
-        match resume {
-            Some(message) => runner.resume(crate::run::unbox(ctx), message).await,
-            None => runner.run(crate::run::unbox(ctx)).await,
+impl Run<'_> {
+    /// Runs the runner, polled by the calling (the run's) task with its panics
+    /// caught. When `token` fires, the runner's own token fires too and it gets
+    /// the cancel grace to return; on the run timeout likewise. A runner that
+    /// does not return in time is dropped (its future, and what it owns, goes
+    /// away at once; a runner blocking its thread blocks this task, as it
+    /// would block any).
+    pub(crate) async fn execute(&self, ctx: Box<RunContext>, resume: Option<String>) -> RunResult {
+        let (inner, token) = (self.inner, &self.token);
+        if token.is_cancelled() {
+            return RunResult::Cancelled(None);
         }
-    })
-    .catch_unwind());
-    let (run_timeout, grace) = (inner.config.run_timeout, inner.config.cancel_grace);
-    // Pinned in place and selected by reference, like `work`: moved into
-    // the select it would take its room twice.
-    let timeout = std::pin::pin!(async {
-        if run_timeout.is_zero() {
-            std::future::pending::<()>().await
-        } else {
-            tokio::time::sleep(run_timeout).await
-        }
-    });
-    // Biased, cancellation first: a runner that returns because its token
-    // fired is ready at the same time as the cancellation, and a run the
-    // manager cancelled settles `cancelled` every time.
-    tokio::select! {
-        biased;
-        _ = token.cancelled() => {
-            run_token.cancel();
-            match within(grace, &mut work).await {
-                Some(r) => RunResult::cancelled(r),
-                None => {
-                    warn!("runner ignored cancellation past the grace period; dropped");
-                    RunResult::Cancelled(None)
+        let runner = &inner.runner;
+        let run_token = ctx.cancel.clone();
+        // Built in place and the context boxed: a parked run's task holds
+        // this future for as long as the agent runs, and a value moved from
+        // one local (or argument) of an async fn into another takes room in
+        // both.
+        //
+        // The context leaves its box in the call (`unbox`), so the box is
+        // freed before the runner is awaited, not after it returns.
+        let mut work = std::pin::pin!(AssertUnwindSafe(async move {
+            match resume {
+                Some(message) => runner.resume(crate::run::unbox(ctx), message).await,
+                None => runner.run(crate::run::unbox(ctx)).await,
+            }
+        })
+        .catch_unwind());
+        let (run_timeout, grace) = (inner.config.run_timeout, inner.config.cancel_grace);
+        // Pinned in place and selected by reference, like `work`: moved into
+        // the select it would take its room twice.
+        let timeout = std::pin::pin!(async {
+            if run_timeout.is_zero() {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(run_timeout).await
+            }
+        });
+        // Biased, cancellation first: a runner that returns because its token
+        // fired is ready at the same time as the cancellation, and a run the
+        // manager cancelled settles `cancelled` every time.
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => {
+                run_token.cancel();
+                match within(grace, &mut work).await {
+                    Some(r) => RunResult::cancelled(r),
+                    None => {
+                        warn!("runner ignored cancellation past the grace period; dropped");
+                        RunResult::Cancelled(None)
+                    }
                 }
             }
-        }
-        // The runner is polled here, so the run's cancellation can fire
-        // inside that very poll (its log refused an append as superseded)
-        // and the runner return at once: still a cancelled run.
-        r = &mut work => if token.is_cancelled() {
-            RunResult::cancelled(r)
-        } else {
-            RunResult::joined(r)
-        },
-        _ = timeout => {
-            warn!(timeout = ?run_timeout, "run timed out");
-            run_token.cancel();
-            if within(grace, &mut work).await.is_none() {
-                warn!("runner ignored the timeout past the grace period; dropped");
+            // The runner is polled here, so the run's cancellation can fire
+            // inside that very poll (its log refused an append as superseded)
+            // and the runner return at once: still a cancelled run.
+            r = &mut work => if token.is_cancelled() {
+                RunResult::cancelled(r)
+            } else {
+                RunResult::joined(r)
+            },
+            _ = timeout => {
+                warn!(timeout = ?run_timeout, "run timed out");
+                run_token.cancel();
+                if within(grace, &mut work).await.is_none() {
+                    warn!("runner ignored the timeout past the grace period; dropped");
+                }
+                RunResult::TimedOut
             }
-            RunResult::TimedOut
         }
     }
 }

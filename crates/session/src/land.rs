@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use crate::execute::RunResult;
 use crate::inner::Inner;
 use crate::prepare::{FileStamp, Prepared};
-use crate::run::RunKey;
+use crate::run::{Run, RunKey};
 
 /// How much of a rejected exit reason the turn log keeps.
 const REJECTED_NOTE_BYTES: usize = 1024;
@@ -32,93 +32,94 @@ pub(crate) struct Landed {
     pub(crate) keep: Option<String>,
 }
 
-/// Persists the iteration's files, writes its report row and returns the
-/// settlement.
-pub(crate) async fn land(
-    inner: &Inner,
-    run: RunKey,
-    prepared: &Prepared,
-    log: &LogHandle,
-    result: RunResult,
-    checkpointer: Option<Checkpointer>,
-) -> Landed {
-    let mut ending = result.ending();
-    let returned = ending.settles().1;
-    if let Some(original) = returned.rejected() {
-        note_rejected(log, original).await;
-    }
-    let claimed = result.outcome().is_some_and(|o| o.author_finished);
-    let counters = counters_of(inner, run, log, &result).await.saturating();
-    // Whatever the runner claims, a restored report.md it never touched was
-    // not authored in this iteration.
-    let author_finished = claimed && !untouched_restored_report(prepared).await;
-    let ended_normally = ending.returned_normally();
-    // Landed whatever this process's clock says of the lease: every write
-    // below presents the run's fence, and the store refuses them only if
-    // the session really moved on.
-    let outcome = persist_phase(inner, run, prepared, checkpointer).await;
-    if inner.config.archive_on_release {
-        archive(inner, run, prepared).await;
-    }
-
-    // Which document this revision adopts.
-    let markdown = match (&outcome.report, author_finished) {
-        // A restored earlier report is adopted only when this iteration's
-        // author phase finished.
-        (ReportFile::Unchanged { .. }, false) => None,
-        (ReportFile::Stored { .. }, false) if ended_normally => None,
-        (report, _) => report.markdown().map(|(k, b)| (k.to_owned(), b)),
-    };
-    if ended_normally {
-        // An empty report.md is nothing authored, like a missing one.
-        if !author_finished || matches!(outcome.report, ReportFile::Empty) {
-            ending = ending.with_report_failure(ExitReason::REPORT_AUTHOR_FAILED);
-        } else if matches!(outcome.report, ReportFile::Failed { .. }) {
-            ending = ending.with_report_failure(ExitReason::REPORT_UPLOAD_FAILED);
+impl Run<'_> {
+    /// Persists the iteration's files, writes its report row and returns the
+    /// settlement.
+    pub(crate) async fn land(
+        &self,
+        prepared: &Prepared,
+        result: RunResult,
+        checkpointer: Option<Checkpointer>,
+    ) -> Landed {
+        let (inner, run, log) = (&**self.inner, self.key, &*self.log);
+        let mut ending = result.ending();
+        let returned = ending.settles().1;
+        if let Some(original) = returned.rejected() {
+            note_rejected(log, original).await;
         }
-    }
-    // The scratch dir is the only copy of what could not be stored: it is
-    // kept, and the report row says where.
-    let mut keep = unstored(&outcome);
-    let mut detail = outcome.detail();
-    if let (Some(_), Some(dir)) = (&keep, &prepared.dir) {
-        detail = Some(kept_detail(detail, dir.path()));
-    }
-    let report = NewReport {
-        session_id: run.session,
-        incident_id: run.incident,
-        revision: run.revision,
-        markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
-        manifest_key: outcome.manifest_key.clone(),
-        markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
-        exit_reason: ending.settles().1.to_string(),
-        counters,
-        // What degraded the persist phase, cause first, for the operator.
-        detail,
-        salvaged_from: None,
-        fence: run.fence,
-    };
-    // The write comes first: a run that did not end normally still gets
-    // its row, only its reason is not replaced.
-    let written = inner.write_report(report).await;
-    if !written {
-        ending = ending.with_report_failure(ExitReason::REPORT_PERSIST_FAILED);
-    }
-    let (status, exit_reason) = ending.settles();
-    if !written && outcome.attempted && keep.is_none() {
-        keep = Some("the report row could not be written".into());
-    }
-    if exit_reason != returned {
-        note_replaced(log, &returned, &exit_reason).await;
-    }
-    Landed {
-        settlement: Settlement {
-            status,
-            exit_reason: Some(exit_reason.into()),
+        let claimed = result.outcome().is_some_and(|o| o.author_finished);
+        let counters = counters_of(inner, run, log, &result).await.saturating();
+        // Whatever the runner claims, a restored report.md it never touched was
+        // not authored in this iteration.
+        let author_finished = claimed && !untouched_restored_report(prepared).await;
+        let ended_normally = ending.returned_normally();
+        // Landed whatever this process's clock says of the lease: every write
+        // below presents the run's fence, and the store refuses them only if
+        // the session really moved on.
+        let outcome = persist_phase(inner, run, prepared, checkpointer).await;
+        if inner.config.archive_on_release {
+            archive(inner, run, prepared).await;
+        }
+
+        // Which document this revision adopts.
+        let markdown = match (&outcome.report, author_finished) {
+            // A restored earlier report is adopted only when this iteration's
+            // author phase finished.
+            (ReportFile::Unchanged { .. }, false) => None,
+            (ReportFile::Stored { .. }, false) if ended_normally => None,
+            (report, _) => report.markdown().map(|(k, b)| (k.to_owned(), b)),
+        };
+        if ended_normally {
+            // An empty report.md is nothing authored, like a missing one.
+            if !author_finished || matches!(outcome.report, ReportFile::Empty) {
+                ending = ending.with_report_failure(ExitReason::REPORT_AUTHOR_FAILED);
+            } else if matches!(outcome.report, ReportFile::Failed { .. }) {
+                ending = ending.with_report_failure(ExitReason::REPORT_UPLOAD_FAILED);
+            }
+        }
+        // The scratch dir is the only copy of what could not be stored: it is
+        // kept, and the report row says where.
+        let mut keep = unstored(&outcome);
+        let mut detail = outcome.detail();
+        if let (Some(_), Some(dir)) = (&keep, &prepared.dir) {
+            detail = Some(kept_detail(detail, dir.path()));
+        }
+        let report = NewReport {
+            session_id: run.session,
+            incident_id: run.incident,
+            revision: run.revision,
+            markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
+            manifest_key: outcome.manifest_key.clone(),
+            markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
+            exit_reason: ending.settles().1.to_string(),
             counters,
+            // What degraded the persist phase, cause first, for the operator.
+            detail,
+            salvaged_from: None,
             fence: run.fence,
-        },
-        keep,
+        };
+        // The write comes first: a run that did not end normally still gets
+        // its row, only its reason is not replaced.
+        let written = inner.write_report(report).await;
+        if !written {
+            ending = ending.with_report_failure(ExitReason::REPORT_PERSIST_FAILED);
+        }
+        let (status, exit_reason) = ending.settles();
+        if !written && outcome.attempted && keep.is_none() {
+            keep = Some("the report row could not be written".into());
+        }
+        if exit_reason != returned {
+            note_replaced(log, &returned, &exit_reason).await;
+        }
+        Landed {
+            settlement: Settlement {
+                status,
+                exit_reason: Some(exit_reason.into()),
+                counters,
+                fence: run.fence,
+            },
+            keep,
+        }
     }
 }
 

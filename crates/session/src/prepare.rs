@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::inner::Inner;
-use crate::run::{Plan, Resume};
+use crate::run::{Plan, Resume, Run};
 
 /// The scratch dir of one iteration and what was put into it.
 pub(crate) struct Prepared {
@@ -229,27 +229,26 @@ impl Inner {
     }
 }
 
-/// Pins docs search at the session's commit when both are configured; a
-/// failure or a cancellation while pinning means a run without docs.
-pub(crate) async fn pin_docs(
-    inner: &Inner,
-    plan: &Plan,
-    token: &CancellationToken,
-) -> Option<DocsLease> {
-    let (Some(docs), Some(pin)) = (&inner.docs, &plan.session().workspace_ref) else {
-        return None;
-    };
-    if token.is_cancelled() {
-        return None;
-    }
-    tokio::select! {
-        pinned = docs.pin(pin) => match pinned {
-            Ok(lease) => Some(lease),
-            Err(e) => {
-                warn!(error = %e, "docs search not available for this run");
-                None
-            }
-        },
-        _ = token.cancelled() => None,
+impl Run<'_> {
+    /// Pins docs search at the session's commit when both are configured; a
+    /// failure or a cancellation while pinning means a run without docs.
+    pub(crate) async fn pin_docs(&self, plan: &Plan) -> Option<DocsLease> {
+        let token = &self.token;
+        let (Some(docs), Some(pin)) = (&self.inner.docs, &plan.session().workspace_ref) else {
+            return None;
+        };
+        if token.is_cancelled() {
+            return None;
+        }
+        tokio::select! {
+            pinned = docs.pin(pin) => match pinned {
+                Ok(lease) => Some(lease),
+                Err(e) => {
+                    warn!(error = %e, "docs search not available for this run");
+                    None
+                }
+            },
+            _ = token.cancelled() => None,
+        }
     }
 }

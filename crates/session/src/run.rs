@@ -1,14 +1,41 @@
 //! One home per run: which run it is ([`RunKey`]: session, incident,
-//! revision, fence — each stored once; all that landing reads) and what
-//! preparing reads ([`Plan`], which then goes into the runner's context).
+//! revision, fence — each stored once; all that landing reads), what
+//! preparing reads ([`Plan`], which then goes into the runner's context),
+//! and the run itself while its supervisor drives it ([`Run`]).
 //!
 //! Every phase module (`prepare.rs`, `execute.rs`, `land.rs`, `write.rs`)
-//! imports from here and from no sibling phase; the supervisor
-//! (`supervise.rs`) calls them in order and `create.rs` / `reopen.rs` build
+//! imports from here and from no sibling phase; the phases of a run are
+//! methods of [`Run`] written in those modules, and the supervisor
+//! (`supervise.rs`) calls them in order; `create.rs` / `reopen.rs` build
 //! the plan. The imports form a DAG: run ← prepare / execute / land /
 //! write ← supervise ← create / reopen.
 
+use std::sync::Arc;
+
+use korvus_log::LogHandle;
 use korvus_store::{Artifact, Incident, IncidentId, Session, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use crate::inner::Inner;
+use crate::live::LiveRun;
+
+/// One run of a revision, as its supervisor drives it through its phases:
+/// what every phase reads — the manager's shared state, which run this is,
+/// its turn log, its cancellation and its live-run entry — held once, with
+/// the phases as its methods (`prepare`, `pin_docs`, `execute`, `land`,
+/// `close_log`, `go_back`), the way ripgrep's searcher core holds one
+/// search. Borrowed by the supervisor's task for the run's whole life; a
+/// parked run holds it once.
+pub(crate) struct Run<'r> {
+    pub(crate) inner: &'r Arc<Inner>,
+    /// The run's entry in the live-run table.
+    pub(crate) live: &'r LiveRun,
+    pub(crate) key: RunKey,
+    /// The run's turn log, open at its fence.
+    pub(crate) log: Arc<LogHandle>,
+    /// Fires when the run must stop (its live entry's token).
+    pub(crate) token: CancellationToken,
+}
 
 /// Which run this is: the revision it lands and the fence it presents.
 ///

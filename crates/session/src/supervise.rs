@@ -40,14 +40,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
-use crate::execute::{execute, RunResult};
+use crate::execute::RunResult;
 use crate::inner::Inner;
-use crate::land::land;
 use crate::live::{LiveRun, RunGuard, Slot};
 use crate::manager::Manager;
 use crate::notify_log::notifying;
-use crate::prepare::{pin_docs, Prepared};
-use crate::run::{Plan, RunKey};
+use crate::prepare::Prepared;
+use crate::run::{Plan, Run};
 use crate::write::{Settled, Write};
 
 impl Manager {
@@ -200,27 +199,32 @@ async fn supervise(
 async fn iterate(
     inner: &Arc<Inner>,
     input: Box<RunInput>,
-    run: &LiveRun,
+    live: &LiveRun,
 ) -> (Option<Settlement>, Leftovers) {
     // Taken out of its box at once, so the box is freed now rather than
     // when `iterate` returns (a box moved out of stays allocated until it
     // goes out of scope).
     let RunInput { mut plan, log } = crate::run::unbox(input);
-    let token = run.cancel.clone();
-    let revision = plan.key();
-    let log = Arc::new(notifying(log, run));
-    let mut prepared = match Box::pin(prepare(inner, &plan, &log, &token)).await {
+    let run = Run {
+        inner,
+        live,
+        key: plan.key(),
+        log: Arc::new(notifying(log, live)),
+        token: live.cancel.clone(),
+    };
+    let revision = run.key;
+    let mut prepared = match Box::pin(run.prepare(&plan)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
     };
-    let lease = Box::pin(pin_docs(inner, &plan, &token)).await;
+    let lease = Box::pin(run.pin_docs(&plan)).await;
     let resume = plan.resume.take().map(|r| r.message);
     // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
         crate::run::unbox(plan),
         &mut prepared,
-        &log,
-        &token,
+        &run.log,
+        &run.token,
         lease.as_ref().map(|l| &l.client),
     );
     // Only a first run goes back to the queue: a continued revision's
@@ -228,10 +232,10 @@ async fn iterate(
     let first_run = revision.revision == 1;
     // Only a stop: a run a caller (or a cancel request) cancelled first
     // ends `cancelled` as asked.
-    if first_run && token.is_cancelled() && run.by_stop.load(Ordering::Acquire) {
+    if first_run && run.token.is_cancelled() && live.by_stop.load(Ordering::Acquire) {
         info!("the manager stops before the run started: the session goes back to the queue");
         let leftovers = Leftovers::removing(lease, prepared.dir);
-        Box::pin(go_back(inner, revision, &log, leftovers)).await;
+        Box::pin(run.go_back(leftovers)).await;
         return (None, Leftovers::default());
     }
     // The run starts: recorded before the runner is called, so a manager
@@ -240,12 +244,12 @@ async fn iterate(
     // Awaited where it is built: a future held in a local and then awaited
     // takes its room in the task twice.
     let execute = |ctx| async {
-        match crate::metrics::phase("execute", execute(inner, ctx, resume, &token))
+        match crate::metrics::phase("execute", run.execute(ctx, resume))
             .instrument(info_span!("execute"))
             .await
         {
             // Stopped by this manager for a lapsed lease, not by a caller.
-            RunResult::Cancelled(o) if run.lease_lost.load(Ordering::Acquire) => {
+            RunResult::Cancelled(o) if live.lease_lost.load(Ordering::Acquire) => {
                 RunResult::LeaseLost(o)
             }
             result => result,
@@ -263,7 +267,7 @@ async fn iterate(
         Write::GaveUp if first_run => {
             error!("the run's start could not be recorded; the runner is not called and the session goes back to the queue");
             let leftovers = Leftovers::removing(lease, prepared.dir);
-            if Box::pin(go_back(inner, revision, &log, leftovers)).await {
+            if Box::pin(run.go_back(leftovers)).await {
                 return (None, Leftovers::default());
             }
             // Its start committed after all and no runner ran: ended now
@@ -281,19 +285,19 @@ async fn iterate(
     let result = match refused {
         Some(result) => result,
         None => {
-            starting(inner, run, revision, &prepared, &ctx.checkpoint).await;
+            run.starting(&prepared, &ctx.checkpoint).await;
             execute(ctx).await
         }
     };
     // The checkpointer, once a checkpoint in flight finished: the landing
     // stores only what changed since the last one.
-    let checkpointer = Box::pin(crate::checkpoints::take(run)).await;
-    let landed = Box::pin(land(inner, revision, &prepared, &log, result, checkpointer));
+    let checkpointer = Box::pin(crate::checkpoints::take(live)).await;
+    let landed = Box::pin(run.land(&prepared, result, checkpointer));
     let landed = crate::metrics::phase("land", landed)
         .instrument(info_span!("land"))
         .await;
     // A watcher or a reopen must see the whole log once the row is terminal.
-    Box::pin(close_log(inner, &log)).await;
+    Box::pin(run.close_log()).await;
     let leftovers = Leftovers {
         lease,
         dir: prepared.dir,
@@ -307,45 +311,44 @@ async fn iterate(
 /// lands and cleans up like any other. A workspace that cannot be
 /// prepared ends the run `workspace_failed`: the log closed, the report
 /// row and settlement written, which is returned.
-async fn prepare(
-    inner: &Arc<Inner>,
-    plan: &Plan,
-    log: &LogHandle,
-    token: &CancellationToken,
-) -> Result<Prepared, Settlement> {
-    let prepared = crate::metrics::phase("prepare", Box::pin(inner.prepare(plan, token)))
-        .instrument(info_span!("prepare"))
-        .await;
-    match prepared {
-        Ok(p) => Ok(p),
-        Err(e) => {
-            error!(error = %e, "workspace not prepared");
-            Box::pin(close_log(inner, log)).await;
-            Err(Box::pin(inner.fail_early(plan.key(), ExitReason::WORKSPACE_FAILED)).await)
+impl Run<'_> {
+    async fn prepare(&self, plan: &Plan) -> Result<Prepared, Settlement> {
+        let inner = self.inner;
+        let prepared = crate::metrics::phase("prepare", Box::pin(inner.prepare(plan, &self.token)))
+            .instrument(info_span!("prepare"))
+            .await;
+        match prepared {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                error!(error = %e, "workspace not prepared");
+                Box::pin(self.close_log()).await;
+                Err(Box::pin(inner.fail_early(self.key, ExitReason::WORKSPACE_FAILED)).await)
+            }
         }
     }
-}
 
-/// Ends a first run that never started by giving its session back to the
-/// queue: its log closed and its scratch dir removed first, so the run
-/// that claims it next (perhaps here, at once) finds neither held.
-/// `false` when the store says the run started after all.
-async fn go_back(inner: &Arc<Inner>, run: RunKey, log: &LogHandle, leftovers: Leftovers) -> bool {
-    Box::pin(close_log(inner, log)).await;
-    Box::pin(cleanup(inner, leftovers)).await;
-    Box::pin(inner.give_back(run)).await
-}
+    /// Ends a first run that never started by giving its session back to the
+    /// queue: its log closed and its scratch dir removed first, so the run
+    /// that claims it next (perhaps here, at once) finds neither held.
+    /// `false` when the store says the run started after all.
+    async fn go_back(&self, leftovers: Leftovers) -> bool {
+        Box::pin(self.close_log()).await;
+        Box::pin(cleanup(self.inner, leftovers)).await;
+        Box::pin(self.inner.give_back(self.key)).await
+    }
 
-/// Closes the run's turn log (flushing it), bounded by the clean-up bound:
-/// a log backend that hangs must not hold the terminal write for ever.
-async fn close_log(inner: &Inner, log: &LogHandle) {
-    match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(error = %e, "turn log close failed"),
-        Err(_) => error!(
-            bound = ?inner.config.cleanup_timeout,
-            "turn log close did not finish in time; going on"
-        ),
+    /// Closes the run's turn log (flushing it), bounded by the clean-up bound:
+    /// a log backend that hangs must not hold the terminal write for ever.
+    async fn close_log(&self) {
+        let (inner, log) = (self.inner, &self.log);
+        match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "turn log close failed"),
+            Err(_) => error!(
+                bound = ?inner.config.cleanup_timeout,
+                "turn log close did not finish in time; going on"
+            ),
+        }
     }
 }
 
@@ -392,15 +395,11 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
 /// agent makes — kept until the landing says it is stored, so a process
 /// that dies meanwhile leaves it for a salvage, never for a removal — and
 /// the run is checkpointed (`checkpoints.rs`).
-async fn starting(
-    inner: &Inner,
-    run: &LiveRun,
-    key: RunKey,
-    prepared: &Prepared,
-    hook: &korvus_runner::CheckpointHook,
-) {
-    mark_running(inner, prepared).await;
-    crate::checkpoints::attach(inner, run, key, prepared, hook);
+impl Run<'_> {
+    async fn starting(&self, prepared: &Prepared, hook: &korvus_runner::CheckpointHook) {
+        mark_running(self.inner, prepared).await;
+        crate::checkpoints::attach(self.inner, self.live, self.key, prepared, hook);
+    }
 }
 
 /// Marks the run's scratch dir kept while the agent runs
