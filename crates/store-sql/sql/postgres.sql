@@ -75,10 +75,6 @@ UPDATE reports
 SET markdown_bytes = CASE WHEN markdown_key IS NULL THEN $4 ELSE markdown_bytes END, markdown_key = COALESCE(markdown_key, $3), manifest_key = COALESCE($5, manifest_key), salvaged_from = $6, detail = $7, fence = $8
 WHERE session_id = $1 AND revision = $2;
 
--- INSERT_ARTIFACT (shared)
-INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
-
 -- MARK_STARTED (shared)
 UPDATE sessions
 SET started_at = COALESCE(started_at, $3)
@@ -278,6 +274,11 @@ INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, conten
 SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence
 FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, fence)
 WHERE NOT EXISTS (SELECT 1 FROM stale);
+
+-- INSERT_SETTLED_ARTIFACTS (postgres)
+INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
+SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence
+FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, fence);
 
 -- SESSION_FENCES_OF (postgres)
 SELECT id, incident_id, fence, (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))

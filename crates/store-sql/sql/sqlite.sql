@@ -75,10 +75,6 @@ UPDATE reports
 SET markdown_bytes = CASE WHEN markdown_key IS NULL THEN $4 ELSE markdown_bytes END, markdown_key = COALESCE(markdown_key, $3), manifest_key = COALESCE($5, manifest_key), salvaged_from = $6, detail = $7, fence = $8
 WHERE session_id = $1 AND revision = $2;
 
--- INSERT_ARTIFACT (shared)
-INSERT INTO artifacts (id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, sha256, revision, created_at, fence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
-
 -- MARK_STARTED (shared)
 UPDATE sessions
 SET started_at = COALESCE(started_at, $3)

@@ -1,15 +1,48 @@
 //! The batch artifact insert of each engine on a connection it is given
-//! (`insert_artifacts_on`): the one `create_artifacts` runs and the one
+//! (`insert_artifacts_on`): the one `create_artifacts` runs, the one
 //! [`sql_replace!`](crate::replace::sql_replace) runs inside its
-//! transaction, written once per engine beside nothing else, so the
-//! engine modules and `replace.rs` do not depend on each other.
+//! transaction, and (`insert_settled_artifacts_on`) the one a salvage
+//! runs for a settled session — its binds written once per engine beside
+//! nothing else, so the engine modules, `replace.rs` and `salvage.rs` do
+//! not depend on each other.
 
 #[cfg(feature = "postgres")]
 impl crate::PgStore {
     /// Inserts `new` (at least one) on `conn`: the batch insert of
-    /// `create_artifacts`, one statement. Returns the rows inserted.
+    /// `create_artifacts`, one statement that inserts nothing unless every
+    /// row's session is active at the row's fence. Returns the rows
+    /// inserted.
     pub(crate) async fn insert_artifacts_on(
         conn: &mut sqlx::PgConnection,
+        new: &[korvus_store::NewArtifact],
+        created_at: chrono::DateTime<chrono::Utc>,
+    ) -> korvus_store::Result<u64> {
+        Self::insert_unnest(conn, crate::postgres::INSERT_ARTIFACTS, new, created_at).await
+    }
+
+    /// Inserts `new` on `conn` unconditionally, one statement: the rows of
+    /// a salvage (`attach_kept_output`), whose settled session the same
+    /// transaction checked and moved to their fence. Returns the rows
+    /// inserted.
+    pub(crate) async fn insert_settled_artifacts_on(
+        conn: &mut sqlx::PgConnection,
+        new: &[korvus_store::NewArtifact],
+        created_at: chrono::DateTime<chrono::Utc>,
+    ) -> korvus_store::Result<u64> {
+        Self::insert_unnest(
+            conn,
+            crate::postgres::INSERT_SETTLED_ARTIFACTS,
+            new,
+            created_at,
+        )
+        .await
+    }
+
+    /// Runs `sql`, an artifact insert from arrays (`$1…$12` in
+    /// `artifact_columns` order, `$11` the one creation time), with `new`.
+    async fn insert_unnest(
+        conn: &mut sqlx::PgConnection,
+        sql: &'static str,
         new: &[korvus_store::NewArtifact],
         created_at: chrono::DateTime<chrono::Utc>,
     ) -> korvus_store::Result<u64> {
@@ -26,7 +59,7 @@ impl crate::PgStore {
         let digests: Vec<&str> = new.iter().map(|n| n.sha256.as_str()).collect();
         let revisions: Vec<i32> = new.iter().map(|n| to_i32(n.revision)).collect();
         let fences: Vec<i64> = new.iter().map(|n| to_i64(n.fence)).collect();
-        let done = sqlx::query(crate::postgres::INSERT_ARTIFACTS)
+        let done = sqlx::query(sql)
             .bind(&ids)
             .bind(&incidents)
             .bind(&sessions)
@@ -54,6 +87,17 @@ impl crate::PgStore {
 
 #[cfg(feature = "sqlite")]
 impl crate::SqliteStore {
+    /// Inserts `new` on `conn`: the rows of a salvage. SQLite's batch
+    /// insert checks no session (`create_artifacts` checks the fences in
+    /// its transaction first), so it is the same insert.
+    pub(crate) async fn insert_settled_artifacts_on(
+        conn: &mut sqlx::SqliteConnection,
+        new: &[korvus_store::NewArtifact],
+        created_at: chrono::DateTime<chrono::Utc>,
+    ) -> korvus_store::Result<u64> {
+        Self::insert_artifacts_on(conn, new, created_at).await
+    }
+
     /// Inserts `new` (at least one) on `conn`: the multi-row inserts of
     /// `create_artifacts`, [`MAX_ROWS`](crate::sqlite::MAX_ROWS) rows a
     /// statement. Returns the rows inserted.

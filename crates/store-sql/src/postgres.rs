@@ -21,7 +21,7 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     active, artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns,
-    session_fences, to_i32, to_i64, ArtifactRow, ContextRefRow, SessionFence,
+    session_fences, ArtifactRow, ContextRefRow, SessionFence,
 };
 use crate::store::sql_store;
 
@@ -84,6 +84,20 @@ crate::sql::statements! {
          $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
          AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
          sha256, revision, fence) WHERE NOT EXISTS (SELECT 1 FROM stale)"
+    );
+
+    /// A salvage's artifact rows, unconditionally: `attach_kept_output`
+    /// checked their settled session and moved it to their fence under the
+    /// same transaction. Binds as `INSERT_ARTIFACTS`.
+    INSERT_SETTLED_ARTIFACTS = concat!(
+        "INSERT INTO artifacts (",
+        artifact_columns!(),
+        ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
+         u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence \
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
+         $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
+         AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
+         sha256, revision, fence)"
     );
 
     /// Why an artifact batch was refused: the sessions it names as they
@@ -269,41 +283,15 @@ impl StoreDialect for PgStore {
         new: &[NewArtifact],
         created_at: DateTime<Utc>,
     ) -> Result<()> {
-        let ids: Vec<Uuid> = new.iter().map(|n| n.id.as_uuid()).collect();
-        let incidents: Vec<Uuid> = new.iter().map(|n| n.incident_id.as_uuid()).collect();
-        let sessions: Vec<Uuid> = new.iter().map(|n| n.session_id.as_uuid()).collect();
-        let kinds: Vec<&str> = new.iter().map(|n| n.kind.as_str()).collect();
-        let paths: Vec<&str> = new.iter().map(|n| n.path.as_str()).collect();
-        let keys: Vec<&str> = new.iter().map(|n| n.blob_key.as_str()).collect();
-        let types: Vec<&str> = new.iter().map(|n| n.content_type.as_str()).collect();
-        let sizes: Vec<i64> = new.iter().map(|n| to_i64(n.size_bytes)).collect();
-        let digests: Vec<&str> = new.iter().map(|n| n.sha256.as_str()).collect();
-        let revisions: Vec<i32> = new.iter().map(|n| to_i32(n.revision)).collect();
-        let fences: Vec<i64> = new.iter().map(|n| to_i64(n.fence)).collect();
         // One statement, all rows or none: the sessions the batch names are
         // share-locked (a reopen, fence + 1, waits for it, and a row a
         // reopen changed meanwhile is read again as it is now), and no row
         // is inserted when any row's session is missing, of another
         // incident, or at another fence.
-        let inserted = sqlx::query(INSERT_ARTIFACTS)
-            .bind(&ids)
-            .bind(&incidents)
-            .bind(&sessions)
-            .bind(&kinds)
-            .bind(&paths)
-            .bind(&keys)
-            .bind(&types)
-            .bind(&sizes)
-            .bind(&digests)
-            .bind(&revisions)
-            .bind(created_at)
-            .bind(&fences)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| {
-                Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e)
-            })?;
-        if inserted.rows_affected() == new.len() as u64 {
+        let mut conn = self.pool.acquire().await.map_err(backend(BACKEND))?;
+        let inserted = Self::insert_artifacts_on(&mut conn, new, created_at).await?;
+        drop(conn);
+        if inserted == new.len() as u64 {
             return Ok(());
         }
         // Refused: say why, from the sessions as they are now (a second

@@ -57,43 +57,13 @@ macro_rules! salvage_rows {
                         name: constraint::REPORTS_SESSION_FK.to_owned(),
                     });
                 }
-                Self::insert_kept_artifacts(&mut tx, &kept.artifacts, created_at).await?;
+                if !kept.artifacts.is_empty() {
+                    Self::insert_settled_artifacts_on(&mut tx, &kept.artifacts, created_at).await?;
+                }
                 let stands = Self::kept_report_row(&mut tx, &report).await?;
                 tx.commit().await.map_err(&err)?;
                 Ok((session, stands))
             }
-            /// The artifact rows of a salvage, one by one, on its transaction.
-            async fn insert_kept_artifacts(
-                tx: &mut $conn,
-                artifacts: &[korvus_store::NewArtifact],
-                created_at: chrono::DateTime<chrono::Utc>,
-            ) -> korvus_store::Result<()> {
-                use korvus_store::{constraint, Entity};
-                use $crate::dialect::StoreDialect;
-                use $crate::rows::{to_i32, to_i64};
-                let map =
-                    |e| Self::op(Entity::Artifact, Some(constraint::ARTIFACTS_SESSION_FK)).err(e);
-                for a in artifacts {
-                    sqlx::query($crate::sql::INSERT_ARTIFACT)
-                        .bind(a.id.as_uuid())
-                        .bind(a.incident_id.as_uuid())
-                        .bind(a.session_id.as_uuid())
-                        .bind(a.kind.as_str())
-                        .bind(a.path.as_str())
-                        .bind(a.blob_key.as_str())
-                        .bind(a.content_type.as_str())
-                        .bind(to_i64(a.size_bytes))
-                        .bind(a.sha256.as_str())
-                        .bind(to_i32(a.revision))
-                        .bind(created_at)
-                        .bind(to_i64(a.fence))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(map)?;
-                }
-                Ok(())
-            }
-
             /// The revision's report row takes the salvage (or is inserted
             /// from it), on its transaction; returns the row that stands.
             async fn kept_report_row(

@@ -141,15 +141,6 @@ statements! {
         salvaged_from = $6, detail = $7, fence = $8 \
         WHERE session_id = $1 AND revision = $2";
 
-    /// One artifact row, unconditionally: `attach_kept_output` checked
-    /// its session under the same transaction. Binds `$1…$12` in
-    /// `artifact_columns` order.
-    INSERT_ARTIFACT = concat!(
-        "INSERT INTO artifacts (",
-        artifact_columns!(),
-        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-    );
-
     /// `mark_started`: the active row at `$2` (fence) records when its run
     /// started, unless it did. Binds `$1` id, `$2` fence, `$3` now.
     MARK_STARTED = concat!(
