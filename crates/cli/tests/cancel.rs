@@ -3,7 +3,6 @@
 //! was killed is taken over once its lease expired; `cancel --force` ends a
 //! row at once.
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use crate::support::{
@@ -18,24 +17,13 @@ fn cancel_from_another_process_ends_the_run_cancelled() {
         "agent.sh",
         "echo '# partial' > report.md\necho 'agent is working'\nsleep 600 & wait\n",
     );
-    let mut run = korvus(data.path())
-        .args(["run", "--agent", "sh", "--agent-arg"])
-        .arg(&agent)
-        .arg("go")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("korvus starts");
-    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains("agent is working") {
-        let line = lines
-            .next()
-            .expect("output until the agent works")
-            .expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
+    let (mut run, seen) = crate::support::spawn_until_working(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .arg("go")
+            .stderr(Stdio::null()),
+    );
     let id = session_id(&seen);
     let cancelled = ok(korvus(data.path()).args(["cancel", &id]));
     assert!(
@@ -89,23 +77,15 @@ fn killable_run(data: &std::path::Path, lease: &[&str]) -> (std::process::Child,
         "agent.sh",
         &format!("echo 'agent is working'\nexec sleep {nap}\n"),
     );
-    let mut run = korvus(data)
-        .args(lease)
-        .args(["run", "--agent", "sh", "--agent-arg"])
-        .arg(&agent)
-        .args(NO_CGROUP)
-        .arg("go")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("korvus starts");
-    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains("agent is working") {
-        let line = lines.next().expect("output").expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
+    let (run, seen) = crate::support::spawn_until_working(
+        korvus(data)
+            .args(lease)
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(NO_CGROUP)
+            .arg("go")
+            .stderr(Stdio::null()),
+    );
     let id = session_id(&seen);
     (run, id, nap)
 }

@@ -7,7 +7,6 @@
 //! data dir) and on PostgreSQL (a database of its own; scratch dirs and
 //! bytes still in the shared data dir, as on one host).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -36,26 +35,16 @@ fn start(data: &Path, env: &[(&str, &str)], name: &str) -> Replica {
              echo 'step 3 of 5' > work/progress.txt\necho 'agent is working'\nexec sleep {nap}\n"
         ),
     );
-    let mut process = korvus(data)
-        .envs(env.iter().copied())
-        .args(LEASE)
-        .args(["run", "--agent", "sh", "--agent-arg"])
-        .arg(&agent)
-        .args(NO_CGROUP)
-        .arg(name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("korvus starts");
-    let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains("agent is working") {
-        let line = lines.next().expect("output").expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
-    // Keep reading, so the replica never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let (process, seen) = crate::support::spawn_until_working(
+        korvus(data)
+            .envs(env.iter().copied())
+            .args(LEASE)
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(NO_CGROUP)
+            .arg(name)
+            .stderr(Stdio::null()),
+    );
     Replica {
         process,
         session: session_id(&seen),

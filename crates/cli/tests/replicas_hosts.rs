@@ -4,7 +4,6 @@
 //! held — every file written a checkpoint before the kill — and the report
 //! row names the checkpoint.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -44,24 +43,16 @@ async fn a_killed_replica_on_another_host_is_landed_from_its_last_checkpoint() {
                  echo 'agent is working'\nexec sleep {nap}\n"
             ),
         );
-        let mut victim = korvus(a.path())
-            .envs(env)
-            .args(lease)
-            .args(["run", "--agent", "sh", "--agent-arg"])
-            .arg(&agent)
-            .args(NO_CGROUP)
-            .arg("a long investigation")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("korvus starts");
-        let mut lines = BufReader::new(victim.stdout.take().unwrap()).lines();
-        let mut seen = String::new();
-        while !seen.contains("agent is working") {
-            seen.push_str(&lines.next().expect("output").expect("a line"));
-            seen.push('\n');
-        }
-        std::thread::spawn(move || for _ in lines {});
+        let (mut victim, seen) = crate::support::spawn_until_working(
+            korvus(a.path())
+                .envs(env)
+                .args(lease)
+                .args(["run", "--agent", "sh", "--agent-arg"])
+                .arg(&agent)
+                .args(NO_CGROUP)
+                .arg("a long investigation")
+                .stderr(Stdio::null()),
+        );
         let id = session_id(&seen);
         // Both files are in a checkpoint (hidden rows `korvus show` lists
         // as `checkpoint`) before the kill.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::support::{korvus, ok, output, read_until, script, session_id, stdout};
+use crate::support::{korvus, ok, output, script, session_id, spawn_until_working, stdout};
 
 /// Starts `korvus run` with an agent that writes `report.md` and
 /// `work/progress.txt`, says so, and finishes once `go` appears in its
@@ -20,15 +20,13 @@ fn started(data: &Path) -> (std::process::Child, String, PathBuf) {
          echo 'agent is working'\n\
          n=0; while [ ! -e go ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done\n",
     );
-    let mut child = korvus(data)
-        .args(["run", "--agent", "sh", "--agent-arg"])
-        .arg(&agent)
-        .args(crate::support::NO_CGROUP)
-        .arg("what happened?")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("korvus starts");
-    let seen = read_until(&mut child, "agent is working");
+    let (child, seen) = spawn_until_working(
+        korvus(data)
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(crate::support::NO_CGROUP)
+            .arg("what happened?"),
+    );
     let id = session_id(&seen);
     let dir = data.join("scratch").join(&id).join("1");
     (child, id, dir)
@@ -128,16 +126,13 @@ fn a_full_disk_keeps_the_dir_and_salvage_lands_it_once_space_is_freed() {
         );
         let mut cmd = korvus(&data);
         short_lease(&mut cmd);
-        let mut child = cmd
-            .args(["run", "--agent", "sh", "--agent-arg"])
-            .arg(&agent)
-            .args(crate::support::NO_CGROUP)
-            .arg("what happened?")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("korvus starts");
-        let seen = read_until(&mut child, "agent is working");
+        let (child, seen) = spawn_until_working(
+            cmd.args(["run", "--agent", "sh", "--agent-arg"])
+                .arg(&agent)
+                .args(crate::support::NO_CGROUP)
+                .arg("what happened?")
+                .stderr(Stdio::piped()),
+        );
         let id = session_id(&seen);
         let dir = data.join("scratch").join(&id).join("1");
         (child, id, dir)

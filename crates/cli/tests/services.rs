@@ -330,7 +330,6 @@ async fn a_missing_bucket_is_named_before_any_row_is_written() {
 /// session's revision, and `show` says where they came from.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bucket_deleted_mid_run_keeps_the_dir_and_salvage_stores_it() {
-    use std::process::Stdio;
     let Some((admin, endpoint)) = services() else {
         return;
     };
@@ -359,15 +358,13 @@ async fn a_bucket_deleted_mid_run_keeps_the_dir_and_salvage_stores_it() {
          n=0; while [ ! -e go ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done\n",
     );
     let cmd = || production(data.path(), &db, &endpoint, &bucket);
-    let mut child = cmd()
-        .args(["run", "--agent", "sh", "--agent-arg"])
-        .arg(&agent)
-        .args(crate::support::NO_CGROUP)
-        .arg("what happened?")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("korvus starts");
-    let seen = crate::support::read_until(&mut child, "agent is working");
+    let (mut child, seen) = crate::support::spawn_until_working(
+        cmd()
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(crate::support::NO_CGROUP)
+            .arg("what happened?"),
+    );
     let id = session_id(&seen);
     let dir = data.path().join("scratch").join(&id).join("1");
 

@@ -117,15 +117,7 @@ fn started(data: &std::path::Path, agent: &std::path::Path) -> (std::process::Ch
         .spawn()
         .expect("korvus starts");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut seen = String::new();
-    while !seen.contains("agent is working") {
-        let mut line = String::new();
-        assert!(
-            lines.read_line(&mut line).expect("a line") > 0,
-            "korvus ended early:\n{seen}"
-        );
-        seen.push_str(&line);
-    }
+    let seen = crate::support::lines_until(&mut lines, "agent is working");
     // The reader goes away, as `head -1` does after its line.
     drop(lines);
     (child, seen)
@@ -174,15 +166,7 @@ fn a_closed_stdout_never_abandons_the_run() {
 fn ctrl_c_with_the_reader_gone_still_cancels_and_lands() {
     let data = tempfile::tempdir().expect("temp dir");
     let arg = unique_sleep();
-    let agent = script(
-        data.path(),
-        "slow-agent.sh",
-        &format!(
-            "echo '# Partial findings' > report.md\n\
-             echo 'agent is working'\n\
-             exec sleep {arg}\n"
-        ),
-    );
+    let agent = partial_then_sleep(data.path(), &arg);
     let (mut child, seen) = started(data.path(), &agent);
     let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     kill(pid, Signal::SIGINT).expect("send SIGINT");
@@ -210,15 +194,7 @@ fn ctrl_c_with_the_reader_gone_still_cancels_and_lands() {
 fn ctrl_c_on_a_terminal_with_tee_cancels_lands_and_exits_141() {
     let data = tempfile::tempdir().expect("temp dir");
     let arg = unique_sleep();
-    let agent = script(
-        data.path(),
-        "slow-agent.sh",
-        &format!(
-            "echo '# Partial findings' > report.md\n\
-             echo 'agent is working'\n\
-             exec sleep {arg}\n"
-        ),
-    );
+    let agent = partial_then_sleep(data.path(), &arg);
     let dir = data.path();
     let out = dir.join("out");
     let rc = dir.join("rc");
@@ -285,6 +261,20 @@ fn ctrl_c_on_a_terminal_with_tee_cancels_lands_and_exits_141() {
     let report = ok(korvus(data.path()).args(["cat", &id]));
     assert!(report.contains("# Partial findings"), "{report}");
     assert!(!running(&format!("sleep {arg}")));
+}
+
+/// An agent that writes a partial report, says it is working and sleeps
+/// (`sleep <arg>`, for [`running`] to find).
+fn partial_then_sleep(dir: &std::path::Path, arg: &str) -> std::path::PathBuf {
+    script(
+        dir,
+        "slow-agent.sh",
+        &format!(
+            "echo '# Partial findings' > report.md\n\
+             echo 'agent is working'\n\
+             exec sleep {arg}\n"
+        ),
+    )
 }
 
 /// `text` as one single-quoted shell word.

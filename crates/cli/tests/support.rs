@@ -91,19 +91,23 @@ pub(crate) fn running(pattern: &str) -> bool {
         .success()
 }
 
+/// Reads lines from `from` until one holding `needle` and returns what it
+/// read; the output ending first fails the test.
+pub(crate) fn lines_until(from: &mut impl std::io::BufRead, needle: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let mut line = String::new();
+        let read = from.read_line(&mut line).expect("a line");
+        assert!(read > 0, "the output ended before {needle:?}:\n{seen}");
+        seen.push_str(&line);
+    }
+    seen
+}
+
 /// Reads `child`'s stdout until a line holding `needle`, returns what it
 /// read, and drains the rest on a thread (a full pipe never blocks it).
 pub(crate) fn read_until(child: &mut std::process::Child, needle: &str) -> String {
-    use std::io::{BufRead, BufReader};
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains(needle) {
-        let line = lines.next().expect("output").expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
-    std::thread::spawn(move || for _ in lines {});
-    seen
+    read_until_then_rest(child, needle).0
 }
 
 /// Reads `child`'s stdout until a line holding `needle` and returns what
@@ -112,14 +116,24 @@ pub(crate) fn read_until_then_rest(
     child: &mut std::process::Child,
     needle: &str,
 ) -> (String, std::thread::JoinHandle<String>) {
-    use std::io::{BufRead, BufReader};
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut seen = String::new();
-    while !seen.contains(needle) {
-        let line = lines.next().expect("output").expect("a line");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
-    let rest = std::thread::spawn(move || lines.map_while(Result::ok).map(|l| l + "\n").collect());
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let seen = lines_until(&mut lines, needle);
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut lines, &mut rest);
+        rest
+    });
     (seen, rest)
+}
+
+/// Starts `cmd` with its stdout piped and reads it until the agent says
+/// "agent is working" (the rest is drained on a thread); returns the
+/// process and what it read.
+pub(crate) fn spawn_until_working(cmd: &mut Command) -> (std::process::Child, String) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("korvus starts");
+    let seen = read_until(&mut child, "agent is working");
+    (child, seen)
 }

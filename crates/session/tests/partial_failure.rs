@@ -401,7 +401,7 @@ async fn a_run_whose_outcome_was_not_written_is_unsettled_and_keeps_its_dir() {
     ));
     let row = env.store.get_session(session.id).await.unwrap();
     assert!(row.is_active(), "{row:?}");
-    let dir = env.root.path().join(session.id.to_string()).join("1");
+    let dir = env.dir_of(session.id, 1);
     assert!(dir.join("notes.txt").exists(), "the scratch dir is kept");
     assert_eq!(
         korvus_workspace::kept_reason(&dir).as_deref(),
@@ -427,17 +427,14 @@ async fn a_run_whose_files_were_not_all_stored_keeps_its_dir_and_says_where() {
             ("notes.txt", "only copy"),
         ]))
         .build();
-    let session = manager.create(env.request("partly stored")).await.unwrap();
-    let row = manager
-        .await_settled(session.id, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let row = env.run_to_end(&manager, "partly stored").await;
+    let session = row.clone();
     assert_eq!(
         row.status,
         korvus_store::SessionStatus::Completed,
         "{row:?}"
     );
-    let dir = env.root.path().join(session.id.to_string()).join("1");
+    let dir = env.dir_of(session.id, 1);
     assert_eq!(
         std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
         "only copy"

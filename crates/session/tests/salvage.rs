@@ -27,13 +27,10 @@ async fn salvage_stores_a_kept_dir_once_the_blob_store_is_back() {
             ("work/progress.txt", "step 3 of 5"),
         ]))
         .build();
-    let session = manager.create(env.request("bucket gone")).await.unwrap();
-    let settled = manager
-        .await_settled(session.id, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let settled = env.run_to_end(&manager, "bucket gone").await;
+    let session = settled.clone();
     manager.wait().await;
-    let dir = env.root.path().join(session.id.to_string()).join("1");
+    let dir = env.dir_of(session.id, 1);
     assert!(korvus_workspace::kept_reason(&dir).is_some(), "kept");
     let before = env.store.get_report(session.id, 1).await.unwrap();
     assert_eq!(before.markdown_key, None, "{before:?}");
@@ -120,7 +117,7 @@ async fn a_reopen_salvages_the_kept_dir_first_or_refuses() {
         .await
         .unwrap();
     manager.wait().await;
-    let dir = env.root.path().join(session.id.to_string()).join("1");
+    let dir = env.dir_of(session.id, 1);
     assert!(korvus_workspace::kept_reason(&dir).is_some());
 
     match manager.reopen(session.id, "go on").await {
@@ -196,13 +193,10 @@ async fn salvage_leaves_a_live_runs_dir_and_removes_a_stale_mark_without_a_write
     let manager = env
         .builder(writing(&[("work/progress.txt", "all stored")]))
         .build();
-    let session = manager.create(env.request("stored")).await.unwrap();
-    let settled = manager
-        .await_settled(session.id, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let settled = env.run_to_end(&manager, "stored").await;
+    let session = settled.clone();
     manager.wait().await;
-    let dir = env.root.path().join(session.id.to_string()).join("1");
+    let dir = env.dir_of(session.id, 1);
     assert!(!dir.exists(), "stored whole: removed");
 
     // The same files, as a run killed after its clean-up's settle would

@@ -97,6 +97,32 @@ impl Env {
             .cancel_grace(Duration::from_millis(200))
     }
 
+    /// Creates a session asking `prompt` through `manager` and waits (ten
+    /// seconds at most) until it settled; returns the settled row.
+    pub(crate) async fn run_to_end(
+        &self,
+        manager: &Manager,
+        prompt: &str,
+    ) -> korvus_store::Session {
+        let session = manager.create(self.request(prompt)).await.unwrap();
+        manager
+            .await_settled(session.id, Duration::from_secs(10))
+            .await
+            .unwrap()
+    }
+
+    /// The scratch dir of `session`'s `revision` under this env's root.
+    pub(crate) fn dir_of(
+        &self,
+        session: korvus_store::SessionId,
+        revision: u32,
+    ) -> std::path::PathBuf {
+        self.root
+            .path()
+            .join(session.to_string())
+            .join(revision.to_string())
+    }
+
     pub(crate) fn request(&self, prompt: &str) -> CreateSession {
         CreateSession {
             incident_id: self.incident.id,
