@@ -193,6 +193,36 @@ pub fn manifest_key(incident: Uuid, session: Uuid, revision: u32, fence: u64) ->
     ))
 }
 
+/// The key of the manifest of one salvage of a settled revision:
+/// `incidents/<incident>/sessions/<session>/manifests/<revision, 6 digits>/<fence>/salvage-<attempt>.json`.
+///
+/// A salvage stores its manifest before the transition that attaches its
+/// rows at `fence`, and two salvages of the same session (a `reap` and a
+/// `korvus salvage` at once) both aim at the same fence: `attempt`, unique
+/// per salvage, keeps the loser's manifest from overwriting the one the
+/// winner's report row names.
+///
+/// ```
+/// use korvus_blob::{manifest_key, salvage_manifest_key};
+/// use uuid::Uuid;
+///
+/// let (i, s) = (Uuid::nil(), Uuid::nil());
+/// let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+/// assert_ne!(salvage_manifest_key(i, s, 2, 3, a), salvage_manifest_key(i, s, 2, 3, b));
+/// assert_ne!(salvage_manifest_key(i, s, 2, 3, a), manifest_key(i, s, 2, 3));
+/// ```
+pub fn salvage_manifest_key(
+    incident: Uuid,
+    session: Uuid,
+    revision: u32,
+    fence: u64,
+    attempt: Uuid,
+) -> BlobKey {
+    BlobKey(format!(
+        "incidents/{incident}/sessions/{session}/manifests/{revision:06}/{fence}/salvage-{attempt}.json"
+    ))
+}
+
 /// The key of an artifact:
 /// `incidents/<incident>/sessions/<session>/artifacts/<artifact>/<file name>`.
 ///

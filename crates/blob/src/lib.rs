@@ -62,8 +62,8 @@ pub use crate::error::{BlobError, Result};
 pub use crate::file::{copy_and_hash, digest_of_file};
 pub use crate::fs::FsBlobStore;
 pub use crate::key::{
-    artifact_key, manifest_key, probe_key, report_key, sanitize_file_name, session_prefix, BlobKey,
-    MAX_FILE_NAME_BYTES, MAX_KEY_BYTES, PROBE_PREFIX,
+    artifact_key, manifest_key, probe_key, report_key, salvage_manifest_key, sanitize_file_name,
+    session_prefix, BlobKey, MAX_FILE_NAME_BYTES, MAX_KEY_BYTES, PROBE_PREFIX,
 };
 pub use crate::memory::MemoryBlobStore;
 #[cfg(feature = "mock")]

@@ -7,11 +7,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use korvus_blob::BlobStore;
+use korvus_blob::{salvage_manifest_key, BlobStore};
 use korvus_store::NewArtifact;
 
 use crate::config::{PersistConfig, PersistRequest};
-use crate::manifest::store_manifest;
+use crate::manifest::store_manifest_at;
 use crate::outcome::PersistOutcome;
 use crate::persist::{rows_failed, run_phase, Rows};
 
@@ -47,6 +47,9 @@ impl HeldRows {
     /// within `config.manifest_timeout`). Call it before the attach: the
     /// report row the attach writes names it, in the same transaction as
     /// the rows, so a manifest a row names never says more than happened.
+    /// Its key is this salvage's own
+    /// ([`salvage_manifest_key`](korvus_blob::salvage_manifest_key)): a
+    /// salvage racing it for the same fence never overwrites it.
     pub async fn store_manifest(
         &mut self,
         blobs: &dyn BlobStore,
@@ -55,7 +58,14 @@ impl HeldRows {
     ) {
         let mut described = self.outcome.clone();
         described.rows_written = self.outcome.attempted;
-        store_manifest(blobs, request, &mut described, config.manifest_timeout).await;
+        let key = salvage_manifest_key(
+            request.incident.as_uuid(),
+            request.session.as_uuid(),
+            request.revision,
+            request.fence,
+            uuid::Uuid::now_v7(),
+        );
+        store_manifest_at(blobs, key, &mut described, config.manifest_timeout).await;
         self.outcome.manifest_key = described.manifest_key;
     }
 }

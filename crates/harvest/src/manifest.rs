@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::warn;
 
-use korvus_blob::{manifest_key, BlobStore, Durability, PutOptions};
+use korvus_blob::{manifest_key, BlobKey, BlobStore, Durability, PutOptions};
 use korvus_workspace::HARVEST_MANIFEST;
 
 use crate::config::PersistRequest;
@@ -39,6 +39,16 @@ pub(crate) async fn store_manifest(
         request.revision,
         request.fence,
     );
+    store_manifest_at(blobs, key, outcome, limit).await;
+}
+
+/// [`store_manifest`] under `key`.
+pub(crate) async fn store_manifest_at(
+    blobs: &dyn BlobStore,
+    key: BlobKey,
+    outcome: &mut PersistOutcome,
+    limit: Duration,
+) {
     // The manifest names its own key, as the report row will.
     outcome.manifest_key = Some(key.to_string());
     let bytes = match serde_json::to_vec_pretty(&*outcome) {

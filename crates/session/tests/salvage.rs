@@ -250,3 +250,48 @@ async fn salvage_leaves_a_live_runs_dir_and_removes_a_stale_mark_without_a_write
         .is_empty());
     manager.stop().await;
 }
+
+/// Two salvages of one kept dir at once (a `reap --apply` and an
+/// operator's `korvus salvage`, here two managers on one store): the
+/// output is attached once, and the manifest the report row names lists
+/// exactly the rows that were attached — the loser's manifest, stored for
+/// the same fence, never overwrites it.
+#[tokio::test]
+async fn two_salvages_at_once_attach_once_and_the_manifest_names_what_was_attached() {
+    let env = Env::new().await;
+    env.blobs.fault_put("", BlobFault::Fail);
+    const FILES: &[(&str, &str)] = &[("report.md", "# what I found"), ("work/a.txt", "a")];
+    let manager = env.builder(writing(FILES)).build();
+    let other = env.builder(writing(FILES)).build();
+    let settled = env.run_to_end(&manager, "raced").await;
+    manager.wait().await;
+    env.blobs.clear_faults();
+    let (a, b) = tokio::join!(manager.salvage(settled.id), other.salvage(settled.id));
+    let attached = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Ok(s) if s.dirs.iter().any(|d| d.complete && d.stored > 0)))
+        .count();
+    assert!(attached >= 1, "{a:?} {b:?}");
+    let rows: std::collections::BTreeSet<String> = env
+        .store
+        .all_session_artifacts(settled.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.blob_key)
+        .collect();
+    assert_eq!(rows.len(), 2, "attached once: {rows:?}");
+    let report = env.store.get_report(settled.id, 1).await.unwrap();
+    let key = korvus_blob::BlobKey::new(report.manifest_key.clone().expect("a manifest")).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&env.blobs.get(&key).await.unwrap().bytes).unwrap();
+    let listed: std::collections::BTreeSet<String> = manifest["stored"]
+        .as_array()
+        .expect("stored")
+        .iter()
+        .map(|f| f["blob_key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, rows, "{manifest}");
+    manager.stop().await;
+    other.stop().await;
+}
