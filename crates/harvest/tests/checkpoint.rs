@@ -96,11 +96,16 @@ async fn a_file_rewritten_every_checkpoint_ends_with_one_row_and_one_blob() {
 struct Growing {
     inner: Arc<dyn BlobStore>,
     file: PathBuf,
+    /// The writer stopped: puts no longer grow the file.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Growing {
     fn grow(&self) {
         use std::io::Write;
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.file)
@@ -177,8 +182,9 @@ async fn a_growing_file_is_skipped_then_stored_torn_at_its_starting_size() {
     let blobs = Arc::new(Growing {
         inner: inner.clone(),
         file: env.scratch.path().join("app.log"),
+        stopped: false.into(),
     });
-    let mut ck = checkpointer(&env, blobs, PersistConfig::default());
+    let mut ck = checkpointer(&env, blobs.clone(), PersistConfig::default());
     for skips in 1..=TORN_AFTER_SKIPS {
         let outcome = ck.checkpoint().await;
         assert!(outcome.stored.is_empty(), "{outcome:?}");
@@ -195,14 +201,49 @@ async fn a_growing_file_is_skipped_then_stored_torn_at_its_starting_size() {
     assert_eq!(outcome.stored.len(), 1, "{outcome:?}");
     assert!(outcome.stored[0].torn);
     assert_eq!(outcome.stored[0].size, before.len() as u64);
-    let rows = rows(&env).await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!(&bytes_at(&*inner, &rows[0].blob_key).await[..], &before[..]);
+    let held = rows(&env).await;
+    assert_eq!(held.len(), 1);
+    assert_eq!(&bytes_at(&*inner, &held[0].blob_key).await[..], &before[..]);
     let now = std::fs::read(env.scratch.path().join("app.log")).unwrap();
     assert!(
         now.len() > before.len(),
         "the file grew during the torn read"
     );
+
+    // The writer stops (the agent ended): the landing reads the file
+    // whole, its manifest says so, and the torn copy goes.
+    blobs
+        .stopped
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let torn_key = held[0].blob_key.clone();
+    let landed = ck.land().await;
+    assert!(landed.rows_written, "{landed:?}");
+    let file = landed
+        .stored
+        .iter()
+        .find(|f| f.path == "app.log")
+        .expect("stored");
+    assert!(!file.torn && !file.promoted, "{file:?}");
+    assert_eq!(file.size, now.len() as u64);
+    let manifest_key = BlobKey::new(landed.manifest_key.clone().expect("manifest")).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&bytes_at(&*inner, manifest_key.as_str()).await).unwrap();
+    let listed = manifest["stored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "app.log")
+        .expect("listed");
+    assert_ne!(listed["torn"], serde_json::json!(true), "{manifest}");
+    let final_rows = rows(&env).await;
+    assert_eq!(final_rows.len(), 1, "{final_rows:?}");
+    assert_eq!(final_rows[0].kind, ArtifactKind::AgentOutput);
+    assert_eq!(
+        &bytes_at(&*inner, &final_rows[0].blob_key).await[..],
+        &now[..]
+    );
+    let torn = BlobKey::new(torn_key).unwrap();
+    assert!(inner.head(&torn).await.is_err(), "the torn copy is deleted");
 }
 
 #[tokio::test]
