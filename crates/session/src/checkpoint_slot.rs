@@ -88,8 +88,19 @@ impl CheckpointSlot {
     }
 
     /// Takes the checkpointer for the landing, once a checkpoint in flight
-    /// finished: none runs after.
-    pub(crate) async fn take(&self) -> Option<Checkpointer> {
+    /// finished: none runs after. The runner's hook is cleared first (a
+    /// runner that returned without clearing it — an error, or dropped
+    /// past its grace — must not write into the dir the landing walks),
+    /// waiting at most `bound` for a call of it still in flight.
+    pub(crate) async fn take(&self, bound: Duration) -> Option<Checkpointer> {
+        let hook = self.hook.clone();
+        let cleared = tokio::task::spawn_blocking(move || hook.clear());
+        if tokio::time::timeout(bound, cleared).await.is_err() {
+            tracing::warn!(
+                ?bound,
+                "the runner's checkpoint hook is still running; landing all the same"
+            );
+        }
         self.checkpointer.lock().await.take()
     }
 }

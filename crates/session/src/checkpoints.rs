@@ -32,7 +32,7 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Whether `inner`'s runs are checkpointed: an interval, a blob store and
 /// a scratch root.
-fn enabled(inner: &Inner) -> bool {
+pub(crate) fn enabled(inner: &Inner) -> bool {
     !inner.config.checkpoint_interval.is_zero() && inner.blobs.is_some() && inner.scratch.is_some()
 }
 
@@ -135,9 +135,9 @@ pub(crate) fn attach(
 
 /// The checkpointer of `state`'s run for its landing, once a checkpoint
 /// in flight finished (none runs after); `None` when it has none.
-pub(crate) async fn take(state: &RunState) -> Option<Checkpointer> {
+pub(crate) async fn take(inner: &Inner, state: &RunState) -> Option<Checkpointer> {
     match state.checkpoints.get() {
-        Some(slot) => slot.take().await,
+        Some(slot) => slot.take(inner.config.cleanup_timeout).await,
         None => None,
     }
 }

@@ -212,7 +212,6 @@ async fn iterate(
         log: Arc::new(notifying(log, live)),
         token: live.cancel.clone(),
     };
-    let revision = run.key;
     let mut prepared = match Box::pin(run.prepare(&plan)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),
@@ -226,10 +225,11 @@ async fn iterate(
         &run.log,
         &run.token,
         lease.as_ref().map(|l| &l.client),
+        crate::checkpoints::enabled(inner),
     );
     // Only a first run goes back to the queue: a continued revision's
     // message lives in this run alone (a claim of it would run it afresh).
-    let first_run = revision.revision == 1;
+    let first_run = run.key.revision == 1;
     // Only a stop: a run a caller (or a cancel request) cancelled first
     // ends `cancelled` as asked.
     if first_run && run.token.is_cancelled() && live.by_stop.load(Ordering::Acquire) {
@@ -256,7 +256,7 @@ async fn iterate(
         }
     };
     // One call site of the runner, below: the await a parked run waits in.
-    let refused = match Box::pin(inner.mark_started(revision)).await {
+    let refused = match Box::pin(inner.mark_started(run.key)).await {
         Write::Done => None,
         Write::Refused(e) => {
             // Taken over, force-cancelled or ended meanwhile: the runner
@@ -272,7 +272,7 @@ async fn iterate(
             }
             // Its start committed after all and no runner ran: ended now
             // rather than left for a reaper to call `owner_lost`.
-            let settlement = Box::pin(inner.fail_early(revision, ExitReason::RUNNER_FAILED)).await;
+            let settlement = Box::pin(inner.fail_early(run.key, ExitReason::RUNNER_FAILED)).await;
             return (Some(settlement), Leftovers::default());
         }
         Write::GaveUp => {
@@ -291,7 +291,7 @@ async fn iterate(
     };
     // The checkpointer, once a checkpoint in flight finished: the landing
     // stores only what changed since the last one.
-    let checkpointer = Box::pin(crate::checkpoints::take(live)).await;
+    let checkpointer = Box::pin(crate::checkpoints::take(inner, live)).await;
     let landed = Box::pin(run.land(&prepared, result, checkpointer));
     let landed = crate::metrics::phase("land", landed)
         .instrument(info_span!("land"))
@@ -354,13 +354,16 @@ impl Run<'_> {
 
 /// What the runner gets for this iteration. It takes the plan's session
 /// row and incident and the prepared inherited files and skills (landing
-/// needs none of them), so a parked run holds them once.
+/// needs none of them), so a parked run holds them once. Its checkpoint
+/// hook is live only when the run is `checkpointed` and has a scratch dir
+/// (an inert one allocates nothing).
 fn context(
     plan: Plan,
     prepared: &mut Prepared,
     log: &Arc<LogHandle>,
     token: &CancellationToken,
     docs: Option<&Arc<dyn korvus_runner::DocsClient>>,
+    checkpointed: bool,
 ) -> Box<RunContext> {
     let revision = plan.key().revision;
     let (session, incident) = plan.into_parts();
@@ -378,7 +381,11 @@ fn context(
         revision,
         report_template: prepared.report_template.clone(),
         cancel: token.child_token(),
-        checkpoint: korvus_runner::CheckpointHook::default(),
+        checkpoint: if checkpointed && prepared.dir.is_some() {
+            korvus_runner::CheckpointHook::new()
+        } else {
+            korvus_runner::CheckpointHook::default()
+        },
     })
 }
 

@@ -18,7 +18,7 @@
 //! ([`watch`]), so a checkpoint holds the live thread; the last copy, after
 //! every process of the run is gone, replaces it. All file access is
 //! through [`beneath`](super::beneath): no symbolic link is followed, and
-//! only a regular file is taken ([`thread`](super::thread)).
+//! only a regular file of one link is taken ([`thread`](super::thread)).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -98,29 +98,35 @@ pub(crate) fn restore(
 }
 
 /// After a run: keeps the decoder's thread (its file found under `home`)
-/// in [`AGENT_STATE_DIR`], replacing whatever is there. `Ok(false)` when
-/// the agent named no thread or left no file for it. The agent is gone:
-/// nothing changes the dir meanwhile, but a link it left in place of
-/// `.korvus` is refused, never followed.
+/// in [`AGENT_STATE_DIR`], and clears whatever else is there — all of it
+/// when no thread could be kept, so an older revision's thread is never
+/// resumed in its place. `Ok(false)` when the agent named no thread or
+/// left no file for it. Every path is opened through
+/// [`beneath`](super::beneath), so a link an agent left (or another run's
+/// agent of the same user plants meanwhile) is never followed.
 pub(crate) fn keep(scratch: &Path, home: &Path, decoder: &Decoder) -> Result<bool, String> {
-    let dir = scratch.join(AGENT_STATE_DIR);
-    let parent = Path::new(AGENT_STATE_DIR).parent().unwrap_or(Path::new(""));
-    beneath::root(scratch)
-        .and_then(|root| beneath::dir(&root, parent, true))
-        .map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
-    // Whatever the agent put there is not korvus's record.
-    remove(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
-    let Some(thread) = decoder.thread().filter(|t| is_id(t)) else {
-        return Ok(false);
+    let dir = beneath::root(scratch)
+        .and_then(|root| beneath::dir(&root, Path::new(AGENT_STATE_DIR), true))
+        .map_err(|e| format!("cannot open {AGENT_STATE_DIR}: {e}"))?;
+    let kept = match decoder.thread().filter(|t| is_id(t)) {
+        Some(thread) => thread::copy(
+            scratch,
+            home,
+            decoder.dialect(),
+            thread,
+            decoder.total(),
+            &mut None,
+        ),
+        None => Ok(false),
     };
-    thread::copy(
-        scratch,
-        home,
-        decoder.dialect(),
-        thread,
-        decoder.total(),
-        &mut None,
-    )
+    // Whatever the agent put there is not korvus's record.
+    let record: &[&str] = match kept {
+        Ok(true) => &[THREAD_FILE, STATE_FILE],
+        _ => &[],
+    };
+    beneath::clear_except(&dir, record)
+        .map_err(|e| format!("cannot clear {AGENT_STATE_DIR}: {e}"))?;
+    kept
 }
 
 /// A resumed run of an agent dialect: the agent's kept thread, put back
@@ -234,16 +240,6 @@ fn rollout_total(rollout: &[u8]) -> Option<Usage> {
     total
 }
 
-/// Removes `path` whatever it is, without following a symbolic link.
-fn remove(path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// Lets the run's checkpoints hold the agent's live thread: for an agent
 /// dialect, installs the run's checkpoint `hook`, which copies the thread
 /// the decoder (in `sink`) names from `home` into the scratch dir before
@@ -257,7 +253,7 @@ pub(crate) fn watch(
     home: &Path,
     sink: &mut Sink<'_>,
 ) {
-    if dialect == Dialect::Korvus {
+    if dialect == Dialect::Korvus || !hook.is_live() {
         return;
     }
     let published = thread::Published::default();

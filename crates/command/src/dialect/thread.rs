@@ -7,6 +7,7 @@
 //! All file access goes through [`beneath`](super::beneath): the agent
 //! owns both trees and may have swapped any directory for a link.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -60,52 +61,36 @@ pub(crate) fn claude_file(home: &Path, cwd: &Path, session: &str) -> PathBuf {
 }
 
 /// Codex's rollout of `thread` beneath `$HOME/.codex/sessions` (a dated
-/// path), found without descending into symbolic links.
-fn find_codex(home: &Path, thread: &str) -> Option<PathBuf> {
+/// path), relative to `HOME`, found through descriptors without
+/// descending into a symbolic link.
+fn find_codex(home: &OwnedFd, thread: &str) -> Option<PathBuf> {
     let suffix = format!("-{thread}.jsonl");
-    let mut pending = vec![home.join(".codex/sessions")];
-    let mut seen = 0;
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
-            seen += 1;
-            if seen > 10_000 {
-                return None;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if kind.is_dir() {
-                pending.push(entry.path());
-            } else if kind.is_file() && entry.file_name().to_string_lossy().ends_with(&suffix) {
-                return Some(entry.path());
-            }
-        }
-    }
-    None
+    beneath::find(home, Path::new(".codex/sessions"), &suffix, 10_000)
 }
 
 /// Where `dialect`'s file of `thread` is, relative to `home`, when the
-/// agent left a regular file there.
+/// agent left a file there (a link of any kind is not followed: none is
+/// found, or its open fails).
 pub(crate) fn locate(
     scratch: &Path,
     home: &Path,
     dialect: Dialect,
     thread: &str,
 ) -> Option<PathBuf> {
-    let found = match dialect {
-        Dialect::Codex => find_codex(home, thread)?,
-        Dialect::ClaudeCode => claude_file(home, scratch, thread),
-        Dialect::Korvus => return None,
-    };
-    let is_file = std::fs::symlink_metadata(&found).is_ok_and(|m| m.file_type().is_file());
-    if !is_file {
-        return None;
+    let home_fd = open_home(scratch, home).ok()?;
+    match dialect {
+        Dialect::Codex => find_codex(&home_fd, thread),
+        Dialect::ClaudeCode => {
+            let file = claude_file(home, scratch, thread);
+            let rel = file.strip_prefix(home).ok()?.to_path_buf();
+            beneath::open_regular(&home_fd, &rel).is_ok().then_some(rel)
+        }
+        Dialect::Korvus => None,
     }
-    found.strip_prefix(home).ok().map(Path::to_path_buf)
 }
 
 /// `home`'s directory (beneath `scratch`), opened.
-fn open_home(scratch: &Path, home: &Path) -> Result<std::os::fd::OwnedFd, String> {
+fn open_home(scratch: &Path, home: &Path) -> Result<OwnedFd, String> {
     let rel = home
         .strip_prefix(scratch)
         .map_err(|_| format!("{} is not in the scratch dir", home.display()))?;
@@ -277,8 +262,18 @@ mod tests {
         std::fs::create_dir_all(&home).unwrap();
         std::os::unix::fs::symlink(theirs.join(".codex"), home.join(".codex")).unwrap();
         let total = Usage::default();
-        let err = copy(dir.path(), &home, Dialect::Codex, "th-6", total, &mut None);
-        assert!(err.is_err(), "{err:?}");
+        let copied = copy(dir.path(), &home, Dialect::Codex, "th-6", total, &mut None);
+        assert!(!matches!(copied, Ok(true)), "{copied:?}");
+        assert!(!dir.path().join(AGENT_STATE_DIR).join(THREAD_FILE).exists());
+        // A hard link to the operator's rollout, in the agent's own tree.
+        std::fs::remove_file(home.join(".codex")).unwrap();
+        let mine = home.join(".codex/sessions/2026/12/05");
+        std::fs::create_dir_all(&mine).unwrap();
+        let theirs_file =
+            theirs.join(".codex/sessions/2026/12/05/rollout-2026-12-05T09-00-00-th-6.jsonl");
+        std::fs::hard_link(&theirs_file, mine.join("rollout-x-th-6.jsonl")).unwrap();
+        let copied = copy(dir.path(), &home, Dialect::Codex, "th-6", total, &mut None);
+        assert!(copied.is_err(), "{copied:?}");
         assert!(!dir.path().join(AGENT_STATE_DIR).join(THREAD_FILE).exists());
 
         // The state dir swapped for a link to a directory outside.
