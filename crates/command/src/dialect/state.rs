@@ -104,19 +104,12 @@ pub(crate) fn restore(
 /// left no file for it. Every path is opened through
 /// [`beneath`](super::beneath), so a link an agent left (or another run's
 /// agent of the same user plants meanwhile) is never followed.
-pub(crate) fn keep(scratch: &Path, home: &Path, decoder: &Decoder) -> Result<bool, String> {
+pub(crate) fn keep(scratch: &Path, home: &Path, named: &Named) -> Result<bool, String> {
     let dir = beneath::root(scratch)
         .and_then(|root| beneath::dir(&root, Path::new(AGENT_STATE_DIR), true))
         .map_err(|e| format!("cannot open {AGENT_STATE_DIR}: {e}"))?;
-    let kept = match decoder.thread().filter(|t| is_id(t)) {
-        Some(thread) => thread::copy(
-            scratch,
-            home,
-            decoder.dialect(),
-            thread,
-            decoder.total(),
-            &mut None,
-        ),
+    let kept = match named.thread.as_deref().filter(|t| is_id(t)) {
+        Some(thread) => thread::copy(scratch, home, named.dialect, thread, named.total, &mut None),
         None => Ok(false),
     };
     // Whatever the agent put there is not korvus's record.
@@ -172,25 +165,53 @@ pub(crate) async fn keep_thread(
     let Some(decoder) = sink.decoder() else {
         return;
     };
-    if let Some(total) = unreported(scratch, home, decoder) {
+    // The file work on a blocking thread: the thread file may be 64 MiB.
+    let named = Named::of(decoder);
+    let (dir, own) = (scratch.to_path_buf(), home.to_path_buf());
+    let found = tokio::task::spawn_blocking(move || unreported(&dir, &own, &named)).await;
+    if let Ok(Some(total)) = found {
         sink.thread_total(total).await;
     }
     let Some(decoder) = sink.decoder() else {
         return;
     };
-    let total = decoder.total();
+    let named = Named::of(decoder);
     tracing::info!(
-        dialect = %decoder.dialect(),
-        thread = decoder.thread().unwrap_or_default(),
-        total_input_tokens = total.input,
-        total_output_tokens = total.output,
+        dialect = %named.dialect,
+        thread = named.thread.as_deref().unwrap_or_default(),
+        total_input_tokens = named.total.input,
+        total_output_tokens = named.total.output,
         "agent thread after the run"
     );
-    if let Err(why) = keep(scratch, home, decoder) {
+    let (dir, own) = (scratch.to_path_buf(), home.to_path_buf());
+    let kept = tokio::task::spawn_blocking(move || keep(&dir, &own, &named))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    if let Err(why) = kept {
         sink.note(format!(
             "the agent's thread was not kept for a reopen: {why}"
         ))
         .await;
+    }
+}
+
+/// What a run's decoder learnt of its thread, owned, for the file work
+/// on a blocking thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Named {
+    dialect: Dialect,
+    thread: Option<String>,
+    total: Usage,
+}
+
+impl Named {
+    /// What `decoder` learnt.
+    pub(crate) fn of(decoder: &Decoder) -> Self {
+        Self {
+            dialect: decoder.dialect(),
+            thread: decoder.thread().map(str::to_owned),
+            total: decoder.total(),
+        }
     }
 }
 
@@ -205,15 +226,15 @@ pub(crate) async fn keep_thread(
 /// total it keeps is the thread's, and the next revision counts only its
 /// own calls. `None` for Claude Code (its `result` line is not a running
 /// total), without a thread file, or when the file records no more.
-fn unreported(scratch: &Path, home: &Path, decoder: &Decoder) -> Option<Usage> {
-    if decoder.dialect() != Dialect::Codex {
+fn unreported(scratch: &Path, home: &Path, named: &Named) -> Option<Usage> {
+    if named.dialect != Dialect::Codex {
         return None;
     }
-    let thread = decoder.thread().filter(|t| is_id(t))?;
+    let thread = named.thread.as_deref().filter(|t| is_id(t))?;
     let rel = thread::locate(scratch, home, Dialect::Codex, thread)?;
     let bytes = thread::read_whole(scratch, home, &rel).ok()?;
     let recorded = rollout_total(&bytes)?;
-    let told = decoder.total();
+    let told = named.total;
     (recorded.input > told.input || recorded.output > told.output).then_some(recorded)
 }
 
@@ -294,7 +315,7 @@ mod tests {
         std::fs::create_dir_all(rollout.parent().unwrap()).unwrap();
         std::fs::write(&rollout, "{\"history\":1}\n").unwrap();
         std::fs::write(home.join(".codex/auth.json"), "secret").unwrap();
-        assert!(keep(first.path(), &home, &codex_after_a_run("th-1")).unwrap());
+        assert!(keep(first.path(), &home, &Named::of(&codex_after_a_run("th-1"))).unwrap());
         let kept = first.path().join(AGENT_STATE_DIR);
         let names: Vec<String> = std::fs::read_dir(&kept)
             .unwrap()
@@ -337,7 +358,7 @@ mod tests {
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "secret").unwrap();
         std::os::unix::fs::symlink(&secret, &link).unwrap();
-        assert!(!keep(dir.path(), &home, &codex_after_a_run("th-2")).unwrap());
+        assert!(!keep(dir.path(), &home, &Named::of(&codex_after_a_run("th-2"))).unwrap());
         assert!(!dir.path().join(AGENT_STATE_DIR).join(THREAD_FILE).exists());
     }
 
@@ -399,9 +420,9 @@ mod tests {
         let mut d = Decoder::new(Dialect::Codex, Start::default()).unwrap();
         d.line(r#"{"type":"thread.started","thread_id":"th-4"}"#);
         d.line(r#"{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":10}}"#);
-        let grown = d.raise_total(unreported(scratch.path(), &home, &d).unwrap());
+        let grown = d.raise_total(unreported(scratch.path(), &home, &Named::of(&d)).unwrap());
         assert_eq!((grown.input, grown.output), (150, 15));
-        assert_eq!(unreported(scratch.path(), &home, &d), None);
+        assert_eq!(unreported(scratch.path(), &home, &Named::of(&d)), None);
     }
 
     #[test]
