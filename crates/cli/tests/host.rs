@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::support::{korvus, ok, script, session_id};
+use crate::support::{korvus, ok, script, session_id, stdout};
 
 /// `cmd` run through `prefix` (a program that ends by executing its
 /// arguments, such as `prlimit` or `script`), with `cmd`'s environment.
@@ -332,7 +332,8 @@ fn limit_flags_reach_the_run_and_bad_ones_are_usage_errors() {
 /// korvus not root: `--network none` puts the agent in a user and network
 /// namespace of its own (only `lo`; the agent sees the overflow uid), and
 /// `--network allow=…` — which needs root for its proxy — becomes `none`
-/// with a note saying so; the runs still land their reports.
+/// with a note saying so; the runs still land their reports. Required,
+/// the same `allow` fails before the agent starts, naming the cause.
 #[test]
 fn not_root_the_network_policy_is_a_user_namespace_with_only_loopback() {
     if !can_make_users() {
@@ -355,9 +356,11 @@ echo '# R' > report.md
     );
     let agent = script(data.path(), "net.sh", &probe);
     user.own(data.path());
-    for (policy, note) in [("none", None), ("allow=127.0.0.1:9", Some("needs root"))] {
+    let allow = "allow=127.0.0.1:9";
+    for (policy, required, note) in [("none", true, None), (allow, false, Some("needs root"))] {
         let mut run = korvus(data.path());
-        run.args(["run", "--network", policy, "--network-required"])
+        run.args(["run", "--network", policy])
+            .args(required.then_some("--network-required"))
             .args(["--agent", "sh", "--agent-arg"])
             .arg(&agent)
             .arg("offline");
@@ -379,4 +382,15 @@ echo '# R' > report.md
             assert!(log.contains(note), "{policy}:\n{log}");
         }
     }
+    let mut run = korvus(data.path());
+    run.args(["run", "--network", allow, "--network-required"])
+        .args(["--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("offline");
+    let out = crate::support::output(&mut through(&["runuser", "-u", &user.name, "--"], &run));
+    let said = format!("{}{}", stdout(&out), crate::support::stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    let log = ok(korvus(data.path()).args(["export", &session_id(&stdout(&out))]));
+    assert!(log.contains("needs root"), "the cause is named:\n{log}");
+    assert!(!log.contains("iface="), "the agent never started:\n{log}");
 }

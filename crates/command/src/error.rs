@@ -51,10 +51,12 @@ pub enum CommandError {
     },
     /// The [`Network`](crate::Network) policy is
     /// [`required`](crate::Network::required) but could not be put in
-    /// force: no network namespace could be made, so the agent would have
-    /// shared the host's network; the program was not started. (Where the
-    /// namespace is made but has less than asked — without root, `allow`
-    /// becomes `none` — the run goes ahead with a note: it fails closed.)
+    /// force exactly: no network namespace could be made (the agent would
+    /// have shared the host's network), or one was made with less than
+    /// asked (without root, or when its proxy cannot start, `allow`
+    /// becomes no network at all); the program was not started. A policy
+    /// that is not required goes ahead with a note in both cases (the
+    /// second fails closed).
     #[error("the agent's network policy is required but not in force: {reason}")]
     Network {
         /// Why it is not in force.

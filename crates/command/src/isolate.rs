@@ -44,6 +44,9 @@ pub(crate) enum Isolation {
     Isolated {
         egress: Option<Egress>,
         note: Option<String>,
+        /// Less than asked is in force (`allow` became no network at all):
+        /// why. A [`required`](Network::required) policy fails the run.
+        short: Option<String>,
     },
     /// Not in force: the agent shares the host's network. Says why.
     NotInForce(String),
@@ -112,6 +115,10 @@ pub(crate) async fn start(
                 Isolation::NotInForce(reason) if network.is_required() => {
                     Err(CommandError::Network { reason })
                 }
+                Isolation::Isolated {
+                    short: Some(reason),
+                    ..
+                } if network.is_required() => Err(CommandError::Network { reason }),
                 isolation => {
                     let confinement = sandbox::confine(&policy, &scratch);
                     match confinement {
@@ -162,17 +169,24 @@ fn enter_network(
     match netns::user_namespaces() {
         Ok(()) => {
             setup.own_network = true;
-            let note = network.is_allow().then(|| {
+            let short = network.is_allow().then(|| {
                 format!(
                     "network policy {network} needs root (the proxy listens inside the \
-                     agent's namespace): the agent ran with no network at all (none) instead"
+                     agent's namespace)"
                 )
             });
+            let note = short
+                .as_ref()
+                .map(|why| format!("{why}: the agent ran with no network at all (none) instead"));
             if let Some(note) = &note {
                 warn!("{note}");
             }
             proxy_vars_removed(cmd);
-            Isolation::Isolated { egress: None, note }
+            Isolation::Isolated {
+                egress: None,
+                note,
+                short,
+            }
         }
         Err(userns) => Isolation::NotInForce(format!(
             "no network namespace: as this user ({thread_error}), and {userns}"
@@ -195,6 +209,7 @@ fn in_thread_namespace(
         proxy_vars_removed(cmd);
         return Isolation::Isolated {
             egress: None,
+            short: network.is_allow().then(|| note.clone()),
             note: Some(note),
         };
     }
@@ -203,6 +218,7 @@ fn in_thread_namespace(
         return Isolation::Isolated {
             egress: None,
             note: None,
+            short: None,
         };
     }
     let mut skipped = Vec::new();
@@ -225,9 +241,12 @@ fn in_thread_namespace(
             cmd.env_remove("NO_PROXY").env_remove("no_proxy");
             // Node reads the proxy variables only when told to.
             cmd.env("NODE_USE_ENV_PROXY", "1");
+            // Every destination is still reachable through the proxy, and
+            // nothing else: the policy is in force.
             Isolation::Isolated {
                 egress: Some(egress),
                 note,
+                short: None,
             }
         }
         Err(e) => {
@@ -237,6 +256,7 @@ fn in_thread_namespace(
             proxy_vars_removed(cmd);
             Isolation::Isolated {
                 egress: None,
+                short: Some(note.clone()),
                 note: Some(note),
             }
         }

@@ -32,8 +32,9 @@ use std::str::FromStr;
 /// both before `exec` (the agent then sees its uid as the overflow uid,
 /// usually `nobody`). No proxy can be opened inside a namespace made that
 /// way, so `allow` becomes `none` there; where user namespaces are refused
-/// too the policy is not in force, which a note says — or, when the policy
-/// is [`required`](Network::required), the run fails.
+/// too the policy is not in force. A note says either — or, when the
+/// policy is [`required`](Network::required), the run fails before the
+/// agent starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Network {
     mode: Mode,
@@ -81,8 +82,10 @@ impl Network {
     }
 
     /// Fail the run ([`CommandError::Network`](crate::CommandError::Network))
-    /// instead of running the agent on the host's network where the
-    /// namespace cannot be made.
+    /// before the agent starts whenever the policy cannot be put in force
+    /// exactly: instead of running it on the host's network where no
+    /// namespace can be made, and instead of running an `allow` policy
+    /// with no network at all where its proxy cannot run (without root).
     pub fn required(mut self) -> Self {
         self.required = true;
         self
