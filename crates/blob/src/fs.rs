@@ -73,13 +73,23 @@ struct Flush {
 }
 
 impl FsBlobStore {
-    /// Opens (creating if missing) a store rooted at `root`.
+    /// Opens (creating if missing, 0700) a store rooted at `root`.
     ///
     /// # Errors
     /// `Backend` when the directory cannot be created or opened.
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
         let path = root.as_ref().to_path_buf();
-        std::fs::create_dir_all(&path).map_err(backend)?;
+        // Made private (0700, whatever the umask) when missing: no other
+        // local user reads an artifact. An existing directory keeps its
+        // mode.
+        if !path.exists() {
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&path)
+            .map_err(backend)?;
+        }
         let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(backend)?;
         for sub in [OBJECTS, META, TMP] {
             dir.create_dir_all(sub).map_err(backend)?;

@@ -29,8 +29,11 @@ pub(crate) struct Backends {
     pub(crate) blobs: Arc<dyn BlobStore>,
     /// The data dir (absolute).
     pub(crate) data_dir: PathBuf,
-    /// The scratch root under the data dir (supplied: never removed).
+    /// The scratch root (supplied: never removed): in the data dir, or
+    /// where `place.rs` put it for a data dir closed to the agent user.
     pub(crate) scratch: PathBuf,
+    /// The warning an existing data dir open to other users gets.
+    open_dir: Option<String>,
     /// What is stored where, for humans.
     pub(crate) places: Vec<(&'static str, String)>,
     /// The lease ttl and heartbeat period of this process's manager.
@@ -52,10 +55,7 @@ impl Backends {
     /// SQLite and files under the data dir by default; PostgreSQL with
     /// `--database-url`; S3 with `--s3-bucket`.
     pub(crate) async fn open(global: &Global) -> Result<Self> {
-        std::fs::create_dir_all(&global.data_dir)
-            .with_context(|| format!("cannot create the data dir {}", global.data_dir.display()))?;
-        let data_dir = std::fs::canonicalize(&global.data_dir)
-            .with_context(|| format!("cannot open the data dir {}", global.data_dir.display()))?;
+        let (data_dir, open_dir) = crate::place::data_dir(&global.data_dir)?;
         let mut places = Vec::new();
 
         let (store, logs, pools): (Arc<dyn CoordinatedStore>, Arc<dyn TurnLog>, Pools) =
@@ -131,9 +131,7 @@ impl Backends {
             }
         };
 
-        let scratch = data_dir.join("scratch");
-        std::fs::create_dir_all(&scratch)
-            .with_context(|| format!("cannot create the scratch root {}", scratch.display()))?;
+        let scratch = crate::place::scratch_root(&data_dir)?;
         places.push((
             "scratch dirs (removed after each run)",
             scratch.display().to_string(),
@@ -145,6 +143,7 @@ impl Backends {
             data_dir,
             scratch,
             places,
+            open_dir,
             lease: (
                 Duration::from_secs_f64(global.lease_ttl),
                 Duration::from_secs_f64(global.heartbeat),
@@ -168,6 +167,9 @@ impl Backends {
     /// closed when the check fails.
     pub(crate) async fn open_checked(global: &Global) -> Result<Self> {
         let backends = Self::open(global).await?;
+        if let Some(warning) = &backends.open_dir {
+            eprintln!("korvus: warning: {warning}");
+        }
         let manager = backends.tool_manager();
         let checked = manager.check().await;
         manager.stop().await;

@@ -98,9 +98,13 @@ pub(crate) async fn demo(
                 .env("ANTHROPIC_API_KEY", "korvus-demo");
             (runner, Some(stub), program)
         }
+        // The script's text, not its file: the agent user may not be able
+        // to read the data dir (it is private), and needs nothing of it.
         None => (
             CommandRunner::new("sh")
-                .arg(&agent)
+                .arg("-c")
+                .arg(AGENT)
+                .arg("korvus-demo-agent")
                 .env_pass("KORVUS_DEMO_PAUSE"),
             None,
             agent.clone(),

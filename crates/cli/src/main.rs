@@ -27,6 +27,7 @@ mod inspect;
 mod limits;
 mod metrics;
 mod out;
+mod place;
 mod prune;
 mod salvage;
 mod serve;

@@ -18,6 +18,7 @@ mod metrics;
 mod openapi;
 mod ops;
 mod papercuts;
+mod private;
 mod prune;
 mod queue;
 mod replicas;

@@ -59,13 +59,22 @@ pub struct JsonlLog {
 }
 
 impl JsonlLog {
-    /// A service over `dir`, created if missing.
+    /// A service over `dir`, created if missing (0700, whatever the
+    /// umask: no other local user reads a log; an existing directory keeps
+    /// its mode).
     ///
     /// # Errors
     /// `Backend` when the directory cannot be created.
     pub fn open_dir(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|e| LogError::backend(BACKEND, e))?;
+        if !dir.exists() {
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&dir)
+            .map_err(|e| LogError::backend(BACKEND, e))?;
+        }
         Ok(Self {
             dir,
             writers: Writers::new(),

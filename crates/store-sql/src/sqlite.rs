@@ -104,8 +104,26 @@ fn naming(path: &Path, e: korvus_store::StoreError) -> korvus_store::StoreError 
     }
 }
 
-/// Opens (creating it if missing) the SQLite database at `path` with the
-/// settings the store and log rely on: foreign keys enforced, write-ahead
+/// Creates the database file `path`, when it is missing, readable and
+/// writable by its owner alone (0600, whatever the umask): SQLite gives
+/// its `-wal` and `-shm` files the same mode, so no other local user reads
+/// a row. An existing file keeps its mode.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens (creating it if missing, 0600) the SQLite database at `path` with
+/// the settings the store and log rely on: foreign keys enforced, write-ahead
 /// logging, `synchronous = FULL` (a returned write is durable), and a 30 s
 /// busy timeout; a connection whose commit failed (a full disk) is closed
 /// rather than reused, since sqlx would go on counting the transaction
@@ -121,6 +139,8 @@ fn naming(path: &Path, e: korvus_store::StoreError) -> korvus_store::StoreError 
 /// # Cancel safety
 /// Cancel-safe: a dropped call opens nothing.
 pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
+    // A file that cannot be made here is reported by the open below.
+    let _ = create_private(path);
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
