@@ -65,7 +65,7 @@ pub(crate) async fn failed(
     );
     let message = format!("{} (exit reason {})", error_chain(&e), e.reason());
     if !noted {
-        let note = Event::now(EventKind::Note {
+        let note = Event::korvus(EventKind::Note {
             text: message.clone(),
         });
         if let Err(log_error) = log.append(&[note]).await {

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use korvus_log::{Event, EventKind, Role, DROPPED_PREFIX};
+use korvus_log::{Author, Event, EventKind, Role, DROPPED_PREFIX};
 use korvus_runner::RunContext;
 use korvus_store::Counters;
 use tracing::{debug, warn};
@@ -126,6 +126,11 @@ impl<'a> Sink<'a> {
             self.events_for(line, &mut of_line);
             if of_line.is_empty() {
                 continue;
+            }
+            // The agent's, whatever the line claimed: it cannot write
+            // korvus's events.
+            for event in &mut of_line {
+                event.by = Some(Author::Agent);
             }
             for event in &of_line {
                 match &event.kind {
@@ -252,7 +257,7 @@ impl<'a> Sink<'a> {
         let c = &mut self.counters;
         c.input_tokens = c.input_tokens.saturating_add(grown.input);
         c.output_tokens = c.output_tokens.saturating_add(grown.output);
-        self.append(&[Event::now(EventKind::Usage {
+        self.append(&[Event::korvus(EventKind::Usage {
             input_tokens: grown.input,
             output_tokens: grown.output,
         })])
@@ -261,7 +266,8 @@ impl<'a> Sink<'a> {
 
     /// Appends one note to the log.
     pub(crate) async fn note(&mut self, text: String) {
-        self.append(&[Event::now(EventKind::Note { text })]).await;
+        self.append(&[Event::korvus(EventKind::Note { text })])
+            .await;
     }
 
     /// Appends the stderr tail and the exit summary as notes.
@@ -285,12 +291,21 @@ impl<'a> Sink<'a> {
                 self.stderr_dropped
             ));
         }
-        notes.extend(self.stderr.drain(..).map(|l| format!("stderr: {l}")));
-        notes.push(summary);
-        let events: Vec<Event> = notes
-            .into_iter()
-            .map(|text| Event::now(EventKind::Note { text }))
+        let stderr: Vec<Event> = self
+            .stderr
+            .drain(..)
+            .map(|l| {
+                Event::now(EventKind::Note {
+                    text: format!("stderr: {l}"),
+                })
+                .by(Author::Agent)
+            })
             .collect();
+        let korvus = |text| Event::korvus(EventKind::Note { text });
+        let mut events: Vec<Event> = notes.into_iter().map(korvus).collect();
+        // The agent's own lines on stderr are the agent's.
+        events.extend(stderr);
+        events.push(korvus(summary));
         self.append(&events).await;
         if self.append_failures > 0 {
             warn!(

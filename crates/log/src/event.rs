@@ -96,9 +96,39 @@ pub struct Event {
     /// the handle, `None` for a writer that claimed none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// Who wrote it: korvus or the agent. `None` in a log written before
+    /// korvus recorded it, and for a runner that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<Author>,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+/// Who wrote an [`Event`].
+///
+/// An agent cannot write a `korvus` event: the command runner marks every
+/// event it makes of the agent's output as the agent's, whatever the line
+/// said (a note that reads like korvus's own, a `system` message), and only
+/// korvus's own code writes [`Author::Korvus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Author {
+    /// korvus itself: its notes, the prompt and messages it records, the
+    /// closers of interrupted turns.
+    Korvus,
+    /// The agent: what the runner made of its output.
+    Agent,
+}
+
+impl Author {
+    /// `korvus` or `agent`, as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Author::Korvus => "korvus",
+            Author::Agent => "agent",
+        }
+    }
 }
 
 impl Event {
@@ -107,8 +137,21 @@ impl Event {
         Self {
             at: Some(Utc::now()),
             epoch: None,
+            by: None,
             kind,
         }
+    }
+
+    /// An event korvus itself writes, stamped with the current time.
+    pub fn korvus(kind: EventKind) -> Self {
+        Self::now(kind).by(Author::Korvus)
+    }
+
+    /// The event, marked as written by `author`.
+    #[must_use]
+    pub fn by(mut self, author: Author) -> Self {
+        self.by = Some(author);
+        self
     }
 
     /// An event without a timestamp.
@@ -116,6 +159,7 @@ impl Event {
         Self {
             at: None,
             epoch: None,
+            by: None,
             kind,
         }
     }

@@ -491,7 +491,7 @@ impl LogHandle {
 
 /// The note stored for `lost` events that could not be appended.
 fn lost_note(lost: u64, reason: &str) -> Event {
-    Event::now(EventKind::Note {
+    Event::korvus(EventKind::Note {
         text: format!(
             "{DROPPED_PREFIX}{lost} event(s) could not be stored in this log \
              (after {APPEND_ATTEMPTS} tries): {reason}"

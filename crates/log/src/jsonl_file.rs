@@ -105,6 +105,9 @@ pub(crate) fn serialise_into(
         if let Some(epoch) = epoch.or(e.epoch) {
             let _ = write!(buf, "\"epoch\":{epoch},");
         }
+        if let Some(by) = e.by {
+            let _ = write!(buf, "\"by\":\"{}\",", by.as_str());
+        }
         let kind = buf.len();
         serde_json::to_writer(&mut *buf, &e.kind)?;
         if buf.get(kind) != Some(&b'{') {
@@ -228,7 +231,7 @@ mod tests {
         ];
         for kind in kinds {
             for at in [false, true] {
-                for own in [None, Some(3)] {
+                for (own, by) in [(None, None), (Some(3), Some(crate::Author::Agent))] {
                     for writer in [None, Some(9)] {
                         let mut e = if at {
                             Event::now(kind.clone())
@@ -236,6 +239,7 @@ mod tests {
                             Event::new(kind.clone())
                         };
                         e.epoch = own;
+                        e.by = by;
                         let mut fast = Vec::new();
                         serialise_into(&mut fast, std::slice::from_ref(&e), writer).unwrap();
                         let stamped = Event {

@@ -65,7 +65,7 @@ mod memory;
 mod seam;
 
 pub use crate::error::{FlushError, LogError, Result};
-pub use crate::event::{Event, EventKind, LogHeader, LogId, Role};
+pub use crate::event::{Author, Event, EventKind, LogHeader, LogId, Role};
 pub use crate::export::{export_jsonl, JsonlExport, EXPORT_CHUNK_BYTES, EXPORT_CHUNK_EVENTS};
 pub use crate::handle::{
     AppendHook, LogHandle, APPEND_ATTEMPTS, APPEND_BACKOFF, DROPPED_PREFIX, EVENTS_APPENDED,

@@ -108,7 +108,7 @@ impl<C: AsRef<str> + Hash + Eq + Clone> Scan<C> {
         let mut closers: Vec<Event> = calls
             .into_iter()
             .map(|call_id| {
-                Event::now(EventKind::ToolResult {
+                Event::korvus(EventKind::ToolResult {
                     call_id: call_id.as_ref().to_owned(),
                     ok: false,
                     output: serde_json::json!({ "error": "interrupted" }),
@@ -116,7 +116,7 @@ impl<C: AsRef<str> + Hash + Eq + Clone> Scan<C> {
             })
             .collect();
         closers.extend(turns.into_iter().rev().map(|turn| {
-            Event::now(EventKind::TurnEnd {
+            Event::korvus(EventKind::TurnEnd {
                 turn,
                 interrupted: true,
             })

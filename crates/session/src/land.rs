@@ -323,7 +323,7 @@ async fn note_replaced(log: &LogHandle, returned: &ExitReason, now: &ExitReason)
     } else {
         "the report row could not be written"
     };
-    let note = Event::now(EventKind::Note {
+    let note = Event::korvus(EventKind::Note {
         text: format!("the run returned {returned}, but {why}: the session ends failed ({now})"),
     });
     if let Err(e) = log.append(&[note]).await {
@@ -338,7 +338,7 @@ async fn note_rejected(log: &LogHandle, original: &str) {
     let mut escaped = format!("{original:?}");
     cut(&mut escaped, REJECTED_NOTE_BYTES);
     warn!(original = %escaped, "runner returned an invalid exit reason");
-    let note = Event::now(EventKind::Note {
+    let note = Event::korvus(EventKind::Note {
         text: format!(
             "the runner's exit reason was not valid and is stored as {}; it was {escaped}",
             ExitReason::INVALID

@@ -269,7 +269,7 @@ async fn queue_continued(
 /// Closes interrupted turns, then appends the user's message.
 async fn repair(log: &LogHandle, closers: &[Event], message: &str) -> korvus_log::Result<()> {
     log.append(closers).await?;
-    log.append(&[Event::now(EventKind::Message {
+    log.append(&[Event::korvus(EventKind::Message {
         role: Role::User,
         text: message.to_owned(),
     })])
@@ -399,7 +399,7 @@ async fn read_with_log(
     let closers = if created {
         // Nothing was logged, so no turn was left open; the note says why
         // the log starts here.
-        vec![Event::now(EventKind::Note {
+        vec![Event::korvus(EventKind::Note {
             text: format!(
                 "this session had no turn log in the configured backend; its log starts \
                  with revision {}",

@@ -318,7 +318,7 @@ async fn create_log(
     if !queued {
         log.claim_epoch(session.fence).await?;
     }
-    log.append(&[Event::now(EventKind::Message {
+    log.append(&[Event::korvus(EventKind::Message {
         role: Role::User,
         text: session.prompt.clone(),
     })])
