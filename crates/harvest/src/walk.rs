@@ -129,21 +129,6 @@ pub(crate) struct WalkLimits {
     pub max_files: usize,
 }
 
-fn kind_of(ft: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_symlink() {
-        "symlink"
-    } else if ft.is_fifo() {
-        "fifo"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "device"
-    } else {
-        "other"
-    }
-}
-
 /// Walks `scratch` in lexical order and returns the candidates plus every
 /// skipped entry with its reason.
 ///

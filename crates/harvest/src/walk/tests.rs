@@ -351,6 +351,21 @@ mod same_as_walkdir {
         walk
     }
 
+    fn kind_of(ft: &std::fs::FileType) -> &'static str {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_symlink() {
+            "symlink"
+        } else if ft.is_fifo() {
+            "fifo"
+        } else if ft.is_socket() {
+            "socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "device"
+        } else {
+            "other"
+        }
+    }
+
     fn first(n: usize) -> impl FnMut(&WorkspacePath) -> bool {
         let mut others = 0usize;
         move |_| {
