@@ -37,7 +37,7 @@ use korvus_workspace::{UploadRow, WorkspacePath, REPORT_FILE};
 
 use self::change::Change;
 use self::read::{read_file, Job, Read};
-use self::state::{admission, standing, CheckpointState, Known, Standing};
+use self::state::{admission, standing, CheckpointState, InOrder, Known, Standing};
 use crate::agent_state::agent_state_candidates;
 use crate::config::{PersistConfig, PersistRequest};
 use crate::outcome::{error_chain, FailStage, FailedFile, StoredFile};
@@ -447,14 +447,15 @@ fn judge(
     let mut unchanged = 0;
     let mut fresh = 0usize;
     let mut work = Vec::new();
+    let mut lookup = InOrder::new(known);
     for candidate in &walk.candidates {
-        match standing(known, candidate) {
+        let k = lookup.get(&candidate.path);
+        match standing(k, candidate) {
             Standing::Unchanged(_) => unchanged += 1,
             Standing::Verify(k) => work.push((candidate.clone(), Some(k.clone()))),
             Standing::Changed => {
-                let k = known.get(&candidate.path).cloned();
                 fresh += usize::from(k.is_none());
-                work.push((candidate.clone(), k));
+                work.push((candidate.clone(), k.cloned()));
             }
         }
     }

@@ -37,6 +37,20 @@ impl FileStat {
         }
     }
 
+    /// The stat of `st`, as `fstatat` reports it (the same fields as
+    /// [`of`](Self::of) reads from a `Metadata`).
+    pub(crate) fn of_stat(st: &rustix::fs::Stat) -> Self {
+        // The field types differ by platform; the conversions are `std`'s
+        // own (`MetadataExt`).
+        #[allow(clippy::unnecessary_cast)]
+        Self {
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+            ino: st.st_ino as u64,
+        }
+    }
+
     /// Whether a file read at `read_at` with this stat might have changed
     /// since without its stat showing it: its modification or change time
     /// is within [`RACY_WINDOW`] of the read (or after it). Such a file is

@@ -4,11 +4,13 @@ use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
-use walkdir::WalkDir;
 
 use korvus_workspace::{WorkspacePath, REPORT_FILE};
 
+use self::tree::Item;
 use crate::stat::FileStat;
+
+mod tree;
 
 /// Default cap on stored files per harvest.
 pub const DEFAULT_MAX_FILES: usize = 64;
@@ -127,21 +129,6 @@ pub(crate) struct WalkLimits {
     pub max_files: usize,
 }
 
-fn kind_of(ft: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_symlink() {
-        "symlink"
-    } else if ft.is_fifo() {
-        "fifo"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "device"
-    } else {
-        "other"
-    }
-}
-
 /// Walks `scratch` in lexical order and returns the candidates plus every
 /// skipped entry with its reason.
 ///
@@ -172,21 +159,6 @@ pub(crate) fn harvest_candidates(
     harvest_candidates_admitting(scratch, skip_prefixes, limits, &mut admit)
 }
 
-/// The skip of an entry the walk could not read.
-fn unreadable_entry(scratch: &Path, err: &walkdir::Error) -> Skipped {
-    let path = err
-        .path()
-        .and_then(|p| p.strip_prefix(scratch).ok())
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Skipped {
-        path,
-        reason: SkipReason::Unreadable {
-            error: err.to_string(),
-        },
-    }
-}
-
 /// [`harvest_candidates`] with the cap decided by `admit`: a file (other
 /// than the root report, within the size limits) is kept when `admit`
 /// says so, else skipped as over `limits.max_files`. A checkpoint admits
@@ -198,74 +170,19 @@ pub(crate) fn harvest_candidates_admitting(
     admit: &mut dyn FnMut(&WorkspacePath) -> bool,
 ) -> Walk {
     let mut walk = Walk::default();
-    let mut entries = WalkDir::new(scratch)
-        .min_depth(1)
-        .follow_links(false)
-        .sort_by_file_name()
-        .into_iter();
-    while let Some(next) = entries.next() {
-        let entry = match next {
-            Ok(entry) => entry,
-            Err(err) => {
-                walk.skip(unreadable_entry(scratch, &err));
-                continue;
+    // The listed items of each directory being walked, innermost last.
+    let mut stack = vec![tree::list(scratch, None, skip_prefixes).into_iter()];
+    while let Some(items) = stack.last_mut() {
+        match items.next() {
+            None => {
+                stack.pop();
             }
-        };
-        let rel = entry.path().strip_prefix(scratch).unwrap_or(entry.path());
-        let text = rel.to_string_lossy().into_owned();
-        let is_dir = entry.file_type().is_dir();
-        let mut skip = |reason| {
-            walk.skip(Skipped {
-                path: text.clone(),
-                reason,
-            })
-        };
-        if entry.file_name().as_encoded_bytes().first() == Some(&b'.') {
-            skip(SkipReason::Hidden);
-            if is_dir {
-                entries.skip_current_dir();
+            Some(Item::Skip(skipped)) => walk.skip(skipped),
+            Some(Item::File(file)) => walk.consider(file, limits, admit),
+            Some(Item::Dir(dir)) => {
+                stack.push(tree::list(scratch, Some(&dir), skip_prefixes).into_iter());
             }
-            continue;
         }
-        let Some(path) = rel.to_str().and_then(|s| WorkspacePath::new(s).ok()) else {
-            skip(SkipReason::InvalidName);
-            if is_dir {
-                entries.skip_current_dir();
-            }
-            continue;
-        };
-        if skip_prefixes.iter().any(|p| path.is_under(p)) {
-            skip(SkipReason::ReadOnly);
-            if is_dir {
-                entries.skip_current_dir();
-            }
-            continue;
-        }
-        let ft = entry.file_type();
-        if is_dir {
-            continue;
-        }
-        if !ft.is_file() {
-            skip(SkipReason::NotRegular {
-                kind: kind_of(&ft).to_owned(),
-            });
-            continue;
-        }
-        let stat = match entry.metadata() {
-            Ok(md) => FileStat::of(&md),
-            Err(err) => {
-                skip(SkipReason::Unreadable {
-                    error: err.to_string(),
-                });
-                continue;
-            }
-        };
-        let file = Candidate {
-            path,
-            size: stat.size,
-            stat: Some(stat),
-        };
-        walk.consider(file, limits, admit);
     }
     walk
 }
@@ -317,10 +234,13 @@ impl Walk {
 /// and an empty or over-size report is an outcome of its own
 /// ([`ReportFile`](crate::ReportFile)), decided by the persist phase.
 pub(crate) fn apply_size_limits(walk: &mut Walk, max_bytes: u64) {
-    let (keep, drop): (Vec<Candidate>, Vec<Candidate>) = walk
-        .candidates
-        .drain(..)
-        .partition(|c| c.path.as_str() == REPORT_FILE || (c.size > 0 && c.size <= max_bytes));
+    let keeps =
+        |c: &Candidate| c.path.as_str() == REPORT_FILE || (c.size > 0 && c.size <= max_bytes);
+    // After a walk that applied the limits as it went, nothing moves.
+    if walk.candidates.iter().all(keeps) {
+        return;
+    }
+    let (keep, drop): (Vec<Candidate>, Vec<Candidate>) = walk.candidates.drain(..).partition(keeps);
     walk.candidates = keep;
     for c in drop {
         walk.skip(Skipped {

@@ -99,7 +99,7 @@ pub(crate) async fn land_file(
     candidate: Candidate,
     prior: &Prior,
 ) -> FileResult {
-    let known = match standing(&prior.known, &candidate) {
+    let known = match standing(prior.known.get(&candidate.path), &candidate) {
         Standing::Unchanged(k) => Some(k),
         Standing::Verify(k) => {
             let twin = request.restored.get(&candidate.path);

@@ -1,7 +1,9 @@
 //! What a run's checkpoints stored, path by path: the memory that lets the
 //! next checkpoint judge a file by its `stat` and the landing promote it.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
+use std::iter::Peekable;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use korvus_blob::Sha256Digest;
@@ -93,8 +95,9 @@ pub(crate) fn admission(
 ) -> impl FnMut(&WorkspacePath) -> bool + '_ {
     let held = known.keys().filter(|p| counts_for_cap(p)).count();
     let mut fresh = 0usize;
+    let mut lookup = InOrder::new(known);
     move |path| {
-        if known.contains_key(path) {
+        if lookup.get(path).is_some() {
             return true;
         }
         let room = held + fresh < max_files;
@@ -113,15 +116,48 @@ pub(crate) enum Standing<'a> {
     Changed,
 }
 
-/// Where `candidate` stands against `known`.
-pub(crate) fn standing<'a>(
-    known: &'a BTreeMap<WorkspacePath, Known>,
-    candidate: &Candidate,
-) -> Standing<'a> {
-    match known.get(&candidate.path) {
+/// Where `candidate` stands against what the run knows of its path.
+pub(crate) fn standing<'a>(known: Option<&'a Known>, candidate: &Candidate) -> Standing<'a> {
+    match known {
         Some(k) if candidate.stat == Some(k.stat) && !k.racy => Standing::Unchanged(k),
         Some(k) if candidate.stat == Some(k.stat) => Standing::Verify(k),
         _ => Standing::Changed,
+    }
+}
+
+/// Lookups in a map of paths for paths that mostly come in its order, as
+/// a walk's do: each is one comparison with the entry after the last one
+/// found, a search of the map only where the walk's order and the map's
+/// part (a name that sorts before `/` beside a directory, such as `a.txt`
+/// beside `a/`), for a new path, or after a path that is gone.
+pub(crate) struct InOrder<'a, V> {
+    map: &'a BTreeMap<WorkspacePath, V>,
+    next: Peekable<btree_map::Range<'a, WorkspacePath, V>>,
+}
+
+impl<'a, V> InOrder<'a, V> {
+    /// Lookups in `map`, from its first path.
+    pub(crate) fn new(map: &'a BTreeMap<WorkspacePath, V>) -> Self {
+        Self {
+            map,
+            next: map.range::<WorkspacePath, _>(..).peekable(),
+        }
+    }
+
+    /// What `map` holds for `path`.
+    pub(crate) fn get(&mut self, path: &WorkspacePath) -> Option<&'a V> {
+        if let Some(&(next, value)) = self.next.peek() {
+            if next == path {
+                self.next.next();
+                return Some(value);
+            }
+        }
+        let (key, value) = self.map.get_key_value(path)?;
+        self.next = self
+            .map
+            .range::<WorkspacePath, _>((Bound::Excluded(key), Bound::Unbounded))
+            .peekable();
+        Some(value)
     }
 }
 
@@ -182,5 +218,30 @@ mod tests {
             ArtifactKind::AgentState
         );
         assert_eq!(final_kind("x.txt"), ArtifactKind::AgentOutput);
+    }
+
+    #[test]
+    fn lookups_in_order_find_what_the_map_holds_in_any_order() {
+        let path = |p: &str| WorkspacePath::new(p).unwrap();
+        let map: BTreeMap<WorkspacePath, u32> = ["a.txt", "a/x", "b", "c", "d"]
+            .iter()
+            .zip(1..)
+            .map(|(p, n)| (path(p), n))
+            .collect();
+        let mut lookup = InOrder::new(&map);
+        // A walk's order (`a/` before `a.txt`), a path gone (`c`) and a new
+        // one (`bb`), then back and forth.
+        let walked = ["a/x", "a.txt", "b", "bb", "d", "a/x", "zz", "b", "c"];
+        let found: Vec<Option<u32>> = walked
+            .iter()
+            .map(|p| lookup.get(&path(p)).copied())
+            .collect();
+        let expected: Vec<Option<u32>> =
+            walked.iter().map(|p| map.get(&path(p)).copied()).collect();
+        assert_eq!(found, expected);
+        assert_eq!(
+            InOrder::new(&BTreeMap::<WorkspacePath, u32>::new()).get(&path("a")),
+            None
+        );
     }
 }

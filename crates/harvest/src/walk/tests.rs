@@ -253,3 +253,172 @@ mod hostile_workspaces {
             .unwrap_or(false)
     }
 }
+
+mod same_as_walkdir {
+    //! The walk reports what the `walkdir` walk it replaced reported (kept
+    //! here as the reference): the same candidates, skips and error texts,
+    //! in the same order.
+
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use korvus_testkit::fixtures::HostileWorkspace;
+    use walkdir::WalkDir;
+
+    use super::*;
+
+    /// The walk as it was, on `walkdir` sorted by file name.
+    fn reference(
+        scratch: &Path,
+        skip_prefixes: &[WorkspacePath],
+        limits: WalkLimits,
+        admit: &mut dyn FnMut(&WorkspacePath) -> bool,
+    ) -> Walk {
+        let mut walk = Walk::default();
+        let mut entries = WalkDir::new(scratch)
+            .min_depth(1)
+            .follow_links(false)
+            .sort_by_file_name()
+            .into_iter();
+        while let Some(next) = entries.next() {
+            let entry = match next {
+                Ok(entry) => entry,
+                Err(err) => {
+                    let path = err.path().and_then(|p| p.strip_prefix(scratch).ok());
+                    walk.skip(Skipped {
+                        path: path
+                            .map(|p| p.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        reason: SkipReason::Unreadable {
+                            error: err.to_string(),
+                        },
+                    });
+                    continue;
+                }
+            };
+            let rel = entry.path().strip_prefix(scratch).unwrap_or(entry.path());
+            let text = rel.to_string_lossy().into_owned();
+            let ft = entry.file_type();
+            let path = rel.to_str().and_then(|s| WorkspacePath::new(s).ok());
+            let reason = if entry.file_name().as_bytes().first() == Some(&b'.') {
+                Some(SkipReason::Hidden)
+            } else if let Some(path) = &path {
+                skip_prefixes
+                    .iter()
+                    .any(|p| path.is_under(p))
+                    .then_some(SkipReason::ReadOnly)
+            } else {
+                Some(SkipReason::InvalidName)
+            };
+            if let Some(reason) = reason {
+                walk.skip(Skipped { path: text, reason });
+                if ft.is_dir() {
+                    entries.skip_current_dir();
+                }
+                continue;
+            }
+            let path = path.unwrap();
+            if ft.is_dir() {
+                continue;
+            }
+            if !ft.is_file() {
+                let kind = kind_of(&ft).to_owned();
+                walk.skip(Skipped {
+                    path: text,
+                    reason: SkipReason::NotRegular { kind },
+                });
+                continue;
+            }
+            match entry.metadata() {
+                Ok(md) => {
+                    let stat = FileStat::of(&md);
+                    let file = Candidate {
+                        path,
+                        size: stat.size,
+                        stat: Some(stat),
+                    };
+                    walk.consider(file, limits, admit);
+                }
+                Err(err) => walk.skip(Skipped {
+                    path: text,
+                    reason: SkipReason::Unreadable {
+                        error: err.to_string(),
+                    },
+                }),
+            }
+        }
+        walk
+    }
+
+    fn kind_of(ft: &std::fs::FileType) -> &'static str {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_symlink() {
+            "symlink"
+        } else if ft.is_fifo() {
+            "fifo"
+        } else if ft.is_socket() {
+            "socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "device"
+        } else {
+            "other"
+        }
+    }
+
+    fn first(n: usize) -> impl FnMut(&WorkspacePath) -> bool {
+        let mut others = 0usize;
+        move |_| {
+            others += 1;
+            others <= n
+        }
+    }
+
+    #[test]
+    fn the_walk_reports_what_walkdir_reported() {
+        let scratch = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = scratch.path();
+        HostileWorkspace::new()
+            .with_many_files(300)
+            .build(root, outside.path());
+        // Names that sort before `/` beside a directory of the same stem, a
+        // read-only tree, a directory that is not UTF-8, one that cannot be
+        // listed, and a tree of them nested.
+        for rel in ["a/x.txt", "a.txt", "a-b/c.txt", "skills/s.md", "n/o/p.txt"] {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(root.join(rel), b"x").unwrap();
+        }
+        let bad = root.join(std::ffi::OsStr::from_bytes(b"dir-\xff"));
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::write(bad.join("in.txt"), b"x").unwrap();
+        let locked = root.join("n/locked");
+        std::fs::create_dir_all(&locked).unwrap();
+        std::fs::write(locked.join("in.txt"), b"x").unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let prefixes = [WorkspacePath::new("skills").unwrap()];
+        let cases = [
+            (OPEN, 1000),
+            (OPEN, 7),
+            (
+                WalkLimits {
+                    max_bytes: 4,
+                    max_files: 64,
+                },
+                64,
+            ),
+        ];
+        for (limits, cap) in cases {
+            for skip in [&prefixes[..], &[]] {
+                let ours = harvest_candidates_admitting(root, skip, limits, &mut first(cap));
+                let theirs = reference(root, skip, limits, &mut first(cap));
+                assert_eq!(ours, theirs, "{limits:?}, cap {cap}");
+            }
+        }
+        for missing in [root.join("nowhere"), root.join("a.txt")] {
+            let ours = harvest_candidates(&missing, &[], OPEN);
+            assert_eq!(ours, reference(&missing, &[], OPEN, &mut first(usize::MAX)));
+        }
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+}
