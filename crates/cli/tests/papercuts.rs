@@ -182,15 +182,18 @@ fn a_session_waiting_for_the_user_is_answered_with_reply() {
     assert!(show.contains("  rev 2   completed"), "{show}");
 }
 
-/// As root with the data dir in a `0700` directory (`mktemp -d`), the
-/// agent user cannot reach the scratch root: `demo` and `serve` refuse
-/// before any row, naming the directory and the fix. Not as root, agents
-/// run as korvus's own user and the demo completes both revisions.
+/// As root with the data dir in a `0700` directory (`mktemp -d`) whose
+/// `scratch/` an earlier release left holding something (so it stays the
+/// scratch root), the agent user cannot reach it: `demo` and `serve`
+/// refuse before any row, naming the directory and the fix. (A data dir
+/// without one gets a reachable scratch root: `private.rs`.) Not as root,
+/// agents run as korvus's own user and the demo completes both revisions.
 #[test]
 fn an_unreachable_scratch_root_is_refused_before_any_row() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let data = tmp.path();
+    std::fs::create_dir_all(data.join("scratch/an-old-kept-dir")).unwrap();
     let demo = output(korvus(data).arg("demo"));
     if !nix::unistd::geteuid().is_root() {
         assert_eq!(demo.status.code(), Some(0), "{}", stderr(&demo));
