@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use korvus_blob::BlobKey;
-use korvus_log::{Access, EventKind, JsonlExport, LogId, DROPPED_PREFIX};
+use korvus_log::{Access, Author, EventKind, JsonlExport, LogId, DROPPED_PREFIX};
 use korvus_store::{
     Artifact, Cursor, IncidentId, IncidentStatus, NewIncident, Page, Session, SessionId,
     SessionStatus, WorkspaceRef,
@@ -349,7 +349,8 @@ struct LogFacts {
     /// Notes about output that was not stored (agent output past a cap,
     /// output cut at exit, events a failing log lost).
     dropped: Vec<String>,
-    /// The last note of the log: for a failed run, usually why.
+    /// The last note korvus wrote in the log: for a failed run, usually
+    /// why (an agent's notes are not korvus's word).
     last_note: Option<String>,
     /// Turns and tool calls the run at `fence` logged so far.
     turns: u64,
@@ -373,7 +374,8 @@ async fn log_facts(backends: &Backends, id: SessionId, fence: u64) -> LogFacts {
         for e in page {
             let current = e.epoch == Some(fence);
             match e.kind {
-                EventKind::Note { text } => {
+                // korvus's own notes: an agent's note may read like one.
+                EventKind::Note { text } if e.by != Some(Author::Agent) => {
                     if text.starts_with(DROPPED_PREFIX) {
                         facts.dropped.push(text.clone());
                     }

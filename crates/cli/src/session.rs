@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
 use korvus_command::{CommandRunner, Dialect, Inherit, ModelEndpoint, Preset};
-use korvus_log::{Access, Event, EventKind, LogId};
+use korvus_log::{Access, Author, Event, EventKind, LogId};
 use korvus_session::{ContextRequest, CreateSession, Manager, SessionError};
 use korvus_store::{IncidentId, NewIncident, Session, SessionId, SessionStatus};
 use tokio::signal::unix::{signal, SignalKind};
@@ -499,13 +499,28 @@ pub(crate) fn render(event: &Event) -> String {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_else(|| format!("{role:?}"));
+            // A user or system message the agent printed is not one.
+            let from_agent =
+                event.by == Some(Author::Agent) && *role != korvus_log::Role::Assistant;
+            let who = if from_agent {
+                format!("{who} (the agent's)")
+            } else {
+                who
+            };
             format!("{who}: {}", clip(text, 400))
         }
         EventKind::ToolCall { tool, input, .. } => format!("→ {tool} {}", short(input)),
         EventKind::ToolResult { ok, output, .. } => {
             format!("← {} {}", if *ok { "ok" } else { "failed" }, short(output))
         }
-        EventKind::Note { text } => format!("note: {}", clip(text, 400)),
+        EventKind::Note { text } => {
+            let who = match event.by {
+                Some(Author::Korvus) => "korvus",
+                Some(Author::Agent) => "agent note",
+                None => "note",
+            };
+            format!("{who}: {}", clip(text, 400))
+        }
         EventKind::Usage {
             input_tokens,
             output_tokens,

@@ -222,12 +222,20 @@ async function incidentPage(id) {
     incident.status === 'open' ? form : null, list, more);
 }
 
+// Who wrote an event, as the log says: korvus's own words are marked, and
+// an agent's line never passes for them (a `system` or `user` message the
+// agent printed says it is the agent's). Events of older logs say nothing.
+function author(event) {
+  return event.by === 'korvus' || event.by === 'agent' ? event.by : 'unmarked';
+}
+
 function describe(event) {
   switch (event.type) {
-    case 'message': return event.role + ': ' + event.text;
+    case 'message':
+      return event.role + (event.by === 'agent' && event.role !== 'assistant' ? ' (the agent\'s)' : '') + ': ' + event.text;
     case 'tool_call': return event.tool + ' ' + JSON.stringify(event.input);
     case 'tool_result': return (event.ok ? 'ok ' : 'failed ') + (typeof event.output === 'string' ? event.output : JSON.stringify(event.output));
-    case 'note': return event.text;
+    case 'note': return (event.by === 'korvus' ? 'korvus: ' : event.by === 'agent' ? 'agent note: ' : '') + event.text;
     case 'turn_start': case 'turn_end': return 'turn ' + event.turn + (event.interrupted ? ' (interrupted)' : '');
     default: return JSON.stringify(event);
   }
@@ -261,7 +269,8 @@ async function sessionPage(id) {
     source.onmessage = (e) => {
       lastId = e.lastEventId;
       const event = JSON.parse(e.data);
-      events.append(el('li', { 'data-type': event.type }, el('span', { class: 'kind' }, event.type), describe(event)));
+      events.append(el('li', { 'data-type': event.type, 'data-by': author(event), class: 'by-' + author(event) },
+        el('span', { class: 'kind' }, event.type), describe(event)));
       events.scrollTop = events.scrollHeight;
     };
     source.addEventListener('end', (e) => {
