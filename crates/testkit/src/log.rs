@@ -4,7 +4,7 @@
 //! case. Cases use fresh log ids, so a shared service is fine.
 
 use korvus_log::{
-    export_jsonl, Access, Event, EventKind, LogError, LogHeader, LogId, Role, TurnLog,
+    export_jsonl, Access, Author, Event, EventKind, LogError, LogHeader, LogId, Role, TurnLog,
 };
 use serde_json::json;
 
@@ -44,10 +44,12 @@ pub fn header(id: LogId) -> LogHeader {
 pub fn sample_events(turn: u64) -> Vec<Event> {
     vec![
         Event::now(EventKind::TurnStart { turn }),
+        // Who wrote an event is kept like the rest of it.
         Event::new(EventKind::Message {
             role: Role::User,
             text: "why is \"db-1\" full?\nünïcödé ✓ \u{0}".into(),
-        }),
+        })
+        .by(Author::Korvus),
         Event::now(EventKind::ToolCall {
             call_id: format!("call-{turn}"),
             tool: "shell".into(),
@@ -60,7 +62,8 @@ pub fn sample_events(turn: u64) -> Vec<Event> {
         }),
         Event::new(EventKind::Note {
             text: "stderr: warning".into(),
-        }),
+        })
+        .by(Author::Agent),
         Event::now(EventKind::TurnEnd {
             turn,
             interrupted: false,
