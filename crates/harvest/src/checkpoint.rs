@@ -42,8 +42,8 @@ use crate::agent_state::agent_state_candidates;
 use crate::config::{PersistConfig, PersistRequest};
 use crate::outcome::{error_chain, FailStage, FailedFile, StoredFile};
 use crate::walk::{
-    apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, Skipped, Walk,
-    WalkLimits,
+    apply_budget, apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, Skipped,
+    Walk, WalkLimits,
 };
 
 /// Checkpoints in a row that may find one file changing while it is read
@@ -226,12 +226,14 @@ impl Checkpointer {
             max_bytes: self.config.max_file_bytes,
             max_files: self.config.max_files,
         };
+        let budget = self.config.max_stored_bytes;
         let walked = tokio::task::spawn_blocking(move || {
             let mut admit = admission(&known, limits.max_files);
             let mut walk = harvest_candidates_admitting(&scratch, &prefixes, limits, &mut admit);
             apply_size_limits(&mut walk, limits.max_bytes);
             apply_cap(&mut walk, limits.max_files);
             walk.candidates.extend(agent_state_candidates(&scratch));
+            apply_budget(&mut walk, budget);
             let dir = Dir::open_ambient_dir(&scratch, ambient_authority());
             judge(walk, &known, dir)
         })

@@ -23,6 +23,10 @@ pub const DEFAULT_REPORT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// storage and time, not the process's memory.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;
 
+/// The default of [`PersistConfig::max_stored_bytes`]: 10 GiB, the
+/// scratch limit `korvus` applies by default.
+pub const DEFAULT_MAX_STORED_BYTES: u64 = 10 * 1024 * 1024 * 1024;
+
 /// Limits of the persist phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersistConfig {
@@ -36,6 +40,13 @@ pub struct PersistConfig {
     /// Independent of `max_file_bytes`; [`DEFAULT_REPORT_MAX_BYTES`] by
     /// default.
     pub report_max_bytes: u64,
+    /// At most this many bytes — logical sizes, each inode once — are
+    /// stored for a revision, its checkpoints and its landing together;
+    /// files past it are skipped and listed
+    /// ([`SkipReason::OverBudget`](crate::SkipReason::OverBudget)), the root
+    /// `report.md` first in line. [`DEFAULT_MAX_STORED_BYTES`] by default;
+    /// `korvus` sets it to the scratch limit.
+    pub max_stored_bytes: u64,
     /// Uploads in flight at once.
     pub concurrency: usize,
     /// The whole phase is bounded by this, whatever the backends do.
@@ -51,6 +62,7 @@ impl Default for PersistConfig {
             max_files: DEFAULT_MAX_FILES,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             report_max_bytes: DEFAULT_REPORT_MAX_BYTES,
+            max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
             concurrency: 8,
             timeout: Duration::from_secs(120),
             manifest_timeout: Duration::from_secs(10),

@@ -93,7 +93,8 @@ mod walk;
 pub use crate::checkpoint::state::final_kind;
 pub use crate::checkpoint::{ChangingFile, CheckpointOutcome, Checkpointer, TORN_AFTER_SKIPS};
 pub use crate::config::{
-    PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_REPORT_MAX_BYTES,
+    PersistConfig, PersistRequest, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_STORED_BYTES,
+    DEFAULT_REPORT_MAX_BYTES,
 };
 pub use crate::content_type::{content_type_for, OCTET_STREAM};
 pub use crate::held::{persist_held, HeldRows};

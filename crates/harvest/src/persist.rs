@@ -24,8 +24,8 @@ use crate::file::{store_file, FileResult};
 use crate::manifest::store_manifest;
 use crate::outcome::{error_chain, FailStage, FailedFile, PersistOutcome, ReportFile, StoredFile};
 use crate::walk::{
-    apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate, SkipReason, Walk,
-    WalkLimits,
+    apply_budget, apply_cap, apply_size_limits, harvest_candidates_admitting, Candidate,
+    SkipReason, Walk, WalkLimits,
 };
 
 /// Runs the persist phase.
@@ -322,6 +322,7 @@ impl Phase {
     async fn walk(&self, scratch: PathBuf) -> Option<(Walk, Arc<Dir>)> {
         let prefixes = self.request.skip_prefixes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
+        let budget = self.config.max_stored_bytes;
         let prior = self.prior.clone();
         let walked = tokio::task::spawn_blocking(move || {
             let limits = WalkLimits {
@@ -334,6 +335,7 @@ impl Phase {
             apply_size_limits(&mut walk, max_bytes);
             apply_cap(&mut walk, max_files);
             walk.candidates.extend(agent_state_candidates(&scratch));
+            apply_budget(&mut walk, budget);
             let dir = Dir::open_ambient_dir(&scratch, ambient_authority());
             (walk, dir)
         })

@@ -7,9 +7,11 @@ use serde::Serialize;
 
 use korvus_workspace::{WorkspacePath, REPORT_FILE};
 
+pub(crate) use self::budget::apply_budget;
 use self::tree::Item;
 use crate::stat::FileStat;
 
+mod budget;
 mod tree;
 
 /// Default cap on stored files per harvest.
@@ -62,6 +64,22 @@ pub enum SkipReason {
         /// The cap.
         cap: usize,
     },
+    /// Storing it would take the revision past its byte budget
+    /// ([`PersistConfig::max_stored_bytes`](crate::PersistConfig::max_stored_bytes)):
+    /// what it stores already, this file's logical size included, is over
+    /// the limit.
+    OverBudget {
+        /// Its logical size.
+        size: u64,
+        /// The revision's budget.
+        limit: u64,
+    },
+    /// Another path of a file already stored (a hard link): its bytes are
+    /// stored once, under that path.
+    HardLink {
+        /// The path stored.
+        of: String,
+    },
 }
 
 impl fmt::Display for SkipReason {
@@ -77,6 +95,11 @@ impl fmt::Display for SkipReason {
                 write!(f, "{size} bytes is over the {limit}-byte limit")
             }
             SkipReason::OverCap { cap } => write!(f, "over the {cap}-file cap"),
+            SkipReason::OverBudget { size, limit } => write!(
+                f,
+                "{size} bytes would take the revision past its {limit}-byte limit"
+            ),
+            SkipReason::HardLink { of } => write!(f, "a hard link of {of}, stored once"),
         }
     }
 }
