@@ -208,10 +208,19 @@ impl Backends {
     /// under the data dir, and `runner`.
     pub(crate) fn manager(
         &self,
-        runner: Arc<dyn Runner>,
+        runner: korvus_command::CommandRunner,
         run_timeout: Option<Duration>,
     ) -> Manager {
-        self.builder(runner, run_timeout).build()
+        // What a revision may store follows the run's scratch limit: a
+        // scratch dir that holds more than its blocks (sparse files, hard
+        // links, a fast writer) stores no more than the limit either.
+        let mut persist = korvus_harvest::PersistConfig::default();
+        if let Some(limit) = runner.run_limits().scratch_limit() {
+            persist.max_stored_bytes = limit;
+        }
+        self.builder(Arc::new(runner), run_timeout)
+            .persist_config(persist)
+            .build()
     }
 
     /// A manager that runs nothing: for commands that cancel, reap or

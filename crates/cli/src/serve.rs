@@ -5,7 +5,6 @@ use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -156,7 +155,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             return Err(e);
         }
     };
-    let manager = backends.manager(Arc::new(runner), Some(timeout));
+    let manager = backends.manager(runner, Some(timeout));
     let base = args_base.unwrap_or_default();
     let scrape = crate::metrics::router(manager.clone(), prometheus);
     let api = korvus_http::router(manager.clone());

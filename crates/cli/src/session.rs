@@ -5,7 +5,6 @@ use korvus_store::StoreExt as _;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -263,7 +262,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let manager = backends.manager(Arc::new(runner), args.agent.timeout());
+    let manager = backends.manager(runner, args.agent.timeout());
     let signals = Signals::install()?;
     let session = manager
         .create(CreateSession {
@@ -314,7 +313,7 @@ async fn continue_session(global: &Global, args: ReopenArgs, answer: bool) -> Re
     }
     let runner = args.agent.runner(&backends)?;
     let message = text_arg(&args.message)?;
-    let manager = backends.manager(Arc::new(runner), args.agent.timeout());
+    let manager = backends.manager(runner, args.agent.timeout());
     let signals = Signals::install()?;
     let seen = logged_events(&backends, id).await;
     let revision = backends

@@ -174,7 +174,7 @@ impl Agent {
         let mut stop: Option<Stop> = None;
         let mut kill_at: Option<Instant> = None;
         let watching = watch.has_checks() || self.cgroup.is_some();
-        let mut tick = tokio::time::interval(watch.poll);
+        let mut tick = tokio::time::interval(watch.tick());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

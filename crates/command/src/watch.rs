@@ -50,7 +50,19 @@ pub(crate) struct Watch {
     /// When the scratch dir is walked next: a walk that took `d` waits at
     /// least `10 × d`, so a huge tree costs at most a tenth of a core.
     next_walk: Instant,
+    /// The scratch dir's allocated size at the last walk.
+    last_size: u64,
+    /// When the stall and CPU checks run next (every `poll`; the scratch
+    /// walk and the memory check may run more often).
+    next_stall: Instant,
 }
+
+/// How often the scratch dir is walked while it grows: a fast writer is
+/// stopped within about this long of passing its limit.
+const GROWING_WALK: Duration = Duration::from_millis(250);
+
+/// How often it is walked at most while it does not grow.
+const STEADY_WALK: Duration = Duration::from_secs(1);
 
 impl Watch {
     pub(crate) fn new(limits: &Limits, scratch: &Path, sid: i32) -> Self {
@@ -64,6 +76,17 @@ impl Watch {
             last_cpu: None,
             busy_since: 0,
             next_walk: Instant::now(),
+            last_size: 0,
+            next_stall: Instant::now(),
+        }
+    }
+
+    /// How often [`check`](Self::check) is called: `poll`, or more often
+    /// when there is a scratch limit (the walk then sets its own pace).
+    pub(crate) fn tick(&self) -> Duration {
+        match self.scratch_limit {
+            Some(_) => self.poll.min(GROWING_WALK),
+            None => self.poll,
         }
     }
 
@@ -92,13 +115,25 @@ impl Watch {
             let size = tokio::task::spawn_blocking(move || allocated(&dir))
                 .await
                 .unwrap_or(0);
-            self.next_walk = Instant::now() + started.elapsed() * 10;
+            // While it grows, walked again soon; a walk that took `d` waits
+            // at least `10 × d` whatever the pace.
+            let pace = if size > self.last_size {
+                GROWING_WALK
+            } else {
+                STEADY_WALK.min(self.poll)
+            };
+            self.last_size = size;
+            self.next_walk = Instant::now() + (started.elapsed() * 10).max(pace);
             if size > limit {
                 tracing::warn!(size, limit, "scratch dir past its limit; stopping the run");
                 return Some(Hit::Disk);
             }
         }
         let stall = self.stall?;
+        if Instant::now() < self.next_stall {
+            return None;
+        }
+        self.next_stall = Instant::now() + self.poll;
         let cpu = match cgroup.and_then(RunCgroup::cpu_usage) {
             Some(used) => Some(u64::try_from(used.as_micros()).unwrap_or(u64::MAX)),
             None => {

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use korvus_harvest::{
-    persist, Checkpointer, FailStage, PersistOutcome, PersistRequest, ReportFile,
+    persist, Checkpointer, FailStage, PersistOutcome, PersistRequest, ReportFile, SkipReason,
 };
 use korvus_log::{Event, EventKind, LogHandle};
 use korvus_runner::ExitReason;
@@ -57,6 +57,7 @@ impl Run<'_> {
         // below presents the run's fence, and the store refuses them only if
         // the session really moved on.
         let outcome = persist_phase(inner, run, prepared, checkpointer).await;
+        note_over_budget(log, &outcome).await;
         if inner.config.archive_on_release {
             archive(inner, run, prepared).await;
         }
@@ -310,6 +311,44 @@ async fn persist_phase(
         }
     }
     outcome
+}
+
+/// Says in the turn log what the revision's byte budget left out (the
+/// exit reason stays what it was; the manifest lists each file).
+async fn note_over_budget(log: &LogHandle, outcome: &PersistOutcome) {
+    let mut over = 0u64;
+    let mut links = 0u64;
+    let mut limit = 0;
+    for s in &outcome.skipped {
+        match &s.reason {
+            SkipReason::OverBudget { limit: l, .. } => {
+                over += 1;
+                limit = *l;
+            }
+            SkipReason::HardLink { .. } => links += 1,
+            _ => {}
+        }
+    }
+    if over == 0 && links == 0 {
+        return;
+    }
+    let mut parts = Vec::new();
+    if over > 0 {
+        parts.push(format!(
+            "{over} file(s) not stored: past the revision's limit of {limit} bytes"
+        ));
+    }
+    if links > 0 {
+        parts.push(format!(
+            "{links} hard link(s) stored once, under the first path"
+        ));
+    }
+    let note = Event::korvus(EventKind::Note {
+        text: format!("{} (the harvest manifest lists them)", parts.join("; ")),
+    });
+    if let Err(e) = log.append(&[note]).await {
+        warn!(error = %e, "over-budget files not noted in the turn log");
+    }
 }
 
 /// Says in the turn log that the manager replaced the runner's exit reason
