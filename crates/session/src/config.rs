@@ -12,27 +12,27 @@ use korvus_harvest::PersistConfig;
 /// is an investigation, not a service; an agent that has not returned after
 /// an hour is stuck far more often than it is nearly done, and a bound is
 /// what lets every session end. Set it per manager with
-/// [`ManagerBuilder::run_timeout`].
+/// [`ManagerBuilder::run_timeout`](crate::ManagerBuilder::run_timeout).
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
-/// Default of [`ManagerBuilder::cancel_poll`]: a cancel from another
+/// Default of [`ManagerBuilder::cancel_poll`](crate::ManagerBuilder::cancel_poll): a cancel from another
 /// replica reaches the run within about this long.
 pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
 
-/// Default of [`ManagerBuilder::checkpoint_interval`]: a dead replica's
+/// Default of [`ManagerBuilder::checkpoint_interval`](crate::ManagerBuilder::checkpoint_interval): a dead replica's
 /// runs lose at most about this much of their output.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How many runs a manager executes at once unless told
-/// ([`ManagerBuilder::max_running`]).
+/// ([`ManagerBuilder::max_running`](crate::ManagerBuilder::max_running)).
 pub const DEFAULT_MAX_RUNNING: usize = 64;
 
-/// Default of [`ManagerBuilder::lease`]'s ttl: a manager that stops
+/// Default of [`ManagerBuilder::lease`](crate::ManagerBuilder::lease)'s ttl: a manager that stops
 /// renewing (killed, cut off from the database) loses its sessions to
 /// another manager's reaper this long after its last renewal.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
-/// Default of [`ManagerBuilder::lease`]'s heartbeat period: one renewal
+/// Default of [`ManagerBuilder::lease`](crate::ManagerBuilder::lease)'s heartbeat period: one renewal
 /// statement this often, whatever the number of sessions.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 

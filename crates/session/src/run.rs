@@ -37,6 +37,25 @@ pub(crate) struct Run<'r> {
     pub(crate) token: CancellationToken,
 }
 
+impl<'r> Run<'r> {
+    /// The run `key` of `live`'s entry, writing to `log`; its token is the
+    /// live entry's.
+    pub(crate) fn new(
+        inner: &'r Arc<Inner>,
+        live: &'r LiveRun,
+        key: RunKey,
+        log: Arc<LogHandle>,
+    ) -> Self {
+        Self {
+            inner,
+            live,
+            key,
+            log,
+            token: live.cancel.clone(),
+        }
+    }
+}
+
 /// Which run this is: the revision it lands and the fence it presents.
 ///
 /// Every write of the run — report row, artifact rows, settlement, the

@@ -205,13 +205,7 @@ async fn iterate(
     // when `iterate` returns (a box moved out of stays allocated until it
     // goes out of scope).
     let RunInput { mut plan, log } = crate::run::unbox(input);
-    let run = Run {
-        inner,
-        live,
-        key: plan.key(),
-        log: Arc::new(notifying(log, live)),
-        token: live.cancel.clone(),
-    };
+    let run = Run::new(inner, live, plan.key(), Arc::new(notifying(log, live)));
     let mut prepared = match Box::pin(run.prepare(&plan)).await {
         Ok(p) => p,
         Err(settlement) => return (Some(settlement), Leftovers::default()),

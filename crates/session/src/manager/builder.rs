@@ -104,7 +104,7 @@ impl ManagerBuilder {
         self
     }
 
-    /// Upper bound of one run (default [`DEFAULT_RUN_TIMEOUT`], an hour);
+    /// Upper bound of one run (default [`DEFAULT_RUN_TIMEOUT`](crate::DEFAULT_RUN_TIMEOUT), an hour);
     /// zero leaves it to the runner. A run past it settles `failed` /
     /// `timeout`.
     pub fn run_timeout(mut self, timeout: Duration) -> Self {
@@ -132,7 +132,7 @@ impl ManagerBuilder {
     }
 
     /// How many runs this manager executes at once (default
-    /// [`DEFAULT_MAX_RUNNING`], at least 1). A session created while every
+    /// [`DEFAULT_MAX_RUNNING`](crate::DEFAULT_MAX_RUNNING), at least 1). A session created while every
     /// slot is taken is **queued** in the store (running, unowned, not
     /// started: [`Session::is_queued`](korvus_store::Session::is_queued))
     /// and `create` returns at once; the manager — or any other manager
@@ -220,7 +220,7 @@ impl ManagerBuilder {
 
     /// How often this manager asks the store for cancel requests made on
     /// other replicas for the runs it drives (default
-    /// [`DEFAULT_CANCEL_POLL`]); one statement per period, and none while
+    /// [`DEFAULT_CANCEL_POLL`](crate::DEFAULT_CANCEL_POLL)); one statement per period, and none while
     /// no run is live.
     pub fn cancel_poll(mut self, period: Duration) -> Self {
         self.config.cancel_poll = period.max(Duration::from_millis(10));
@@ -228,7 +228,7 @@ impl ManagerBuilder {
     }
 
     /// How often a run's scratch dir is checkpointed while the agent works
-    /// (default [`DEFAULT_CHECKPOINT_INTERVAL`]): what changed since the
+    /// (default [`DEFAULT_CHECKPOINT_INTERVAL`](crate::DEFAULT_CHECKPOINT_INTERVAL)): what changed since the
     /// last checkpoint is stored — bytes first, then hidden `checkpoint`
     /// rows — at least this often and at each turn's end the agent reports,
     /// so a replica that dies loses at most this much of its runs' output
@@ -281,7 +281,7 @@ impl ManagerBuilder {
     /// shorter ttl ends orphans sooner; it also loses runs to a shorter
     /// database outage or pause. `heartbeat` is kept at most a third of
     /// `ttl` (and at least 10 ms), so two renewals can fail before the
-    /// lease lapses. Defaults: [`DEFAULT_LEASE_TTL`], [`DEFAULT_HEARTBEAT`].
+    /// lease lapses. Defaults: [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL), [`DEFAULT_HEARTBEAT`](crate::DEFAULT_HEARTBEAT).
     pub fn lease(mut self, ttl: Duration, heartbeat: Duration) -> Self {
         let ttl = ttl.max(Duration::from_millis(30));
         self.config.lease_ttl = ttl;
