@@ -361,10 +361,14 @@ impl CommandRunner {
             })?,
             None => Vec::new(),
         };
+        let root = self.agent_uid() == 0;
         let setup = ChildSetup {
             join,
-            // Root in a namespace of its own could `setns` back out.
-            drop_admin: self.agent_uid() == 0 && !self.network.is_host(),
+            drop_caps: if root {
+                crate::spawn::ROOT_AGENT_DROPS
+            } else {
+                rustix::thread::CapabilitySet::empty()
+            },
             ..ChildSetup::default()
         };
         let sandbox = self.sandbox.for_agent(self.agent_uid());
@@ -386,6 +390,7 @@ impl CommandRunner {
             .into_iter()
             .chain(network.note())
             .chain(limits_note)
+            .chain(root.then(|| crate::spawn::capabilities_note(crate::spawn::ROOT_AGENT_DROPS)))
             .collect();
         Ok((agent, notes, network))
     }

@@ -16,9 +16,14 @@
 //!   and the run's [`Network`](crate::Network) policy isolates it (only a
 //!   single-threaded process may create a user namespace), with its
 //!   loopback brought up;
-//! - **dropping `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`** from the bounding set
-//!   of an agent that runs as root in a network namespace, so it cannot
-//!   `setns` back into the host's network.
+//! - **dropping capabilities a root agent does not need** from its
+//!   bounding set ([`ROOT_AGENT_DROPS`]: `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`,
+//!   so it cannot `setns` back into the host's network or take over a
+//!   terminal with `TIOCSTI`; `CAP_SYS_PTRACE`, `CAP_DAC_READ_SEARCH`,
+//!   `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_SYS_BOOT`, `CAP_BPF`,
+//!   `CAP_PERFMON`), whatever its network policy: `exec` then gives it none
+//!   of them, and a process with fewer capabilities than korvus cannot
+//!   trace korvus or read its `/proc/<pid>/environ`.
 //!
 //! It also holds the two other `unshare` calls: the starting thread's
 //! move into a new network namespace (as root), and the once-per-process
@@ -55,7 +60,7 @@ use rustix::thread::{CapabilitySet, UnshareFlags};
 use crate::network::netns::loopback_up;
 
 /// What the child does before `exec`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ChildSetup {
     /// Start a new session (and process group) with no controlling
     /// terminal.
@@ -66,10 +71,57 @@ pub(crate) struct ChildSetup {
     /// Create a user and a network namespace (after joining the cgroups
     /// and `setsid`) and bring up the new loopback.
     pub(crate) own_network: bool,
-    /// Drop `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` from the bounding set: an
-    /// agent running as root in a network namespace of its own could
-    /// otherwise `setns` back into the host's, or wire one to it.
-    pub(crate) drop_admin: bool,
+    /// Capabilities removed from the bounding set before `exec`
+    /// ([`ROOT_AGENT_DROPS`] for an agent running as root).
+    pub(crate) drop_caps: CapabilitySet,
+}
+
+impl Default for ChildSetup {
+    /// Nothing to do before `exec`.
+    fn default() -> Self {
+        Self {
+            new_session: false,
+            join: Vec::new(),
+            own_network: false,
+            drop_caps: CapabilitySet::empty(),
+        }
+    }
+}
+
+/// What an agent running as root loses: administration (`setns` back to
+/// the host's network, `TIOCSTI` into a terminal, mounts), tracing and
+/// reading other processes, bypassing directory search checks by handle,
+/// kernel modules, raw I/O, reboot, BPF and performance monitoring.
+pub(crate) const ROOT_AGENT_DROPS: CapabilitySet = CapabilitySet::SYS_ADMIN
+    .union(CapabilitySet::NET_ADMIN)
+    .union(CapabilitySet::SYS_PTRACE)
+    .union(CapabilitySet::DAC_READ_SEARCH)
+    .union(CapabilitySet::SYS_MODULE)
+    .union(CapabilitySet::SYS_RAWIO)
+    .union(CapabilitySet::SYS_BOOT)
+    .union(CapabilitySet::BPF)
+    .union(CapabilitySet::PERFMON);
+
+/// The note a root agent's run gets: what it lost and which of the
+/// capabilities this process has it keeps.
+pub(crate) fn capabilities_note(dropped: CapabilitySet) -> String {
+    let name = |n: &str| format!("CAP_{n}");
+    let lost: Vec<String> = dropped.iter_names().map(|(n, _)| name(n)).collect();
+    let kept: Vec<String> = CapabilitySet::all()
+        .iter_names()
+        .filter(|(_, c)| !dropped.contains(*c))
+        .filter(|(_, c)| rustix::thread::capability_is_in_bounding_set(*c).unwrap_or(false))
+        .map(|(n, _)| name(n))
+        .collect();
+    format!(
+        "the agent runs as root without {}; it keeps {}",
+        lost.join(", "),
+        if kept.is_empty() {
+            "none".to_owned()
+        } else {
+            kept.join(", ")
+        }
+    )
 }
 
 /// Installs `setup` as `cmd`'s pre-exec hook. Without anything to do, no
@@ -80,7 +132,7 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         && setup.join.is_empty()
         && nofile.is_none()
         && !setup.own_network
-        && !setup.drop_admin
+        && setup.drop_caps.is_empty()
     {
         return;
     }
@@ -88,7 +140,7 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         new_session,
         join,
         own_network,
-        drop_admin,
+        drop_caps,
     } = setup;
     let hook = move || -> std::io::Result<()> {
         for fd in &join {
@@ -107,10 +159,9 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         if own_network {
             own_network_namespace()?;
         }
-        if drop_admin {
-            for cap in [CapabilitySet::SYS_ADMIN, CapabilitySet::NET_ADMIN] {
-                rustix::thread::remove_capability_from_bounding_set(cap).map_err(errno)?;
-            }
+        // One flag at a time (the iterator allocates nothing).
+        for cap in drop_caps.iter() {
+            rustix::thread::remove_capability_from_bounding_set(cap).map_err(errno)?;
         }
         Ok(())
     };
