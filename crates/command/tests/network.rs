@@ -171,9 +171,17 @@ async fn the_host_policy_adds_no_namespace_and_no_proxy() {
     );
     assert!(seen.load(Ordering::SeqCst) >= 1);
     assert_eq!(lines_with(&texts, "proxy="), ["unset"]);
-    // The control for `leave` above: a root agent with its capabilities
-    // (no namespace, so none dropped) and no sandbox may enter another
-    // namespace.
-    assert!(texts.contains(&"leave=ok:".to_owned()), "{texts:#?}");
+    // A root agent loses `CAP_SYS_ADMIN` under the host policy too (no
+    // sandbox here): it cannot enter another namespace either.
+    assert!(
+        texts.iter().any(|t| t.starts_with("leave=failed")),
+        "{texts:#?}"
+    );
+    let all = h.all_texts(row.id).await;
+    assert!(
+        all.iter()
+            .any(|t| t.starts_with("the agent runs as root without")),
+        "{all:#?}"
+    );
     h.stop().await;
 }

@@ -13,6 +13,20 @@ use korvus_workspace::ScratchRoot;
 
 pub(crate) use korvus_runner::testing::unique_sleep;
 
+/// The note a root agent's run gets (what it keeps of root's
+/// capabilities), which every run of these tests gets.
+fn is_root_note(e: &Event) -> bool {
+    matches!(&e.kind, EventKind::Note { text } if text.starts_with("the agent runs as root without"))
+}
+
+/// A message's or a note's text.
+fn text_of(e: Event) -> Option<String> {
+    match e.kind {
+        EventKind::Message { text, .. } | EventKind::Note { text } => Some(text),
+        _ => None,
+    }
+}
+
 pub(crate) struct Harness {
     pub(crate) manager: Manager,
     pub(crate) store: Arc<MemoryStore>,
@@ -105,18 +119,30 @@ impl Harness {
             events.first()
         );
         events.remove(0);
-        events
+        events.into_iter().filter(|e| !is_root_note(e)).collect()
     }
 
+    /// The texts of the messages and notes of `id`'s log (after the
+    /// prompt, without the note a root agent's run starts with: these
+    /// tests run their agents as root).
     pub(crate) async fn texts(&self, id: SessionId) -> Vec<String> {
         self.events(id)
             .await
             .into_iter()
-            .filter_map(|e| match e.kind {
-                EventKind::Message { text, .. } | EventKind::Note { text } => Some(text),
-                _ => None,
-            })
+            .filter_map(text_of)
             .collect()
+    }
+
+    /// [`texts`](Self::texts) with the root agent's note kept.
+    pub(crate) async fn all_texts(&self, id: SessionId) -> Vec<String> {
+        let log = self
+            .manager
+            .turn_log()
+            .open(LogId::from_uuid(id.as_uuid()), Access::Read)
+            .await
+            .expect("open log");
+        let events = log.read(0, None).await.expect("read log");
+        events.into_iter().filter_map(text_of).collect()
     }
 
     pub(crate) async fn stop(self) {
