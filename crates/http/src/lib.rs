@@ -275,15 +275,22 @@ pub fn mount(outer: Router, prefix: &str, router: Router) -> Router {
                     Some(query) => format!("/?{query}"),
                     None => "/".to_owned(),
                 };
-                match path.parse() {
-                    Ok(uri) => {
+                // Only the path changes: an HTTP/2 request keeps its
+                // authority (its `Host`) for the guard, as through `nest`.
+                let mut parts = request.uri().clone().into_parts();
+                let uri = path.parse().map(|p| {
+                    parts.path_and_query = Some(p);
+                    axum::http::Uri::from_parts(parts)
+                });
+                match uri {
+                    Ok(Ok(uri)) => {
                         *request.uri_mut() = uri;
                         match tower::ServiceExt::oneshot(root, request).await {
                             Ok(response) => response,
                             Err(never) => match never {},
                         }
                     }
-                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+                    Ok(Err(_)) | Err(_) => StatusCode::NOT_FOUND.into_response(),
                 }
             }
         }),
