@@ -1,7 +1,6 @@
 //! `korvus serve`: the HTTP API and the live web view of `korvus-http` on
 //! the selected backends, behind a token.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,6 +103,15 @@ pub(crate) struct ServeArgs {
     /// send it.
     #[arg(long = "webhook-timeout", value_name = "SECONDS", default_value_t = 10)]
     webhook_timeout: u64,
+    /// Close a connection that has not sent a whole request head within
+    /// this many seconds (a new one, or a kept-alive one between requests).
+    #[arg(
+        long = "header-read-timeout",
+        value_name = "SECONDS",
+        default_value_t = korvus_http::DEFAULT_HEADER_READ_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    header_read_timeout: u64,
     #[command(flatten)]
     confine: ConfineArgs,
 }
@@ -147,6 +155,8 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         }
     };
     let timeout = Duration::from_secs(args.timeout);
+    let http = korvus_http::Server::default()
+        .header_read_timeout(Duration::from_secs(args.header_read_timeout));
     let args_base = args.base_path.clone();
     let runner = match runner(&backends, args).await {
         Ok(r) => r,
@@ -167,14 +177,9 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             if let Ok(bound) = listener.local_addr() {
                 println!("korvus serve: metrics on http://{bound}/metrics");
             }
-            let server = axum::serve(listener, scrape).with_graceful_shutdown(async move {
+            tokio::spawn(http.clone().run(listener, scrape, async move {
                 let _ = metrics_stopped.await;
-            });
-            tokio::spawn(async move {
-                if let Err(e) = server.await {
-                    eprintln!("korvus serve: the metrics listener failed: {e}");
-                }
-            });
+            }));
             guard.protect(api)
         }
     };
@@ -196,13 +201,9 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     println!("korvus serve: API calls send `Authorization: Bearer <token>`; Ctrl-C stops");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .into_future(),
-    );
+    let mut server = tokio::spawn(http.run(listener, app, async move {
+        let _ = stop_rx.await;
+    }));
     let early = tokio::select! {
         () = signals.recv() => None,
         joined = &mut server => Some(joined),
@@ -211,8 +212,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
         manager.stop().await;
         backends.close().await;
         return match joined {
-            Ok(Ok(())) => bail!("the server stopped by itself"),
-            Ok(Err(e)) => Err(e).context("the server failed"),
+            Ok(()) => bail!("the server stopped by itself"),
             Err(e) => Err(e).context("the server task failed"),
         };
     }
@@ -234,9 +234,8 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     let _ = stop_tx.send(());
     let _ = metrics_stop.send(());
     match tokio::time::timeout(DRAIN, &mut server).await {
-        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(())) => {}
         Err(_) => server.abort(),
-        Ok(Ok(Err(e))) => eprintln!("korvus serve: the server failed: {e}"),
         Ok(Err(e)) => eprintln!("korvus serve: the server task failed: {e}"),
     }
     backends.close().await;

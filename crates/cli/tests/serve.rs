@@ -170,3 +170,28 @@ fn sigterm_cancels_running_sessions_lands_their_reports_and_exits_cleanly() {
         "{show}"
     );
 }
+
+#[test]
+fn a_half_sent_request_head_is_closed_after_the_header_read_timeout() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(data.path(), None, "0.2", &["--header-read-timeout", "1"]);
+    let hostport = server.base.trim_start_matches("http://");
+    let started = Instant::now();
+    let mut s = TcpStream::connect(hostport).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET /api/incidents HTTP/1.1\r\nHost: {hostport}\r\n").as_bytes())
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = s.read_to_end(&mut rest);
+    let took = started.elapsed();
+    // Closed (EOF or a reset), not timed out by our own read deadline.
+    let timed_out = read
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock);
+    assert!(
+        !timed_out && took < Duration::from_secs(5),
+        "{read:?} after {took:?}"
+    );
+    // The server still answers whole requests.
+    assert_eq!(server.call("GET", "/api/incidents", None).0, 200);
+}

@@ -156,23 +156,29 @@ fn matches_any<S: AsRef<str>>(patterns: &[S], name: &str) -> bool {
 
 /// Case-insensitive match of `name` against `pattern`, where `*` matches
 /// any run of characters (also none).
+///
+/// It compares bytes after ASCII-uppercasing both, which never slices a
+/// string: both are UTF-8, and a UTF-8 literal found in UTF-8 text starts
+/// and ends on char boundaries, so bytes agree with chars here.
 fn glob(pattern: &str, name: &str) -> bool {
     let pattern = pattern.to_ascii_uppercase();
     let name = name.to_ascii_uppercase();
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+    let mut parts = pattern.as_bytes().split(|&b| b == b'*');
+    let first = parts.next().unwrap_or_default();
+    let Some(rest) = name.as_bytes().strip_prefix(first) else {
         return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    if !name.ends_with(last) {
+    };
+    let others: Vec<&[u8]> = parts.collect();
+    let Some((last, middles)) = others.split_last() else {
+        // No `*`: the whole name is the literal.
+        return rest.is_empty();
+    };
+    // The suffix is taken off after the prefix, so the two never overlap.
+    let Some(mut rest) = rest.strip_suffix(*last) else {
         return false;
-    }
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
+    };
+    for middle in middles.iter().filter(|m| !m.is_empty()) {
+        match rest.windows(middle.len()).position(|w| w == *middle) {
             Some(at) => rest = &rest[at + middle.len()..],
             None => return false,
         }
@@ -247,6 +253,62 @@ mod tests {
         assert!(glob("DATABASE_URL", "database_url"));
         assert!(!glob("DATABASE_URL", "DATABASE_URLS"));
         assert!(!glob("AB*BA", "ABA"));
+        assert!(!glob("*_KEY", "ÄAÖ"));
+        assert!(glob("*Ä*", "xÄy"));
+        assert!(glob("ä*", "ä_KEY"));
+        assert!(!glob("ä*", "Ä_KEY"), "only ASCII letters fold");
+        assert!(glob("A**B", "AB"));
+    }
+
+    #[test]
+    fn a_non_ascii_name_resolves_without_panicking() {
+        let policy = EnvPolicy {
+            inherit: Inherit::All,
+            exclude: vec!["*_KEY".into()],
+            ..EnvPolicy::default()
+        };
+        let out = policy.resolve(vars(&[("ÄAÖ", "1"), ("Ö_KEY", "2")]));
+        assert_eq!(names(&out), ["ÄAÖ"]);
+    }
+
+    /// The reference: a plain backtracking match over chars, ASCII letters
+    /// folded, `*` matching any run of chars.
+    fn reference(pattern: &[char], name: &[char]) -> bool {
+        match pattern.split_first() {
+            None => name.is_empty(),
+            Some(('*', rest)) => (0..=name.len()).any(|skip| reference(rest, &name[skip..])),
+            Some((p, rest)) => name
+                .split_first()
+                .is_some_and(|(n, tail)| p.eq_ignore_ascii_case(n) && reference(rest, tail)),
+        }
+    }
+
+    /// Text from a small alphabet (so patterns often match) mixed with any
+    /// Unicode scalar.
+    fn text(star: bool) -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let small = if star { "[aAkK_Ää*]" } else { "[aAkK_Ää]" };
+        prop::collection::vec(
+            prop_oneof![small, any::<char>().prop_map(String::from)],
+            0..10,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn glob_never_panics_and_agrees_with_the_reference(
+            pattern in text(true),
+            name in text(false),
+        ) {
+            let chars = |s: &str| s.chars().collect::<Vec<char>>();
+            proptest::prop_assert_eq!(
+                glob(&pattern, &name),
+                reference(&chars(&pattern), &chars(&name))
+            );
+        }
     }
 
     #[test]

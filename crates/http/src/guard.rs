@@ -5,7 +5,10 @@
 //! its own to 127.0.0.1 (DNS rebinding). So every request passes, in order:
 //!
 //! 1. **`Host`** must be one of the allowed hosts (`403 host_not_allowed`):
-//!    a rebound name is not.
+//!    a rebound name is not. An HTTP/2 request carries no `Host` but an
+//!    `:authority`, which hyper puts in the URI: without `Host`, the URI's
+//!    authority passes the same test; with both, they must be the same
+//!    (ASCII case aside) and allowed.
 //! 2. **`Origin`**, when present, must be `http://` or `https://` plus an
 //!    allowed host (`403 origin_not_allowed`): another site's page is not.
 //! 3. The view's static files (`/`, `/assets/…`) need nothing more: they
@@ -187,12 +190,25 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
         })
 }
 
+/// The host a request names: its `Host` header, or its URI's authority
+/// (HTTP/2's `:authority`, an HTTP/1 absolute-form target). `None` when
+/// both are present and differ — which of them would be served is then
+/// the server's choice, so neither is trusted.
+fn named_host(request: &Request) -> Option<&str> {
+    let host = header_str(request.headers(), header::HOST);
+    let authority = request.uri().authority().map(|a| a.as_str());
+    match (host, authority) {
+        (Some(h), Some(a)) if !h.eq_ignore_ascii_case(a) => None,
+        (Some(h), _) => Some(h),
+        (None, a) => a,
+    }
+}
+
 async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    let host = header_str(headers, header::HOST).unwrap_or("");
-    if !guard.host_allowed(host) {
+    if !named_host(&request).is_some_and(|h| guard.host_allowed(h)) {
         return forbidden("host_not_allowed", "this Host is not served here");
     }
+    let headers = request.headers();
     if let Some(origin) = header_str(headers, header::ORIGIN) {
         if !guard.origin_allowed(origin) {
             return forbidden(

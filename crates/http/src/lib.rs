@@ -25,7 +25,8 @@
 //!
 //! [`guard`] is the token check of `korvus serve` (bearer token or a cookie
 //! exchanged for it, `Host` and `Origin` checks, CSRF): an embedder with an
-//! auth layer of its own does not need it.
+//! auth layer of its own does not need it. [`Server`] is what `korvus
+//! serve` runs the router on: HTTP/1.1 with a deadline on request heads.
 //!
 //! # Why it is shaped like this
 //!
@@ -80,6 +81,7 @@ pub mod guard;
 pub mod openapi;
 mod pages;
 mod routes;
+mod server;
 mod view;
 pub mod webhook;
 
@@ -93,6 +95,7 @@ use korvus_session::Manager;
 pub use crate::error::{ApiError, CODES as ERROR_CODES};
 pub use crate::events::{SSE_FOLLOWERS, SSE_SUBSCRIBERS};
 pub use crate::guard::Guard;
+pub use crate::server::{Server, DEFAULT_HEADER_READ_TIMEOUT};
 
 /// The default limit on a request body: 64 KiB, room for a long prompt.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -275,15 +278,22 @@ pub fn mount(outer: Router, prefix: &str, router: Router) -> Router {
                     Some(query) => format!("/?{query}"),
                     None => "/".to_owned(),
                 };
-                match path.parse() {
-                    Ok(uri) => {
+                // Only the path changes: an HTTP/2 request keeps its
+                // authority (its `Host`) for the guard, as through `nest`.
+                let mut parts = request.uri().clone().into_parts();
+                let uri = path.parse().map(|p| {
+                    parts.path_and_query = Some(p);
+                    axum::http::Uri::from_parts(parts)
+                });
+                match uri {
+                    Ok(Ok(uri)) => {
                         *request.uri_mut() = uri;
                         match tower::ServiceExt::oneshot(root, request).await {
                             Ok(response) => response,
                             Err(never) => match never {},
                         }
                     }
-                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+                    Ok(Err(_)) | Err(_) => StatusCode::NOT_FOUND.into_response(),
                 }
             }
         }),

@@ -203,3 +203,61 @@ fn short_tokens_are_refused() {
     assert_eq!(token.len(), 64);
     assert_ne!(token, Guard::generate_token().unwrap());
 }
+
+/// HTTP/2 has no `Host` header: the authority comes as `:authority`, which
+/// hyper puts in the request's URI. The guard applies the same rules to it.
+#[tokio::test]
+async fn an_http2_authority_stands_for_host_by_the_same_rules() {
+    use axum::http::Version;
+    let env = Env::new(writing(&[], 0)).await;
+    let app = guarded(&env);
+    let h2 = |uri: &str| {
+        Request::builder()
+            .version(Version::HTTP_2)
+            .uri(uri)
+            .header("authorization", format!("Bearer {TOKEN}"))
+    };
+    let send = |b: axum::http::request::Builder| call(&app, b.body(Body::empty()).unwrap());
+
+    let ok = send(h2("http://127.0.0.1:8787/api/incidents")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text());
+    let ok = send(h2("https://LOCALHOST:8787/api/incidents")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text());
+    send(h2("http://evil.example:8787/api/incidents"))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "host_not_allowed");
+    send(h2("http://127.0.0.1:8787/api/incidents").header("origin", "https://evil.example"))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "origin_not_allowed");
+    // Both present: they must name the same host.
+    send(h2("http://127.0.0.1:8787/api/incidents").header("host", "localhost:8787"))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "host_not_allowed");
+    let same = send(h2("http://127.0.0.1:8787/api/incidents").header("host", HOST)).await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.text());
+    // An allowed Host does not launder a foreign authority either.
+    send(h2("http://evil.example:8787/api/incidents").header("host", HOST))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "host_not_allowed");
+    env.manager.stop().await;
+}
+
+/// `mount` hands `<prefix>/` to the guarded router as its root; an HTTP/2
+/// request keeps its authority through that, as through `nest`.
+#[tokio::test]
+async fn a_mounted_guard_sees_the_http2_authority_at_the_prefix_root() {
+    use axum::http::Version;
+    let env = Env::new(writing(&[], 0)).await;
+    let app = korvus_http::mount(Router::new(), "/korvus", guarded(&env));
+    for path in ["/korvus/", "/korvus/api/incidents"] {
+        let request = Request::builder()
+            .version(Version::HTTP_2)
+            .uri(format!("http://127.0.0.1:8787{path}"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let answer = call(&app, request).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.text());
+    }
+    env.manager.stop().await;
+}

@@ -11,5 +11,6 @@ mod openapi;
 mod pages;
 mod prune;
 mod routes;
+mod server;
 mod view;
 mod webhook;
