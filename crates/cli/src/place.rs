@@ -103,12 +103,27 @@ fn make_shared(link: &Path) -> Result<PathBuf> {
         .create(&root)
         .with_context(|| format!("cannot create {}", root.display()))?;
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
-    if link.exists() {
-        std::fs::remove_dir(link).with_context(|| format!("cannot replace {}", link.display()))?;
+    if link.is_dir() && !link.is_symlink() {
+        // Empty (checked by the caller); another korvus may have taken it
+        // away already.
+        match std::fs::remove_dir(link) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot replace {}", link.display())),
+        }
     }
-    std::os::unix::fs::symlink(&root, link)
-        .with_context(|| format!("cannot link {} to {}", link.display(), root.display()))?;
-    Ok(root)
+    match std::os::unix::fs::symlink(&root, link) {
+        Ok(()) => Ok(root),
+        // Another korvus of the same data dir linked its own first: that
+        // one is the record; this one goes.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_dir(&root);
+            shared(link)
+        }
+        Err(e) => {
+            Err(e).with_context(|| format!("cannot link {} to {}", link.display(), root.display()))
+        }
+    }
 }
 
 /// The scratch root the link `link` names, checked.
@@ -191,6 +206,21 @@ mod tests {
         std::os::unix::fs::symlink("/tmp", &other).unwrap();
         assert!(scratch_root(dir.path()).is_err());
         std::fs::remove_dir(&root).unwrap();
+        // Two at once on a fresh closed data dir: both end with the one
+        // root the link names.
+        let race = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(race.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let roots: Vec<PathBuf> = std::thread::scope(|s| {
+            let a = s.spawn(|| scratch_root(race.path()).unwrap());
+            let b = s.spawn(|| scratch_root(race.path()).unwrap());
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        assert_eq!(roots[0], roots[1]);
+        assert_eq!(
+            std::fs::read_link(race.path().join("scratch")).unwrap(),
+            roots[0]
+        );
+        std::fs::remove_dir(&roots[0]).unwrap();
         // An open data dir keeps its scratch root inside.
         let open = tempfile::tempdir().unwrap();
         std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
