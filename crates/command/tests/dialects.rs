@@ -175,6 +175,19 @@ const CODEX_CANCELLED_MID_TURN: &str = r#"
     echo '{"type":"turn.completed","usage":{"input_tokens":300,"cached_input_tokens":0,"output_tokens":30}}'
 "#;
 
+/// Starts a session of the mid-turn Codex agent (sleeping `sleep`) and
+/// waits until it sleeps in the middle of its turn; returns the session
+/// and the pattern its sleep runs under.
+async fn mid_turn(h: &crate::support::Harness, sleep: &str) -> (korvus_store::Session, String) {
+    let s = h.start("why?").await;
+    let pattern = format!("sleep {sleep}");
+    crate::support::eventually("the agent is mid-turn", || {
+        crate::support::running(&pattern)
+    })
+    .await;
+    (s, pattern)
+}
+
 /// Cancelled in the middle of a turn, a Codex run reported no usage on
 /// stdout; it is charged what its thread file records (100/10), as a
 /// usage event its counters agree with, and the reopened revision, whose
@@ -185,12 +198,7 @@ async fn a_codex_run_cancelled_mid_turn_is_charged_its_own_tokens_and_the_reopen
     let sleep = crate::support::unique_sleep();
     let h = harness(sh(&CODEX_CANCELLED_MID_TURN.replace("SLEEP", &sleep)).dialect(Dialect::Codex))
         .await;
-    let s = h.start("why?").await;
-    let pattern = format!("sleep {sleep}");
-    crate::support::eventually("the agent is mid-turn", || {
-        crate::support::running(&pattern)
-    })
-    .await;
+    let (s, _) = mid_turn(&h, &sleep).await;
     h.manager.cancel(s.id).await.expect("cancel");
     let row = h.settled(s.id).await;
     assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
@@ -240,12 +248,7 @@ async fn a_checkpoint_of_a_codex_run_taken_mid_turn_holds_state_json_and_the_thr
             .checkpoint_interval(Duration::from_secs(1))
     })
     .await;
-    let s = h.start("why?").await;
-    let pattern = format!("sleep {sleep}");
-    crate::support::eventually("the agent is mid-turn", || {
-        crate::support::running(&pattern)
-    })
-    .await;
+    let (s, pattern) = mid_turn(&h, &sleep).await;
     let wanted = [".korvus/agent/thread.jsonl", ".korvus/agent/state.json"];
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {

@@ -100,13 +100,7 @@ impl Harness {
     /// manager logs first as a `user` message (checked here): what the
     /// agent's run produced.
     pub(crate) async fn events(&self, id: SessionId) -> Vec<Event> {
-        let log = self
-            .manager
-            .turn_log()
-            .open(LogId::from_uuid(id.as_uuid()), Access::Read)
-            .await
-            .expect("open log");
-        let mut events = log.read(0, None).await.expect("read log");
+        let mut events = self.log(id).await;
         assert!(
             matches!(
                 events.first().map(|e| &e.kind),
@@ -135,14 +129,18 @@ impl Harness {
 
     /// [`texts`](Self::texts) with the root agent's note kept.
     pub(crate) async fn all_texts(&self, id: SessionId) -> Vec<String> {
+        self.log(id).await.into_iter().filter_map(text_of).collect()
+    }
+
+    /// Every event of `id`'s log, as stored.
+    async fn log(&self, id: SessionId) -> Vec<Event> {
         let log = self
             .manager
             .turn_log()
             .open(LogId::from_uuid(id.as_uuid()), Access::Read)
             .await
             .expect("open log");
-        let events = log.read(0, None).await.expect("read log");
-        events.into_iter().filter_map(text_of).collect()
+        log.read(0, None).await.expect("read log")
     }
 
     pub(crate) async fn stop(self) {

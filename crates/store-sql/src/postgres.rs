@@ -21,7 +21,7 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     active, artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns,
-    session_fences, ArtifactRow, ContextRefRow, SessionFence,
+    session_fences, unnest_artifacts, ArtifactRow, ContextRefRow, SessionFence,
 };
 use crate::store::sql_store;
 
@@ -76,29 +76,15 @@ crate::sql::statements! {
              AS f(incident_id, session_id, fence) \
              WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = f.session_id \
                  AND s.incident_id = f.incident_id AND s.fence = f.fence)) \
-         INSERT INTO artifacts (",
-        artifact_columns!(),
-        ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
-         u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence \
-         FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
-         $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
-         AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
-         sha256, revision, fence) WHERE NOT EXISTS (SELECT 1 FROM stale)"
+         ",
+        unnest_artifacts!(),
+        " WHERE NOT EXISTS (SELECT 1 FROM stale)"
     );
 
     /// A salvage's artifact rows, unconditionally: `attach_kept_output`
     /// checked their settled session and moved it to their fence under the
     /// same transaction. Binds as `INSERT_ARTIFACTS`.
-    INSERT_SETTLED_ARTIFACTS = concat!(
-        "INSERT INTO artifacts (",
-        artifact_columns!(),
-        ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
-         u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence \
-         FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
-         $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
-         AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
-         sha256, revision, fence)"
-    );
+    INSERT_SETTLED_ARTIFACTS = unnest_artifacts!();
 
     /// Why an artifact batch was refused: the sessions it names as they
     /// are now. Binds `$1` the session ids.
