@@ -21,8 +21,9 @@ use crate::error::{backend, log_backend};
 use crate::log::sql_log;
 use crate::rows::{
     active, artifact_columns, artifact_sessions, check_artifact_fences, context_ref_columns,
-    session_fences, unnest_artifacts, ArtifactRow, ContextRefRow, SessionFence,
+    session_fences, ArtifactRow, ContextRefRow, SessionFence,
 };
+use crate::sql::unnest_artifacts;
 use crate::store::sql_store;
 
 /// The `backend` name in this module's `Backend` errors.

@@ -334,3 +334,24 @@ statements! {
     /// `$1` log.
     COUNT_AND_EPOCH = "SELECT event_count, epoch FROM turn_logs WHERE id = $1";
 }
+
+/// PostgreSQL: `INSERT … SELECT` of artifact rows from arrays — binds
+/// `$1…$10` and `$12` the columns, `$11` the creation time — up to its
+/// `FROM`/`AS` (a statement adds its own `WHERE`).
+macro_rules! unnest_artifacts {
+    () => {
+        concat!(
+            "INSERT INTO artifacts (",
+            crate::rows::artifact_columns!(),
+            ") SELECT u.id, u.incident_id, u.session_id, u.kind, u.path, u.blob_key, \
+             u.content_type, u.size_bytes, u.sha256, u.revision, $11, u.fence \
+             FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], \
+             $5::text[], $6::text[], $7::text[], $8::int8[], $9::text[], $10::int4[], $12::int8[]) \
+             AS u(id, incident_id, session_id, kind, path, blob_key, content_type, size_bytes, \
+             sha256, revision, fence)"
+        )
+    };
+}
+
+#[cfg(feature = "postgres")]
+pub(crate) use unnest_artifacts;
