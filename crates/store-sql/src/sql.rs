@@ -338,6 +338,7 @@ statements! {
 /// PostgreSQL: `INSERT … SELECT` of artifact rows from arrays — binds
 /// `$1…$10` and `$12` the columns, `$11` the creation time — up to its
 /// `FROM`/`AS` (a statement adds its own `WHERE`).
+#[cfg(feature = "postgres")]
 macro_rules! unnest_artifacts {
     () => {
         concat!(
