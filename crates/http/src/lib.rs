@@ -77,6 +77,7 @@
 mod download;
 mod error;
 mod events;
+mod gate;
 pub mod guard;
 pub mod openapi;
 mod pages;
@@ -94,6 +95,7 @@ use korvus_session::Manager;
 
 pub use crate::error::{ApiError, CODES as ERROR_CODES};
 pub use crate::events::{SSE_FOLLOWERS, SSE_SUBSCRIBERS};
+pub use crate::gate::{MAX_HEAD_BYTES, MAX_URI_BYTES};
 pub use crate::guard::Guard;
 pub use crate::server::{Server, DEFAULT_HEADER_READ_TIMEOUT};
 
@@ -168,8 +170,10 @@ impl Api {
         if self.view {
             router = router.merge(view::routes());
         }
+        // The view's routes answer a wrong method like the API's do.
         let router = router
             .fallback(no_route)
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(tower_http::trace::TraceLayer::new_for_http());
         (router, stats)
     }
@@ -293,7 +297,7 @@ pub fn mount(outer: Router, prefix: &str, router: Router) -> Router {
                             Err(never) => match never {},
                         }
                     }
-                    Ok(Err(_)) | Err(_) => StatusCode::NOT_FOUND.into_response(),
+                    Ok(Err(_)) | Err(_) => no_route().await.into_response(),
                 }
             }
         }),
