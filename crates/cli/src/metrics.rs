@@ -2,10 +2,11 @@
 //! and the HTTP surface emitted through the `metrics` facade, rendered by
 //! the Prometheus recorder `serve` installs, in Prometheus text format.
 
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use korvus_http::ApiError;
 use korvus_session::Manager;
 use std::time::Duration;
 
@@ -44,9 +45,12 @@ pub(crate) fn install() -> Result<PrometheusHandle> {
 }
 
 /// The one route: reads the queue's depth (the store's, shared by every
-/// replica), then renders every series.
+/// replica), then renders every series. A wrong method answers the API's
+/// JSON `405 method_not_allowed`; [`alone`] adds its `404 no_route` when
+/// the route is served on its own listener (beside the API, the API's
+/// fallback answers).
 pub(crate) fn router(manager: Manager, handle: PrometheusHandle) -> Router {
-    Router::new().route(
+    let routed = Router::new().route(
         "/metrics",
         get(move || {
             let (manager, handle) = (manager.clone(), handle.clone());
@@ -61,5 +65,18 @@ pub(crate) fn router(manager: Manager, handle: PrometheusHandle) -> Router {
                     .into_response()
             }
         }),
-    )
+    );
+    routed.method_not_allowed_fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "method not allowed on this route",
+        )
+    })
+}
+
+/// `router` on a listener of its own: anything but `/metrics` is the
+/// API's JSON `404 no_route`.
+pub(crate) fn alone(router: Router) -> Router {
+    router.fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
 }

@@ -177,6 +177,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             if let Ok(bound) = listener.local_addr() {
                 println!("korvus serve: metrics on http://{bound}/metrics");
             }
+            let scrape = crate::metrics::alone(scrape);
             tokio::spawn(http.clone().run(listener, scrape, async move {
                 let _ = metrics_stopped.await;
             }));

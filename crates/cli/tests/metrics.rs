@@ -40,8 +40,15 @@ fn ended(server: &Server, id: &str) -> Value {
 
 /// A plain GET without a token: `(status, body)`.
 fn get(hostport: &str, path: &str) -> (u16, String) {
+    call(hostport, "GET", path)
+}
+
+/// A plain request without a token or body: `(status, body)`.
+fn call(hostport: &str, method: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(hostport).expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
@@ -156,6 +163,16 @@ fn metrics_listen_serves_them_on_their_own_address_without_the_token() {
         text.contains("korvus_sessions_queued{pool=\"default\"} 0"),
         "{text}"
     );
+    // Its errors are JSON like the API's.
+    for (method, path, status, code) in [
+        ("GET", "/nope", 404, "no_route"),
+        ("POST", "/metrics", 405, "method_not_allowed"),
+    ] {
+        let (got, text) = call(metrics.as_deref().unwrap(), method, path);
+        assert_eq!(got, status, "{method} {path}: {text}");
+        let body: Value = serde_json::from_str(&text).expect(&text);
+        assert_eq!(body["code"], code, "{text}");
+    }
     let server = Server {
         child,
         base: format!("http://{}", api.unwrap()),

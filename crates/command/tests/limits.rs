@@ -109,7 +109,8 @@ async fn a_memory_hog_ends_memory_exceeded_its_files_kept_and_a_neighbour_comple
     for controller in ["memory", "pids"] {
         assert!(
             texts.iter().any(|t| t.contains(controller)
-                && t.contains(&format!("/korvus.{pid}/runs/run-{}", hog.id))),
+                && t.contains(&format!("/korvus.{pid}-"))
+                && t.contains(&format!("/runs/run-{}", hog.id))),
             "{controller}: {texts:?}"
         );
     }

@@ -23,6 +23,7 @@ pub const CODES: &[&str] = &[
     "message_required",
     "invalid_context_ref",
     "invalid_input",
+    "malformed_request",
     "token_required",
     "token_invalid",
     "host_not_allowed",
@@ -41,6 +42,8 @@ pub const CODES: &[&str] = &[
     "idempotency_conflict",
     "output_kept",
     "body_too_large",
+    "uri_too_long",
+    "headers_too_large",
     "queue_full",
     "unsupported_media_type",
     "store_failed",
@@ -59,13 +62,15 @@ pub const CODES: &[&str] = &[
 ///
 /// | status | codes |
 /// |---|---|
-/// | 400 | `invalid_id`, `invalid_revision`, `invalid_body`, `invalid_last_event_id`, `prompt_required`, `message_required`, `invalid_context_ref`, `invalid_input` |
+/// | 400 | `invalid_id`, `invalid_revision`, `invalid_body`, `invalid_last_event_id`, `prompt_required`, `message_required`, `invalid_context_ref`, `invalid_input`, `malformed_request` ([`Server`](crate::Server)) |
 /// | 401 | `token_required`, `token_invalid` (the guard of `korvus serve`) |
 /// | 403 | `host_not_allowed`, `origin_not_allowed`, `csrf_failed` (the guard) |
 /// | 404 | `not_found`, `no_document`, `no_route` |
 /// | 405 | `method_not_allowed` |
 /// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict`, `output_kept` |
 /// | 413 | `body_too_large` |
+/// | 414 | `uri_too_long` ([`Server`](crate::Server)) |
+/// | 431 | `headers_too_large` ([`Server`](crate::Server)) |
 /// | 429 | `queue_full` (with `Retry-After`) |
 /// | 415 | `unsupported_media_type` |
 /// | 500 | `store_failed`, `log_failed`, `blob_failed`, `internal` |
@@ -79,11 +84,11 @@ pub struct ApiError {
     retry_after: Option<u64>,
 }
 
-/// The JSON body of an error response.
+/// The JSON body of an error response (also written by `gate.rs`).
 #[derive(Debug, Serialize)]
-struct Body<'a> {
-    error: &'a str,
-    code: &'a str,
+pub(crate) struct Body<'a> {
+    pub(crate) error: &'a str,
+    pub(crate) code: &'a str,
 }
 
 impl ApiError {

@@ -77,6 +77,7 @@
 mod download;
 mod error;
 mod events;
+mod gate;
 pub mod guard;
 pub mod openapi;
 mod pages;
@@ -85,15 +86,19 @@ mod server;
 mod view;
 pub mod webhook;
 
-use axum::extract::DefaultBodyLimit;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use korvus_session::Manager;
 
 pub use crate::error::{ApiError, CODES as ERROR_CODES};
 pub use crate::events::{SSE_FOLLOWERS, SSE_SUBSCRIBERS};
+pub use crate::gate::{MAX_HEAD_BYTES, MAX_URI_BYTES};
 pub use crate::guard::Guard;
 pub use crate::server::{Server, DEFAULT_HEADER_READ_TIMEOUT};
 
@@ -168,8 +173,10 @@ impl Api {
         if self.view {
             router = router.merge(view::routes());
         }
+        // The view's routes answer a wrong method like the API's do.
         let router = router
             .fallback(no_route)
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(tower_http::trace::TraceLayer::new_for_http());
         (router, stats)
     }
@@ -197,7 +204,8 @@ impl Routes {
         T: 'static,
     {
         self.added.push((Method::GET, path));
-        self.router = self.router.route(path, get(handler));
+        let route = query_check(Method::GET, path, get(handler));
+        self.router = self.router.route(path, route);
         self
     }
 
@@ -207,9 +215,49 @@ impl Routes {
         T: 'static,
     {
         self.added.push((Method::POST, path));
-        self.router = self.router.route(path, post(handler));
+        let route = query_check(Method::POST, path, post(handler));
+        self.router = self.router.route(path, route);
         self
     }
+}
+
+/// Refuses, with `400 invalid_input` naming it, a query parameter the
+/// route does not take (`takes`): the ones it takes are those the OpenAPI
+/// table documents for it, so the document and the router agree. (A
+/// repeated parameter is refused by the route's own extractor.)
+async fn known_query(
+    State(takes): State<Arc<[&'static str]>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match unknown_param(request.uri(), &takes) {
+        Some(name) => ApiError::bad_request(
+            "invalid_input",
+            format!("this route takes no query parameter `{name}`"),
+        )
+        .into_response(),
+        None => next.run(request).await,
+    }
+}
+
+fn query_check<T>(method: Method, path: &str, route: MethodRouter<T>) -> MethodRouter<T>
+where
+    T: Clone + Send + Sync + 'static,
+{
+    let takes: Arc<[&'static str]> = openapi::query_params(&method, path).into();
+    route.route_layer(middleware::from_fn_with_state(takes, known_query))
+}
+
+/// The first query parameter of `uri` not in `takes` (names decoded as
+/// the extractors decode them; a query that does not decode is left to
+/// them).
+fn unknown_param(uri: &axum::http::Uri, takes: &[&str]) -> Option<String> {
+    let query = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
+    query
+        .0
+        .into_iter()
+        .map(|(name, _)| name)
+        .find(|name| !takes.contains(&name.as_str()))
 }
 
 /// Every API route, under `/api`.
@@ -293,7 +341,7 @@ pub fn mount(outer: Router, prefix: &str, router: Router) -> Router {
                             Err(never) => match never {},
                         }
                     }
-                    Ok(Err(_)) | Err(_) => StatusCode::NOT_FOUND.into_response(),
+                    Ok(Err(_)) | Err(_) => no_route().await.into_response(),
                 }
             }
         }),

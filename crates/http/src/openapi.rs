@@ -14,6 +14,16 @@
 mod operations;
 mod schemas;
 
+/// The query parameters the operation `method path` (under `/api`, as the
+/// router spells it) takes, as documented: none when it is not listed.
+pub(crate) fn query_params(method: &Method, path: &str) -> Vec<&'static str> {
+    operations::OPERATIONS
+        .iter()
+        .find(|op| op.method == *method && op.path == path)
+        .map(|op| op.query.iter().map(|p| p.name).collect())
+        .unwrap_or_default()
+}
+
 use std::sync::OnceLock;
 
 use axum::http::Method;

@@ -26,6 +26,9 @@ impl PageQuery {
             None => DEFAULT_PAGE_SIZE,
             Some(text) => match text.parse::<u64>() {
                 Ok(n) if n >= 1 => u32::try_from(n).unwrap_or(MAX_PAGE_SIZE),
+                // Clamped like any other number past the maximum, however
+                // many digits it has.
+                Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => MAX_PAGE_SIZE,
                 _ => {
                     return Err(ApiError::bad_request(
                         "invalid_input",

@@ -6,7 +6,9 @@
 //! for as long as it likes. [`Server`] serves each connection with hyper's
 //! HTTP/1 builder, a tokio timer and a header read timeout: a connection
 //! that has not sent a whole request head within it — a new one, or a
-//! kept-alive one between requests — is closed.
+//! kept-alive one between requests — is closed. And a head it cannot take
+//! (too long, too large, malformed) is answered with the JSON error body
+//! like every other error, not with hyper's empty one (`gate.rs`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,6 +21,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+
+use crate::gate::Gate;
 
 /// How long a client has to send a whole request head, by default.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -81,9 +85,12 @@ impl Server {
         F: Future<Output = ()> + Send,
     {
         let mut builder = http1::Builder::new();
+        // Half-close: a refused head reads as the end of the stream, and
+        // the responses in progress still finish (see `gate.rs`).
         builder
             .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout);
+            .header_read_timeout(self.header_read_timeout)
+            .half_close(true);
         let graceful = GracefulShutdown::new();
         let mut connections = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -105,7 +112,7 @@ impl Server {
                 tower::ServiceExt::oneshot(app.clone(), request.map(Body::new))
             });
             let connection =
-                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                graceful.watch(builder.serve_connection(TokioIo::new(Gate::new(stream)), service));
             connections.spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "an HTTP connection ended with an error");

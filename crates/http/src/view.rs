@@ -60,7 +60,9 @@ async fn index(OriginalUri(uri): OriginalUri) -> Response {
             [(header::LOCATION, location)],
         )
             .into_response(),
-        Err(_) => StatusCode::NOT_FOUND.into_response(),
+        Err(_) => {
+            crate::ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route").into_response()
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 mod support;
 
 mod downloads;
+mod errors;
 mod events;
 mod guard;
 mod openapi;

@@ -137,10 +137,10 @@ fn v2_usable(base: &Path) -> Result<(), String> {
 }
 
 /// Moves this process into a leaf of its own beneath `base`
-/// (`korvus.<pid>/manager`), so `base` holds no process and may enable
+/// (`korvus.<incarnation>/manager`), so `base` holds no process and may enable
 /// controllers for its children (cgroup v2 has no internal processes).
 fn v2_leaf(base: &Path) -> Result<(), String> {
-    let leaf = super::process_dir(base).join("manager");
+    let leaf = super::owner::own_dir(base)?.join("manager");
     std::fs::create_dir_all(&leaf)
         .map_err(|e| format!("cannot make the cgroup {}: {e}", leaf.display()))?;
     write(&leaf.join("cgroup.procs"), &std::process::id().to_string())
@@ -279,7 +279,7 @@ mod tests {
         let base = root.path().join("svc");
         v2_leaf(&base).unwrap();
         let procs = base
-            .join(format!("korvus.{}", std::process::id()))
+            .join(format!("korvus.{}", super::super::owner::incarnation()))
             .join("manager/cgroup.procs");
         assert_eq!(
             std::fs::read_to_string(procs).unwrap().trim(),

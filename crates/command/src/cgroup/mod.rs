@@ -6,19 +6,21 @@
 //!
 //! Layout, beneath the parent cgroup (`base`, the process's own or
 //! [`Limits::cgroup_root`](crate::Limits::cgroup_root)):
-//! `korvus.<pid>/runs/<run>`. On cgroup v2 the process itself moves to
-//! `korvus.<pid>/manager` first (a cgroup that enables controllers for its
+//! `korvus.<incarnation>/runs/<run>`, the incarnation `<pid>-<random>`
+//! and the directory locked by its live owner (`owner.rs`, which also
+//! sweeps those of gone owners). On cgroup v2 the process itself moves to
+//! `korvus.<incarnation>/manager` first (a cgroup that enables controllers for its
 //! children may hold no process); `runs/` carries the limits across all
 //! runs. On cgroup v1 the same path exists in each controller's hierarchy.
 
 mod discover;
+mod owner;
 mod v1;
 mod v2;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
@@ -91,7 +93,7 @@ pub(crate) fn place(limits: &Limits, name: &str) -> Placement {
         None => discover::own(),
     };
     if let Ok(h) = &hierarchy {
-        sweep_once(h);
+        owner::sweep_once(h);
     }
     let made = hierarchy.and_then(|h| match h {
         Hierarchy::V2 { base } => v2::make(&base, name, limits),
@@ -101,70 +103,6 @@ pub(crate) fn place(limits: &Limits, name: &str) -> Placement {
         Ok((cgroup, gaps)) => Placement::InForce { cgroup, gaps },
         Err(why) => Placement::NotInForce(why),
     }
-}
-
-/// Removes, once per process and parent, the `korvus.<pid>` cgroups of
-/// processes that are gone, killing what their runs left behind (a
-/// manager that died without ending its agents).
-fn sweep_once(hierarchy: &Hierarchy) {
-    static SWEPT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    let parents: Vec<PathBuf> = match hierarchy {
-        Hierarchy::V2 { base } => vec![base.clone()],
-        Hierarchy::V1(dirs) => dirs.distinct().into_iter().map(Path::to_path_buf).collect(),
-    };
-    let mut swept = SWEPT
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for parent in parents {
-        if swept.contains(&parent) {
-            continue;
-        }
-        sweep(&parent);
-        swept.push(parent);
-    }
-}
-
-fn sweep(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("korvus."))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let dir = entry.path();
-        let runs = dir.join("runs");
-        for run in std::fs::read_dir(&runs).into_iter().flatten().flatten() {
-            if run.path().is_dir() {
-                let kind = if parent.join("cgroup.controllers").exists() {
-                    Kind::V2(run.path())
-                } else {
-                    Kind::V1(V1Dirs {
-                        pids: Some(run.path()),
-                        ..V1Dirs::default()
-                    })
-                };
-                tracing::warn!(cgroup = %run.path().display(), "killing what a gone korvus process left running");
-                drop(RunCgroup::new(kind));
-            }
-        }
-        for d in [runs, dir.join("manager"), dir] {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-/// `korvus.<pid>` beneath `base`: this process's part of the parent.
-pub(crate) fn process_dir(base: &Path) -> PathBuf {
-    base.join(format!("korvus.{}", std::process::id()))
 }
 
 /// The run's own cgroup. Dropped before [`RunCgroup::finish`], it kills

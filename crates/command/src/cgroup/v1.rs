@@ -6,10 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{kill_each, process_dir, write, Kind, RunCgroup, V1Dirs};
+use super::owner::own_dir;
+use super::{kill_each, write, Kind, RunCgroup, V1Dirs};
 use crate::limits::{Cpu, Limits};
 
-/// Makes `<controller>/korvus.<pid>/runs/<name>` in each hierarchy there
+/// Makes `<controller>/korvus.<incarnation>/runs/<name>` in each hierarchy there
 /// is, with `limits` written into them.
 pub(crate) fn make(
     parents: &V1Dirs,
@@ -20,7 +21,7 @@ pub(crate) fn make(
         let Some(parent) = parent else {
             return Ok(None);
         };
-        let dir = process_dir(parent).join("runs").join(name);
+        let dir = own_dir(parent)?.join("runs").join(name);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot make the cgroup {}: {e}", dir.display()))?;
         Ok(Some(dir))

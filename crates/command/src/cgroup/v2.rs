@@ -5,19 +5,21 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{kill_each, process_dir, write, Kind, RunCgroup};
+use super::owner::own_dir;
+use super::{kill_each, write, Kind, RunCgroup};
 use crate::limits::{Cpu, Limits};
 
 /// The CFS period a CPU quota is expressed in, in microseconds.
 const PERIOD_US: u64 = 100_000;
 
-/// Makes `base/korvus.<pid>/runs/<name>` with `limits` written into it.
+/// Makes `base/korvus.<incarnation>/runs/<name>` with `limits` written
+/// into it.
 pub(crate) fn make(
     base: &Path,
     name: &str,
     limits: &Limits,
 ) -> Result<(RunCgroup, Vec<String>), String> {
-    let mine = process_dir(base);
+    let mine = own_dir(base)?;
     let runs = mine.join("runs");
     let dir = runs.join(name);
     std::fs::create_dir_all(&runs)

@@ -5,25 +5,30 @@
 //! serving them run on the embedding runtime, in the host's namespace, so
 //! the connections they open go out from there.
 //!
-//! A client connection gets one upstream: the first request's destination
-//! (later requests on a kept-alive connection go to that upstream too, so
-//! they can never reach another host).
+//! Every request on a client connection is parsed (httparse) and judged on
+//! its own: a kept-alive connection's later requests are checked against
+//! the policy and rewritten (origin-form, no `Proxy-*` headers) like the
+//! first, and their bodies framed so the next head is found where it
+//! starts (`proxy/http.rs`). Requests to one destination share one
+//! upstream connection; the answers reach the client in order.
 
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
+use self::http::{Ask, Input, Request};
 use super::Destination;
 
-/// Longest request head (request line and headers) the proxy reads.
-const MAX_HEAD: usize = 64 * 1024;
+mod http;
+
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting to an admitted destination may take.
@@ -249,59 +254,133 @@ struct Proxy {
     policy: String,
 }
 
+/// What the half writing to the client does next, in order: so every
+/// answer reaches the client after the answers to the requests before it.
+enum Back {
+    /// Copy an upstream's responses until it closes.
+    Responses(OwnedReadHalf),
+    /// Confirm a `CONNECT`, then copy the tunnel's way back.
+    Established(OwnedReadHalf),
+    /// Write the proxy's own answer and close.
+    Refusal(Vec<u8>),
+}
+
 impl Proxy {
-    async fn handle(&self, mut conn: TcpStream) {
-        let Ok(Ok(head)) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn)).await else {
-            return;
-        };
-        let request = match Request::parse(&head.bytes[..head.end]) {
-            Ok(r) => r,
-            Err(why) => {
-                self.refused(&format!("a request the proxy does not take ({why})"));
-                let _ = reply(&mut conn, "400 Bad Request", why).await;
-                return;
+    /// Serves one client connection: each request head is read and judged
+    /// in turn ([`requests`](Self::requests)) while the answers are copied
+    /// back ([`back`]).
+    async fn handle(&self, conn: TcpStream) {
+        let (read, write) = conn.into_split();
+        let (tx, rx) = mpsc::channel(4);
+        tokio::join!(self.requests(Input::new(read), tx), back(write, rx));
+    }
+
+    /// Every request on the connection: parsed, judged against the policy,
+    /// rewritten and sent to its destination, body and all. A request to
+    /// the destination of the one before it goes on the same upstream
+    /// connection; one to another destination ends that connection (its
+    /// answers still come back first) and opens a new one. The first head
+    /// must come within [`HEAD_TIMEOUT`]; later ones may take as long as
+    /// the client keeps the connection open.
+    async fn requests(&self, mut input: Input<OwnedReadHalf>, back: mpsc::Sender<Back>) {
+        let mut upstream: Option<(Destination, OwnedWriteHalf)> = None;
+        let mut first = true;
+        loop {
+            let head = match first {
+                true => tokio::time::timeout(HEAD_TIMEOUT, input.head()).await,
+                false => Ok(input.head().await),
+            };
+            first = false;
+            let Ok(Ok(Some(head))) = head else { break };
+            let request = match Request::parse(&head) {
+                Ok(r) => r,
+                Err(why) => {
+                    self.refused(&format!("a request the proxy does not take ({why})"));
+                    let _ = back
+                        .send(Back::Refusal(refusal("400 Bad Request", why)))
+                        .await;
+                    break;
+                }
+            };
+            if !self.allow.iter().any(|d| d.admits(&request.dest)) {
+                let what = format!("{} {}", request.method, request.dest);
+                self.refused(&format!("{what} is not allowed by the network policy"));
+                let why = "korvus egress: destination not allowed";
+                let _ = back
+                    .send(Back::Refusal(refusal("403 Forbidden", why)))
+                    .await;
+                break;
             }
-        };
-        if !self.allow.iter().any(|d| d.admits(&request.dest)) {
-            let what = format!("{} {}", request.method, request.dest);
-            self.refused(&format!("{what} is not allowed by the network policy"));
-            let _ = reply(
-                &mut conn,
-                "403 Forbidden",
-                "korvus egress: destination not allowed",
-            )
-            .await;
-            return;
+            let same = matches!(request.ask, Ask::Forward { .. })
+                && upstream.as_ref().is_some_and(|(d, _)| *d == request.dest);
+            let mut to = match upstream.take() {
+                Some((_, to)) if same => to,
+                earlier => {
+                    if let Some((_, mut to)) = earlier {
+                        let _ = to.shutdown().await;
+                    }
+                    match self.connect(&request, &back).await {
+                        Some(to) => to,
+                        None => break,
+                    }
+                }
+            };
+            match request.ask {
+                Ask::Forward {
+                    head,
+                    body,
+                    upgrade: false,
+                } => {
+                    let sent = to.write_all(&head).await;
+                    if sent.is_err() || input.body(body, &mut to).await.is_err() {
+                        break;
+                    }
+                    upstream = Some((request.dest, to));
+                }
+                Ask::Forward { head, .. } => {
+                    if to.write_all(&head).await.is_ok() {
+                        let _ = input.rest(&mut to).await;
+                    }
+                    let _ = to.shutdown().await;
+                    return;
+                }
+                Ask::Connect => {
+                    let _ = input.rest(&mut to).await;
+                    let _ = to.shutdown().await;
+                    return;
+                }
+            }
         }
+        if let Some((_, mut to)) = upstream {
+            let _ = to.shutdown().await;
+        }
+    }
+
+    /// Connects to the request's destination and hands its way back to
+    /// [`back`]; `None` when that failed (and the client is told).
+    async fn connect(
+        &self,
+        request: &Request,
+        back: &mpsc::Sender<Back>,
+    ) -> Option<OwnedWriteHalf> {
         let target = (request.dest.host().to_owned(), request.dest.port());
-        let Ok(Ok(mut upstream)) =
+        let Ok(Ok(upstream)) =
             tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await
         else {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
-            let _ = reply(
-                &mut conn,
-                "502 Bad Gateway",
-                "korvus egress: connect failed",
-            )
-            .await;
-            return;
+            let why = "korvus egress: connect failed";
+            let _ = back
+                .send(Back::Refusal(refusal("502 Bad Gateway", why)))
+                .await;
+            return None;
         };
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
-        let rest = &head.bytes[head.end..];
-        let sent = match &request.origin {
-            None => conn
-                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .await
-                .and(upstream.write_all(rest).await),
-            Some(origin_head) => {
-                let mut out = origin_head.clone();
-                out.extend_from_slice(rest);
-                upstream.write_all(&out).await
-            }
+        let (from, to) = upstream.into_split();
+        let way_back = match request.ask {
+            Ask::Connect => Back::Established(from),
+            Ask::Forward { .. } => Back::Responses(from),
         };
-        if sent.is_ok() {
-            let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
-        }
+        back.send(way_back).await.ok().map(|()| to)
     }
 
     /// Counts a refusal; the first [`NOTED_REFUSALS`] are logged and noted.
@@ -316,145 +395,37 @@ impl Proxy {
     }
 }
 
-/// A request head and where it ends in the bytes read.
-struct Head {
-    bytes: Vec<u8>,
-    end: usize,
-}
-
-async fn read_head(conn: &mut TcpStream) -> std::io::Result<Head> {
-    let mut bytes = Vec::with_capacity(1024);
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = conn.read(&mut buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let from = bytes.len().saturating_sub(3);
-        bytes.extend_from_slice(&buf[..n]);
-        if let Some(i) = bytes[from..].windows(4).position(|w| w == b"\r\n\r\n") {
-            return Ok(Head {
-                end: from + i + 4,
-                bytes,
-            });
-        }
-        if bytes.len() > MAX_HEAD {
-            return Err(std::io::ErrorKind::InvalidData.into());
+/// The half writing to the client: each [`Back`] in turn, then the close.
+async fn back(mut client: OwnedWriteHalf, mut next: mpsc::Receiver<Back>) {
+    while let Some(step) = next.recv().await {
+        let stop = match step {
+            Back::Responses(mut from) => tokio::io::copy(&mut from, &mut client).await.is_err(),
+            Back::Established(mut from) => {
+                let confirmed = client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                confirmed.is_err() || tokio::io::copy(&mut from, &mut client).await.is_err()
+            }
+            Back::Refusal(text) => {
+                let _ = client.write_all(&text).await;
+                true
+            }
+        };
+        if stop {
+            break;
         }
     }
+    let _ = client.shutdown().await;
 }
 
-async fn reply(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    let text = format!(
+/// The proxy's own answer, after which it closes the connection.
+fn refusal(status: &str, body: &str) -> Vec<u8> {
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
         body.len() + 1
-    );
-    conn.write_all(text.as_bytes()).await?;
-    conn.shutdown().await
-}
-
-/// A proxy request: its destination and, for an absolute-form request, the
-/// head to send upstream (origin-form, without `Proxy-*` headers, its
-/// `Host` the request's authority whatever the client sent).
-#[derive(Debug)]
-struct Request {
-    method: String,
-    dest: Destination,
-    origin: Option<Vec<u8>>,
-}
-
-impl Request {
-    fn parse(head: &[u8]) -> Result<Self, &'static str> {
-        let text = std::str::from_utf8(head).map_err(|_| "korvus egress: head is not UTF-8")?;
-        let mut lines = text.split("\r\n");
-        let first = lines.next().unwrap_or_default();
-        let mut parts = first.split(' ');
-        let (Some(method), Some(target), Some(version), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err("korvus egress: malformed request line");
-        };
-        if method.eq_ignore_ascii_case("CONNECT") {
-            let dest = target
-                .parse::<Destination>()
-                .map_err(|_| "korvus egress: CONNECT needs HOST:PORT")?;
-            return Ok(Self {
-                method: "CONNECT".to_owned(),
-                dest,
-                origin: None,
-            });
-        }
-        let Some(rest) = target.strip_prefix("http://") else {
-            return Err("korvus egress: only CONNECT and absolute http:// requests are proxied");
-        };
-        let (authority, path) = match rest.find(['/', '?']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let path = if path.starts_with('?') {
-            format!("/{path}")
-        } else {
-            path.to_owned()
-        };
-        let dest = Destination::from_url(&format!("http://{authority}"))
-            .map_err(|_| "korvus egress: bad host in the request")?;
-        let mut origin = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
-        for line in lines.filter(|l| !l.is_empty()) {
-            let name = line.split(':').next().unwrap_or_default().trim();
-            let name = name.to_ascii_lowercase();
-            if !name.starts_with("proxy-") && name != "host" {
-                origin.push_str(line);
-                origin.push_str("\r\n");
-            }
-        }
-        origin.push_str("\r\n");
-        Ok(Self {
-            method: method.to_owned(),
-            dest,
-            origin: Some(origin.into_bytes()),
-        })
-    }
+    )
+    .into_bytes()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connect_requests_name_their_destination() {
-        let r = Request::parse(b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        assert_eq!(r.dest, Destination::new("api.openai.com", 443));
-        assert!(r.origin.is_none());
-        assert!(Request::parse(b"CONNECT api.openai.com HTTP/1.1\r\n\r\n").is_err());
-    }
-
-    #[test]
-    fn absolute_requests_go_upstream_in_origin_form_without_proxy_headers() {
-        let r = Request::parse(
-            b"POST http://127.0.0.1:9/v1/responses?x=1 HTTP/1.1\r\nHost: elsewhere.example\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: b\r\nAccept: */*\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!(r.dest, Destination::new("127.0.0.1", 9));
-        assert_eq!(
-            String::from_utf8(r.origin.unwrap()).unwrap(),
-            "POST /v1/responses?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nAccept: */*\r\n\r\n"
-        );
-        let r = Request::parse(b"GET http://h?q HTTP/1.1\r\n\r\n").unwrap();
-        assert_eq!(r.dest, Destination::new("h", 80));
-        assert!(String::from_utf8(r.origin.unwrap())
-            .unwrap()
-            .starts_with("GET /?q HTTP/1.1"));
-    }
-
-    #[test]
-    fn other_requests_are_bad() {
-        for head in [
-            &b"GET / HTTP/1.1\r\n\r\n"[..],
-            b"GET https://h/ HTTP/1.1\r\n\r\n",
-            b"GET http://h/ HTTP/1.1 extra\r\n\r\n",
-            b"\xff\r\n\r\n",
-        ] {
-            assert!(Request::parse(head).is_err());
-        }
-    }
-}
+mod socket_tests;

@@ -132,7 +132,8 @@ impl Operation {
 const PAGE: &[Param] = &[
     Param {
         name: "limit",
-        description: "rows per page (default 50, at most 1000)",
+        description:
+            "rows per page (default 100; a larger value, however large, is clamped to 1000)",
         integer: true,
     },
     Param {
