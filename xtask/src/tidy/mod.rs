@@ -84,9 +84,17 @@ fn protocol_sources(root: &Path) -> Result<Vec<(String, String)>> {
     if path_dir.is_dir() {
         outside::walk(&path_dir, &mut files)?;
     }
+    // A test module in its own file (`tests.rs`, `…_tests.rs`) is read no
+    // more than the `#[cfg(test)]` tail of a file.
+    let is_test_module = |f: &Path| {
+        f.file_stem()
+            .and_then(|s| s.to_str())
+            .is_some_and(|s| s == "tests" || s.ends_with("_tests"))
+    };
     files
         .into_iter()
         .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .filter(|f| !is_test_module(f))
         .map(|f| {
             let text = fs::read_to_string(&f).with_context(|| format!("read {}", f.display()))?;
             let shown = f.strip_prefix(root).unwrap_or(&f).display().to_string();

@@ -11,7 +11,8 @@
 //! - every string literal `"KORVUS_…"` in those files: the environment
 //!   variables the agent is given, whether or not they are constants.
 //!
-//! Code after a line `#[cfg(test)]` is not read (test modules close a file).
+//! Code after a line `#[cfg(test)]` is not read (test modules close a file),
+//! nor are files that are test modules themselves (`tests.rs`, `…_tests.rs`).
 //! Each value must appear in the doc as code (an inline code span or a fenced
 //! block) as a whole token: not as part of a longer name, so `report` does not
 //! match `report.md`. A string constant tidy cannot read (not a plain literal
