@@ -1,8 +1,11 @@
 //! Starting the agent isolated: a short-lived thread of its own enters the
-//! run's network namespace (opening the egress listeners there), restricts
-//! itself by the [`Sandbox`], spawns the agent — which inherits both — and
-//! ends. The embedding process's other threads are never touched.
+//! run's network namespace (opening the egress listeners there), prepares
+//! the [`Sandbox`]'s Landlock ruleset and the agent's containment (both
+//! entered by the child before `exec`, see `spawn/`), spawns the agent —
+//! which inherits the namespace — and ends. The embedding process's other
+//! threads are never touched.
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use tokio::process::{Child, Command};
@@ -12,6 +15,7 @@ use tracing::{debug, warn};
 use crate::network::proxy::{self, Egress};
 use crate::network::{netns, Network};
 use crate::sandbox::{self, Confinement, Sandbox};
+use crate::spawn::contain::{Contain, MountRules};
 use crate::spawn::{self, ChildSetup};
 use crate::CommandError;
 
@@ -32,6 +36,23 @@ pub(crate) struct Started {
     pub(crate) child: Child,
     pub(crate) confinement: Confinement,
     pub(crate) network: Isolation,
+    /// The child is the keeper of a contained run (`spawn::contain`):
+    /// stop signals go to it alone, which passes them on once.
+    pub(crate) contained: bool,
+    /// Why the sandbox's containment is not in force, where it is not.
+    pub(crate) uncontained: Option<String>,
+}
+
+impl Started {
+    /// The note a run's log gets when the agent is not contained.
+    pub(crate) fn containment_note(&self) -> Option<String> {
+        self.uncontained.as_ref().map(|reason| {
+            format!(
+                "processes not contained ({reason}): the agent may see other processes, reach \
+                 terminals that existed before it, and outlive korvus"
+            )
+        })
+    }
 }
 
 /// How the agent of one run was put on the network.
@@ -97,6 +118,8 @@ pub(crate) async fn start(
             child,
             confinement: Confinement::Off,
             network: Isolation::Host,
+            contained: false,
+            uncontained: None,
         });
     }
     let policy = policy.clone();
@@ -119,25 +142,10 @@ pub(crate) async fn start(
                     short: Some(reason),
                     ..
                 } if network.is_required() => Err(CommandError::Network { reason }),
-                isolation => {
-                    let confinement = sandbox::confine(&policy, &scratch);
-                    match confinement {
-                        Confinement::NotEnforced(reason) if policy.is_required() => {
-                            Err(CommandError::Sandbox { reason })
-                        }
-                        confinement => {
-                            spawn::install(&mut cmd, setup);
-                            Ok(cmd.spawn().map(|child| Started {
-                                child,
-                                confinement,
-                                network: isolation,
-                            }))
-                        }
-                    }
-                }
+                isolation => contain_and_spawn(cmd, setup, &policy, &scratch, isolation),
             };
-            // The thread ends here, and its namespace and restriction with
-            // it (the agent and the listeners keep the namespace alive).
+            // The thread ends here, and its namespace with it (the agent
+            // and the listeners keep the namespace alive).
             let _ = tx.send(result);
         })
         .map_err(spawn_error)?;
@@ -148,6 +156,58 @@ pub(crate) async fn start(
             "the starting thread ended without starting the program",
         ))),
     }
+}
+
+/// Prepares the agent's Landlock ruleset and its containment (both entered
+/// in the child) and spawns it; the run fails where a required sandbox
+/// cannot be put in force.
+fn contain_and_spawn(
+    mut cmd: Command,
+    mut setup: ChildSetup,
+    policy: &Sandbox,
+    scratch: &Path,
+    network: Isolation,
+) -> Result<std::io::Result<Started>, CommandError> {
+    let prepared = sandbox::prepare(policy, scratch);
+    let confinement = prepared.confinement;
+    if let Confinement::NotEnforced(reason) = &confinement {
+        if policy.is_required() {
+            return Err(CommandError::Sandbox {
+                reason: reason.clone(),
+            });
+        }
+    }
+    let rules = prepared.ruleset.as_ref().map(|fd| MountRules {
+        ruleset: fd.as_raw_fd(),
+        devpts: prepared.devpts,
+        proc: prepared.proc,
+    });
+    // Open until the child has entered it (moved into its hook).
+    setup.landlock = prepared.ruleset;
+    let mut uncontained = None;
+    if policy.is_enabled() {
+        match spawn::probe_contain() {
+            Ok(c) => setup.contain = Some(Contain { rules, ..c }),
+            Err(reason) if policy.is_required() => {
+                return Err(CommandError::Sandbox {
+                    reason: format!("the agent cannot be given namespaces of its own: {reason}"),
+                })
+            }
+            Err(reason) => {
+                warn!(%reason, "agents are not contained");
+                uncontained = Some(reason);
+            }
+        }
+    }
+    let contained = setup.contain.is_some();
+    spawn::install(&mut cmd, setup);
+    Ok(cmd.spawn().map(|child| Started {
+        child,
+        confinement,
+        network,
+        contained,
+        uncontained,
+    }))
 }
 
 /// Puts the calling thread (as root) or the agent's child (otherwise) in

@@ -86,7 +86,8 @@ impl Agent {
     /// Starts `cmd` with piped stdio as the leader of a new session (after
     /// `setup`'s other steps, e.g. joining its cgroups), isolated as `how`
     /// says, and writes `input` to its stdin, then closes it. Also returns
-    /// how the program was confined and put on the network.
+    /// how the program was confined and put on the network, and the note a
+    /// run whose agent is not contained gets.
     pub(crate) async fn spawn(
         mut cmd: Command,
         program: String,
@@ -94,7 +95,7 @@ impl Agent {
         how: Isolate<'_>,
         mut setup: ChildSetup,
         cgroup: Option<Arc<RunCgroup>>,
-    ) -> Result<(Self, Confinement, Isolation), CommandError> {
+    ) -> Result<(Self, Confinement, Isolation, Option<String>), CommandError> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -114,6 +115,8 @@ impl Agent {
             how.notes,
         )
         .await?;
+        let containment = started.containment_note();
+        let contained = started.contained;
         let (mut child, confinement, network) =
             (started.child, started.confinement, started.network);
         let pid = child
@@ -126,6 +129,7 @@ impl Agent {
         let group = Group {
             pgid: Pid::from_raw(pid),
             armed: true,
+            contained,
         };
         info!(pid, program = %program, "agent started");
         let stdin = feed(child.stdin.take(), input);
@@ -137,7 +141,7 @@ impl Agent {
             stdin,
             program,
         };
-        Ok((agent, confinement, network))
+        Ok((agent, confinement, network, containment))
     }
 
     /// The run's cgroup, if it has one.
@@ -390,6 +394,11 @@ fn kill_session(sid: i32) {
 struct Group {
     pgid: Pid,
     armed: bool,
+    /// The leader is a contained run's keeper: a signal other than
+    /// `SIGKILL` goes to it alone, and it passes the signal on to every
+    /// process of the run once (the group's members would otherwise get it
+    /// twice).
+    contained: bool,
 }
 
 impl Group {
@@ -397,7 +406,12 @@ impl Group {
         if !self.armed {
             return;
         }
-        match killpg(self.pgid, signal) {
+        let sent = if self.contained && signal != Signal::SIGKILL {
+            nix::sys::signal::kill(self.pgid, signal)
+        } else {
+            killpg(self.pgid, signal)
+        };
+        match sent {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(e) => {
                 warn!(pgid = %self.pgid, error = %e, ?signal, "could not signal the agent's process group")

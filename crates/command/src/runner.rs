@@ -362,13 +362,16 @@ impl CommandRunner {
             None => Vec::new(),
         };
         let root = self.agent_uid() == 0;
+        let drops = if root {
+            crate::spawn::root_agent_drops()
+        } else {
+            rustix::thread::CapabilitySet::empty()
+        };
         let setup = ChildSetup {
             join,
-            drop_caps: if root {
-                crate::spawn::ROOT_AGENT_DROPS
-            } else {
-                rustix::thread::CapabilitySet::empty()
-            },
+            drop_caps: drops,
+            // Switched to in the child after its namespaces and mounts.
+            user: self.user.as_ref().map(|u| (u.uid(), u.gid())),
             ..ChildSetup::default()
         };
         let sandbox = self.sandbox.for_agent(self.agent_uid());
@@ -378,7 +381,7 @@ impl CommandRunner {
             scratch,
             notes,
         };
-        let (agent, confinement, network) =
+        let (agent, confinement, network, containment) =
             Agent::spawn(cmd, program, input, how, setup, cgroup).await?;
         // Beside the scratch dir, where the agent cannot write: if this
         // process dies, `korvus_workspace::reap` stops the group from it.
@@ -388,9 +391,10 @@ impl CommandRunner {
         let notes = confinement
             .note()
             .into_iter()
+            .chain(containment)
             .chain(network.note())
             .chain(limits_note)
-            .chain(root.then(|| crate::spawn::capabilities_note(crate::spawn::ROOT_AGENT_DROPS)))
+            .chain(root.then(|| crate::spawn::capabilities_note(drops)))
             .collect();
         Ok((agent, notes, network))
     }
@@ -432,10 +436,8 @@ impl CommandRunner {
             .env("KORVUS_MANIFEST", manifest)
             .env("KORVUS_WORKSPACE", scratch);
         if let Some(user) = &self.user {
-            cmd.uid(user.uid())
-                .gid(user.gid())
-                .env("USER", user.name())
-                .env("LOGNAME", user.name());
+            // The uid and gid are switched to in the child (`ChildSetup::user`).
+            cmd.env("USER", user.name()).env("LOGNAME", user.name());
         }
         if let Some(template) = &ctx.report_template {
             cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));

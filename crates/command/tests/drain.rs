@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use korvus_command::{ExitDrain, Limits, OutputCaps};
+use korvus_command::{ExitDrain, Limits, OutputCaps, Sandbox};
 use korvus_log::{EventKind, JsonlLog};
 use korvus_store::SessionStatus;
 
@@ -72,10 +72,15 @@ const TIGHT: ExitDrain = ExitDrain {
 /// `marker`) and checks the run ends within the drain's bounds with the
 /// cut noted; then kills what escaped.
 async fn escaped(script: &str, marker: &str) {
-    // Without a cgroup (`Limits::none`): with one, nothing escapes the
-    // run's kill (see `limits.rs`), and the drain's bounds are for hosts
-    // without.
-    let h = harness_with(sh(script).exit_drain(TIGHT).limits(Limits::none()), |b| b).await;
+    // Without a cgroup (`Limits::none`) and without the sandbox, which
+    // contains the agent in a PID namespace: with either, nothing escapes
+    // the run's end (see `limits.rs` and `contained_escape` below), and the
+    // drain's bounds are for hosts without both.
+    let runner = sh(script)
+        .exit_drain(TIGHT)
+        .limits(Limits::none())
+        .sandbox(Sandbox::disabled());
+    let h = harness_with(runner, |b| b).await;
     let started = Instant::now();
     let row = h.run("escape").await;
     let took = started.elapsed();
@@ -121,4 +126,33 @@ async fn a_chatty_escaped_grandchild_is_cut_at_the_overall_bound() {
          echo 'before exit'\necho '# R' > report.md\nexit 0\n"
     );
     escaped(&script, &marker).await;
+}
+
+/// With the default sandbox, even without a cgroup, a process that left
+/// the agent's session still dies with the agent (its PID namespace ends
+/// with korvus's init): nothing holds the output open, nothing is cut.
+#[tokio::test]
+async fn a_contained_escaped_grandchild_dies_with_the_agent() {
+    let marker = format!("tick-{}", unique_sleep());
+    let script = format!(
+        "setsid sh -c 'touch escaped; while :; do echo {marker}; sleep 0.05; done' &\n{WAIT}\
+         echo 'before exit'\necho '# R' > report.md\nexit 0\n"
+    );
+    let h = harness_with(sh(&script).exit_drain(TIGHT).limits(Limits::none()), |b| b).await;
+    let row = h.run("escape").await;
+    let left = running(&marker);
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", &marker])
+        .status();
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert!(!left, "the escaped process outlived the agent");
+    let texts = h.texts(row.id).await;
+    assert!(texts.contains(&"before exit".to_owned()), "{texts:?}");
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.starts_with(korvus_log::DROPPED_PREFIX)),
+        "{texts:?}"
+    );
+    h.stop().await;
 }

@@ -1,4 +1,4 @@
-//! Unsafe code lives in one audited module: [`ALLOWED`]. The workspace
+//! Unsafe code lives in one audited module: [`ALLOWED`] (a folder). The workspace
 //! lint is `unsafe_code = "deny"` (not `forbid`, so that module can allow
 //! it); this rule fails on `unsafe` — a block, a function, an impl or an
 //! `allow(unsafe_code)` — in any other Rust file of the repository.
@@ -8,16 +8,17 @@ const KEYWORD: &str = concat!("un", "safe");
 /// The lint's name, likewise.
 const LINT_NAME: &str = concat!("un", "safe_code");
 
-/// The one file that may contain `unsafe` (korvus-command's pre-exec hook:
-/// setsid, joining cgroups, the agent's open-file limit).
-pub(crate) const ALLOWED: &str = "crates/command/src/spawn.rs";
+/// The one module whose files may contain `unsafe` (korvus-command's
+/// pre-exec hook: setsid, joining cgroups, the agent's open-file limit, its
+/// namespaces and korvus's minimal init). A folder: every file beneath it.
+pub(crate) const ALLOWED: &str = "crates/command/src/spawn/";
 
 /// Every file of `files` (path, text) other than [`ALLOWED`] with a line
 /// of code that uses `unsafe`, and the workspace lint when it is missing.
 pub(crate) fn violations(files: &[(String, String)], manifest: &str) -> Vec<String> {
     let mut found: Vec<String> = files
         .iter()
-        .filter(|(path, _)| path != ALLOWED)
+        .filter(|(path, _)| !path.starts_with(ALLOWED))
         .flat_map(|(path, text)| {
             text.lines()
                 .enumerate()
@@ -88,9 +89,10 @@ mod tests {
         let k = KEYWORD;
         let files = vec![
             (
-                ALLOWED.to_owned(),
+                format!("{ALLOWED}mod.rs"),
                 format!("{k} {{ f() }}\n#![allow({LINT_NAME})]\n"),
             ),
+            (format!("{ALLOWED}init.rs"), format!("{k} fn f() {{}}\n")),
             (
                 "crates/a/src/lib.rs".to_owned(),
                 format!("fn f() {{\n    {k} {{ g() }}\n}}\n"),

@@ -2,11 +2,12 @@
 //! Landlock ruleset when the program starts.
 //!
 //! Landlock restricts the calling **thread** and everything it starts
-//! afterwards (the domain is inherited across `fork` and `exec`). Rather
-//! than in the child's `pre_exec` hook (`spawn.rs`, kept to
-//! async-signal-safe calls), a short-lived thread of its own builds the
-//! ruleset, restricts itself, spawns the agent and exits (`isolate.rs`).
-//! The embedding process's other threads are never restricted.
+//! afterwards (the domain is inherited across `fork` and `exec`), and a
+//! restricted process may no longer mount anything. So the ruleset is
+//! built before the fork, where allocating is allowed ([`prepare`]), and
+//! the agent's process enters it last in its `pre_exec` hook (`spawn/`,
+//! kept to async-signal-safe calls), after the mounts that contain it.
+//! The embedding process's threads are never restricted.
 //!
 //! Landlock can only grant. "Read everything but X" is built by granting
 //! reads on every sibling along the path from `/` down to X: the ancestors
@@ -16,6 +17,7 @@
 mod rules;
 
 use std::collections::BTreeSet;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -231,35 +233,94 @@ impl Confinement {
     }
 }
 
-/// Restricts the calling thread by `policy`, with `scratch` writable.
-/// Never fails: an error leaves the thread unrestricted and says why.
-pub(crate) fn confine(policy: &Sandbox, scratch: &Path) -> Confinement {
+/// The Landlock ruleset of `policy` (with `scratch` writable) for the
+/// agent's process to enter last, before `exec` (a restricted process may
+/// not mount, and the agent's mounts come first), and how it will confine
+/// the agent. Never fails: an error means no ruleset, and says why.
+///
+/// What the kernel will enforce is learnt by entering a copy of the
+/// ruleset on a short-lived thread of its own, which ends at once (a
+/// Landlock domain restricts the thread that enters it, never its
+/// siblings).
+pub(crate) fn prepare(policy: &Sandbox, scratch: &Path) -> Prepared {
     if !policy.enabled {
-        return Confinement::Off;
+        return Prepared {
+            confinement: Confinement::Off,
+            ruleset: None,
+            devpts: 0,
+            proc: 0,
+        };
     }
     let abi = abi(policy.abi);
-    let status = ruleset(policy, scratch, abi).and_then(|r| {
-        r.restrict_self()
-            .map_err(|e| format!("landlock_restrict_self failed: {e}"))
+    let prepared = ruleset(policy, scratch, abi).and_then(|r| {
+        let copy = r
+            .try_clone()
+            .map_err(|e| format!("the Landlock ruleset could not be copied: {e}"))?;
+        let status = std::thread::scope(|s| {
+            s.spawn(move || copy.restrict_self())
+                .join()
+                .map_err(|_| "the thread entering the ruleset panicked".to_owned())
+        })?
+        .map_err(|e| format!("landlock_restrict_self failed: {e}"))?;
+        Ok((status, r))
     });
-    let confinement = match status {
-        Ok(s) => match s.ruleset {
-            RulesetStatus::FullyEnforced => Confinement::Enforced {
-                partial: false,
-                scoped: scoped(abi),
-            },
-            RulesetStatus::PartiallyEnforced => Confinement::Enforced {
-                partial: true,
-                scoped: scoped(abi),
-            },
-            _ => Confinement::NotEnforced("this kernel does not offer Landlock".to_owned()),
+    let (confinement, ruleset) = match prepared {
+        Ok((s, r)) => match s.ruleset {
+            RulesetStatus::FullyEnforced => (
+                Confinement::Enforced {
+                    partial: false,
+                    scoped: scoped(abi),
+                },
+                Option::<OwnedFd>::from(r),
+            ),
+            RulesetStatus::PartiallyEnforced => (
+                Confinement::Enforced {
+                    partial: true,
+                    scoped: scoped(abi),
+                },
+                Option::<OwnedFd>::from(r),
+            ),
+            _ => (
+                Confinement::NotEnforced("this kernel does not offer Landlock".to_owned()),
+                None,
+            ),
         },
-        Err(e) => Confinement::NotEnforced(e),
+        Err(e) => (Confinement::NotEnforced(e), None),
     };
     if let Confinement::NotEnforced(why) = &confinement {
         announce_degraded(why);
     }
-    confinement
+    // The bits the ruleset handles: those of the older of the policy's ABI
+    // and the kernel's (best effort drops the rest).
+    let handled = self::abi(policy.abi.min(crate::spawn::landlock_kernel_abi()));
+    let proc = Path::new("/proc");
+    let proc_private = policy
+        .private
+        .iter()
+        .any(|p| p.starts_with(proc) || proc.starts_with(p));
+    Prepared {
+        confinement,
+        ruleset,
+        devpts: AccessFs::from_all(handled).bits(),
+        proc: if proc_private {
+            0
+        } else {
+            AccessFs::from_read(handled).bits()
+        },
+    }
+}
+
+/// A run's Landlock ruleset, before the agent's process enters it.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) confinement: Confinement,
+    /// The ruleset, where one is in force.
+    pub(crate) ruleset: Option<OwnedFd>,
+    /// The access bits the agent gets beneath its own `devpts` (as beneath
+    /// the host's: a [`WRITABLE_DEVICES`] entry) and its own `/proc` (read,
+    /// unless a private path covers it), granted once they are mounted.
+    pub(crate) devpts: u64,
+    pub(crate) proc: u64,
 }
 
 static DEGRADED_ANNOUNCED: AtomicBool = AtomicBool::new(false);

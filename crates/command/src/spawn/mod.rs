@@ -12,22 +12,25 @@
 //!   first, after which `setsid` fails with `EPERM`, so it is not used);
 //! - **restoring the soft `RLIMIT_NOFILE`** the embedding process started
 //!   with, when it raised its own ([`raise_open_file_limit`]);
+//! - **containing it** ([`contain`]): PID, mount and IPC namespaces of its
+//!   own (in a user namespace when korvus is not root), a private `devpts`
+//!   and `/proc`, and korvus's minimal init as the namespace's process 1,
+//!   which ends the namespace when korvus dies;
 //! - **a user and network namespace of its own** when korvus is not root
 //!   and the run's [`Network`](crate::Network) policy isolates it (only a
 //!   single-threaded process may create a user namespace), with its
 //!   loopback brought up;
 //! - **dropping capabilities a root agent does not need** from its
-//!   bounding set ([`ROOT_AGENT_DROPS`]: `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`,
-//!   so it cannot `setns` back into the host's network or take over a
-//!   terminal with `TIOCSTI`; `CAP_SYS_PTRACE`, `CAP_DAC_READ_SEARCH`,
-//!   `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_SYS_BOOT`, `CAP_BPF`,
-//!   `CAP_PERFMON`), whatever its network policy: `exec` then gives it none
-//!   of them, and a process with fewer capabilities than korvus cannot
-//!   trace korvus or read its `/proc/<pid>/environ`.
+//!   bounding set ([`root_agent_drops`]: all but [`ROOT_AGENT_KEEPS`]),
+//!   whatever its network policy: `exec` then gives it none of them;
+//! - **switching to the agent's user** (after the namespaces and mounts,
+//!   which need korvus's privileges) and **entering the Landlock domain**
+//!   last: a restricted process may not change mounts, so the ruleset is
+//!   built before the fork and only `landlock_restrict_self` runs here.
 //!
 //! It also holds the two other `unshare` calls: the starting thread's
 //! move into a new network namespace (as root), and the once-per-process
-//! probe of whether user namespaces work.
+//! probes of what the child can do.
 //!
 //! # The audit
 //!
@@ -37,21 +40,26 @@
 //! therefore:
 //!
 //! - allocates nothing and takes no lock: it writes a constant one-byte
-//!   buffer to descriptors opened **before** the fork, and makes the
-//!   `setsid`, `setrlimit`, `unshare`, `socket`, `sendto` and `recvfrom`
-//!   system calls through `rustix` (plain syscalls, no libc state; the
-//!   netlink request is a fixed array on the stack, see
-//!   `network::netns::loopback_up`);
+//!   buffer to descriptors opened **before** the fork, and makes system
+//!   calls directly through `rustix` (no libc state), or through `libc`'s
+//!   thin wrappers where rustix has none (`clone` as a raw system call,
+//!   never libc's `fork`, whose `atfork` handlers take locks); paths and
+//!   mount options are C string literals; the netlink request is a fixed
+//!   array on the stack (see `network::netns::loopback_up`);
 //! - builds its errors with `std::io::Error::from_raw_os_error`, which
 //!   stores the errno inline (no allocation);
 //! - touches only data moved into it, which nothing else can change.
 //!
 //! The descriptors are `O_CLOEXEC`, so the agent's program never inherits
-//! them; the parent's copies close when the `Command` is dropped.
+//! them; the parent's copies close when the `Command` is dropped. The
+//! contained run's keeper and init, which never `exec`, close every
+//! descriptor they do not need themselves.
 
 #![allow(unsafe_code)] // This module is the audited exception; see above.
 
-use std::os::fd::OwnedFd;
+pub(crate) mod contain;
+
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::OnceLock;
 
 use rustix::process::{Resource, Rlimit};
@@ -72,8 +80,14 @@ pub(crate) struct ChildSetup {
     /// and `setsid`) and bring up the new loopback.
     pub(crate) own_network: bool,
     /// Capabilities removed from the bounding set before `exec`
-    /// ([`ROOT_AGENT_DROPS`] for an agent running as root).
+    /// ([`root_agent_drops`] for an agent running as root).
     pub(crate) drop_caps: CapabilitySet,
+    /// Contain the agent (namespaces, private `devpts` and `/proc`, init).
+    pub(crate) contain: Option<contain::Contain>,
+    /// The uid and gid to switch to, after the namespaces and mounts.
+    pub(crate) user: Option<(u32, u32)>,
+    /// The Landlock ruleset the agent's process enters last.
+    pub(crate) landlock: Option<OwnedFd>,
 }
 
 impl Default for ChildSetup {
@@ -84,29 +98,56 @@ impl Default for ChildSetup {
             join: Vec::new(),
             own_network: false,
             drop_caps: CapabilitySet::empty(),
+            contain: None,
+            user: None,
+            landlock: None,
         }
     }
 }
 
-/// What an agent running as root loses: administration (`setns` back to
-/// the host's network, `TIOCSTI` into a terminal, mounts), tracing and
-/// reading other processes, bypassing directory search checks by handle,
-/// kernel modules, raw I/O, reboot, BPF and performance monitoring.
-pub(crate) const ROOT_AGENT_DROPS: CapabilitySet = CapabilitySet::SYS_ADMIN
-    .union(CapabilitySet::NET_ADMIN)
-    .union(CapabilitySet::SYS_PTRACE)
-    .union(CapabilitySet::DAC_READ_SEARCH)
-    .union(CapabilitySet::SYS_MODULE)
-    .union(CapabilitySet::SYS_RAWIO)
-    .union(CapabilitySet::SYS_BOOT)
-    .union(CapabilitySet::BPF)
-    .union(CapabilitySet::PERFMON);
+/// What an agent running as root keeps of korvus's capabilities: those a
+/// root user installing packages and managing files needs (Docker's
+/// default set without `CAP_MKNOD`, since no device cgroup stops a device
+/// node made in the scratch dir, and `CAP_NET_RAW`, which on the host's
+/// network would read other processes' traffic). Everything else —
+/// administration (`TIOCSTI`, mounts, `setns`), tracing and reading other
+/// processes, bypassing search checks by handle, modules, raw I/O, the
+/// clock, the kernel log, other users' IPC objects — is dropped.
+pub(crate) const ROOT_AGENT_KEEPS: CapabilitySet = CapabilitySet::CHOWN
+    .union(CapabilitySet::DAC_OVERRIDE)
+    .union(CapabilitySet::FOWNER)
+    .union(CapabilitySet::FSETID)
+    .union(CapabilitySet::KILL)
+    .union(CapabilitySet::SETGID)
+    .union(CapabilitySet::SETUID)
+    .union(CapabilitySet::SETPCAP)
+    .union(CapabilitySet::SETFCAP)
+    .union(CapabilitySet::NET_BIND_SERVICE)
+    .union(CapabilitySet::SYS_CHROOT)
+    .union(CapabilitySet::AUDIT_WRITE);
+
+/// What an agent running as root loses: every capability of this process's
+/// bounding set but [`ROOT_AGENT_KEEPS`] (only those, since removing one
+/// the kernel does not know fails).
+pub(crate) fn root_agent_drops() -> CapabilitySet {
+    let mut drops = CapabilitySet::empty();
+    for (_, cap) in CapabilitySet::all().iter_names() {
+        let bounded = rustix::thread::capability_is_in_bounding_set(cap).unwrap_or(false);
+        if bounded && !ROOT_AGENT_KEEPS.contains(cap) {
+            drops |= cap;
+        }
+    }
+    drops
+}
 
 /// The note a root agent's run gets: what it lost and which of the
 /// capabilities this process has it keeps.
 pub(crate) fn capabilities_note(dropped: CapabilitySet) -> String {
     let name = |n: &str| format!("CAP_{n}");
     let lost: Vec<String> = dropped.iter_names().map(|(n, _)| name(n)).collect();
+    if lost.is_empty() {
+        return "the agent runs as root with every capability of this process".to_owned();
+    }
     let kept: Vec<String> = CapabilitySet::all()
         .iter_names()
         .filter(|(_, c)| !dropped.contains(*c))
@@ -133,6 +174,9 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         && nofile.is_none()
         && !setup.own_network
         && setup.drop_caps.is_empty()
+        && setup.contain.is_none()
+        && setup.user.is_none()
+        && setup.landlock.is_none()
     {
         return;
     }
@@ -141,7 +185,11 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         join,
         own_network,
         drop_caps,
+        contain,
+        user,
+        landlock,
     } = setup;
+    let root = rustix::process::geteuid().is_root();
     let hook = move || -> std::io::Result<()> {
         for fd in &join {
             // Writing `0` to `cgroup.procs` moves the writing process.
@@ -156,23 +204,57 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         if let Some(limit) = nofile {
             rustix::process::setrlimit(Resource::Nofile, limit).map_err(errno)?;
         }
-        if own_network {
-            own_network_namespace()?;
+        match contain {
+            // Returns in the agent's process only.
+            Some(c) => contain::enter(c, own_network)?,
+            None if own_network => own_network_namespace()?,
+            None => {}
         }
         // One flag at a time (the iterator allocates nothing).
         for cap in drop_caps.iter() {
             rustix::thread::remove_capability_from_bounding_set(cap).map_err(errno)?;
         }
+        if let Some((uid, gid)) = user {
+            switch_user(root, uid, gid)?;
+        }
+        if let Some(ruleset) = &landlock {
+            restrict_self(ruleset)?;
+        }
         Ok(())
     };
-    // SAFETY: the hook runs in the forked child before `exec`. It calls
-    // only `write`, `setsid`, `setrlimit`, `unshare`, `prctl` and the
-    // netlink socket calls (async-signal-safe system calls, made directly by
-    // rustix), on descriptors opened before the fork and values moved into
-    // it; it allocates nothing (errors are inline errnos) and takes no
-    // lock. See the module docs.
+    // SAFETY: the hook runs in the forked child before `exec`. It makes
+    // only system calls (rustix's direct ones, libc's thin wrappers, a raw
+    // `clone`), on descriptors opened before the fork and values moved
+    // into it; it allocates nothing (errors are inline errnos, paths are C
+    // string literals) and takes no lock. See the module docs.
     unsafe {
         cmd.pre_exec(hook);
+    }
+}
+
+/// Becomes `uid`/`gid` with no supplementary groups (those are dropped
+/// only when this process may, i.e. is root), as std's `Command::uid`
+/// would, but after the namespaces and mounts.
+fn switch_user(root: bool, uid: u32, gid: u32) -> std::io::Result<()> {
+    use rustix::process::{Gid, Uid};
+    if root {
+        rustix::thread::set_thread_groups(&[]).map_err(errno)?;
+    }
+    rustix::thread::set_thread_gid(Gid::from_raw(gid)).map_err(errno)?;
+    rustix::thread::set_thread_uid(Uid::from_raw(uid)).map_err(errno)
+}
+
+/// Enters the Landlock domain of `ruleset` (a descriptor made before the
+/// fork), with `no_new_privs` set as Landlock requires.
+fn restrict_self(ruleset: &OwnedFd) -> std::io::Result<()> {
+    rustix::thread::set_no_new_privs(true).map_err(errno)?;
+    // SAFETY: `landlock_restrict_self` is a system call on a descriptor and
+    // a flag word; it restricts only this thread (and what it starts).
+    let ret = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -225,6 +307,57 @@ pub(crate) fn probe_own_network() -> std::io::Result<()> {
             "the probe ended with {status}"
         )))
     }
+}
+
+/// Whether a child of this process can be contained ([`contain`]): the
+/// lifeline made and `/bin/sh -c 'exit 0'` started in namespaces of its
+/// own, under korvus's init, once per process. The reason, where not.
+pub(crate) fn probe_contain() -> Result<contain::Contain, String> {
+    static PROBED: OnceLock<Result<contain::Contain, String>> = OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            let lifeline = contain::lifeline().map_err(|e| format!("no lifeline pipe: {e}"))?;
+            let c = contain::Contain {
+                user_ns: !rustix::process::geteuid().is_root(),
+                lifeline,
+                rules: None,
+            };
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", "exit 0"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            // SAFETY: as in `install`: the hook makes only system calls and
+            // allocates nothing.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    contain::enter(c, false)
+                });
+            }
+            match cmd.status() {
+                Ok(status) if status.success() => Ok(c),
+                Ok(status) => Err(format!("the probe ended with {status}")),
+                Err(e) => Err(format!("namespaces, devpts or /proc refused: {e}")),
+            }
+        })
+        .clone()
+}
+
+/// The Landlock ABI version this kernel offers (`0`: none).
+pub(crate) fn landlock_kernel_abi() -> u8 {
+    /// `LANDLOCK_CREATE_RULESET_VERSION`.
+    const VERSION: u32 = 1;
+    // SAFETY: `landlock_create_ruleset` with a null attribute, a zero size
+    // and the version flag only returns a number; it reads no memory.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            VERSION,
+        )
+    };
+    u8::try_from(ret.max(0)).unwrap_or(u8::MAX)
 }
 
 /// An errno as an `io::Error`, without allocating.
