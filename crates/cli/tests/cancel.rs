@@ -6,7 +6,7 @@
 use std::process::Stdio;
 
 use crate::support::{
-    korvus, ok, output, running, script, session_id, stderr, unique_sleep, NO_CGROUP,
+    korvus, ok, output, running, script, session_id, stderr, unique_sleep, UNCONTAINED,
 };
 
 #[test]
@@ -82,7 +82,7 @@ fn killable_run(data: &std::path::Path, lease: &[&str]) -> (std::process::Child,
             .args(lease)
             .args(["run", "--agent", "sh", "--agent-arg"])
             .arg(&agent)
-            .args(NO_CGROUP)
+            .args(UNCONTAINED)
             .arg("go")
             .stderr(Stdio::null()),
     );

@@ -1,8 +1,8 @@
 //! `korvus serve` SIGKILLed while three agents run: a new `korvus serve` on
 //! the same data dir takes each session over once and salvages what its
 //! agent wrote — the report revision holds the agent's markdown, its
-//! progress file is stored, `korvus show` says where it came from — and
-//! stops the agents the dead process left running.
+//! progress file is stored, `korvus show` says where it came from. The
+//! agents, and every process they started, died with the first korvus.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,8 @@ use crate::support::{ok, running, script, unique_sleep};
 fn a_killed_serve_loses_nothing_its_agents_wrote() {
     let data = tempfile::tempdir().unwrap();
     let nap = unique_sleep();
+    // Started by each agent in a session of its own: out of its group.
+    let left = unique_sleep();
     let agent = script(
         data.path(),
         "agent.sh",
@@ -21,6 +23,7 @@ fn a_killed_serve_loses_nothing_its_agents_wrote() {
              printf '# Findings on %s\\n' \"$prompt\" > report.md\n\
              mkdir -p work && echo \"progress of $prompt\" > work/progress.txt\n\
              echo '{{\"type\":\"turn_start\",\"turn\":1}}'\n\
+             setsid sleep {left} &\n\
              exec sleep {nap}\n"
         ),
     );
@@ -50,12 +53,22 @@ fn a_killed_serve_loses_nothing_its_agents_wrote() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    assert!(
+        running(&format!("sleep {left}")),
+        "the agents started theirs"
+    );
     first.child.kill().expect("SIGKILL");
     first.child.wait().unwrap();
-    assert!(
-        running(&format!("sleep {nap}")),
-        "the agents outlive korvus"
-    );
+    let killed = Instant::now();
+    // Within 2 s, with no other korvus running: the agents' init saw its
+    // lifeline break and ended their PID namespaces.
+    while running(&format!("sleep {nap}")) || running(&format!("sleep {left}")) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "the agents outlived korvus by 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     // A new korvus on the same data dir: its reaper takes the sessions over
     // once their lease lapsed, salvages each dir, and settles them.
@@ -90,14 +103,6 @@ fn a_killed_serve_loses_nothing_its_agents_wrote() {
             !scratch.join(id).join("1").exists(),
             "stored whole: removed"
         );
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while running(&format!("sleep {nap}")) {
-        assert!(
-            Instant::now() < deadline,
-            "the dead run's agents were stopped"
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
     drop(second);
 }

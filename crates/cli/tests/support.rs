@@ -34,6 +34,18 @@ pub(crate) fn clean(mut cmd: Command) -> Command {
 /// them, so a parallel test's run would stop the agent first.
 pub(crate) const NO_CGROUP: [&str; 4] = ["--memory-limit", "none", "--task-limit", "none"];
 
+/// `run` flags that let an agent outlive a killed `korvus`: no cgroup (see
+/// [`NO_CGROUP`]) and no sandbox, whose PID namespace ends with korvus.
+/// Tests of what stops such an agent (a reaper, a takeover, a reopen: what
+/// an embedder without the sandbox relies on) pass them.
+pub(crate) const UNCONTAINED: [&str; 5] = [
+    "--memory-limit",
+    "none",
+    "--task-limit",
+    "none",
+    "--no-sandbox",
+];
+
 /// Runs it to the end.
 pub(crate) fn output(cmd: &mut Command) -> Output {
     cmd.output().expect("korvus starts")

@@ -32,4 +32,5 @@ mod serve;
 mod serve_crash;
 mod services;
 mod sigint;
+mod terminal;
 mod webhooks;
