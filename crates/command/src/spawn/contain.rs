@@ -43,7 +43,7 @@
 //!
 //! Every call here is a system call made directly (rustix, or `libc` for
 //! what rustix does not offer: `clone`, `close_range`, the signal mask and
-//! `signalfd`, `kill(-1)`), on descriptors and values that exist before the
+//! `signalfd`, `kill` of every process), on descriptors and values that exist before the
 //! first fork; nothing allocates or takes a lock (see the parent module's
 //! audit).
 
