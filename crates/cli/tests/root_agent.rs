@@ -75,6 +75,7 @@ for who in korvus:$1 agent:$2 init:1; do
 done
 if kill -0 $1 2>/dev/null; then echo korvus-signal=sent; else echo korvus-signal=denied; fi
 echo "processes=$(ls /proc | grep -c '^[0-9]')"
+echo "init-cmdline=$(tr '\0' ' ' < /proc/1/cmdline)"
 echo '# R' > report.md
 "#;
 
@@ -130,6 +131,9 @@ fn a_root_agent_sees_no_other_process_and_reads_no_environment() {
     ] {
         assert!(log.contains(line), "{line}:\n{log}");
     }
+    // The init is a copy of korvus: its command line is blanked.
+    assert!(log.contains("init-cmdline="), "{log}");
+    assert!(!log.contains("--data-dir"), "korvus's command line:\n{log}");
     let processes: u32 = log
         .split('"')
         .find_map(|s| s.strip_prefix("processes="))

@@ -257,7 +257,10 @@ pub(crate) fn prepare(policy: &Sandbox, scratch: &Path) -> Prepared {
             .try_clone()
             .map_err(|e| format!("the Landlock ruleset could not be copied: {e}"))?;
         let status = std::thread::scope(|s| {
-            s.spawn(move || copy.restrict_self())
+            std::thread::Builder::new()
+                .name("korvus-landlock-probe".to_owned())
+                .spawn_scoped(s, move || copy.restrict_self())
+                .map_err(|e| format!("no thread to enter the ruleset on: {e}"))?
                 .join()
                 .map_err(|_| "the thread entering the ruleset panicked".to_owned())
         })?

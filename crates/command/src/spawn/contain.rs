@@ -48,10 +48,10 @@
 //! audit).
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
 
-use rustix::event::{poll, PollFd, PollFlags};
+use rustix::event::poll;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use rustix::mount::{mount, mount_change, MountFlags, MountPropagationFlags};
@@ -59,17 +59,8 @@ use rustix::process::{DumpableBehavior, Pid, Signal, WaitOptions};
 use rustix::thread::UnshareFlags;
 
 use super::errno;
+use super::sys::{block_stop_signals, close_all_but, end_as, exit, fork, forward, wait_for, TICK};
 use crate::network::netns::loopback_up;
-
-/// The signals the keeper and the init pass on.
-const STOP_SIGNALS: [i32; 6] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 
 /// The exit code of an init whose lifeline broke (korvus is gone).
 const ORPHANED: i32 = 137;
@@ -86,6 +77,22 @@ pub(crate) struct Contain {
     /// fork names the host's instance, and Landlock never looks at the
     /// directory a mount hides.
     pub(crate) rules: Option<MountRules>,
+    /// Where this process's command line lies in its memory
+    /// (`arg_start..arg_end` of `/proc/self/stat`): the init zeroes its
+    /// copy, as `/proc/1/cmdline` is readable by every process of the
+    /// namespace however undumpable the init is (its `environ` is not).
+    pub(crate) argv: Option<(usize, usize)>,
+}
+
+/// This process's `arg_start` and `arg_end` (fields 48 and 49 of
+/// `/proc/self/stat`), read before any fork.
+pub(crate) fn argv_range() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // Field n (1-based) is `fields[n - 3]` after the command name.
+    let start: usize = fields.get(48 - 3)?.parse().ok()?;
+    let end: usize = fields.get(49 - 3)?.parse().ok()?;
+    (start > 0 && end > start && end - start < (1 << 24)).then_some((start, end))
 }
 
 /// What the agent may do beneath its own `/dev/pts` and `/proc`
@@ -104,7 +111,19 @@ pub(crate) struct MountRules {
 /// read end is returned.
 pub(crate) fn lifeline() -> std::io::Result<RawFd> {
     static LIFELINE: OnceLock<Result<(OwnedFd, OwnedFd), Errno>> = OnceLock::new();
-    let made = LIFELINE.get_or_init(|| rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC));
+    let made = LIFELINE.get_or_init(|| {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        // Never 0, 1 or 2 (a process started with one closed): the child's
+        // stdio would replace them.
+        let high = |fd: OwnedFd| -> Result<OwnedFd, Errno> {
+            if fd.as_raw_fd() > 2 {
+                Ok(fd)
+            } else {
+                rustix::io::fcntl_dupfd_cloexec(&fd, 3)
+            }
+        };
+        Ok((high(read)?, high(write)?))
+    });
     match made {
         Ok((read, _write)) => Ok(read.as_raw_fd()),
         Err(e) => Err(errno(*e)),
@@ -115,6 +134,12 @@ pub(crate) fn lifeline() -> std::io::Result<RawFd> {
 /// keeper, init and agent. Returns only in the agent's process; the keeper
 /// and the init end inside.
 pub(super) fn enter(contain: Contain, own_network: bool) -> std::io::Result<()> {
+    // An embedding process that ignores `SIGCHLD` would have the kernel
+    // reap the init and the agent before the keeper and the init could.
+    // SAFETY: resetting one signal's disposition is a system call.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
     let mut flags = UnshareFlags::NEWPID | UnshareFlags::NEWNS | UnshareFlags::NEWIPC;
     if contain.user_ns {
         flags |= UnshareFlags::NEWUSER;
@@ -167,6 +192,13 @@ fn be_init(status: OwnedFd, contain: Contain) -> std::io::Result<()> {
     // Before the agent's process exists: its memory and `environ` are the
     // embedding process's. (`exec` makes the agent's own dumpable again.)
     rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(errno)?;
+    if let Some((start, end)) = contain.argv {
+        // SAFETY: `start..end` is this process's own argument strings (read
+        // from `/proc/self/stat` before the fork; the memory is this
+        // process's private copy), which nothing here or in the agent's
+        // process reads again (std executes from arrays of its own).
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+    }
     mount(
         c"proc",
         c"/proc",
@@ -203,14 +235,24 @@ fn keep(init: Pid, status: &OwnedFd, lifeline: RawFd) -> ! {
     // SAFETY: `lifeline` is the read end of the process's lifeline, which
     // the embedding process never closes and `close_all_but` kept open.
     let lifeline = unsafe { BorrowedFd::borrow_raw(lifeline) };
+    let mut killed = false;
     let init_status = loop {
-        if let Ok(Some((_, st))) = rustix::process::waitpid(Some(init), WaitOptions::NOHANG) {
-            break st.as_raw();
+        match rustix::process::waitpid(Some(init), WaitOptions::NOHANG) {
+            Ok(Some((_, st))) => break st.as_raw(),
+            Ok(None) => {}
+            // Reaped by someone else: gone, status unknown.
+            Err(_) => break 1 << 8,
+        }
+        if killed {
+            // The lifeline stays broken: wait for the init's end alone.
+            let _ = poll(&mut [], Some(&TICK));
+            continue;
         }
         let block = signals.is_some() && pidfd.is_some();
         let woke = wait_for(lifeline, signals.as_ref(), pidfd.as_ref(), block);
         if woke.lifeline {
             let _ = rustix::process::kill_process(init, Signal::KILL);
+            killed = true;
         }
         if let Some(signal) = woke.signal {
             forward(init.as_raw_nonzero().get(), signal);
@@ -297,180 +339,4 @@ fn add_rule(ruleset: RawFd, path: &CStr, access: u64) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// What woke a keeper or an init.
-struct Woke {
-    lifeline: bool,
-    signal: Option<i32>,
-}
-
-/// Waits for the lifeline to break, a signal, or (with `pidfd`) the init
-/// to end; without `block`, wakes after 100 ms at the latest (the caller
-/// could not watch everything it waits for).
-fn wait_for(
-    lifeline: BorrowedFd<'_>,
-    signals: Option<&OwnedFd>,
-    pidfd: Option<&OwnedFd>,
-    block: bool,
-) -> Woke {
-    let none = PollFlags::empty();
-    let mut fds = [
-        PollFd::new(&lifeline, PollFlags::IN),
-        PollFd::from_borrowed_fd(signals.map_or(lifeline, AsFd::as_fd), PollFlags::IN),
-        PollFd::from_borrowed_fd(pidfd.map_or(lifeline, AsFd::as_fd), PollFlags::IN),
-    ];
-    let tick = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: 100_000_000,
-    };
-    let _ = poll(&mut fds, if block { None } else { Some(&tick) });
-    let broke = fds[0].revents() != none;
-    let signal = match signals {
-        Some(fd) if fds[1].revents() != none => read_signal(fd),
-        _ => None,
-    };
-    Woke {
-        lifeline: broke,
-        signal,
-    }
-}
-
-/// The number of the next signal a signalfd holds.
-fn read_signal(fd: &OwnedFd) -> Option<i32> {
-    // `struct signalfd_siginfo` is 128 bytes; `ssi_signo` is its first u32.
-    let mut info = [0u8; 128];
-    match rustix::io::read(fd, &mut info) {
-        Ok(128) => {
-            let signo = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
-            i32::try_from(signo).ok()
-        }
-        _ => None,
-    }
-}
-
-/// Sends `signal` to `pid` (`-1`: every process this one may signal, in
-/// its PID namespace, but itself).
-fn forward(pid: i32, signal: i32) {
-    // SAFETY: `kill` is a system call on plain integers.
-    let _ = unsafe { libc::kill(pid, signal) };
-}
-
-/// Blocks the stop signals (and `SIGCHLD` with `child`) and returns a
-/// signalfd that reads them, or `None` where none could be made (the
-/// caller then polls).
-fn block_stop_signals(child: bool) -> Option<OwnedFd> {
-    // SAFETY: `sigset_t` is plain data; the libc calls below fill it,
-    // change this single thread's mask and make a descriptor, all system
-    // calls or pure functions on the stack value.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in STOP_SIGNALS {
-            libc::sigaddset(&mut set, signal);
-        }
-        if child {
-            libc::sigaddset(&mut set, libc::SIGCHLD);
-        }
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
-        (fd >= 0).then(|| std::os::fd::FromRawFd::from_raw_fd(fd))
-    }
-}
-
-/// Closes every descriptor of this process but `keep` (negative entries
-/// are ignored). `keep` is sorted in place.
-fn close_all_but(keep: &mut [RawFd]) {
-    keep.sort_unstable();
-    let mut first: u32 = 0;
-    for fd in keep.iter().copied() {
-        let Ok(fd) = u32::try_from(fd) else { continue };
-        if fd > first {
-            close_range(first, fd - 1);
-        }
-        first = fd + 1;
-    }
-    close_range(first, u32::MAX);
-}
-
-/// Closes the descriptors `first..=last`; one at a time where the kernel
-/// has no `close_range` (before 5.9), up to the open-file limit.
-fn close_range(first: u32, last: u32) {
-    // SAFETY: `close_range` is a system call on plain integers; no
-    // descriptor closed here is used again by this process.
-    let done = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0;
-    if done {
-        return;
-    }
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(65_536)
-        .min(1 << 20);
-    let last = u64::from(last).min(limit.saturating_sub(1));
-    for fd in u64::from(first)..=last {
-        // SAFETY: as above, one descriptor at a time.
-        let _ = unsafe { libc::close(i32::try_from(fd).unwrap_or(i32::MAX)) };
-    }
-}
-
-/// `fork` as the system call (`clone` with `SIGCHLD`): no `atfork`
-/// handler or other libc state runs, so a child of a multi-threaded
-/// process may call it. `Some(pid)` in the parent, `None` in the child.
-fn fork() -> std::io::Result<Option<Pid>> {
-    // SAFETY: `clone` without `CLONE_VM` and without a new stack behaves as
-    // `fork`: the child gets a copy of this (single-threaded) process and
-    // continues here. Nothing after it relies on libc's cached process
-    // state.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::c_long::from(libc::SIGCHLD),
-            0,
-            0,
-            0,
-            0,
-        )
-    };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if ret == 0 {
-        return Ok(None);
-    }
-    let pid = i32::try_from(ret).ok().and_then(Pid::from_raw);
-    pid.map(Some)
-        .ok_or_else(|| std::io::Error::other("clone returned no pid"))
-}
-
-/// Ends this process as a process with wait status `raw` ended: with its
-/// exit code, or killed by its signal (without a core file).
-fn end_as(raw: i32) -> ! {
-    if libc::WIFSIGNALED(raw) {
-        let signal = libc::WTERMSIG(raw);
-        let _ = rustix::process::setrlimit(
-            rustix::process::Resource::Core,
-            rustix::process::Rlimit {
-                current: Some(0),
-                maximum: Some(0),
-            },
-        );
-        // SAFETY: resetting one signal's disposition, unblocking it and
-        // sending it to this process are system calls on plain values.
-        unsafe {
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), signal);
-        }
-        exit(128 + signal);
-    }
-    exit(libc::WEXITSTATUS(raw))
-}
-
-/// `_exit`: no atexit handler, no flush of the parent's buffers.
-fn exit(code: i32) -> ! {
-    // SAFETY: `_exit` ends the process at once.
-    unsafe { libc::_exit(code) }
 }

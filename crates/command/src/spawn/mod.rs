@@ -58,6 +58,7 @@
 #![allow(unsafe_code)] // This module is the audited exception; see above.
 
 pub(crate) mod contain;
+mod sys;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::OnceLock;
@@ -214,6 +215,14 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         for cap in drop_caps.iter() {
             rustix::thread::remove_capability_from_bounding_set(cap).map_err(errno)?;
         }
+        if !drop_caps.is_empty() {
+            // `exec` gives root its inheritable set too: some container
+            // runtimes fill it, which would bring dropped ones back.
+            let mut caps = rustix::thread::capabilities(None).map_err(errno)?;
+            caps.inheritable = CapabilitySet::empty();
+            rustix::thread::set_capabilities(None, caps).map_err(errno)?;
+            rustix::thread::clear_ambient_capability_set().map_err(errno)?;
+        }
         if let Some((uid, gid)) = user {
             switch_user(root, uid, gid)?;
         }
@@ -321,6 +330,7 @@ pub(crate) fn probe_contain() -> Result<contain::Contain, String> {
                 user_ns: !rustix::process::geteuid().is_root(),
                 lifeline,
                 rules: None,
+                argv: contain::argv_range(),
             };
             let mut cmd = std::process::Command::new("/bin/sh");
             cmd.args(["-c", "exit 0"])
