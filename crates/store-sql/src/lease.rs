@@ -297,6 +297,7 @@ macro_rules! sql_lease {
 
             $crate::heartbeat::heartbeat_rows!($store);
             $crate::salvage::salvage_rows!($store, $conn);
+            $crate::resume::resume_rows!($store);
 
             #[async_trait::async_trait]
             impl Coordination for $store {
@@ -370,6 +371,15 @@ macro_rules! sql_lease {
                     Err(now
                         .refusal(fence)
                         .unwrap_or(StoreError::AlreadyStarted { session: id }))
+                }
+
+                async fn release_for_resume(
+                    &self,
+                    id: SessionId,
+                    fence: u64,
+                    backoff: std::time::Duration,
+                ) -> Result<Session> {
+                    self.release_for_resume_row(id, fence, backoff).await
                 }
 
                 async fn queue_depth(

@@ -174,8 +174,10 @@ mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod replace;
+mod resume;
 mod rows;
 mod salvage;
+mod session_row;
 #[cfg(all(test, feature = "postgres", feature = "sqlite"))]
 mod snapshot;
 mod sql;

@@ -6,17 +6,17 @@
 //! model cannot hold is a `Backend` error, never a panic.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use korvus_store::{
-    Admission, Artifact, ArtifactId, ArtifactKind, Counters, Incident, IncidentId, IncidentStatus,
-    OwnerId, Priority, Report, Session, SessionContextRef, SessionId, SessionKind, SessionStatus,
-    StoreError, WorkspaceRef,
+    Artifact, ArtifactId, ArtifactKind, Incident, IncidentId, IncidentStatus, Report, Session,
+    SessionContextRef, SessionId, StoreError,
 };
 use uuid::Uuid;
 
 use crate::error::unexpected;
+use crate::session_row::{counters, parse, unsigned, workspace};
+pub(crate) use crate::session_row::{lease_expiry, SessionRow};
 
 /// `$first, $first+1, …` for `n` values.
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
@@ -46,7 +46,8 @@ macro_rules! session_columns {
          exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, \
          owner, ",
             $crate::rows::lease_column!(),
-            ", created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key"
+            ", created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, \
+             attempt, resume_pending, resume_after_ms"
         )
     };
 }
@@ -223,50 +224,6 @@ pub(crate) fn to_i32(value: u32) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
 
-fn parse<T: FromStr>(backend: &'static str, what: &str, value: &str) -> Result<T, StoreError> {
-    value
-        .parse()
-        .map_err(|_| unexpected(backend, format!("{what} {value:?}")))
-}
-
-fn unsigned<T: TryFrom<i64>>(
-    backend: &'static str,
-    what: &str,
-    value: i64,
-) -> Result<T, StoreError> {
-    T::try_from(value).map_err(|_| unexpected(backend, format!("{what} {value}")))
-}
-
-fn workspace(
-    backend: &'static str,
-    repo: Option<String>,
-    commit: Option<String>,
-) -> Result<Option<WorkspaceRef>, StoreError> {
-    match (repo, commit) {
-        (Some(repo), Some(commit)) => Ok(Some(WorkspaceRef { repo, commit })),
-        (None, None) => Ok(None),
-        _ => Err(unexpected(
-            backend,
-            "workspace ref with only one of repo and commit",
-        )),
-    }
-}
-
-fn counters(
-    backend: &'static str,
-    turns: i64,
-    tool_calls: i64,
-    input_tokens: i64,
-    output_tokens: i64,
-) -> Result<Counters, StoreError> {
-    Ok(Counters {
-        turns: unsigned(backend, "counters.turns", turns)?,
-        tool_calls: unsigned(backend, "counters.tool_calls", tool_calls)?,
-        input_tokens: unsigned(backend, "counters.input_tokens", input_tokens)?,
-        output_tokens: unsigned(backend, "counters.output_tokens", output_tokens)?,
-    })
-}
-
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct IncidentRow {
     id: Uuid,
@@ -285,86 +242,6 @@ impl IncidentRow {
             status: parse::<IncidentStatus>(backend, "incident status", &self.status)?,
             workspace: workspace(backend, self.workspace_repo, self.workspace_commit)?,
             created_at: self.created_at,
-        })
-    }
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct SessionRow {
-    id: Uuid,
-    incident_id: Uuid,
-    seq: i64,
-    kind: String,
-    status: String,
-    prompt: String,
-    workspace_repo: Option<String>,
-    workspace_commit: Option<String>,
-    exit_reason: Option<String>,
-    turns: i64,
-    tool_calls: i64,
-    input_tokens: i64,
-    output_tokens: i64,
-    revision: i32,
-    fence: i64,
-    cancel_fence: Option<i64>,
-    owner: Option<Uuid>,
-    lease_expires_ms: Option<i64>,
-    created_at: DateTime<Utc>,
-    ended_at: Option<DateTime<Utc>>,
-    started_at: Option<DateTime<Utc>>,
-    pool: String,
-    priority: i16,
-    queue_key: Option<String>,
-    idempotency_key: Option<String>,
-}
-
-/// A lease expiry in milliseconds since the epoch as a time.
-pub(crate) fn lease_expiry(backend: &'static str, ms: i64) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::from_timestamp_millis(ms)
-        .ok_or_else(|| unexpected(backend, format!("lease expiry {ms} ms")))
-}
-
-impl SessionRow {
-    pub(crate) fn into_model(self, backend: &'static str) -> Result<Session, StoreError> {
-        Ok(Session {
-            id: SessionId::from_uuid(self.id),
-            incident_id: IncidentId::from_uuid(self.incident_id),
-            seq: unsigned(backend, "seq", self.seq)?,
-            kind: parse::<SessionKind>(backend, "session kind", &self.kind)?,
-            status: parse::<SessionStatus>(backend, "session status", &self.status)?,
-            prompt: self.prompt,
-            workspace_ref: workspace(backend, self.workspace_repo, self.workspace_commit)?,
-            exit_reason: self.exit_reason,
-            counters: counters(
-                backend,
-                self.turns,
-                self.tool_calls,
-                self.input_tokens,
-                self.output_tokens,
-            )?,
-            revision: unsigned(backend, "session revision", i64::from(self.revision))?,
-            fence: u64::try_from(self.fence)
-                .map_err(|_| unexpected(backend, format!("session fence {}", self.fence)))?,
-            cancel_requested: self.cancel_fence == Some(self.fence),
-            owner: self.owner.map(OwnerId::from_uuid),
-            lease_expires_at: self
-                .lease_expires_ms
-                .map(|ms| lease_expiry(backend, ms))
-                .transpose()?,
-            created_at: self.created_at,
-            ended_at: self.ended_at,
-            started_at: self.started_at,
-            admission: Admission {
-                pool: self.pool,
-                priority: u8::try_from(self.priority)
-                    .ok()
-                    .and_then(Priority::new)
-                    .ok_or_else(|| {
-                        unexpected(backend, format!("session priority {}", self.priority))
-                    })?,
-                queue_key: self.queue_key,
-                idempotency_key: self.idempotency_key,
-            },
         })
     }
 }

@@ -229,6 +229,9 @@ macro_rules! sql_store {
                         created_at,
                         ended_at: None,
                         started_at: None,
+                        attempt: 1,
+                        resume_pending: false,
+                        resume_after: None,
                         admission: new.admission,
                     })
                 }

@@ -53,7 +53,7 @@ fn orphan(now: &str) -> String {
     format!(
         concat!(
             active!(),
-            " AND (owner IS NOT NULL OR started_at IS NOT NULL)",
+            " AND (owner IS NOT NULL OR started_at IS NOT NULL) AND resume_pending = FALSE",
             " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})",
             " AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o \
              WHERE o.id = sessions.owner AND o.expires_ms > {now}))"
@@ -92,13 +92,25 @@ fn queued(alias: &str) -> String {
     )
 }
 
+/// `alias`'s row may be claimed: queued, or an active row whose resume is
+/// pending and whose backoff has passed by the database clock `now`.
+fn claimable(alias: &str, now: &str) -> String {
+    format!(
+        "({queued} OR ({alias}.resume_pending = TRUE AND {alias}.status = 'running' \
+         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user') \
+         AND ({alias}.resume_after_ms IS NULL OR {alias}.resume_after_ms <= {now})))",
+        queued = queued(alias)
+    )
+}
+
 /// The runs in progress per key of pool `$1` (owned and active: claimed,
-/// started or continued), as a derived table `(k, n)`, counted once per
+/// started or continued; not a pending resume, whose reserved owner runs
+/// nothing), as a derived table `(k, n)`, counted once per
 /// statement. `key` is the engine's queue key of an alias (`{t}`).
 fn busy(key: &str) -> String {
     format!(
         "(SELECT {o_key} AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 \
-          AND o.owner IS NOT NULL AND o.status = 'running' \
+          AND o.owner IS NOT NULL AND o.resume_pending = FALSE AND o.status = 'running' \
           AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') \
           GROUP BY {o_key})",
         o_key = key.replace("{t}", "o"),
@@ -111,16 +123,16 @@ fn busy(key: &str) -> String {
 /// extra condition on the key's busy count (empty: none), `lock` the row
 /// lock the pick takes (of `s` only). The busy counts are one grouped
 /// scan of the pool's runs in progress, not one count per queued row.
-fn pick(key: &str, columns: &str, cap: &str, lock: &str) -> String {
+fn pick(key: &str, columns: &str, cap: &str, lock: &str, now: &str) -> String {
     format!(
         "SELECT {columns} FROM sessions AS s LEFT JOIN {busy} AS b ON b.k = {s_key} \
          LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = {s_key} \
-         WHERE s.pool = $1 AND {queued}{cap_clause} \
+         WHERE s.pool = $1 AND {claimable}{cap_clause} \
          ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), \
          s.queued_ms, s.id LIMIT 1{lock}",
         busy = busy(key),
         s_key = key.replace("{t}", "s"),
-        queued = queued("s"),
+        claimable = claimable("s", now),
         cap_clause = if cap.is_empty() {
             String::new()
         } else {
@@ -136,14 +148,15 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
     format!(
         concat!(
             "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
-             fence = fence + 1 WHERE id = ({pick}) \
-             AND owner IS NULL AND started_at IS NULL AND ",
+             fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL \
+             WHERE id = ({pick}) \
+             AND (owner IS NULL AND started_at IS NULL OR resume_pending = TRUE) AND ",
             active!(),
             " RETURNING ",
             session_columns!()
         ),
         now = now,
-        pick = pick(key, "s.id", cap, lock),
+        pick = pick(key, "s.id", cap, lock, now),
     )
 }
 
@@ -151,7 +164,7 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
 fn key_busy(key: &str) -> String {
     format!(
         "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
-         AND o.owner IS NOT NULL AND o.status = 'running' \
+         AND o.owner IS NOT NULL AND o.resume_pending = FALSE AND o.status = 'running' \
          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
         key.replace("{t}", "o")
     )
@@ -183,12 +196,29 @@ fn release(now: &str) -> String {
     )
 }
 
+/// `release_for_resume`: see [`Statements::release_for_resume`].
+fn release_for_resume(now: &str) -> String {
+    format!(
+        concat!(
+            "UPDATE sessions SET owner = $3, lease_expires_ms = $4, detached = FALSE, \
+             fence = fence + 1, attempt = attempt + 1, resume_pending = TRUE, \
+             resume_after_ms = {now} + $5, queued_ms = COALESCE(queued_ms, {now}) \
+             WHERE id = $1 AND fence = $2 AND ",
+            active!(),
+            " RETURNING ",
+            session_columns!()
+        ),
+        now = now
+    )
+}
+
 /// `claim_row`: see [`Statements::claim_row`].
 fn claim_row(now: &str) -> String {
     format!(
         concat!(
             "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
-             fence = fence + 1 WHERE id = $1 AND owner IS NULL AND started_at IS NULL AND ",
+             fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL WHERE id = $1 \
+             AND (owner IS NULL AND started_at IS NULL OR resume_pending = TRUE) AND ",
             active!(),
             " RETURNING ",
             session_columns!()
@@ -243,6 +273,13 @@ pub(crate) struct Statements {
     /// (`cancel_fence`, the old fence) no longer matches. Binds `$1` id,
     /// `$2` fence.
     pub(crate) release: String,
+    /// `release_for_resume`: the active row at `$2` (fence) moves to the
+    /// next fence and attempt and waits to be resumed from `$5` ms from
+    /// now, owned by the reserved owner `$3` with the lease `$4` that
+    /// never lapses (so a replica of an earlier release neither takes it
+    /// over nor claims it). A cancel request for the old run no longer
+    /// matches. Binds `$1` id.
+    pub(crate) release_for_resume: String,
     /// `queue_depth`: the queued rows of pool `$1`, and of them those
     /// whose key (queue key, else the incident as the engine writes it
     /// as text) is `$2`.
@@ -274,7 +311,7 @@ impl Statements {
             reopen: format!(
                 concat!(
                     "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-                     revision = revision + 1, fence = fence + 1, started_at = NULL, {} \
+                     revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, {} \
                      WHERE id = $1 AND status IN ({}) RETURNING ",
                     session_columns!()
                 ),
@@ -284,7 +321,7 @@ impl Statements {
             resume_idle: format!(
                 concat!(
                     "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, \
-                     fence = fence + 1, started_at = NULL, {} \
+                     fence = fence + 1, started_at = NULL, attempt = 1, {} \
                      WHERE id = $1 AND status = $2 AND exit_reason = $5 \
                      RETURNING ",
                     session_columns!()
@@ -315,10 +352,12 @@ impl Statements {
                 &format!("s.id, {}", key.replace("{t}", "s")),
                 "$2",
                 skip_locked,
+                now,
             ),
             key_busy: key_busy(&key),
             queue_depth: queue_depth(&key),
             release: release(now),
+            release_for_resume: release_for_resume(now),
             stamp_key: format!(
                 "INSERT INTO queue_keys (pool, queue_key, last_claimed_ms) VALUES ($1, $2, {now}) \
                  ON CONFLICT (pool, queue_key) DO UPDATE SET last_claimed_ms = EXCLUDED.last_claimed_ms"
@@ -352,6 +391,7 @@ impl Statements {
             ("KEY_BUSY", &self.key_busy),
             ("CLAIM_ROW", &self.claim_row),
             ("RELEASE", &self.release),
+            ("RELEASE_FOR_RESUME", &self.release_for_resume),
             ("QUEUE_DEPTH", &self.queue_depth),
             ("STAMP_KEY", &self.stamp_key),
         ];

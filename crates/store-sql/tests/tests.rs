@@ -20,5 +20,6 @@ mod database_keys;
 mod driver_errors;
 mod invalid_input;
 mod migrations;
+mod previous_release;
 mod shared_database;
 mod turn_logs;

@@ -204,7 +204,11 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// another claimer committed. The claimed row is owned under `lease`
     /// at the next fence (the caller then claims its turn log at that
     /// fence), and stays unstarted until
-    /// [`mark_started`](Coordination::mark_started). Of concurrent claims
+    /// [`mark_started`](Coordination::mark_started). A
+    /// [resume-pending](crate::Session::resume_pending) row whose backoff
+    /// has passed is claimed as a queued one, by the same order; it keeps
+    /// its `started_at` and attempt, and is no longer pending once
+    /// claimed. Of concurrent claims
     /// each row goes to exactly one; `None` when the pool has nothing
     /// queued that may start.
     ///
@@ -249,6 +253,34 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// error: of concurrent releases (or a release racing a start) one
     /// wins.
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session>;
+
+    /// Sends an interrupted run back to its pool to be resumed: the active
+    /// row at `fence` (a takeover's, or a manager's handing its run off)
+    /// becomes [resume pending](crate::Session::resume_pending), in one
+    /// conditional step. It moves to the next fence (whatever the old run
+    /// still writes is refused), counts the next
+    /// [attempt](crate::Session::attempt) — persisted before that attempt
+    /// can start — loses its owner, keeps `started_at`, its revision, pool,
+    /// priority and key, and may be claimed by
+    /// [`claim_next`](Coordination::claim_next) of its pool once `backoff`
+    /// has passed by the store's clock. A pending cancel request is
+    /// dropped (the caller settles a session whose cancel was requested
+    /// instead of releasing it). A resume-pending row is never an orphan,
+    /// is not counted as a run in progress of its key, and a replica of a
+    /// release before this method neither takes it over nor claims it
+    /// (SQL backends keep it owned by a reserved owner whose lease never
+    /// lapses; the model shows no owner).
+    ///
+    /// # Errors
+    /// `Fenced` when the session moved past `fence`; `NotActive` when it
+    /// is terminal or idle; `NotFound` for an unknown session. Nothing is
+    /// written on any error: of concurrent releases one wins.
+    async fn release_for_resume(
+        &self,
+        id: SessionId,
+        fence: u64,
+        backoff: std::time::Duration,
+    ) -> Result<Session>;
 
     /// A wake-up for the queue, when the backend can push one: notified
     /// soon after the commit when a row of any pool becomes queued and

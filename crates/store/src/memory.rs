@@ -7,6 +7,7 @@ mod owners;
 mod pages;
 mod replace;
 mod salvage;
+mod state;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI64;
@@ -62,20 +63,6 @@ struct Inner {
     next_outbox: u64,
 }
 
-impl Inner {
-    /// Records that `id` was queued now when it has no owner; an owned
-    /// row (created or continued under a lease) has no place in line
-    /// until it is given back (`release` gives it one then).
-    fn queue_if_unowned(&mut self, id: SessionId, owner: Option<crate::OwnerId>) {
-        if owner.is_none() {
-            self.next_queued += 1;
-            self.queued.insert(id, self.next_queued);
-        } else {
-            self.queued.remove(&id);
-        }
-    }
-}
-
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -116,23 +103,6 @@ impl MemoryStore {
         session.exit_reason = settlement.exit_reason;
         session.counters = settlement.counters;
         self.own(session, None);
-    }
-}
-
-impl Inner {
-    fn session(&self, id: SessionId) -> Result<&Session> {
-        self.sessions
-            .get(&id)
-            .ok_or_else(|| StoreError::not_found(Entity::Session, id))
-    }
-
-    fn session_in(&self, id: SessionId, incident: IncidentId, name: &str) -> Result<()> {
-        match self.sessions.get(&id) {
-            Some(s) if s.incident_id == incident => Ok(()),
-            _ => Err(StoreError::Constraint {
-                name: name.to_owned(),
-            }),
-        }
     }
 }
 
@@ -220,6 +190,9 @@ impl Store for MemoryStore {
             created_at: Utc::now(),
             ended_at: None,
             started_at: None,
+            attempt: 1,
+            resume_pending: false,
+            resume_after: None,
             admission: new.admission,
         };
         let mut session = session;
@@ -364,6 +337,7 @@ impl Store for MemoryStore {
         session.fence += 1;
         session.cancel_requested = false;
         session.started_at = None;
+        session.attempt = 1;
         self.own(session, lease);
         let (id, owner, row) = (session.id, session.owner, session.clone());
         inner.queue_if_unowned(id, owner);

@@ -316,9 +316,30 @@ pub struct Session {
     /// time.
     #[serde(default)]
     pub started_at: Option<DateTime<Utc>>,
+    /// The attempt of the current revision's run: 1 for its first; every
+    /// [`release_for_resume`](crate::Coordination::release_for_resume)
+    /// counts the next before it can start. A continue (reopen, answer)
+    /// starts the new revision at 1.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+    /// The current revision's run lost its owner and waits, as a queued
+    /// row does, for a manager of its pool to resume it
+    /// ([`claim_next`](crate::Coordination::claim_next)); nobody owns it
+    /// meanwhile, it keeps `started_at`, and it is never an orphan.
+    #[serde(default)]
+    pub resume_pending: bool,
+    /// While a resume is pending: the earliest time it may be claimed (the
+    /// backoff between attempts), by the store's clock.
+    #[serde(default)]
+    pub resume_after: Option<DateTime<Utc>>,
     /// Pool, priority, queue key and idempotency key, fixed at create.
     #[serde(default)]
     pub admission: Admission,
+}
+
+/// [`Session::attempt`] of rows written before attempts were counted.
+fn first_attempt() -> u32 {
+    1
 }
 
 /// What it takes to create a session.

@@ -11,6 +11,13 @@ impl Session {
         self.is_active() && self.owner.is_none() && self.started_at.is_none()
     }
 
+    /// `true` for a session whose interrupted run waits to be resumed
+    /// (see [`Session::resume_pending`]): active, owned by no manager, and
+    /// claimable like a queued row once [`Session::resume_after`] passed.
+    pub fn is_resume_pending(&self) -> bool {
+        self.is_active() && self.resume_pending
+    }
+
     /// `true` for an idle session: `running` with exit reason
     /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER) — the runner
     /// returned to wait for the user and no run is active. Such a row is

@@ -9,7 +9,7 @@
 //! macro makes one test per case.
 //!
 //! The cases live in one file per topic (cancel requests, leases and
-//! takeover, the owner-level lease, forced cancel and retried settlements, the queue, the webhook outbox) and are re-exported
+//! takeover, the owner-level lease, forced cancel and retried settlements, the queue, resumes, the webhook outbox) and are re-exported
 //! here; they share the fixtures of the [`store`](crate::store) suite.
 
 mod cancel;
@@ -18,6 +18,7 @@ mod leases;
 mod outbox;
 mod owners;
 mod queue;
+mod resume;
 mod salvage;
 
 use korvus_store::CoordinatedStore;
@@ -40,6 +41,10 @@ pub use self::queue::{
     a_claim_given_back_is_queued_again_in_its_place, a_per_key_cap_holds_across_concurrent_claims,
     a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,
     keys_take_turns_when_runs_do_not_overlap, the_queue_depth_counts_queued_rows_by_pool_and_key,
+};
+pub use self::resume::{
+    a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,
+    a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
 };
 pub use self::salvage::kept_output_attaches_to_a_settled_revision_under_a_new_fence;
 

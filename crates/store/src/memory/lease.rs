@@ -42,6 +42,10 @@ impl MemoryStore {
     /// Sets (or, for `None`, clears) a session's owner and claims it
     /// under `lease` from now.
     pub(super) fn own(&self, session: &mut Session, lease: Option<Lease>) {
+        // Owned or settled, a row no longer waits for a resume (a release
+        // for resume marks it again after this).
+        session.resume_pending = false;
+        session.resume_after = None;
         session.owner = lease.map(|l| l.owner);
         session.lease_expires_at = self
             .leases()
@@ -52,6 +56,7 @@ impl MemoryStore {
     pub(super) fn orphaned(&self, session: &Session) -> bool {
         session.is_active()
             && !session.is_queued()
+            && !session.resume_pending
             && session.lease_expires_at.is_none_or(|at| at <= self.now())
     }
 
@@ -87,13 +92,37 @@ impl MemoryStore {
         session.fence += 1;
         session.cancel_requested = false;
         let session = session.clone();
-        // Its place in line: kept from when it was queued, or now for a
-        // row created owned and queued only now.
-        if !inner.queued.contains_key(&id) {
-            inner.next_queued += 1;
-            let n = inner.next_queued;
-            inner.queued.insert(id, n);
+        // Its place in line: kept from when it was queued.
+        inner.keep_place(id);
+        Ok(session)
+    }
+
+    /// `release_for_resume`.
+    pub(super) fn release_for_resume_now(
+        &self,
+        id: SessionId,
+        fence: u64,
+        backoff: std::time::Duration,
+    ) -> Result<Session> {
+        let after =
+            self.now() + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
+        if let Some(refused) = session.refusal(fence) {
+            return Err(refused);
         }
+        self.own(session, None);
+        session.fence += 1;
+        session.attempt += 1;
+        session.cancel_requested = false;
+        session.resume_pending = true;
+        session.resume_after = Some(after);
+        let session = session.clone();
+        // Its place in line: kept from when it was queued.
+        inner.keep_place(id);
         Ok(session)
     }
 
@@ -219,6 +248,7 @@ impl super::Inner {
 impl MemoryStore {
     /// `claim_next`, under the lock: see [`Coordination::claim_next`].
     fn claim_next_now(&self, pool: &str, per_key: Option<u32>, lease: Lease) -> Option<Session> {
+        let now = self.now();
         let mut inner = self.lock();
         let key = |s: &Session| {
             s.admission
@@ -235,7 +265,11 @@ impl MemoryStore {
         let next = inner
             .sessions
             .values()
-            .filter(|s| s.admission.pool == pool && s.is_queued())
+            .filter(|s| {
+                s.admission.pool == pool
+                    && (s.is_queued()
+                        || (s.is_resume_pending() && s.resume_after.is_none_or(|at| at <= now)))
+            })
             .filter(|s| {
                 per_key.is_none_or(|cap| busy.get(&key(s)).copied().unwrap_or(0) < cap as usize)
             })
@@ -278,6 +312,15 @@ impl Coordination for MemoryStore {
 
     async fn mark_started(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.mark_started_now(id, fence)
+    }
+
+    async fn release_for_resume(
+        &self,
+        id: SessionId,
+        fence: u64,
+        backoff: std::time::Duration,
+    ) -> Result<Session> {
+        self.release_for_resume_now(id, fence, backoff)
     }
 
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {

@@ -35,6 +35,8 @@ pub enum StoreOp {
     CancelRequests,
     MarkStarted,
     Release,
+    /// `release_for_resume`.
+    ReleaseForResume,
     QueueDepth,
     ClaimNext,
     Heartbeat,
@@ -348,6 +350,15 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     async fn release(&self, id: SessionId, fence: u64) -> Result<Session> {
         self.enter(StoreOp::Release).await?;
         self.inner.release(id, fence).await
+    }
+    async fn release_for_resume(
+        &self,
+        id: SessionId,
+        fence: u64,
+        backoff: std::time::Duration,
+    ) -> Result<Session> {
+        self.enter(StoreOp::ReleaseForResume).await?;
+        self.inner.release_for_resume(id, fence, backoff).await
     }
     async fn queue_depth(
         &self,
