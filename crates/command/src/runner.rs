@@ -433,6 +433,7 @@ impl CommandRunner {
             .env("KORVUS_INCIDENT_ID", ctx.incident.id.to_string())
             .env("KORVUS_REVISION", ctx.revision.to_string())
             .env("KORVUS_RESUME", if resume { "1" } else { "0" })
+            .env("KORVUS_ATTEMPT", ctx.session.attempt.to_string())
             .env("KORVUS_MANIFEST", manifest)
             .env("KORVUS_WORKSPACE", scratch);
         if let Some(user) = &self.user {

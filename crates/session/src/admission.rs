@@ -226,8 +226,15 @@ impl Manager {
         info!(fence = row.fence, "queued session claimed");
         // A continued session (reopen, answer) was queued with its
         // message as the last user message of its log.
-        let (revision, resume) = if row.revision > 1 {
-            match self.read_continue(&row, &log).await {
+        let read = if row.attempt > 1 && row.started_at.is_some() {
+            self.read_resumed(&row, &log).await
+        } else if row.revision > 1 {
+            self.read_continue(&row, &log).await
+        } else {
+            Ok((row.revision, None))
+        };
+        let (revision, resume) = {
+            match read {
                 Ok(read) => read,
                 Err(e) => {
                     error!(error = %e, "a claimed continue could not be read; settling it failed");
@@ -239,8 +246,6 @@ impl Manager {
                     return;
                 }
             }
-        } else {
-            (row.revision, None)
         };
         let plan = Plan::new(row.clone(), revision, incident, inherited, resume);
         self.launch(plan, log, guard, slot);
@@ -261,7 +266,47 @@ impl Manager {
             .ok_or(SessionError::MessageRequired)?;
         let own = store.latest_session_artifacts(row.id).await?;
         let revision = store.next_report_revision(row.id).await?.max(row.revision);
-        Ok((revision, Some(Resume { message, own })))
+        Ok((revision, Some(Resume::continued(message, own))))
+    }
+
+    /// The resume of a revision whose earlier attempt lost its owner
+    /// (claimed resume-pending): the same revision; the earlier output of
+    /// the session restored as for a continue, and over it the revision's
+    /// last checkpoint; a message saying what happened, then the
+    /// revision's own message (the prompt, or the continue's).
+    async fn read_resumed(
+        &self,
+        row: &Session,
+        log: &korvus_log::LogHandle,
+    ) -> crate::Result<(u32, Option<Resume>)> {
+        let store = &self.inner.store;
+        let original = crate::closers::last_user_message(log)
+            .await?
+            .unwrap_or_else(|| row.prompt.clone());
+        let own = if row.revision > 1 {
+            store.latest_session_artifacts(row.id).await?
+        } else {
+            Vec::new()
+        };
+        let all = korvus_store::StoreExt::all_session_artifacts(&**store, row.id).await?;
+        let checkpoint: Vec<Artifact> =
+            crate::salvage_checkpoint::newest_checkpoints(all, row.revision)
+                .into_values()
+                .collect();
+        let taken = checkpoint
+            .iter()
+            .map(|a| a.created_at)
+            .max()
+            .map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string());
+        let message = crate::resume::message(row, taken.as_deref(), &original);
+        Ok((
+            row.revision,
+            Some(Resume {
+                message,
+                own,
+                checkpoint,
+            }),
+        ))
     }
 
     /// The incident and the inherited context (artifact and role, in

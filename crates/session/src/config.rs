@@ -79,6 +79,11 @@ pub(crate) struct Config {
     pub(crate) max_queued: Option<u64>,
     /// At most this many queued sessions under one key, likewise.
     pub(crate) max_queued_per_key: Option<u64>,
+    /// At most this many attempts of a revision whose owner was lost
+    /// (0: an orphan is settled `owner_lost`, never resumed).
+    pub(crate) resume_orphans: u32,
+    /// The wait before a resumed attempt may start, doubled per attempt.
+    pub(crate) resume_backoff: Duration,
 }
 
 impl Default for Config {
@@ -102,6 +107,8 @@ impl Default for Config {
             claims: true,
             max_queued: None,
             max_queued_per_key: None,
+            resume_orphans: 0,
+            resume_backoff: Duration::from_secs(1),
         }
     }
 }

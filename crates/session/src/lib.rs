@@ -112,6 +112,7 @@ mod prepare;
 mod prune;
 mod reopen;
 mod reopener;
+mod resume;
 mod run;
 mod salvage;
 mod salvage_checkpoint;

@@ -51,6 +51,9 @@ pub const TAKEOVERS: &str = "korvus_takeovers_total";
 /// `outcome`: `complete` — everything stored, the dir removed —, `kept` —
 /// something could not be stored and the dir is kept).
 pub const SALVAGES: &str = "korvus_salvages_total";
+/// Orphans this process sent back to their pool to be resumed instead of
+/// settling them `owner_lost` (counter).
+pub const RESUMES: &str = "korvus_resumes_total";
 /// Scratch dirs kept because their run's output or outcome could not be
 /// written (counter).
 pub const KEPT_DIRS: &str = "korvus_scratch_dirs_kept_total";
@@ -181,6 +184,11 @@ pub(crate) fn salvaged(files: u64, complete: bool) {
     let outcome = if complete { "complete" } else { "kept" };
     counter!(SALVAGES, "outcome" => outcome).increment(1);
     counter!(SALVAGED_FILES).increment(files);
+}
+
+/// An orphan went back to its pool to be resumed.
+pub(crate) fn resumed() {
+    counter!(RESUMES).increment(1);
 }
 
 /// A run of this process was cancelled, here or by a request made on

@@ -225,7 +225,25 @@ impl Inner {
         for r in &outcome.refused {
             warn!(refused = ?r, "own output refused");
         }
-        outcome.restored
+        let mut restored = outcome.restored;
+        if !resume.checkpoint.is_empty() {
+            // Output of this revision: written over the earlier output, and
+            // not remembered as restored, so its landing stores it.
+            let lost = korvus_workspace::restore_own_output(
+                dir,
+                &resume.checkpoint,
+                &self.read_only,
+                &**blobs,
+            )
+            .await;
+            for f in &lost.failed {
+                warn!(failure = ?f, "the lost attempt's checkpoint not restored");
+            }
+            for path in lost.restored.keys() {
+                restored.remove(path);
+            }
+        }
+        restored
     }
 }
 

@@ -182,7 +182,7 @@ impl Manager {
             let Some(slot) = inner.slot_for_new() else {
                 return queue_continued(inner, log, session, revision).await;
             };
-            let resume = Some(Resume { message, own });
+            let resume = Some(Resume::continued(message, own));
             let plan = Plan::new(session.clone(), revision, incident, inherited, resume);
             this.launch(plan, log, guard, slot);
             Ok(session)

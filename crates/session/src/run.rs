@@ -90,6 +90,22 @@ impl RunKey {
 pub(crate) struct Resume {
     pub(crate) message: String,
     pub(crate) own: Vec<Artifact>,
+    /// A resumed attempt's files: the revision's last checkpoint, restored
+    /// after `own` as output of this revision (stored again at its
+    /// landing, never skipped as unchanged earlier output).
+    pub(crate) checkpoint: Vec<Artifact>,
+}
+
+impl Resume {
+    /// A continue's resume (reopen, answer): its message and the session's
+    /// earlier output.
+    pub(crate) fn continued(message: String, own: Vec<Artifact>) -> Self {
+        Self {
+            message,
+            own,
+            checkpoint: Vec::new(),
+        }
+    }
 }
 
 /// The value of `boxed`, its box freed on return. Moving out of a box with

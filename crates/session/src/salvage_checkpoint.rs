@@ -85,7 +85,10 @@ impl Inner {
 /// The newest checkpoint row of each path of `revision` (the lost run's:
 /// an earlier run of the revision was fenced off before it), by
 /// (`created_at`, fence).
-fn newest_checkpoints(artifacts: Vec<Artifact>, revision: u32) -> BTreeMap<String, Artifact> {
+pub(crate) fn newest_checkpoints(
+    artifacts: Vec<Artifact>,
+    revision: u32,
+) -> BTreeMap<String, Artifact> {
     let mut newest: BTreeMap<String, Artifact> = BTreeMap::new();
     for a in artifacts {
         if a.kind != ArtifactKind::Checkpoint || a.revision != revision {

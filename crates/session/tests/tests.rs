@@ -19,6 +19,7 @@ mod ordering;
 mod partial_failure;
 mod prune;
 mod reopen;
+mod resume;
 mod salvage;
 mod shutdown;
 mod spans;

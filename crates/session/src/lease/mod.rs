@@ -367,7 +367,9 @@ impl Inner {
     /// `cancelled` when a cancel was pending, else `failed` /
     /// `owner_lost`. A continued revision (a reopen or an answer) is
     /// settled even when it never started, because its message lives only
-    /// in the run that was lost.
+    /// in the run that was lost. With resumes on, a started run with
+    /// attempts left goes back to its pool to be resumed instead
+    /// (`resume.rs`).
     ///
     /// # Errors
     /// As [`Inner::settle_taken_over`]; the store's error when the claim
@@ -382,6 +384,11 @@ impl Inner {
             warn!(session_id = %row.id, fence = queued.fence, "an orphan that never started went back to the queue");
             self.slots.nudge();
             return Ok(queued);
+        }
+        if self.may_resume(row) {
+            if let Some(pending) = self.release_for_resume(row).await? {
+                return Ok(pending);
+            }
         }
         self.settle_taken_over(row, false, cancelled).await
     }

@@ -242,6 +242,24 @@ impl ManagerBuilder {
         self
     }
 
+    /// Resumes a run whose owner was lost instead of ending it
+    /// `owner_lost`, up to `max_attempts` attempts of its revision (default
+    /// 0: never). The reaper that takes an orphan over stores what its
+    /// scratch dir holds here as a checkpoint, then sends it back to its
+    /// pool as *resume pending*; any manager of the pool claims it like a
+    /// queued session, restores the revision's last checkpoint into a
+    /// fresh scratch dir and runs the agent again as a resume of the same
+    /// revision (`KORVUS_RESUME=1`, `KORVUS_ATTEMPT`), with a message that
+    /// says it was interrupted. Attempts wait `backoff` (doubled per
+    /// attempt, at most a minute) before they may start; a session whose
+    /// every attempt lost its owner ends `owner_lost` with its output
+    /// salvaged.
+    pub fn resume_orphans(mut self, max_attempts: u32, backoff: Duration) -> Self {
+        self.config.resume_orphans = max_attempts;
+        self.config.resume_backoff = backoff;
+        self
+    }
+
     /// How long a cancelled runner may take to return before it is dropped
     /// (default 10 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {

@@ -1,0 +1,145 @@
+//! Resuming a run whose owner was lost
+//! ([`ManagerBuilder::resume_orphans`](crate::ManagerBuilder::resume_orphans)).
+//!
+//! The reaper that took an orphan over, instead of settling it: fences its
+//! turn log, stops what the dead attempt left running here, stores the
+//! scratch dir that attempt left on this host as a checkpoint of the
+//! revision (and removes the dir: the next attempt never runs in it), and
+//! releases the row as resume pending
+//! ([`Coordination::release_for_resume`](korvus_store::Coordination::release_for_resume))
+//! with a backoff. Any manager of the pool then claims it like a queued
+//! session (`admission.rs`), restores the revision's last checkpoint into
+//! a fresh scratch dir and runs the agent again as a resume of the same
+//! revision, with [`message`] first. Where the dir here cannot be stored
+//! whole, or the attempts are used up, or a cancel is pending, the orphan
+//! is settled as before (its dir kept and salvaged).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use korvus_harvest::{Checkpointer, PersistRequest};
+use korvus_store::Session;
+use tracing::{info, warn};
+
+use crate::inner::Inner;
+use crate::SessionError;
+
+/// What a resumed attempt's agent reads first: that its run was
+/// interrupted when its host was lost, how far its files are restored, and
+/// the revision's own message to continue from.
+/// `taken` is when the restored checkpoint was taken, as text.
+pub(crate) fn message(row: &Session, taken: Option<&str>, original: &str) -> String {
+    let restored = match taken {
+        Some(at) => format!("its files are restored as of {at}"),
+        None => "no checkpoint of its files was stored, so they are as at its start".to_owned(),
+    };
+    format!(
+        "[korvus] This run was interrupted when the host running it was lost (attempt {} of \
+         revision {}); {restored}. Continue the task from where it stopped:\n\n{original}",
+        row.attempt.saturating_sub(1),
+        row.revision,
+    )
+}
+
+/// The wait before attempt `attempt + 1` may start: `base` doubled per
+/// attempt already made past the first, at most a minute.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(16);
+    base.saturating_mul(1 << doublings)
+        .min(Duration::from_secs(60))
+}
+
+impl Inner {
+    /// Whether the orphan `row` (taken over) is resumed rather than
+    /// settled: resumes are on, its run started, no cancel is pending, and
+    /// it has attempts left.
+    pub(crate) fn may_resume(&self, row: &Session) -> bool {
+        let max = self.config.resume_orphans;
+        max > 0 && row.started_at.is_some() && !row.cancel_requested && row.attempt < max
+    }
+
+    /// Sends the orphan `row` (taken over at `row.fence`) back to its pool
+    /// to be resumed. `None` when it must be settled instead: the dir its
+    /// dead attempt left here could not be stored whole (the settlement's
+    /// salvage keeps it).
+    ///
+    /// # Errors
+    /// The store's or the log's error; the orphan is then left to a later
+    /// takeover.
+    pub(crate) async fn release_for_resume(
+        &self,
+        row: &Session,
+    ) -> Result<Option<Session>, SessionError> {
+        self.claim_log_retried(row).await?;
+        self.stop_dead_agents(row.id).await;
+        if !self.checkpoint_dead_dir(row).await {
+            return Ok(None);
+        }
+        let wait = backoff(self.config.resume_backoff, row.attempt);
+        let pending = self
+            .store
+            .release_for_resume(row.id, row.fence, wait)
+            .await?;
+        warn!(session_id = %row.id, attempt = pending.attempt, ?wait, "the orphan goes back to its pool to be resumed");
+        crate::metrics::resumed();
+        self.slots.nudge();
+        Ok(Some(pending))
+    }
+
+    /// Stores the scratch dir the dead attempt of `row` left on this host
+    /// as a checkpoint of its revision, at the takeover's fence, and
+    /// removes it. `true` when there is none, or it was stored whole.
+    async fn checkpoint_dead_dir(&self, row: &Session) -> bool {
+        let (Some(root), Some(blobs)) = (&self.scratch, &self.blobs) else {
+            return true;
+        };
+        let dir = root.join(row.id.to_string()).join(row.revision.to_string());
+        let is_dir = tokio::fs::symlink_metadata(&dir)
+            .await
+            .is_ok_and(|m| m.file_type().is_dir());
+        if !is_dir {
+            return true;
+        }
+        let restored = self.restored_before(row.id, row.revision, false).await;
+        let mut checkpointer = Checkpointer::new(
+            Arc::clone(&self.store).into_store(),
+            Arc::clone(blobs),
+            self.config.persist.clone(),
+            PersistRequest {
+                incident: row.incident_id,
+                session: row.id,
+                revision: row.revision,
+                fence: row.fence,
+                scratch: Some(dir.clone()),
+                skip_prefixes: self.read_only.clone(),
+                restored,
+            },
+        );
+        let outcome = checkpointer.checkpoint().await;
+        if outcome.reason.is_some() || !outcome.failed.is_empty() {
+            warn!(session_id = %row.id, reason = ?outcome.reason, failed = outcome.failed.len(), "the lost attempt's dir was not stored whole: settling instead of resuming");
+            return false;
+        }
+        info!(session_id = %row.id, stored = outcome.stored.len(), unchanged = outcome.unchanged, "stored the lost attempt's dir as a checkpoint");
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+            warn!(session_id = %row.id, error = %e, "the lost attempt's dir not removed: settling instead of resuming");
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_per_attempt_up_to_a_minute() {
+        let base = Duration::from_secs(1);
+        assert_eq!(backoff(base, 1), Duration::from_secs(1));
+        assert_eq!(backoff(base, 2), Duration::from_secs(2));
+        assert_eq!(backoff(base, 4), Duration::from_secs(8));
+        assert_eq!(backoff(base, 40), Duration::from_secs(60));
+        assert_eq!(backoff(Duration::ZERO, 3), Duration::ZERO);
+    }
+}

@@ -1,0 +1,138 @@
+//! A run whose owner was lost is resumed, not ended: with
+//! `resume_orphans`, the reaper stores the dead attempt's scratch dir here
+//! as a checkpoint, sends the session back to its pool, and a manager of
+//! the pool runs the agent again as a resume of the same revision — its
+//! files restored, told what happened — and the revision lands once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use korvus_runner::RunOutcome;
+use korvus_store::{
+    ArtifactKind, Coordination, Lease, OwnerId, SessionStatus, Store, StoreExt as _, DEFAULT_POOL,
+};
+use tokio::sync::Notify;
+
+use crate::support::{counters, write, write_files, Env, ScriptRunner};
+
+/// What the resumed attempt saw: its attempt, its message, the restored
+/// progress file.
+type Seen = Arc<Mutex<Vec<(u32, Option<String>, Option<String>)>>>;
+
+#[tokio::test]
+async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
+    let env = Env::new().await;
+    // A manager that only creates: its one slot is held, so the session
+    // is queued, and it never claims.
+    let release = Arc::new(Notify::new());
+    let blocking = {
+        let release = Arc::clone(&release);
+        ScriptRunner::new(move |ctx, _| {
+            let release = Arc::clone(&release);
+            async move {
+                tokio::select! {
+                    () = release.notified() => {}
+                    () = ctx.cancel.cancelled() => {}
+                }
+                write_files(&ctx, &[("report.md", "# held\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let creator = env
+        .builder(blocking)
+        .max_running(1)
+        .claim_queued(false)
+        .build();
+    let blocker = creator.create(env.request("holds the slot")).await.unwrap();
+    let target = creator.create(env.request("find the leak")).await.unwrap();
+    assert!(target.is_queued(), "{target:?}");
+
+    // Its first attempt: claimed, started, wrote files here, then its
+    // manager died (a lease of ttl zero, never renewed).
+    let dead = env
+        .store
+        .claim_next(
+            DEFAULT_POOL,
+            None,
+            Lease {
+                owner: OwnerId::new(),
+                ttl: Duration::ZERO,
+            },
+        )
+        .await
+        .unwrap()
+        .expect("the queued session");
+    assert_eq!(dead.id, target.id);
+    env.store.mark_started(dead.id, dead.fence).await.unwrap();
+    let dir = env.dir_of(dead.id, 1);
+    write(&dir, "work/progress.txt", "step 3 of 5\n");
+    write(&dir, "notes.md", "half done\n");
+
+    let seen: Seen = Arc::default();
+    let resumed = {
+        let seen = Arc::clone(&seen);
+        ScriptRunner::new(move |ctx, message| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let scratch = ctx.scratch.clone().expect("a scratch dir");
+                let progress = std::fs::read_to_string(scratch.join("work/progress.txt")).ok();
+                seen.lock()
+                    .unwrap()
+                    .push((ctx.session.attempt, message, progress));
+                write_files(&ctx, &[("report.md", "# resumed and done\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let survivor = env
+        .builder(resumed)
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(3, Duration::ZERO)
+        .build();
+    let row = survivor
+        .await_settled(target.id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert_eq!((row.revision, row.attempt), (1, 2), "{row:?}");
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one resumed attempt: {seen:?}");
+    let (attempt, message, progress) = &seen[0];
+    assert_eq!(*attempt, 2);
+    let message = message.as_deref().expect("a resume message");
+    assert!(message.contains("interrupted"), "{message}");
+    assert!(
+        message.contains("find the leak"),
+        "the original prompt: {message}"
+    );
+    assert_eq!(progress.as_deref(), Some("step 3 of 5\n"), "restored");
+
+    // One report row, of the resumed attempt; the dead attempt's files are
+    // final rows of the revision; its dir is gone.
+    let report = env.store.get_report(target.id, 1).await.unwrap();
+    assert_eq!(report.exit_reason, "completed", "{report:?}");
+    assert!(
+        env.store.get_report(target.id, 2).await.is_err(),
+        "no second revision"
+    );
+    let artifacts = env.store.all_session_artifacts(target.id).await.unwrap();
+    for path in ["work/progress.txt", "notes.md"] {
+        assert!(
+            artifacts
+                .iter()
+                .any(|a| a.path == path && a.kind == ArtifactKind::AgentOutput && a.revision == 1),
+            "{path}: {artifacts:?}"
+        );
+    }
+    assert!(!dir.exists(), "the dead attempt's dir was removed");
+
+    release.notify_waiters();
+    creator
+        .await_settled(blocker.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    survivor.stop().await;
+    creator.stop().await;
+}
