@@ -109,6 +109,9 @@ fn session() -> Value {
         "created_at": time(),
         "ended_at": nullable(time()),
         "started_at": nullable(time()),
+        "attempt": {"type": "integer", "minimum": 1},
+        "resume_pending": {"type": "boolean"},
+        "resume_after": nullable(time()),
         "admission": reference("Admission"),
     }))
 }
