@@ -40,6 +40,9 @@ pub(crate) struct Backends {
     lease: (Duration, Duration),
     /// How often its runs are checkpointed at most (zero: never).
     checkpoint_interval: Duration,
+    /// At most this many attempts of a revision whose owner died (0: none
+    /// resumed).
+    resume_orphans: u32,
     /// Its admission: run slots, the per-key cap, the pool.
     admission: (usize, Option<u32>, String),
     pools: Pools,
@@ -149,6 +152,7 @@ impl Backends {
                 Duration::from_secs_f64(global.heartbeat),
             ),
             checkpoint_interval: Duration::from_secs_f64(global.checkpoint_interval),
+            resume_orphans: global.resume_orphans,
             admission: (
                 global.max_running as usize,
                 global.max_running_per_key,
@@ -241,6 +245,7 @@ impl Backends {
             .seeder(Arc::new(seeder), trees)
             .lease(self.lease.0, self.lease.1)
             .checkpoint_interval(self.checkpoint_interval)
+            .resume_orphans(self.resume_orphans, Duration::from_secs(1))
             .max_running(self.admission.0)
             .pool(self.admission.2.clone());
         if let Some(cap) = self.admission.1 {

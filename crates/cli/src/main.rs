@@ -158,6 +158,18 @@ struct Global {
     #[arg(long, env = "KORVUS_CHECKPOINT_INTERVAL", value_name = "SECS", global = true,
           default_value_t = 60.0, value_parser = seconds_or_zero)]
     checkpoint_interval: f64,
+    /// Resume a session whose korvus process died, instead of ending it
+    /// `owner_lost`: at most N attempts of its revision, each restoring its
+    /// files from the last checkpoint and running the agent again as a
+    /// resume (`KORVUS_ATTEMPT`). 0 (the default, for now) turns it off.
+    #[arg(
+        long,
+        env = "KORVUS_RESUME_ORPHANS",
+        value_name = "N",
+        global = true,
+        default_value_t = 0
+    )]
+    resume_orphans: u32,
     /// Seconds between two lease renewals (at most a third of the ttl).
     #[arg(long, env = "KORVUS_HEARTBEAT", value_name = "SECS", global = true,
           default_value_t = 10.0, value_parser = seconds)]

@@ -25,6 +25,7 @@ mod queue;
 mod replicas;
 mod replicas_hosts;
 mod report;
+mod resume;
 mod root_agent;
 mod salvage;
 mod sandbox;
