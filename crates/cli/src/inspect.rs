@@ -226,6 +226,14 @@ pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
             ""
         }
     );
+    if s.attempt > 1 || s.is_resume_pending() {
+        let pending = if s.is_resume_pending() {
+            " (resume pending: its owner was lost)"
+        } else {
+            ""
+        };
+        println!("attempt    {}{pending}", s.attempt);
+    }
     if s.status == SessionStatus::Running && !s.is_idle() {
         let expired = backends
             .store

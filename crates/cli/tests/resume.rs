@@ -75,6 +75,7 @@ fn a_killed_serves_session_is_resumed_by_another_and_lands_once() {
             "read -r told\n\
              if [ \"$KORVUS_ATTEMPT\" = 1 ]; then\n\
                mkdir -p work && echo 'step 3 of 5' > work/progress.txt\n\
+               echo '{{\"type\":\"turn_start\",\"turn\":1}}'\n\
                exec sleep {nap}\n\
              fi\n\
              echo \"resume=$KORVUS_RESUME attempt=$KORVUS_ATTEMPT progress=$(cat work/progress.txt)\"\n\
@@ -110,7 +111,14 @@ fn a_killed_serves_session_is_resumed_by_another_and_lands_once() {
         log.contains("told=[korvus] This run was interrupted"),
         "{log}"
     );
+    // The lost attempt's turn is closed before the resumed attempt's note.
+    let closed = log.find(r#""type":"turn_end""#).expect("the lost turn closed");
+    let note = log
+        .find("attempt 2 of revision 1: resumed after")
+        .expect("the attempt's note");
+    assert!(closed < note, "{log}");
     let show = ok(crate::support::korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("attempt    2\n"), "{show}");
     let reports = show.split("\nartifacts").next().unwrap_or_default();
     assert_eq!(
         reports.matches("  rev ").count(),

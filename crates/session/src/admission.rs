@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, Weak};
 
-use korvus_log::{Access, LogId};
+use korvus_log::{Access, Event, EventKind, LogId};
 use korvus_runner::ExitReason;
 use korvus_store::{Artifact, Session};
 use tracing::{debug, error, info, info_span, warn, Instrument};
@@ -299,6 +299,13 @@ impl Manager {
             .max()
             .map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string());
         let message = crate::resume::message(row, taken.as_deref(), &original);
+        // The lost attempt's open turn is closed before this one's events,
+        // and the log says which attempt follows.
+        let mut events = crate::closers::closers_of(log).await?.closers;
+        events.push(Event::korvus(EventKind::Note {
+            text: crate::resume::attempt_note(row, taken.as_deref()),
+        }));
+        log.append(&events).await?;
         Ok((
             row.revision,
             Some(Resume {

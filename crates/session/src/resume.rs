@@ -41,6 +41,19 @@ pub(crate) fn message(row: &Session, taken: Option<&str>, original: &str) -> Str
     )
 }
 
+/// The note a resumed attempt's log gets first (after the lost attempt's
+/// open turns are closed).
+pub(crate) fn attempt_note(row: &Session, taken: Option<&str>) -> String {
+    let from = match taken {
+        Some(at) => format!("its files restored from the checkpoint taken at {at}"),
+        None => "no checkpoint of its files to restore".to_owned(),
+    };
+    format!(
+        "attempt {} of revision {}: resumed after the run's owner was lost, {from}",
+        row.attempt, row.revision
+    )
+}
+
 /// The wait before attempt `attempt + 1` may start: `base` doubled per
 /// attempt already made past the first, at most a minute.
 fn backoff(base: Duration, attempt: u32) -> Duration {

@@ -127,6 +127,13 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
         );
     }
     assert!(!dir.exists(), "the dead attempt's dir was removed");
+    let notes = crate::support::notes(&env, target.id).await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("attempt 2 of revision 1: resumed after the run's owner was lost")),
+        "{notes:?}"
+    );
 
     release.notify_waiters();
     creator
