@@ -112,7 +112,9 @@ fn a_killed_serves_session_is_resumed_by_another_and_lands_once() {
         "{log}"
     );
     // The lost attempt's turn is closed before the resumed attempt's note.
-    let closed = log.find(r#""type":"turn_end""#).expect("the lost turn closed");
+    let closed = log
+        .find(r#""type":"turn_end""#)
+        .expect("the lost turn closed");
     let note = log
         .find("attempt 2 of revision 1: resumed after")
         .expect("the attempt's note");

@@ -131,7 +131,8 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
     assert!(
         notes
             .iter()
-            .any(|n| n.starts_with("attempt 2 of revision 1: resumed after the run's owner was lost")),
+            .any(|n| n
+                .starts_with("attempt 2 of revision 1: resumed after the run's owner was lost")),
         "{notes:?}"
     );
 
