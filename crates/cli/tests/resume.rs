@@ -92,6 +92,12 @@ fn a_killed_serves_session_is_resumed_by_another_and_lands_once() {
             .join(&id)
             .join("1/work/progress.txt"),
     );
+    // Its turn is open in the log before its replica dies.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok(crate::support::korvus(data.path()).args(["export", &id])).contains("turn_start") {
+        assert!(Instant::now() < deadline, "the turn never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     kill(first);
 
     let second = Server::start_with(data.path(), Some(&agent), "0", &flags("3"));
