@@ -83,9 +83,18 @@ impl Inner {
         &self,
         row: &Session,
     ) -> Result<Option<Session>, SessionError> {
+        // A revision whose report row the dead attempt wrote is landed:
+        // settled (adopting that row), never run again.
+        if self.store.get_report(row.id, row.revision).await.is_ok() {
+            return Ok(None);
+        }
         self.claim_log_retried(row).await?;
         self.stop_dead_agents(row.id).await;
         if !self.checkpoint_dead_dir(row).await {
+            return Ok(None);
+        }
+        // A cancel that came while the dir was stored wins.
+        if self.store.get_session(row.id).await?.cancel_requested {
             return Ok(None);
         }
         let wait = backoff(self.config.resume_backoff, row.attempt);
@@ -103,7 +112,7 @@ impl Inner {
     /// as a checkpoint of its revision, at the takeover's fence, and
     /// removes it. `true` when there is none, or it was stored whole.
     async fn checkpoint_dead_dir(&self, row: &Session) -> bool {
-        let (Some(root), Some(blobs)) = (&self.scratch, &self.blobs) else {
+        let Some(root) = &self.scratch else {
             return true;
         };
         let dir = root.join(row.id.to_string()).join(row.revision.to_string());
@@ -113,6 +122,10 @@ impl Inner {
         if !is_dir {
             return true;
         }
+        // Nowhere to store it: the settlement keeps the dir.
+        let Some(blobs) = &self.blobs else {
+            return false;
+        };
         let restored = self.restored_before(row.id, row.revision, false).await;
         let mut checkpointer = Checkpointer::new(
             Arc::clone(&self.store).into_store(),

@@ -17,8 +17,8 @@ macro_rules! resume_rows {
                 let row: Option<SessionRow> = sqlx::query_as(&STATEMENTS.release_for_resume)
                     .bind(id.as_uuid())
                     .bind(to_i64(fence))
-                    .bind($crate::sql::RESUME_OWNER)
-                    .bind($crate::sql::RESUME_LEASE_MS)
+                    .bind($crate::session_row::RESUME_OWNER)
+                    .bind($crate::session_row::RESUME_LEASE_MS)
                     .bind(i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2))
                     .fetch_optional_completed(&self.pool)
                     .await

@@ -58,7 +58,9 @@ impl SessionRow {
         // nothing once the row is no longer active.
         let active = self.status == SessionStatus::Running.as_str()
             && self.exit_reason.as_deref() != Some(korvus_store::exit_reason::AWAITING_USER);
-        let pending = self.resume_pending && active;
+        // Only while the reserved owner holds it: a row a settle or an
+        // earlier release's reopen left flagged is not pending.
+        let pending = self.resume_pending && active && self.owner == Some(RESUME_OWNER);
         let (owner, lease_expires_ms) = if pending {
             (None, None)
         } else {
@@ -159,3 +161,14 @@ pub(crate) fn counters(
         output_tokens: unsigned(backend, "counters.output_tokens", output_tokens)?,
     })
 }
+
+/// The reserved owner of a session whose resume is pending
+/// (`release_for_resume`): no manager has this id, and its `owners` row
+/// (written by the migration that added resumes) never expires, so a
+/// replica of an earlier release sees the row held and leaves it alone.
+pub(crate) const RESUME_OWNER: uuid::Uuid =
+    uuid::Uuid::from_u128(0x0000_0000_0000_0000_0000_0000_0000_f026);
+
+/// The claim expiry a pending resume's row carries (9999-12-31, in ms):
+/// never lapses by any clock.
+pub(crate) const RESUME_LEASE_MS: i64 = 253_402_300_799_999;

@@ -356,14 +356,3 @@ macro_rules! unnest_artifacts {
 
 #[cfg(feature = "postgres")]
 pub(crate) use unnest_artifacts;
-
-/// The reserved owner of a session whose resume is pending
-/// (`release_for_resume`): no manager has this id, and its `owners` row
-/// (written by the migration that added resumes) never expires, so a
-/// replica of an earlier release sees the row held and leaves it alone.
-pub(crate) const RESUME_OWNER: uuid::Uuid =
-    uuid::Uuid::from_u128(0x0000_0000_0000_0000_0000_0000_0000_f026);
-
-/// The claim expiry a pending resume's row carries (9999-12-31, in ms):
-/// never lapses by any clock.
-pub(crate) const RESUME_LEASE_MS: i64 = 253_402_300_799_999;
