@@ -275,13 +275,13 @@ RETURNING seq, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessi
 
 -- REOPEN (built from the dialect)
 UPDATE sessions
-SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, resume_pending = FALSE, resume_after_ms = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
+SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
 WHERE id = $1 AND status IN ($5, $6, $7)
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
 
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
-SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, resume_pending = FALSE, resume_after_ms = NULL, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
+SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
 WHERE id = $1 AND status = $2 AND exit_reason = $5
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
 

@@ -311,8 +311,7 @@ impl Statements {
             reopen: format!(
                 concat!(
                     "UPDATE sessions SET status = $2, ended_at = NULL, exit_reason = NULL, \
-                     revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, \
-                     resume_pending = FALSE, resume_after_ms = NULL, {} \
+                     revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, {} \
                      WHERE id = $1 AND status IN ({}) RETURNING ",
                     session_columns!()
                 ),
@@ -322,8 +321,7 @@ impl Statements {
             resume_idle: format!(
                 concat!(
                     "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, \
-                     fence = fence + 1, started_at = NULL, attempt = 1, \
-                     resume_pending = FALSE, resume_after_ms = NULL, {} \
+                     fence = fence + 1, started_at = NULL, attempt = 1, {} \
                      WHERE id = $1 AND status = $2 AND exit_reason = $5 \
                      RETURNING ",
                     session_columns!()
