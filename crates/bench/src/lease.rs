@@ -49,6 +49,8 @@ fn replica(store: Arc<dyn CoordinatedStore>, ttl: Duration, period: Duration) ->
         .blob_store(Arc::new(MemoryBlobStore::new()))
         .cancel_poll(Duration::from_secs(3600))
         .lease(ttl, period)
+        // Benchmark 10 measures the settlement of an orphan.
+        .resume_orphans(0, Duration::ZERO)
         .build()
 }
 

@@ -228,10 +228,19 @@ impl Backends {
     }
 
     /// A manager that runs nothing: for commands that cancel, reap or
-    /// inspect. It never claims queued sessions (it would fail them).
+    /// inspect. It never claims queued sessions (it would fail them), and
+    /// settles an orphan rather than resuming it.
     pub(crate) fn tool_manager(&self) -> Manager {
+        self.tool_manager_resuming(false)
+    }
+
+    /// [`tool_manager`](Self::tool_manager), sending orphans back to their
+    /// pool to be resumed when `resume` (`korvus reap --apply --resume`).
+    pub(crate) fn tool_manager_resuming(&self, resume: bool) -> Manager {
+        let attempts = if resume { self.resume_orphans } else { 0 };
         self.builder(Arc::new(crate::session::NoRuns), None)
             .claim_queued(false)
+            .resume_orphans(attempts, Duration::from_secs(1))
             .build()
     }
 

@@ -161,13 +161,14 @@ struct Global {
     /// Resume a session whose korvus process died, instead of ending it
     /// `owner_lost`: at most N attempts of its revision, each restoring its
     /// files from the last checkpoint and running the agent again as a
-    /// resume (`KORVUS_ATTEMPT`). 0 (the default, for now) turns it off.
+    /// resume (`KORVUS_ATTEMPT`). 0 turns it off: such a session ends
+    /// `owner_lost`, its output salvaged.
     #[arg(
         long,
         env = "KORVUS_RESUME_ORPHANS",
         value_name = "N",
         global = true,
-        default_value_t = 0
+        default_value_t = korvus_session::DEFAULT_RESUME_ORPHANS
     )]
     resume_orphans: u32,
     /// Seconds between two lease renewals (at most a third of the ttl).
@@ -295,6 +296,11 @@ enum Command {
         /// salvaged), store kept dirs, and remove the dirs.
         #[arg(long)]
         apply: bool,
+        /// With `--apply`: send an orphan whose run had started back to
+        /// its pool to be resumed by a running `korvus serve` (at most
+        /// `--resume-orphans` attempts), instead of settling it.
+        #[arg(long, requires = "apply")]
+        resume: bool,
         /// Kept dirs (output not stored) older than this many days are
         /// removed, each one named.
         #[arg(long, default_value_t = 30, value_name = "DAYS")]
@@ -507,6 +513,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { session, force } => session::cancel(&global, &session, force).await,
         Command::Reap {
             apply,
+            resume,
             kept_max_age,
             kept_max_bytes,
         } => {
@@ -514,7 +521,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 max_age: salvage::days(kept_max_age),
                 max_bytes: kept_max_bytes,
             };
-            session::reap(&global, apply, retention).await
+            session::reap(&global, apply, resume, retention).await
         }
         Command::Salvage { session, discard } => salvage::salvage(&global, &session, discard).await,
         Command::Sweep { apply, grace } => {

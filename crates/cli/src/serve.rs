@@ -112,9 +112,34 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     header_read_timeout: u64,
+    /// What a stop (SIGTERM, Ctrl-C) does to the sessions running here:
+    /// `cancel` them (their reports land `cancelled`), or `handoff` them —
+    /// each agent is stopped, its files stored as a checkpoint, and the
+    /// session waits for another `korvus serve` of the pool (or the next
+    /// start) to resume it. Queued sessions stay queued either way.
+    #[arg(
+        long = "on-stop",
+        value_enum,
+        env = "KORVUS_ON_STOP",
+        default_value_t = OnStop::Cancel
+    )]
+    on_stop: OnStop,
     #[command(flatten)]
     confine: ConfineArgs,
 }
+
+/// `korvus serve --on-stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OnStop {
+    /// Cancel the running sessions.
+    Cancel,
+    /// Hand the running sessions off to the pool, to be resumed.
+    Handoff,
+}
+
+/// How long a hand-off may take before `korvus serve` exits anyway: the
+/// runs still unwinding are resumed by a reaper once the lease expires.
+const HANDOFF_DEADLINE: Duration = Duration::from_secs(120);
 
 pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> {
     let (token, generated) = match args.token.clone().filter(|t| !t.is_empty()) {
@@ -158,6 +183,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
     let http = korvus_http::Server::default()
         .header_read_timeout(Duration::from_secs(args.header_read_timeout));
     let args_base = args.base_path.clone();
+    let args_on_stop = args.on_stop;
     let runner = match runner(&backends, args).await {
         Ok(r) => r,
         Err(e) => {
@@ -217,12 +243,28 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             Err(e) => Err(e).context("the server task failed"),
         };
     }
-    eprintln!("korvus serve: stopping (running sessions are cancelled; their reports land)");
+    let on_stop = args_on_stop;
+    let stopped = async {
+        match on_stop {
+            OnStop::Cancel => {
+                eprintln!(
+                    "korvus serve: stopping (running sessions are cancelled; their reports land)"
+                );
+                manager.stop().await;
+            }
+            OnStop::Handoff => {
+                eprintln!("korvus serve: stopping (running sessions are handed off to the pool, to be resumed)");
+                if !manager.drain(HANDOFF_DEADLINE).await {
+                    eprintln!("korvus serve: hand-offs still unwinding after {HANDOFF_DEADLINE:?}; a reaper resumes them");
+                }
+            }
+        }
+    };
     // Runs end first, so every event stream sends its `end`; then the
     // listener drains, for at most `DRAIN`. A second signal gives up on
-    // the runs (their rows are settled by a reaper once the lease expires).
+    // the runs (a reaper resumes or settles them once the lease expires).
     tokio::select! {
-        () = manager.stop() => {}
+        () = stopped => {}
         () = signals.recv() => {
             eprintln!("korvus serve: second signal: exiting without waiting for the runs");
             server.abort();

@@ -368,10 +368,15 @@ pub(crate) async fn drive(
     Ok(exit_code(&row))
 }
 
+/// How long handing picked-up runs back may take before this process
+/// exits anyway.
+const HANDBACK: Duration = Duration::from_secs(60);
+
 /// While it waited, this process was a manager of its pool and may have
-/// claimed other queued sessions: it claims no more, and lets those runs
-/// finish (Ctrl-C cancels them: the caller's `stop` follows) instead of
-/// cancelling what others are waiting for.
+/// claimed other queued sessions (or resumes): it claims no more, and lets
+/// those runs finish instead of cancelling what others are waiting for;
+/// Ctrl-C hands them back to the pool (`Manager::drain`), to be resumed by
+/// another manager of it.
 async fn finish_picked_up(manager: &Manager, signals: &mut Signals) {
     manager.stop_claiming();
     if tokio::time::timeout(Duration::from_millis(200), manager.wait())
@@ -382,11 +387,16 @@ async fn finish_picked_up(manager: &Manager, signals: &mut Signals) {
     }
     tell!(
         "korvus: finishing the runs this process picked up from the pool's queue \
-         (Ctrl-C cancels them)"
+         (Ctrl-C hands them back to the pool)"
     );
     tokio::select! {
         () = manager.wait() => {}
-        () = signals.recv() => {}
+        () = signals.recv() => {
+            tell!("korvus: handing the runs picked up from the queue back to the pool");
+            if !manager.drain(HANDBACK).await {
+                tell!("korvus: hand-backs still unwinding; a reaper resumes them");
+            }
+        }
     }
 }
 
@@ -753,6 +763,7 @@ async fn cancelled(
 pub(crate) async fn reap(
     global: &Global,
     apply: bool,
+    resume: bool,
     retention: korvus_workspace::KeptRetention,
 ) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
@@ -799,16 +810,19 @@ pub(crate) async fn reap(
             say!("  {id}");
         }
         crate::salvage::list_kept(&backends.scratch, &unused).await;
-        say!("dry run: `korvus reap --apply` settles the orphans owner_lost, stores kept dirs and removes the dirs");
+        say!("dry run: `korvus reap --apply` settles the orphans owner_lost (`--apply --resume` sends them back to be resumed), stores kept dirs and removes the dirs");
         backends.close().await;
         return Ok(ExitCode::SUCCESS);
     }
-    let manager = backends.tool_manager();
-    let (queued, settled): (Vec<_>, Vec<_>) = manager
+    let manager = backends.tool_manager_resuming(resume);
+    let (queued, ended): (Vec<_>, Vec<_>) = manager
         .reap_orphans()
         .await?
         .into_iter()
         .partition(korvus_store::Session::is_queued);
+    let (pending, settled): (Vec<_>, Vec<_>) = ended
+        .into_iter()
+        .partition(korvus_store::Session::is_resume_pending);
     say!("settled {} orphan(s)", settled.len());
     for row in &settled {
         say!(
@@ -817,6 +831,19 @@ pub(crate) async fn reap(
             row.status,
             row.exit_reason.as_deref().unwrap_or("-")
         );
+    }
+    if !pending.is_empty() {
+        say!(
+            "sent back {} orphan(s) to be resumed by a `korvus serve` of their pool",
+            pending.len()
+        );
+        for row in &pending {
+            say!(
+                "  session {}  resume pending (attempt {})",
+                row.id,
+                row.attempt
+            );
+        }
     }
     if !queued.is_empty() {
         say!("queued again {} orphan(s) that never started", queued.len());

@@ -186,7 +186,14 @@ fn signal(pid: u32, signal: &str) {
 /// host, may stop A's agent itself at the takeover), two on PostgreSQL (B
 /// cannot see A's agent; A must stop it).
 fn paused_replica_is_superseded(a: &Path, b: &Path, env: &[(&str, &str)]) {
-    let lease = ["--lease-ttl", "2", "--heartbeat", "0.5"];
+    let lease = [
+        "--lease-ttl",
+        "2",
+        "--heartbeat",
+        "0.5",
+        "--resume-orphans",
+        "0",
+    ];
     let nap = unique_sleep();
     let idle = script(
         b,

@@ -14,7 +14,15 @@ use std::time::{Duration, Instant};
 use crate::support::{korvus, ok, running, script, session_id, unique_sleep, NO_CGROUP};
 
 /// The lease of every replica: a ttl of 2 s, renewed every 0.5 s.
-const LEASE: [&str; 4] = ["--lease-ttl", "2", "--heartbeat", "0.5"];
+/// The lease, and no resume: these replicas settle what a dead one ran.
+const LEASE: [&str; 6] = [
+    "--lease-ttl",
+    "2",
+    "--heartbeat",
+    "0.5",
+    "--resume-orphans",
+    "0",
+];
 
 /// A replica: `korvus run` whose agent sleeps until killed.
 struct Replica {

@@ -30,6 +30,8 @@ async fn a_killed_replica_on_another_host_is_landed_from_its_last_checkpoint() {
             "0.5",
             "--checkpoint-interval",
             "1",
+            "--resume-orphans",
+            "0",
         ];
         let nap = unique_sleep();
         let agent = script(

@@ -27,7 +27,7 @@ fn a_killed_serve_loses_nothing_its_agents_wrote() {
              exec sleep {nap}\n"
         ),
     );
-    let lease = ["--lease-ttl", "2"];
+    let lease = ["--lease-ttl", "2", "--resume-orphans", "0"];
     let mut first = Server::start_with(data.path(), Some(&agent), "0", &lease);
     let (status, incident) = first.call("POST", "/api/incidents", Some(r#"{"title": "crash"}"#));
     assert_eq!(status, 201, "{incident}");

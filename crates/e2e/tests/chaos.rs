@@ -107,6 +107,9 @@ async fn replica_process() {
         .turn_log(logs)
         .scratch_root(ScratchRoot::supplied(&config.scratch))
         .lease(TTL, HEARTBEAT)
+        // Killed runs are settled (`owner_lost`), not resumed: the
+        // invariants below count them.
+        .resume_orphans(0, Duration::ZERO)
         .build();
     for _ in 0..SESSIONS {
         manager

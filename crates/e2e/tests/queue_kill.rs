@@ -127,6 +127,9 @@ async fn replica_process() {
         .max_running(SLOTS)
         .lease(TTL, HEARTBEAT)
         .cancel_poll(POLL)
+        // Killed runs are settled (`owner_lost`), not resumed: the
+        // invariants below count them.
+        .resume_orphans(0, Duration::ZERO)
         .build();
     println!("owner {}", manager.owner());
     for i in 0..config.creates {

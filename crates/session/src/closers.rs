@@ -23,7 +23,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use korvus_log::{Event, EventKind, LogHandle, Role};
+use korvus_log::{Author, Event, EventKind, LogHandle, Role};
 
 /// Events read per request while scanning a log.
 pub(crate) const READ_PAGE: u64 = 1024;
@@ -278,7 +278,10 @@ async fn begins_with_repair(log: &LogHandle, start: u64, end: u64) -> korvus_log
     Ok(false)
 }
 
-/// The last user message of `log`, read backwards a page at a time.
+/// The last user message of `log` that korvus wrote (the prompt, a
+/// reopen's or an answer's message), read backwards a page at a time. A
+/// message the agent's output held under the user role (a dialect's tool
+/// result, or a forgery) is passed over.
 ///
 /// # Errors
 /// The log's, when a read fails.
@@ -291,7 +294,7 @@ pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Opt
             EventKind::Message {
                 role: Role::User,
                 text,
-            } => Some(text),
+            } if e.by != Some(Author::Agent) => Some(text),
             _ => None,
         });
         if found.is_some() {

@@ -36,6 +36,11 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// statement this often, whatever the number of sessions.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 
+/// Default of [`ManagerBuilder::resume_orphans`](crate::ManagerBuilder::resume_orphans)'s
+/// attempts: a run whose owner was lost is run again twice more before it
+/// ends `owner_lost`.
+pub const DEFAULT_RESUME_ORPHANS: u32 = 3;
+
 /// The bounds and switches of a manager, set through [`ManagerBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -107,7 +112,7 @@ impl Default for Config {
             claims: true,
             max_queued: None,
             max_queued_per_key: None,
-            resume_orphans: 0,
+            resume_orphans: DEFAULT_RESUME_ORPHANS,
             resume_backoff: Duration::from_secs(1),
         }
     }

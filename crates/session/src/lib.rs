@@ -98,6 +98,7 @@ mod config;
 mod ending;
 mod error;
 mod execute;
+mod handoff;
 mod inner;
 mod kept;
 mod kept_rows;
@@ -130,7 +131,7 @@ pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,
     DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
-    DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
+    DEFAULT_MAX_RUNNING, DEFAULT_RESUME_ORPHANS, DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::prune::{
     prune, PruneConfig, PruneError, PruneReport, PruneTargets, MAX_REPORTED_FAILURES,

@@ -180,6 +180,13 @@ impl LiveRuns {
 
     /// Cancels every local run; returns how many.
     pub fn cancel_all(&self) -> usize {
+        self.stop_all(false)
+    }
+
+    /// Cancels every local run for the manager's stop — or, with
+    /// `hand_off`, for its drain (`handoff.rs`) — marking each run no
+    /// caller had cancelled first; returns how many.
+    pub(crate) fn stop_all(&self, hand_off: bool) -> usize {
         let runs: Vec<(CancellationToken, Arc<RunState>)> = self
             .lock()
             .values()
@@ -189,6 +196,7 @@ impl LiveRuns {
             // A run a caller cancelled first stays cancelled by the caller.
             if !token.is_cancelled() {
                 state.by_stop.store(true, Ordering::Release);
+                state.handoff.store(hand_off, Ordering::Release);
             }
             token.cancel();
         }

@@ -17,6 +17,10 @@ pub(crate) struct RunState {
     /// before it started then goes back to the queue instead of ending
     /// `cancelled`.
     pub(crate) by_stop: AtomicBool,
+    /// Set with `by_stop` when the stop is the manager's drain: a run
+    /// whose agent stopped is stored as a checkpoint and sent back to its
+    /// pool to be resumed instead of landing `cancelled` (`handoff.rs`).
+    pub(crate) handoff: AtomicBool,
     /// When a cancel reached the run (`Manager::cancel` here, or the
     /// poller seeing a request): the start of its cancel latency.
     pub(crate) cancelled_at: std::sync::OnceLock<std::time::Instant>,

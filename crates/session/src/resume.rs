@@ -14,6 +14,7 @@
 //! whole, or the attempts are used up, or a cancel is pending, the orphan
 //! is settled as before (its dir kept and salvaged).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +23,12 @@ use korvus_store::Session;
 use tracing::{info, warn};
 
 use crate::inner::Inner;
+use crate::run::RunKey;
 use crate::SessionError;
 
 /// What a resumed attempt's agent reads first: that its run was
-/// interrupted when its host was lost, how far its files are restored, and
+/// interrupted (its korvus process stopped and handed it off, or was
+/// lost), how far its files are restored, and
 /// the revision's own message to continue from.
 /// `taken` is when the restored checkpoint was taken, as text.
 pub(crate) fn message(row: &Session, taken: Option<&str>, original: &str) -> String {
@@ -34,8 +37,9 @@ pub(crate) fn message(row: &Session, taken: Option<&str>, original: &str) -> Str
         None => "no checkpoint of its files was stored, so they are as at its start".to_owned(),
     };
     format!(
-        "[korvus] This run was interrupted when the host running it was lost (attempt {} of \
-         revision {}); {restored}. Continue the task from where it stopped:\n\n{original}",
+        "[korvus] This run was interrupted when the korvus process running it stopped or was \
+         lost (attempt {} of revision {}); {restored}. Continue the task from where it \
+         stopped:\n\n{original}",
         row.attempt.saturating_sub(1),
         row.revision,
     )
@@ -49,7 +53,7 @@ pub(crate) fn attempt_note(row: &Session, taken: Option<&str>) -> String {
         None => "no checkpoint of its files to restore".to_owned(),
     };
     format!(
-        "attempt {} of revision {}: resumed after the run's owner was lost, {from}",
+        "attempt {} of revision {}: resumed after its previous attempt was interrupted, {from}",
         row.attempt, row.revision
     )
 }
@@ -122,35 +126,52 @@ impl Inner {
         if !is_dir {
             return true;
         }
-        // Nowhere to store it: the settlement keeps the dir.
-        let Some(blobs) = &self.blobs else {
-            return false;
-        };
-        let restored = self.restored_before(row.id, row.revision, false).await;
-        let mut checkpointer = Checkpointer::new(
-            Arc::clone(&self.store).into_store(),
-            Arc::clone(blobs),
-            self.config.persist.clone(),
-            PersistRequest {
-                incident: row.incident_id,
-                session: row.id,
-                revision: row.revision,
-                fence: row.fence,
-                scratch: Some(dir.clone()),
-                skip_prefixes: self.read_only.clone(),
-                restored,
-            },
-        );
-        let outcome = checkpointer.checkpoint().await;
-        if outcome.reason.is_some() || !outcome.failed.is_empty() {
-            warn!(session_id = %row.id, reason = ?outcome.reason, failed = outcome.failed.len(), "the lost attempt's dir was not stored whole: settling instead of resuming");
+        if !self.checkpoint_dir(RunKey::of(row), &dir, None).await {
             return false;
         }
-        info!(session_id = %row.id, stored = outcome.stored.len(), unchanged = outcome.unchanged, "stored the lost attempt's dir as a checkpoint");
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
             warn!(session_id = %row.id, error = %e, "the lost attempt's dir not removed: settling instead of resuming");
             return false;
         }
+        true
+    }
+
+    /// Stores `dir` whole as a checkpoint of run `key`'s revision, at its
+    /// fence — through `checkpointer` when the run had one (it stores only
+    /// what changed since its last checkpoint). `false` when something of
+    /// it could not be stored, or there is no blob store to store it in.
+    pub(crate) async fn checkpoint_dir(
+        &self,
+        key: RunKey,
+        dir: &Path,
+        checkpointer: Option<Checkpointer>,
+    ) -> bool {
+        let Some(blobs) = &self.blobs else {
+            return false;
+        };
+        let mut checkpointer = match checkpointer {
+            Some(c) => c,
+            None => Checkpointer::new(
+                Arc::clone(&self.store).into_store(),
+                Arc::clone(blobs),
+                self.config.persist.clone(),
+                PersistRequest {
+                    incident: key.incident,
+                    session: key.session,
+                    revision: key.revision,
+                    fence: key.fence,
+                    scratch: Some(dir.to_path_buf()),
+                    skip_prefixes: self.read_only.clone(),
+                    restored: self.restored_before(key.session, key.revision, false).await,
+                },
+            ),
+        };
+        let outcome = checkpointer.checkpoint().await;
+        if outcome.reason.is_some() || !outcome.failed.is_empty() {
+            warn!(session_id = %key.session, reason = ?outcome.reason, failed = outcome.failed.len(), "the dir was not stored whole as a checkpoint");
+            return false;
+        }
+        info!(session_id = %key.session, stored = outcome.stored.len(), unchanged = outcome.unchanged, "stored the dir as a checkpoint");
         true
     }
 }

@@ -41,6 +41,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::cleanup::{cleanup, Leftovers};
 use crate::execute::RunResult;
+use crate::handoff::HandOff;
 use crate::inner::Inner;
 use crate::live::{LiveRun, RunGuard, Slot};
 use crate::manager::Manager;
@@ -286,6 +287,12 @@ async fn iterate(
     // The checkpointer, once a checkpoint in flight finished: the landing
     // stores only what changed since the last one.
     let checkpointer = Box::pin(crate::checkpoints::take(inner, live)).await;
+    // Handed off (`Manager::drain`): stored as a checkpoint and sent back
+    // to the pool to be resumed — no landing, no terminal write.
+    let checkpointer = match Box::pin(run.hand_off(&result, &mut prepared, checkpointer)).await {
+        HandOff::Done => return (None, Leftovers::removing(lease, None)),
+        HandOff::Land(checkpointer) => checkpointer,
+    };
     let landed = Box::pin(run.land(&prepared, result, checkpointer));
     let landed = crate::metrics::phase("land", landed)
         .instrument(info_span!("land"))
@@ -333,7 +340,7 @@ impl Run<'_> {
 
     /// Closes the run's turn log (flushing it), bounded by the clean-up bound:
     /// a log backend that hangs must not hold the terminal write for ever.
-    async fn close_log(&self) {
+    pub(crate) async fn close_log(&self) {
         let (inner, log) = (self.inner, &self.log);
         match tokio::time::timeout(inner.config.cleanup_timeout, log.close()).await {
             Ok(Ok(())) => {}

@@ -152,6 +152,7 @@ async fn a_takeover_on_another_host_lands_the_last_checkpoint() {
     let manager = env
         .builder(crate::support::writing(&[]))
         .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(0, Duration::ZERO)
         .build();
     let ended = eventually(|| async {
         env.store

@@ -60,6 +60,7 @@ async fn the_reaper_waits_for_a_healthy_ttl_then_settles_the_orphan_owner_lost_o
     let manager = env
         .builder(writing(&[]))
         .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(0, Duration::ZERO)
         .build();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(env.store.count(StoreOp::TakeOver), 0, "no healthy ttl yet");
@@ -287,6 +288,7 @@ async fn a_takeover_salvages_the_lost_runs_scratch_dir_before_it_settles() {
     let manager = env
         .builder(writing(&[]))
         .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(0, Duration::ZERO)
         .build();
     let row = until(&env, dead.id, |s| s.status.is_terminal()).await;
     assert_eq!(row.status, SessionStatus::Failed);

@@ -213,6 +213,7 @@ async fn an_outage_during_which_another_replica_took_over_refuses_every_write_of
     let b = Manager::builder(memory.clone(), Arc::new(writing(&[])))
         .turn_log(Arc::new(MemoryLog::new()))
         .lease(lease.0, lease.1)
+        .resume_orphans(0, Duration::ZERO)
         .build();
     let go = Arc::new(Notify::new());
     let a = env

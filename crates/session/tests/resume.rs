@@ -129,11 +129,96 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
     assert!(!dir.exists(), "the dead attempt's dir was removed");
     let notes = crate::support::notes(&env, target.id).await;
     assert!(
-        notes
-            .iter()
-            .any(|n| n
-                .starts_with("attempt 2 of revision 1: resumed after the run's owner was lost")),
+        notes.iter().any(|n| n.starts_with(
+            "attempt 2 of revision 1: resumed after its previous attempt was interrupted"
+        )),
         "{notes:?}"
+    );
+
+    release.notify_waiters();
+    creator
+        .await_settled(blocker.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    survivor.stop().await;
+    creator.stop().await;
+}
+
+#[tokio::test]
+async fn a_pending_resume_is_cancelled_like_a_queued_session() {
+    let env = Env::new().await;
+    let release = Arc::new(Notify::new());
+    let blocking = {
+        let release = Arc::clone(&release);
+        ScriptRunner::new(move |ctx, _| {
+            let release = Arc::clone(&release);
+            async move {
+                tokio::select! {
+                    () = release.notified() => {}
+                    () = ctx.cancel.cancelled() => {}
+                }
+                write_files(&ctx, &[("report.md", "# held\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let creator = env
+        .builder(blocking)
+        .max_running(1)
+        .claim_queued(false)
+        .build();
+    let blocker = creator.create(env.request("holds the slot")).await.unwrap();
+    let target = creator.create(env.request("find the leak")).await.unwrap();
+    let dead = env
+        .store
+        .claim_next(
+            DEFAULT_POOL,
+            None,
+            Lease {
+                owner: OwnerId::new(),
+                ttl: Duration::ZERO,
+            },
+        )
+        .await
+        .unwrap()
+        .expect("the queued session");
+    env.store.mark_started(dead.id, dead.fence).await.unwrap();
+    write(&env.dir_of(dead.id, 1), "notes.md", "half done\n");
+
+    // Resumed after an hour's backoff: it waits, pending, until cancelled.
+    let survivor = env
+        .builder(crate::support::writing(&[("report.md", "# never\n")]))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(3, Duration::from_secs(3600))
+        .build();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let row = env.store.get_session(target.id).await.unwrap();
+        if row.is_resume_pending() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never pending: {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled = survivor.cancel(target.id).await.unwrap();
+    assert_eq!(cancelled.status, SessionStatus::Cancelled, "{cancelled:?}");
+    assert!(!cancelled.is_resume_pending(), "{cancelled:?}");
+    let report = env.store.get_report(target.id, 1).await.unwrap();
+    assert!(
+        report
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("waiting to be resumed")),
+        "{report:?}"
+    );
+    // The lost attempt's files stay stored.
+    let artifacts = env.store.all_session_artifacts(target.id).await.unwrap();
+    assert!(
+        artifacts.iter().any(|a| a.path == "notes.md"),
+        "{artifacts:?}"
     );
 
     release.notify_waiters();

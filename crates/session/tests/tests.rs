@@ -12,6 +12,7 @@ mod closure;
 mod create;
 mod docs;
 mod faults;
+mod handoff;
 mod idle;
 mod lease;
 mod metrics;

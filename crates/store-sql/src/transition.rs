@@ -43,6 +43,18 @@ fn own(now: &str, owner: usize, ttl: usize) -> String {
     )
 }
 
+/// `alias`'s row waits to be resumed (prefix `alias` with its dot, or
+/// empty): flagged, and held by the reserved owner's claim that never
+/// expires. The claim decides, not the flag alone: a flag a cancel or
+/// settlement of a pending row left behind means nothing once the row is
+/// continued and owned again.
+fn pending(alias: &str) -> String {
+    format!(
+        "({alias}resume_pending = TRUE AND {alias}lease_expires_ms = {})",
+        crate::session_row::RESUME_LEASE_MS
+    )
+}
+
 /// The orphan predicate, once for both statements that use it
 /// (`expired_leases` lists what `take_over` may take): active (running,
 /// not idle), not queued (owned, or started), past its claim's own expiry
@@ -53,12 +65,13 @@ fn orphan(now: &str) -> String {
     format!(
         concat!(
             active!(),
-            " AND (owner IS NOT NULL OR started_at IS NOT NULL) AND resume_pending = FALSE",
+            " AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT {pending}",
             " AND (lease_expires_ms IS NULL OR lease_expires_ms <= {now})",
             " AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o \
              WHERE o.id = sessions.owner AND o.expires_ms > {now}))"
         ),
-        now = now
+        now = now,
+        pending = pending("")
     )
 }
 
@@ -96,10 +109,11 @@ fn queued(alias: &str) -> String {
 /// pending and whose backoff has passed by the database clock `now`.
 fn claimable(alias: &str, now: &str) -> String {
     format!(
-        "({queued} OR ({alias}.resume_pending = TRUE AND {alias}.status = 'running' \
+        "({queued} OR ({pending} AND {alias}.status = 'running' \
          AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user') \
          AND ({alias}.resume_after_ms IS NULL OR {alias}.resume_after_ms <= {now})))",
-        queued = queued(alias)
+        queued = queued(alias),
+        pending = pending(&format!("{alias}."))
     )
 }
 
@@ -110,10 +124,11 @@ fn claimable(alias: &str, now: &str) -> String {
 fn busy(key: &str) -> String {
     format!(
         "(SELECT {o_key} AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 \
-          AND o.owner IS NOT NULL AND o.resume_pending = FALSE AND o.status = 'running' \
+          AND o.owner IS NOT NULL AND NOT {pending} AND o.status = 'running' \
           AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') \
           GROUP BY {o_key})",
         o_key = key.replace("{t}", "o"),
+        pending = pending("o."),
     )
 }
 
@@ -150,13 +165,14 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
             "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
              fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL \
              WHERE id = ({pick}) \
-             AND (owner IS NULL AND started_at IS NULL OR resume_pending = TRUE) AND ",
+             AND (owner IS NULL AND started_at IS NULL OR {pending}) AND ",
             active!(),
             " RETURNING ",
             session_columns!()
         ),
         now = now,
         pick = pick(key, "s.id", cap, lock, now),
+        pending = pending(""),
     )
 }
 
@@ -164,9 +180,10 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
 fn key_busy(key: &str) -> String {
     format!(
         "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
-         AND o.owner IS NOT NULL AND o.resume_pending = FALSE AND o.status = 'running' \
+         AND o.owner IS NOT NULL AND NOT {} AND o.status = 'running' \
          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
-        key.replace("{t}", "o")
+        key.replace("{t}", "o"),
+        pending("o.")
     )
 }
 
@@ -218,12 +235,13 @@ fn claim_row(now: &str) -> String {
         concat!(
             "UPDATE sessions SET owner = $2, lease_expires_ms = {now} + $3, detached = FALSE, \
              fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL WHERE id = $1 \
-             AND (owner IS NULL AND started_at IS NULL OR resume_pending = TRUE) AND ",
+             AND (owner IS NULL AND started_at IS NULL OR {pending}) AND ",
             active!(),
             " RETURNING ",
             session_columns!()
         ),
-        now = now
+        now = now,
+        pending = pending("")
     )
 }
 

@@ -43,6 +43,7 @@ pub use self::queue::{
     keys_take_turns_when_runs_do_not_overlap, the_queue_depth_counts_queued_rows_by_pool_and_key,
 };
 pub use self::resume::{
+    a_cancelled_pending_resume_reopened_is_an_ordinary_run,
     a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,
     a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
 };

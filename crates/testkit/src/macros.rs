@@ -69,6 +69,7 @@ macro_rules! __with_cases {
             keys_take_turns_when_runs_do_not_overlap,
             a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
             a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,
+            a_cancelled_pending_resume_reopened_is_an_ordinary_run,
             a_retried_identical_settlement_is_ok,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,

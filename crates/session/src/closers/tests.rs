@@ -197,6 +197,8 @@ async fn the_last_user_message_is_read_from_the_end() {
     let mut events = vec![user("first")];
     events.extend((0..1000).map(|_| Event::new(EventKind::Note { text: "n".into() })));
     events.push(user("second"));
+    // The agent's own user-role output (a tool result) is not the user's.
+    events.push(user("from the agent").by(korvus_log::Author::Agent));
     events.extend((0..700).map(|_| Event::new(EventKind::Note { text: "n".into() })));
     let (_logs, log) = log_of(&[(Some(1), events)]).await;
     assert_eq!(

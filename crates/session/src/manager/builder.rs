@@ -243,8 +243,9 @@ impl ManagerBuilder {
     }
 
     /// Resumes a run whose owner was lost instead of ending it
-    /// `owner_lost`, up to `max_attempts` attempts of its revision (default
-    /// 0: never). The reaper that takes an orphan over stores what its
+    /// `owner_lost`, up to `max_attempts` attempts of its revision
+    /// (default [`DEFAULT_RESUME_ORPHANS`](crate::DEFAULT_RESUME_ORPHANS),
+    /// backoff 1 s; `0` never resumes). The reaper that takes an orphan over stores what its
     /// scratch dir holds here as a checkpoint, then sends it back to its
     /// pool as *resume pending*; any manager of the pool claims it like a
     /// queued session, restores the revision's last checkpoint into a

@@ -29,7 +29,7 @@ pub use self::builder::ManagerBuilder;
 pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
 pub use crate::config::{
     DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
-    DEFAULT_MAX_RUNNING, DEFAULT_RUN_TIMEOUT,
+    DEFAULT_MAX_RUNNING, DEFAULT_RESUME_ORPHANS, DEFAULT_RUN_TIMEOUT,
 };
 use crate::inner::Inner;
 
@@ -129,9 +129,10 @@ impl Manager {
     /// for the user (`running`, exit reason `awaiting_user`, no run active)
     /// is settled `cancelled` by one conditional store transition — on any
     /// replica; its report row already exists, so no second one is written.
-    /// A queued session (no manager claimed it yet) is settled `cancelled`
-    /// with its report row by one fenced transition, its runner never
-    /// called.
+    /// A queued session (no manager claimed it yet), or one whose resume
+    /// is pending ([`Session::is_resume_pending`]), is settled
+    /// `cancelled` with its report row by one fenced transition, its
+    /// runner not called (again).
     /// An active row whose run is in this process, at the row's fence, is
     /// cancelled (the run settles `cancelled` shortly); a local run at an
     /// older fence is stale (the session was taken over or continued
@@ -165,7 +166,17 @@ impl Manager {
             return self.cancel_idle(row).await;
         }
         if row.is_queued() {
-            return self.cancel_queued(row).await;
+            return self
+                .cancel_queued(row, "cancelled while queued: no run had started")
+                .await;
+        }
+        if row.is_resume_pending() {
+            return self
+                .cancel_queued(
+                    row,
+                    "cancelled while waiting to be resumed after its owner was lost",
+                )
+                .await;
         }
         if let Some(run) = self.inner.live.get(id) {
             if run.fence == row.fence && !run.cancel.is_cancelled() {
@@ -209,15 +220,20 @@ impl Manager {
         Ok(row)
     }
 
-    /// Cancels a queued session: one fenced store transition settles it
-    /// `cancelled` with its report row (no document, detail "cancelled
-    /// while queued"); its runner is never called and no scratch dir is
-    /// made. A manager that claimed it meanwhile moved its fence: the
+    /// Cancels a queued session, or one whose resume is pending (its
+    /// lost attempt's files stay stored as checkpoints): one fenced store
+    /// transition settles it `cancelled` with its report row (no
+    /// document, `detail` saying which); its runner is not called again
+    /// and no scratch dir is made. A manager that claimed it meanwhile moved its fence: the
     /// cancel then goes to that run like any other.
-    async fn cancel_queued(&self, row: Session) -> Result<Session> {
+    async fn cancel_queued(&self, row: Session, detail: &str) -> Result<Session> {
         let id = row.id;
-        let detail = "cancelled while queued: no run had started".to_owned();
-        match self.inner.store.force_cancel(id, row.fence, detail).await {
+        match self
+            .inner
+            .store
+            .force_cancel(id, row.fence, detail.to_owned())
+            .await
+        {
             Ok((settled, _)) => {
                 crate::metrics::settled(settled.exit_reason.as_deref());
                 info!(session_id = %id, "cancel: the queued session is cancelled");
@@ -324,7 +340,11 @@ impl Manager {
     /// with a report row for its revision — or,
     /// when its first run never started (claimed, then its manager died
     /// before calling the runner), it goes back to the queue
-    /// ([`Session::is_queued`]). Returns the rows it ended or queued again.
+    /// ([`Session::is_queued`]). With
+    /// [`resume_orphans`](crate::ManagerBuilder::resume_orphans) on, a
+    /// started run with attempts left is sent back to its pool to be
+    /// resumed instead ([`Session::is_resume_pending`]). Returns the rows
+    /// it ended, queued again or sent back.
     ///
     /// # Errors
     /// `Store` when the orphans cannot be listed; a takeover or settlement

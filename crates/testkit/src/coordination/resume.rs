@@ -164,3 +164,46 @@ pub async fn a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_can
     assert_eq!(cancelled.status, SessionStatus::Cancelled);
     assert!(!cancelled.resume_pending && !cancelled.is_resume_pending());
 }
+
+/// A pending resume cancelled and then reopened is an ordinary run again,
+/// whatever flag the store kept: owned, it counts under its key, is never
+/// claimed by another manager, and is an orphan once its owner is gone.
+pub async fn a_cancelled_pending_resume_reopened_is_an_ordinary_run(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = format!("pool-{}", uuid::Uuid::now_v7().simple());
+    let held = taken_over(store, &inc, &pool).await;
+    let pending = store
+        .release_for_resume(held.id, held.fence, Duration::ZERO)
+        .await
+        .unwrap();
+    store
+        .force_cancel(held.id, pending.fence, "cancelled while pending".to_owned())
+        .await
+        .unwrap();
+    let reopened = store
+        .continue_session(held.id, ContinueFrom::Terminal, Some(lease(Duration::ZERO)))
+        .await
+        .unwrap();
+    assert!(
+        !reopened.resume_pending && reopened.owner.is_some(),
+        "{reopened:?}"
+    );
+    let other = queued(store, &inc, &pool, "k").await;
+    let claimed = store
+        .claim_next(&pool, Some(1), lease(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert_eq!(claimed, None, "the reopened run holds its key's one slot");
+    let claimed = store
+        .claim_next(&pool, None, lease(Duration::from_secs(600)))
+        .await
+        .unwrap()
+        .expect("the other row");
+    assert_eq!(claimed.id, other.id, "the reopened run is not claimed");
+    let started = store.mark_started(held.id, reopened.fence).await.unwrap();
+    let orphans = store.expired_leases().await.unwrap();
+    assert!(
+        orphans.contains(&(held.id, started.fence)),
+        "its owner gone, the reopened run is an orphan: {orphans:?}"
+    );
+}
