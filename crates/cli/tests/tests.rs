@@ -14,6 +14,7 @@ mod dialects;
 mod environment;
 mod errors;
 mod examples;
+mod handoff;
 mod host;
 mod metrics;
 mod openapi;

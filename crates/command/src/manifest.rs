@@ -32,6 +32,16 @@ pub struct RunManifest {
     pub prompt: String,
     /// The reopen message (only when `resume`).
     pub message: Option<String>,
+    /// The attempt of this revision, from 1: above 1 when the previous
+    /// attempt was interrupted (its korvus process lost, or handed off)
+    /// and this one resumes it (`KORVUS_ATTEMPT`).
+    pub attempt: u32,
+    /// For a resumed attempt: when the previous one was interrupted, as
+    /// far as korvus knows (RFC 3339).
+    pub interrupted_at: Option<String>,
+    /// For a resumed attempt: when the checkpoint its files are restored
+    /// from was taken (RFC 3339); `None` when none was stored.
+    pub restored_from: Option<String>,
     /// The pinned repository and commit, if any.
     pub workspace: Option<ManifestWorkspace>,
     /// Inherited context files, in stored order.
@@ -89,6 +99,17 @@ impl RunManifest {
             resume: message.is_some(),
             prompt: ctx.session.prompt.clone(),
             message: message.map(str::to_owned),
+            attempt: ctx.session.attempt.max(1),
+            interrupted_at: ctx
+                .resumed
+                .as_ref()
+                .and_then(|r| r.interrupted_at)
+                .map(|at| at.to_rfc3339()),
+            restored_from: ctx
+                .resumed
+                .as_ref()
+                .and_then(|r| r.restored_from)
+                .map(|at| at.to_rfc3339()),
             workspace: ctx.workspace_ref.as_ref().map(|w| ManifestWorkspace {
                 repo: w.repo.clone(),
                 commit: w.commit.clone(),

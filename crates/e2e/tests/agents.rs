@@ -23,7 +23,7 @@ use korvus_workspace::ScratchRoot;
 
 /// The agent binary `var` names, or `None` (a loud skip) outside
 /// `cargo xtask test`.
-fn agent_bin(var: &str) -> Option<PathBuf> {
+pub(crate) fn agent_bin(var: &str) -> Option<PathBuf> {
     let required = std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() == Ok("1");
     match std::env::var_os(var) {
         Some(path) => Some(PathBuf::from(path)),
@@ -43,40 +43,30 @@ fn agent_bin(var: &str) -> Option<PathBuf> {
 /// A manager on SQLite and files running `runner` as `nobody` (korvus's
 /// default agent user under root; Claude Code refuses to skip its
 /// permission prompts as root).
-struct Rig {
-    manager: Manager,
-    store: Arc<SqliteStore>,
-    logs: Arc<SqliteLog>,
+pub(crate) struct Rig {
+    pub(crate) manager: Manager,
+    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) logs: Arc<SqliteLog>,
     _db: SqliteDb,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
 impl Rig {
-    async fn new(runner: CommandRunner) -> Self {
+    pub(crate) async fn new(runner: CommandRunner) -> Self {
         let db = SqliteDb::create().await;
         let store = Arc::new(SqliteStore::new(db.pool().clone()));
         let logs = Arc::new(SqliteLog::new(db.pool().clone()));
         let scratch = tempfile::tempdir().unwrap();
         let blobs = tempfile::tempdir().unwrap();
-        let runner = if nix::unistd::geteuid().is_root() {
+        if nix::unistd::geteuid().is_root() {
             // The agent user must reach its scratch dir.
             std::fs::set_permissions(
                 scratch.path(),
                 std::os::unix::fs::PermissionsExt::from_mode(0o755),
             )
             .unwrap();
-            runner.run_as(AgentUser::lookup("nobody").expect("user nobody"))
-        } else {
-            runner
-        };
-        let manager = Manager::builder(
-            Arc::clone(&store) as Arc<dyn CoordinatedStore>,
-            Arc::new(runner),
-        )
-        .blob_store(Arc::new(FsBlobStore::open(blobs.path()).unwrap()))
-        .turn_log(Arc::clone(&logs) as Arc<dyn TurnLog>)
-        .scratch_root(ScratchRoot::supplied(scratch.path()))
-        .build();
+        }
+        let manager = Self::manager_on(&store, &logs, (&scratch, &blobs), runner);
         Self {
             manager,
             store,
@@ -84,6 +74,43 @@ impl Rig {
             _db: db,
             _dirs: (scratch, blobs),
         }
+    }
+
+    /// The scratch root.
+    pub(crate) fn scratch(&self) -> &std::path::Path {
+        self._dirs.0.path()
+    }
+
+    /// Another manager of the same pool on the same database, blob store
+    /// and scratch root: a second replica on this host.
+    pub(crate) fn replica(&self, runner: CommandRunner) -> Manager {
+        Self::manager_on(
+            &self.store,
+            &self.logs,
+            (&self._dirs.0, &self._dirs.1),
+            runner,
+        )
+    }
+
+    fn manager_on(
+        store: &Arc<SqliteStore>,
+        logs: &Arc<SqliteLog>,
+        (scratch, blobs): (&tempfile::TempDir, &tempfile::TempDir),
+        runner: CommandRunner,
+    ) -> Manager {
+        let runner = if nix::unistd::geteuid().is_root() {
+            runner.run_as(AgentUser::lookup("nobody").expect("user nobody"))
+        } else {
+            runner
+        };
+        Manager::builder(
+            Arc::clone(store) as Arc<dyn CoordinatedStore>,
+            Arc::new(runner),
+        )
+        .blob_store(Arc::new(FsBlobStore::open(blobs.path()).unwrap()))
+        .turn_log(Arc::clone(logs) as Arc<dyn TurnLog>)
+        .scratch_root(ScratchRoot::supplied(scratch.path()))
+        .build()
     }
 
     async fn run(&self, prompt: &str) -> Session {
@@ -108,7 +135,7 @@ impl Rig {
         self.settled(&session).await
     }
 
-    async fn settled(&self, session: &Session) -> Session {
+    pub(crate) async fn settled(&self, session: &Session) -> Session {
         match self
             .manager
             .await_settled(session.id, Duration::from_secs(120))
@@ -119,7 +146,7 @@ impl Rig {
         }
     }
 
-    async fn events(&self, session: &Session) -> Vec<Event> {
+    pub(crate) async fn events(&self, session: &Session) -> Vec<Event> {
         let log = self
             .logs
             .open(LogId::from_uuid(session.id.as_uuid()), Access::Read)

@@ -29,6 +29,34 @@ pub struct Tools {
     pub docs: Option<Arc<dyn DocsClient>>,
 }
 
+/// What a resumed attempt continues from ([`RunContext::resumed`]): its
+/// previous attempt was interrupted — its korvus process was lost, or
+/// handed it off while stopping — and the same revision runs again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Resumed {
+    /// When the previous attempt was interrupted, as far as korvus knows:
+    /// the time of the last event it logged.
+    pub interrupted_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the checkpoint its files are restored from was taken; `None`
+    /// when none was stored (its files are as at the revision's start).
+    pub restored_from: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Resumed {
+    /// A resume from a previous attempt interrupted at `interrupted_at`,
+    /// its files restored from a checkpoint taken at `restored_from`.
+    pub fn new(
+        interrupted_at: Option<chrono::DateTime<chrono::Utc>>,
+        restored_from: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Self {
+        Self {
+            interrupted_at,
+            restored_from,
+        }
+    }
+}
+
 /// Everything a [`Runner`](crate::Runner) gets for one iteration.
 #[derive(Debug, Clone)]
 pub struct RunContext {
@@ -61,4 +89,7 @@ pub struct RunContext {
     /// dir while the run goes; a runner installs what it must copy in
     /// first (see [`CheckpointHook`]).
     pub checkpoint: CheckpointHook,
+    /// Set for a resumed attempt of a revision (the session's `attempt`
+    /// is then above 1): what it continues from.
+    pub resumed: Option<Resumed>,
 }

@@ -74,7 +74,7 @@ mod runner;
 pub mod testing;
 
 pub use crate::checkpoint::CheckpointHook;
-pub use crate::context::{InheritedFile, RunContext, Tools};
+pub use crate::context::{InheritedFile, Resumed, RunContext, Tools};
 pub use crate::docs::{DocsClient, DocsLease, DocsSearch};
 pub use crate::reason::{exit, ExitReason, InvalidExitReason};
 pub use crate::runner::{RunError, RunOutcome, Runner};

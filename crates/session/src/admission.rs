@@ -293,11 +293,9 @@ impl Manager {
             crate::salvage_checkpoint::newest_checkpoints(all, row.revision)
                 .into_values()
                 .collect();
-        let taken = checkpoint
-            .iter()
-            .map(|a| a.created_at)
-            .max()
-            .map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string());
+        let restored_from = checkpoint.iter().map(|a| a.created_at).max();
+        let taken = restored_from.map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string());
+        let interrupted_at = crate::closers::last_event_at(log).await?;
         let message = crate::resume::message(row, taken.as_deref(), &original);
         // The lost attempt's open turn is closed before this one's events,
         // and the log says which attempt follows.
@@ -312,6 +310,7 @@ impl Manager {
                 message,
                 own,
                 checkpoint,
+                resumed: Some(korvus_runner::Resumed::new(interrupted_at, restored_from)),
             }),
         ))
     }

@@ -305,5 +305,26 @@ pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Opt
     Ok(None)
 }
 
+/// The time of the last event of `log` that carries one (read before
+/// anything is appended for a resumed attempt: when its previous attempt
+/// last logged).
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn last_event_at(
+    log: &LogHandle,
+) -> korvus_log::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let mut end = log.len().await?;
+    while end > 0 {
+        let from = end.saturating_sub(TAIL_PAGE);
+        let page = log.read(from, Some(end - from)).await?;
+        if let Some(at) = page.into_iter().rev().find_map(|e| e.at) {
+            return Ok(Some(at));
+        }
+        end = from;
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests;

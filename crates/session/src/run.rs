@@ -94,9 +94,22 @@ pub(crate) struct Resume {
     /// after `own` as output of this revision (stored again at its
     /// landing, never skipped as unchanged earlier output).
     pub(crate) checkpoint: Vec<Artifact>,
+    /// A resumed attempt's: what it continues from.
+    pub(crate) resumed: Option<korvus_runner::Resumed>,
 }
 
 impl Resume {
+    /// The message the runner gets, and what a resumed attempt continues
+    /// from (the rest went into the prepared scratch dir).
+    pub(crate) fn split(
+        resume: Option<Resume>,
+    ) -> (Option<String>, Option<korvus_runner::Resumed>) {
+        match resume {
+            Some(r) => (Some(r.message), r.resumed),
+            None => (None, None),
+        }
+    }
+
     /// A continue's resume (reopen, answer): its message and the session's
     /// earlier output.
     pub(crate) fn continued(message: String, own: Vec<Artifact>) -> Self {
@@ -104,6 +117,7 @@ impl Resume {
             message,
             own,
             checkpoint: Vec::new(),
+            resumed: None,
         }
     }
 }

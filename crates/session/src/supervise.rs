@@ -212,15 +212,15 @@ async fn iterate(
         Err(settlement) => return (Some(settlement), Leftovers::default()),
     };
     let lease = Box::pin(run.pin_docs(&plan)).await;
-    let resume = plan.resume.take().map(|r| r.message);
+    let (resume, resumed) = crate::run::Resume::split(plan.resume.take());
     // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
         crate::run::unbox(plan),
         &mut prepared,
-        &run.log,
-        &run.token,
+        (&run.log, &run.token),
         lease.as_ref().map(|l| &l.client),
         crate::checkpoints::enabled(inner),
+        resumed,
     );
     // Only a first run goes back to the queue: a continued revision's
     // message lives in this run alone (a claim of it would run it afresh).
@@ -361,10 +361,10 @@ impl Run<'_> {
 fn context(
     plan: Plan,
     prepared: &mut Prepared,
-    log: &Arc<LogHandle>,
-    token: &CancellationToken,
+    (log, token): (&Arc<LogHandle>, &CancellationToken),
     docs: Option<&Arc<dyn korvus_runner::DocsClient>>,
     checkpointed: bool,
+    resumed: Option<korvus_runner::Resumed>,
 ) -> Box<RunContext> {
     let revision = plan.key().revision;
     let (session, incident) = plan.into_parts();
@@ -387,6 +387,7 @@ fn context(
         } else {
             korvus_runner::CheckpointHook::default()
         },
+        resumed,
     })
 }
 

@@ -1,0 +1,132 @@
+//! A rolling restart with `korvus serve --on-stop handoff`: two replicas
+//! on one data dir, restarted one at a time (SIGTERM, wait for the exit,
+//! start again) while their sessions' agents work. Nothing is cancelled:
+//! each stopping replica hands its sessions off — the agent stopped, its
+//! files stored as a checkpoint — and the other replica resumes them, so
+//! every session completes with exactly one report revision.
+
+use std::time::{Duration, Instant};
+
+use crate::serve::Server;
+use crate::support::{ok, script, unique_sleep};
+
+const SESSIONS: usize = 4;
+
+fn flags() -> [&'static str; 6] {
+    [
+        "--lease-ttl",
+        "2",
+        "--on-stop",
+        "handoff",
+        "--resume-orphans",
+        "3",
+    ]
+}
+
+/// Creates one session in `incident` through `server`; returns its id.
+fn create(server: &Server, incident: &str, n: usize) -> String {
+    let body = format!(r#"{{"prompt": "task {n}"}}"#);
+    let (status, s) = server.call(
+        "POST",
+        &format!("/api/incidents/{incident}/sessions"),
+        Some(&body),
+    );
+    assert_eq!(status, 201, "{s}");
+    s["id"].as_str().unwrap().to_owned()
+}
+
+/// The sessions' rows as `server` lists them.
+fn rows(server: &Server, ids: &[String]) -> Vec<serde_json::Value> {
+    ids.iter()
+        .map(|id| server.call("GET", &format!("/api/sessions/{id}"), None).1)
+        .collect()
+}
+
+/// Waits (60 s at most) until every session's first attempt wrote its
+/// progress, wherever it runs.
+fn all_working(data: &std::path::Path, ids: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in ids {
+        let progress = data.join("scratch").join(id).join("1/work/progress.txt");
+        while !progress.exists() {
+            assert!(Instant::now() < deadline, "{id} never started working");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn restart(server: &mut Server, data: &std::path::Path, agent: &std::path::Path) {
+    let status = server
+        .terminate()
+        .expect("the replica exits after its hand-offs");
+    assert!(status.success(), "{status:?}");
+    *server = Server::start_with(data, Some(agent), "0", &flags());
+}
+
+#[test]
+fn a_rolling_restart_with_handoff_cancels_nothing_and_lands_each_revision_once() {
+    let data = tempfile::tempdir().unwrap();
+    let nap = unique_sleep();
+    // A first attempt works until it is stopped; a resumed one checks its
+    // restored file and finishes.
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        &format!(
+            "read -r told\n\
+             if [ \"$KORVUS_ATTEMPT\" = 1 ]; then\n\
+               mkdir -p work && echo 'half done' > work/progress.txt\n\
+               exec sleep {nap}\n\
+             fi\n\
+             echo \"attempt=$KORVUS_ATTEMPT progress=$(cat work/progress.txt)\"\n\
+             echo \"manifest=$(tr -d ' \\n\\\"' < \"$KORVUS_MANIFEST\" | grep -o 'attempt:[0-9]*,interrupted_at:[^,]*,restored_from:[^,]*')\"\n\
+             printf '# done\\n' > report.md\n"
+        ),
+    );
+    let mut a = Server::start_with(data.path(), Some(&agent), "0", &flags());
+    let (status, incident) = a.call("POST", "/api/incidents", Some(r#"{"title": "deploy"}"#));
+    assert_eq!(status, 201, "{incident}");
+    let incident = incident["id"].as_str().unwrap().to_owned();
+    let mut b = Server::start_with(data.path(), Some(&agent), "0", &flags());
+    // Half run on each replica (a session runs where it was created).
+    let ids: Vec<String> = (0..SESSIONS)
+        .map(|n| create(if n % 2 == 0 { &a } else { &b }, &incident, n))
+        .collect();
+    all_working(data.path(), &ids);
+
+    // A's sessions go to B, which resumes and finishes them; then B's go
+    // to the restarted A.
+    restart(&mut a, data.path(), &agent);
+    restart(&mut b, data.path(), &agent);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let rows = loop {
+        let rows = rows(&a, &ids);
+        if rows.iter().all(|r| r["status"] != "running") {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "{rows:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (id, row) in ids.iter().zip(&rows) {
+        assert_eq!(row["status"], "completed", "{id}: {row}");
+        assert_eq!(row["revision"], 1, "{row}");
+        assert!(row["attempt"].as_u64() >= Some(2), "{row}");
+        let show = ok(crate::support::korvus(data.path()).args(["show", id]));
+        let reports = show.split("\nartifacts").next().unwrap_or_default();
+        assert_eq!(reports.matches("  rev ").count(), 1, "{show}");
+        assert!(!show.contains("cancelled"), "{show}");
+        let log = ok(crate::support::korvus(data.path()).args(["export", id]));
+        assert!(log.contains("handed off"), "{log}");
+        assert!(log.contains("progress=half done"), "restored:\n{log}");
+        // The manifest says which attempt this is and what it continues
+        // from (both times are set: the hand-off stored a checkpoint).
+        assert!(
+            log.contains("manifest=attempt:2,interrupted_at:20")
+                && log.contains(",restored_from:20"),
+            "{log}"
+        );
+    }
+    drop(b);
+    drop(a);
+}
