@@ -34,8 +34,21 @@ impl Server {
         pause: &str,
         extra: &[&str],
     ) -> Self {
+        Self::start_in(data, agent, pause, extra, &[])
+    }
+
+    /// As [`start_with`](Self::start_with), with environment variables
+    /// (a database URL, say).
+    pub(crate) fn start_in(
+        data: &Path,
+        agent: Option<&Path>,
+        pause: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut cmd = korvus(data);
-        cmd.env("KORVUS_TOKEN", TOKEN)
+        cmd.envs(env.iter().copied())
+            .env("KORVUS_TOKEN", TOKEN)
             .env("KORVUS_DEMO_PAUSE", pause)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra);

@@ -27,6 +27,7 @@ mod replicas;
 mod replicas_hosts;
 mod report;
 mod resume;
+mod resume_codex;
 mod root_agent;
 mod salvage;
 mod sandbox;
