@@ -55,7 +55,7 @@ fn replica(store: Arc<dyn CoordinatedStore>, ttl: Duration, period: Duration) ->
 }
 
 /// Every store call `frozen` makes from now on hangs.
-fn freeze(frozen: &FaultStore) {
+pub(crate) fn freeze(frozen: &FaultStore) {
     for op in [
         StoreOp::Heartbeat,
         StoreOp::GetSession,

@@ -68,6 +68,7 @@ mod reconnect;
 mod reopen;
 mod report;
 mod restore;
+mod resume;
 mod runners;
 mod s3listing;
 mod s3stub;
@@ -200,7 +201,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=26u32 {
+    for n in 1..=27u32 {
         if !wanted(n) {
             continue;
         }
@@ -232,7 +233,8 @@ async fn all(
             23 => reopen::reopen_at_scale(&mut b).await,
             24 => command::command_sessions(&mut b).await,
             25 => checkpoint::unchanged_tree(&mut b).await,
-            _ => checkpoint_run::running_agent(&mut b).await,
+            26 => checkpoint_run::running_agent(&mut b).await,
+            _ => resume::resume_latency(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -129,7 +129,13 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
             // claiming): given back, to start elsewhere.
             Ok(Some(row)) if inner.is_claiming_stopped() => {
                 slot.give_back();
-                inner.give_back(RunKey::of(&row)).await;
+                if row.started_at.is_some() {
+                    // A resume: pending again at once (as an attempt of
+                    // its own), not left for a reaper after a ttl.
+                    give_back_resume(&inner, &row).await;
+                } else {
+                    inner.give_back(RunKey::of(&row)).await;
+                }
                 return if inner.is_shutting_down() {
                     Admitted::Gone
                 } else {
@@ -167,6 +173,25 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
                 // Work may still wait: looked for again at the next wake-up.
                 return Admitted::Full;
             }
+        }
+    }
+}
+
+/// Sends a resume this manager claimed while it began to stop back to its
+/// pool. On failure the row, never started here, becomes an orphan once
+/// this manager's heartbeat no longer lists it, and a reaper resumes it.
+async fn give_back_resume(inner: &Inner, row: &Session) {
+    match inner
+        .store
+        .release_for_resume(row.id, row.fence, std::time::Duration::ZERO)
+        .await
+    {
+        Ok(_) => {
+            info!(session_id = %row.id, "a resume claimed while stopping went back to the pool");
+            inner.slots.nudge();
+        }
+        Err(e) => {
+            warn!(session_id = %row.id, error = %e, "a resume claimed while stopping was not given back; a reaper resumes it")
         }
     }
 }

@@ -129,7 +129,12 @@ impl Inner {
             self.write_context(dir, plan, &mut prepared.inherited).await;
             if let Some(resume) = &plan.resume {
                 prepared.restored = self.restore(dir, resume).await;
-                prepared.restored_report = FileStamp::of(&dir.path().join(REPORT_FILE)).await;
+                // Only an earlier revision's report: one a resumed
+                // attempt's checkpoint brought back is this revision's.
+                let earlier = prepared.restored.keys().any(|p| p.as_str() == REPORT_FILE);
+                if earlier {
+                    prepared.restored_report = FileStamp::of(&dir.path().join(REPORT_FILE)).await;
+                }
             }
         }
     }

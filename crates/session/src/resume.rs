@@ -102,10 +102,18 @@ impl Inner {
             return Ok(None);
         }
         let wait = backoff(self.config.resume_backoff, row.attempt);
-        let pending = self
-            .store
-            .release_for_resume(row.id, row.fence, wait)
-            .await?;
+        let pending = match self.store.release_for_resume(row.id, row.fence, wait).await {
+            Ok(pending) => pending,
+            // A cancel requested since the check above: the store refuses
+            // the release, and the orphan is settled.
+            Err(e) => {
+                let now = self.store.get_session(row.id).await?;
+                if now.fence == row.fence && now.cancel_requested {
+                    return Ok(None);
+                }
+                return Err(e.into());
+            }
+        };
         warn!(session_id = %row.id, attempt = pending.attempt, ?wait, "the orphan goes back to its pool to be resumed");
         crate::metrics::resumed();
         self.slots.nudge();

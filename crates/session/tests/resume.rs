@@ -19,6 +19,85 @@ use crate::support::{counters, write, write_files, Env, ScriptRunner};
 /// progress file.
 type Seen = Arc<Mutex<Vec<(u32, Option<String>, Option<String>)>>>;
 
+/// A creator manager holding its one slot (its blocker waits on the
+/// returned `Notify`) with `prompt`'s session queued behind it, whose
+/// first attempt was then claimed and started by a manager that died (a
+/// lease of ttl zero, never renewed) after writing `files` into its dir
+/// here. Returns the creator, the blocker's release, the blocker's and the
+/// orphan's ids.
+async fn orphan_here(
+    env: &Env,
+    prompt: &str,
+    files: &[(&str, &str)],
+) -> (
+    korvus_session::Manager,
+    Arc<Notify>,
+    korvus_store::SessionId,
+    korvus_store::SessionId,
+) {
+    let release = Arc::new(Notify::new());
+    let blocking = {
+        let release = Arc::clone(&release);
+        ScriptRunner::new(move |ctx, _| {
+            let release = Arc::clone(&release);
+            async move {
+                tokio::select! {
+                    () = release.notified() => {}
+                    () = ctx.cancel.cancelled() => {}
+                }
+                write_files(&ctx, &[("report.md", "# held\n")]);
+                Ok(RunOutcome::completed(counters()))
+            }
+        })
+    };
+    let creator = env
+        .builder(blocking)
+        .max_running(1)
+        .claim_queued(false)
+        .build();
+    let blocker = creator.create(env.request("holds the slot")).await.unwrap();
+    let target = creator.create(env.request(prompt)).await.unwrap();
+    assert!(target.is_queued(), "{target:?}");
+    let dead = env
+        .store
+        .claim_next(
+            DEFAULT_POOL,
+            None,
+            Lease {
+                owner: OwnerId::new(),
+                ttl: Duration::ZERO,
+            },
+        )
+        .await
+        .unwrap()
+        .expect("the queued session");
+    assert_eq!(dead.id, target.id);
+    env.store.mark_started(dead.id, dead.fence).await.unwrap();
+    let dir = env.dir_of(dead.id, 1);
+    for (path, body) in files {
+        write(&dir, path, body);
+    }
+    (creator, release, blocker.id, target.id)
+}
+
+/// Lets the creator's blocker finish and stops the managers.
+async fn finish(
+    creator: korvus_session::Manager,
+    release: &Notify,
+    blocker: korvus_store::SessionId,
+    others: &[&korvus_session::Manager],
+) {
+    release.notify_waiters();
+    creator
+        .await_settled(blocker, Duration::from_secs(10))
+        .await
+        .unwrap();
+    for m in others {
+        m.stop().await;
+    }
+    creator.stop().await;
+}
+
 #[tokio::test]
 async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
     let env = Env::new().await;
@@ -147,43 +226,8 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
 #[tokio::test]
 async fn a_pending_resume_is_cancelled_like_a_queued_session() {
     let env = Env::new().await;
-    let release = Arc::new(Notify::new());
-    let blocking = {
-        let release = Arc::clone(&release);
-        ScriptRunner::new(move |ctx, _| {
-            let release = Arc::clone(&release);
-            async move {
-                tokio::select! {
-                    () = release.notified() => {}
-                    () = ctx.cancel.cancelled() => {}
-                }
-                write_files(&ctx, &[("report.md", "# held\n")]);
-                Ok(RunOutcome::completed(counters()))
-            }
-        })
-    };
-    let creator = env
-        .builder(blocking)
-        .max_running(1)
-        .claim_queued(false)
-        .build();
-    let blocker = creator.create(env.request("holds the slot")).await.unwrap();
-    let target = creator.create(env.request("find the leak")).await.unwrap();
-    let dead = env
-        .store
-        .claim_next(
-            DEFAULT_POOL,
-            None,
-            Lease {
-                owner: OwnerId::new(),
-                ttl: Duration::ZERO,
-            },
-        )
-        .await
-        .unwrap()
-        .expect("the queued session");
-    env.store.mark_started(dead.id, dead.fence).await.unwrap();
-    write(&env.dir_of(dead.id, 1), "notes.md", "half done\n");
+    let (creator, release, blocker, target) =
+        orphan_here(&env, "find the leak", &[("notes.md", "half done\n")]).await;
 
     // Resumed after an hour's backoff: it waits, pending, until cancelled.
     let survivor = env
@@ -193,7 +237,7 @@ async fn a_pending_resume_is_cancelled_like_a_queued_session() {
         .build();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let row = env.store.get_session(target.id).await.unwrap();
+        let row = env.store.get_session(target).await.unwrap();
         if row.is_resume_pending() {
             break;
         }
@@ -203,10 +247,10 @@ async fn a_pending_resume_is_cancelled_like_a_queued_session() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let cancelled = survivor.cancel(target.id).await.unwrap();
+    let cancelled = survivor.cancel(target).await.unwrap();
     assert_eq!(cancelled.status, SessionStatus::Cancelled, "{cancelled:?}");
     assert!(!cancelled.is_resume_pending(), "{cancelled:?}");
-    let report = env.store.get_report(target.id, 1).await.unwrap();
+    let report = env.store.get_report(target, 1).await.unwrap();
     assert!(
         report
             .detail
@@ -215,17 +259,39 @@ async fn a_pending_resume_is_cancelled_like_a_queued_session() {
         "{report:?}"
     );
     // The lost attempt's files stay stored.
-    let artifacts = env.store.all_session_artifacts(target.id).await.unwrap();
+    let artifacts = env.store.all_session_artifacts(target).await.unwrap();
     assert!(
         artifacts.iter().any(|a| a.path == "notes.md"),
         "{artifacts:?}"
     );
+    finish(creator, &release, blocker, &[&survivor]).await;
+}
 
-    release.notify_waiters();
-    creator
-        .await_settled(blocker.id, Duration::from_secs(10))
+#[tokio::test]
+async fn a_report_the_lost_attempt_wrote_is_this_revisions_when_the_resume_leaves_it() {
+    let env = Env::new().await;
+    let (creator, release, blocker, target) = orphan_here(
+        &env,
+        "find the leak",
+        &[("report.md", "# written before the crash\n")],
+    )
+    .await;
+    // The resumed attempt finds its report done and leaves it alone.
+    let survivor = env
+        .builder(ScriptRunner::new(|_, _| async move {
+            Ok(RunOutcome::completed(counters()))
+        }))
+        .lease(Duration::from_millis(300), Duration::from_millis(30))
+        .resume_orphans(3, Duration::ZERO)
+        .build();
+    let row = survivor
+        .await_settled(target, Duration::from_secs(20))
         .await
         .unwrap();
-    survivor.stop().await;
-    creator.stop().await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    assert_eq!(row.attempt, 2, "{row:?}");
+    let report = env.store.get_report(target, 1).await.unwrap();
+    assert_eq!(report.exit_reason, "completed", "{report:?}");
+    assert!(report.markdown_key.is_some(), "{report:?}");
+    finish(creator, &release, blocker, &[&survivor]).await;
 }

@@ -362,7 +362,7 @@ RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_
 -- RELEASE_FOR_RESUME (built from the dialect)
 UPDATE sessions
 SET owner = $3, lease_expires_ms = $4, detached = FALSE, fence = fence + 1, attempt = attempt + 1, resume_pending = TRUE, resume_after_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $5, queued_ms = COALESCE(queued_ms, CAST(unixepoch('subsec') * 1000 AS INTEGER))
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $2 AND (cancel_fence IS NULL OR cancel_fence <> $2) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
 
 -- QUEUE_DEPTH (built from the dialect)

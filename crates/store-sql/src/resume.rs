@@ -25,14 +25,19 @@ macro_rules! resume_rows {
                     .map_err(backend(Self::BACKEND))?;
                 match row {
                     Some(row) => row.into_model(Self::BACKEND),
-                    None => Err(self
-                        .get_session(id)
-                        .await?
-                        .refusal(fence)
-                        .unwrap_or_else(|| StoreError::Conflict {
-                            entity: Entity::Session,
-                            detail: format!("session {id} changed while it was released"),
-                        })),
+                    None => {
+                        let now = self.get_session(id).await?;
+                        Err(now.refusal(fence).unwrap_or_else(|| {
+                            if now.cancel_requested {
+                                korvus_store::resume_refused_for_cancel(id)
+                            } else {
+                                StoreError::Conflict {
+                                    entity: Entity::Session,
+                                    detail: format!("session {id} changed while it was released"),
+                                }
+                            }
+                        }))
+                    }
                 }
             }
         }

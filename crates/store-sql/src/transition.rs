@@ -220,7 +220,7 @@ fn release_for_resume(now: &str) -> String {
             "UPDATE sessions SET owner = $3, lease_expires_ms = $4, detached = FALSE, \
              fence = fence + 1, attempt = attempt + 1, resume_pending = TRUE, \
              resume_after_ms = {now} + $5, queued_ms = COALESCE(queued_ms, {now}) \
-             WHERE id = $1 AND fence = $2 AND ",
+             WHERE id = $1 AND fence = $2 AND (cancel_fence IS NULL OR cancel_fence <> $2) AND ",
             active!(),
             " RETURNING ",
             session_columns!()

@@ -2,7 +2,8 @@
 //! this release: a session whose resume is pending must look, to that
 //! replica's own statements (kept verbatim in `previous_release/`), neither
 //! like an orphan (it would settle it `owner_lost`) nor like a queued row
-//! (it would run the revision again from scratch).
+//! (it would run the revision again from scratch). And on PostgreSQL a
+//! release for resume wakes the pool's managers.
 
 use std::time::Duration;
 
@@ -33,6 +34,17 @@ fn statement(snapshot: &str, name: &str) -> String {
 /// A started run of a pool of its own whose owner died, taken over and
 /// released for resume with no backoff.
 async fn pending<S: Store + Coordination>(store: &S) -> (Session, String) {
+    let (held, pool) = taken_over(store).await;
+    let pending = store
+        .release_for_resume(held.id, held.fence, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(pending.is_resume_pending());
+    (pending, pool)
+}
+
+/// A started run of a pool of its own whose owner died, taken over.
+async fn taken_over<S: Store + Coordination>(store: &S) -> (Session, String) {
     let inc = incident(store).await;
     let pool = format!("pool-{}", Uuid::now_v7().simple());
     let mut new = new_session(&inc, "resume me");
@@ -57,12 +69,7 @@ async fn pending<S: Store + Coordination>(store: &S) -> (Session, String) {
         .take_over(s.id, started.fence, lease(Duration::from_secs(600)))
         .await
         .unwrap();
-    let pending = store
-        .release_for_resume(s.id, held.fence, Duration::ZERO)
-        .await
-        .unwrap();
-    assert!(pending.is_resume_pending());
-    (pending, pool)
+    (held, pool)
 }
 
 macro_rules! previous_release_case {
@@ -129,4 +136,33 @@ async fn sqlite_a_pending_resume_is_left_alone_by_the_previous_release() {
         "previous_release/sqlite.sql"
     );
     db.close().await;
+}
+
+/// On PostgreSQL a release for resume wakes the managers of its pool at
+/// once (`korvus_queue`), as a queued row does.
+#[tokio::test]
+async fn postgres_a_release_for_resume_wakes_its_pool() {
+    let Some(db) = PgDb::create().await else {
+        return;
+    };
+    let store = PgStore::new(db.pool().clone());
+    let signal = store.queue_signal().expect("PostgreSQL pushes");
+    let (held, _) = taken_over(&store).await;
+    // What the set-up announced (the row queued) is consumed first; the
+    // listener connects meanwhile.
+    while tokio::time::timeout(Duration::from_millis(700), signal.notified())
+        .await
+        .is_ok()
+    {}
+    store
+        .release_for_resume(held.id, held.fence, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), signal.notified())
+            .await
+            .is_ok(),
+        "no notification for the released resume"
+    );
+    db.drop_db().await;
 }

@@ -263,9 +263,9 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// can start — loses its owner, keeps `started_at`, its revision, pool,
     /// priority and key, and may be claimed by
     /// [`claim_next`](Coordination::claim_next) of its pool once `backoff`
-    /// has passed by the store's clock. A pending cancel request is
-    /// dropped (the caller settles a session whose cancel was requested
-    /// instead of releasing it). A resume-pending row is never an orphan,
+    /// has passed by the store's clock. A row whose cancel was requested
+    /// at `fence` is refused: a cancel is never dropped by a release (the
+    /// caller settles it instead). A resume-pending row is never an orphan,
     /// is not counted as a run in progress of its key, and a replica of a
     /// release before this method neither takes it over nor claims it
     /// (SQL backends keep it owned by a reserved owner whose lease never
@@ -273,8 +273,9 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// `Fenced` when the session moved past `fence`; `NotActive` when it
-    /// is terminal or idle; `NotFound` for an unknown session. Nothing is
-    /// written on any error: of concurrent releases one wins.
+    /// is terminal or idle; `Conflict` when a cancel is pending at
+    /// `fence`; `NotFound` for an unknown session. Nothing is written on
+    /// any error: of concurrent releases one wins.
     async fn release_for_resume(
         &self,
         id: SessionId,

@@ -46,6 +46,7 @@ pub use self::resume::{
     a_cancelled_pending_resume_reopened_is_an_ordinary_run,
     a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,
     a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
+    a_run_with_a_pending_cancel_is_not_released_for_resume,
 };
 pub use self::salvage::kept_output_attaches_to_a_settled_revision_under_a_new_fence;
 

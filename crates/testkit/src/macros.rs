@@ -70,6 +70,7 @@ macro_rules! __with_cases {
             a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
             a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,
             a_cancelled_pending_resume_reopened_is_an_ordinary_run,
+            a_run_with_a_pending_cancel_is_not_released_for_resume,
             a_retried_identical_settlement_is_ok,
             a_forced_cancel_is_a_fenced_transition_with_its_report_row,
             a_forced_cancel_keeps_the_runs_own_report_and_refuses_idle_rows,

@@ -104,8 +104,10 @@ impl MemoryStore {
         fence: u64,
         backoff: std::time::Duration,
     ) -> Result<Session> {
-        let after =
-            self.now() + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
+        // At most a day: a larger backoff is a caller's mistake, and the
+        // sum must not overflow the clock.
+        let backoff = backoff.min(std::time::Duration::from_secs(86_400));
+        let after = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
         let mut inner = self.lock();
         let session = inner
             .sessions
@@ -113,6 +115,9 @@ impl MemoryStore {
             .ok_or_else(|| StoreError::not_found(Entity::Session, id))?;
         if let Some(refused) = session.refusal(fence) {
             return Err(refused);
+        }
+        if session.cancel_requested {
+            return Err(crate::resume_refused_for_cancel(id));
         }
         self.own(session, None);
         session.fence += 1;

@@ -207,3 +207,24 @@ pub async fn a_cancelled_pending_resume_reopened_is_an_ordinary_run(store: &dyn 
         "its owner gone, the reopened run is an orphan: {orphans:?}"
     );
 }
+
+/// A run whose cancel was requested is never released for resume: the
+/// release is refused (`Conflict`), nothing changes, and the request
+/// stands for the caller to settle.
+pub async fn a_run_with_a_pending_cancel_is_not_released_for_resume(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = format!("pool-{}", uuid::Uuid::now_v7().simple());
+    let held = taken_over(store, &inc, &pool).await;
+    let asked = store.request_cancel(held.id).await.unwrap();
+    assert!(asked.cancel_requested, "{asked:?}");
+    let refused = store
+        .release_for_resume(held.id, held.fence, Duration::ZERO)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict { .. })),
+        "{refused:?}"
+    );
+    let row = store.get_session(held.id).await.unwrap();
+    assert_eq!((row.fence, row.attempt), (held.fence, held.attempt));
+    assert!(row.cancel_requested && !row.is_resume_pending(), "{row:?}");
+}
