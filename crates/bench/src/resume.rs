@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use korvus_blob::MemoryBlobStore;
 use korvus_log::TurnLog;
-use korvus_runner::testing::{write_files, ScriptRunner};
+use korvus_runner::testing::ScriptRunner;
 use korvus_runner::{ExitReason, RunOutcome};
 use korvus_session::{CreateSession, Manager};
 use korvus_store::{CoordinatedStore, Counters, NewIncident, SessionId};
@@ -37,7 +37,7 @@ const PERIOD: Duration = Duration::from_millis(500);
 type Seen = Arc<Mutex<HashMap<SessionId, Instant>>>;
 
 /// A first attempt parks until stopped; a resumed one notes when it
-/// started and finishes.
+/// started and finishes (no scratch dir: nothing to write).
 fn agent(seen: &Seen) -> ScriptRunner {
     let seen = Arc::clone(seen);
     ScriptRunner::new(move |ctx, _| {
@@ -47,7 +47,6 @@ fn agent(seen: &Seen) -> ScriptRunner {
                 seen.lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(ctx.session.id, Instant::now());
-                write_files(&ctx, &[("report.md", "# resumed\n")]);
                 return Ok(RunOutcome::completed(Counters::default()));
             }
             ctx.cancel.cancelled().await;
@@ -70,6 +69,10 @@ struct Shared {
 
 impl Shared {
     fn replica(&self, store: Arc<dyn CoordinatedStore>) -> Manager {
+        self.builder(store).build()
+    }
+
+    fn builder(&self, store: Arc<dyn CoordinatedStore>) -> korvus_session::ManagerBuilder {
         Manager::builder(store, Arc::new(agent(&self.seen)))
             .max_running(usize::MAX)
             .blob_store(self.blobs.clone())
@@ -77,6 +80,18 @@ impl Shared {
             .cancel_poll(Duration::from_secs(3600))
             .lease(TTL, PERIOD)
             .resume_orphans(3, Duration::ZERO)
+    }
+
+    /// The replica that will be frozen: in this one process its lapsed
+    /// runs give their writes up within 100 ms and close their turn logs,
+    /// as a killed process's handles close at once (a resume waits for
+    /// the interrupted attempt's log handle).
+    fn doomed(&self, store: Arc<dyn CoordinatedStore>) -> Manager {
+        let bound = Duration::from_millis(100);
+        self.builder(store)
+            .report_timeout(bound)
+            .settle_timeout(bound)
+            .cleanup_timeout(bound)
             .build()
     }
 
@@ -128,7 +143,19 @@ impl Shared {
                 }
             }
             if Instant::now() > deadline {
-                bail!("not every session was resumed within {:?}", TTL * 10);
+                let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).len();
+                let mut rows = Vec::new();
+                for id in ids {
+                    let row = self.store.get_session(*id).await?;
+                    rows.push(format!(
+                        "{} attempt {} pending {} owner {:?} exit {:?}",
+                        row.status, row.attempt, row.resume_pending, row.owner, row.exit_reason
+                    ));
+                }
+                bail!(
+                    "{seen} resumed in all; not every session was resumed within {:?}: {rows:#?}",
+                    TTL * 10
+                );
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -170,7 +197,7 @@ pub(crate) async fn resume_latency(b: &mut Bench) -> Result<Vec<Row>> {
     tokio::time::sleep(TTL + PERIOD).await;
 
     let frozen = Arc::new(FaultStore::new(Arc::clone(&shared.store)));
-    let killed = shared.replica(frozen.clone());
+    let killed = shared.doomed(frozen.clone());
     let ids = shared.started(&killed, n).await?;
     crate::lease::freeze(&frozen);
     let t0 = Instant::now();

@@ -22,8 +22,14 @@ use korvus_model_stub::{Recorded, Script, StubServer};
 use crate::serve::Server;
 use crate::support::ok;
 
-/// Sessions per replica.
-const PER_REPLICA: usize = 2;
+/// Sessions per replica: 2 (CI's quick size), or
+/// `KORVUS_SCENARIO_PER_REPLICA` (4 is the full size, 12 sessions).
+fn per_replica() -> usize {
+    std::env::var("KORVUS_SCENARIO_PER_REPLICA")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
 
 /// The Codex binary `cargo xtask test` installed (a loud skip elsewhere).
 fn codex() -> Option<String> {
@@ -105,7 +111,7 @@ impl<'a> Pool<'a> {
         Server::start_in(self.hosts[i].path(), None, "0", &flags, &self.env)
     }
 
-    /// `PER_REPLICA` sessions created on (so run by) each replica: their
+    /// [`per_replica`] sessions created on (so run by) each replica: their
     /// ids, replica by replica, and their prompts.
     fn sessions(&self) -> Vec<Vec<(String, String)>> {
         let (status, incident) =
@@ -116,7 +122,7 @@ impl<'a> Pool<'a> {
             .iter()
             .enumerate()
             .map(|(r, server)| {
-                (0..PER_REPLICA)
+                (0..per_replica())
                     .map(|n| {
                         let prompt = format!("task {r}-{n}");
                         let (status, s) = server.call(

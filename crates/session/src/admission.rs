@@ -177,6 +177,39 @@ async fn admit(weak: &Weak<Inner>) -> Admitted {
     }
 }
 
+/// Opens the turn log of a claimed session and claims it at the claimed
+/// fence. For a resume, the interrupted attempt may still hold the log's
+/// one write handle — its run unwinding in this process after its lease
+/// lapsed, or a paused process on this host holding a JSONL log's lock:
+/// waited for, at most half the lease ttl (the claim holds the row that
+/// long without a heartbeat); then `AlreadyOwned`, which the caller
+/// answers by sending the resume back to the pool.
+async fn open_claimed_log(
+    inner: &Inner,
+    row: &Session,
+) -> Result<korvus_log::LogHandle, korvus_log::LogError> {
+    let id = LogId::from_uuid(row.id.as_uuid());
+    let wait = if row.started_at.is_some() {
+        inner.config.lease_ttl / 2
+    } else {
+        std::time::Duration::ZERO
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let log = loop {
+        match inner.logs.open(id, Access::Write).await {
+            Err(korvus_log::LogError::AlreadyOwned { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                debug!("the turn log is still held by a run unwinding here; waiting");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            opened => break opened?,
+        }
+    };
+    log.claim_epoch(row.fence).await?;
+    Ok(log)
+}
+
 /// Sends a resume this manager claimed while it began to stop back to its
 /// pool. On failure the row, never started here, becomes an orphan once
 /// this manager's heartbeat no longer lists it, and a reaper resumes it.
@@ -216,15 +249,7 @@ impl Manager {
                 return;
             }
         };
-        let opened = async {
-            let log = inner
-                .logs
-                .open(LogId::from_uuid(id.as_uuid()), Access::Write)
-                .await?;
-            log.claim_epoch(row.fence).await?;
-            Ok::<_, korvus_log::LogError>(log)
-        };
-        let log = match opened.await {
+        let log = match open_claimed_log(inner, &row).await {
             Ok(log) => log,
             // A create writes the row, then its context refs, then its
             // log: no log means its creator died half-way (the row went
@@ -237,6 +262,20 @@ impl Manager {
                     .fail_early(RunKey::of(&row), ExitReason::OWNER_LOST)
                     .await;
                 inner.settle(id, ended).await;
+                return;
+            }
+            // A resume whose interrupted attempt still holds the log: back
+            // to the pool (as an attempt), tried again after a backoff of
+            // at least a ttl, doubled per attempt.
+            Err(korvus_log::LogError::AlreadyOwned { .. }) if row.started_at.is_some() => {
+                warn!("the interrupted attempt still holds the turn log; the resume goes back to the pool");
+                drop(guard);
+                slot.give_back();
+                let base = inner.config.resume_backoff.max(inner.config.lease_ttl);
+                let wait = crate::resume::backoff(base, row.attempt);
+                if let Err(e) = inner.store.release_for_resume(id, row.fence, wait).await {
+                    warn!(error = %e, "the resume was not sent back; a reaper resumes it");
+                }
                 return;
             }
             Err(e) => {

@@ -60,7 +60,7 @@ pub(crate) fn attempt_note(row: &Session, taken: Option<&str>) -> String {
 
 /// The wait before attempt `attempt + 1` may start: `base` doubled per
 /// attempt already made past the first, at most a minute.
-fn backoff(base: Duration, attempt: u32) -> Duration {
+pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
     let doublings = attempt.saturating_sub(1).min(16);
     base.saturating_mul(1 << doublings)
         .min(Duration::from_secs(60))

@@ -19,12 +19,27 @@ use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 #[tokio::test]
 async fn eight_concurrent_reopens_have_one_winner_each_round() {
     let env = Env::new().await;
-    let manager = env.builder(writing(&[("report.md", "# R\n")])).build();
+    // Each run waits for the round's reopens to return: a run that ended
+    // meanwhile would make the session reopenable again within the round.
+    let gate = Arc::new(tokio::sync::Semaphore::new(1));
+    let runner = {
+        let gate = Arc::clone(&gate);
+        ScriptRunner::new(move |ctx, _| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await.expect("the gate").forget();
+                write_files(&ctx, &[("report.md", "# R\n")]);
+                Ok(RunOutcome::completed(Counters::default()))
+            }
+        })
+    };
+    let manager = env.builder(runner).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;
     for round in 0..200u32 {
         let results =
             futures::future::join_all((0..8).map(|_| manager.reopen(s.id, "again"))).await;
+        gate.add_permits(1);
         let ok = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(ok, 1, "round {round}: {results:?}");
         for r in &results {

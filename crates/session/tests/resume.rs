@@ -295,3 +295,90 @@ async fn a_report_the_lost_attempt_wrote_is_this_revisions_when_the_resume_leave
     assert!(report.markdown_key.is_some(), "{report:?}");
     finish(creator, &release, blocker, &[&survivor]).await;
 }
+
+/// A replica cut off from the database whose run still holds the turn log
+/// when another manager claims the resume: the claim waits for the log
+/// (at most half a ttl) instead of failing the session `turn_log_failed`.
+#[tokio::test]
+async fn a_frozen_replicas_live_run_is_resumed_by_another_in_the_same_process() {
+    use korvus_testkit::faults::{FaultStore, StoreFault, StoreOp};
+    let env = Env::new().await;
+    let frozen = Arc::new(FaultStore::new(env.store.clone()));
+    let seen: Seen = Arc::default();
+    let runner = {
+        let seen = Arc::clone(&seen);
+        move || {
+            let seen = Arc::clone(&seen);
+            ScriptRunner::new(move |ctx, message| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    if ctx.session.attempt >= 2 {
+                        seen.lock()
+                            .unwrap()
+                            .push((ctx.session.attempt, message, None));
+                        write_files(&ctx, &[("report.md", "# resumed\n")]);
+                        return Ok(RunOutcome::completed(counters()));
+                    }
+                    ctx.cancel.cancelled().await;
+                    Ok(RunOutcome::completed(counters()))
+                }
+            })
+        }
+    };
+    let lease = (Duration::from_millis(600), Duration::from_millis(100));
+    // A replica cut off from the database (every call it makes hangs) in
+    // this process: its run lapses and gives up its writes within these
+    // bounds, then closes its log — which the resume waits for.
+    let a = korvus_session::Manager::builder(frozen.clone(), Arc::new(runner()))
+        .blob_store(env.blobs.clone())
+        .turn_log(Arc::clone(&env.logs))
+        .lease(lease.0, lease.1)
+        .report_timeout(Duration::from_millis(50))
+        .settle_timeout(Duration::from_millis(50))
+        .cleanup_timeout(Duration::from_millis(50))
+        .build();
+    let b = env
+        .builder(runner())
+        .lease(lease.0, lease.1)
+        .resume_orphans(3, Duration::ZERO)
+        .build();
+    let s = a.create(env.request("frozen")).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env
+        .store
+        .get_session(s.id)
+        .await
+        .unwrap()
+        .started_at
+        .is_none()
+    {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for op in [
+        StoreOp::Heartbeat,
+        StoreOp::GetSession,
+        StoreOp::SettleSession,
+        StoreOp::CreateReport,
+        StoreOp::CreateArtifacts,
+        StoreOp::ExpiredLeases,
+        StoreOp::TakeOver,
+        StoreOp::SettleWithReport,
+        StoreOp::CancelRequests,
+    ] {
+        frozen.fault(op, StoreFault::Hang);
+    }
+    let row = b
+        .await_settled(s.id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        row.status,
+        SessionStatus::Completed,
+        "{row:?}: {:?}",
+        crate::support::notes(&env, s.id).await
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    b.stop().await;
+}

@@ -29,7 +29,7 @@ macro_rules! resume_rows {
                         let now = self.get_session(id).await?;
                         Err(now.refusal(fence).unwrap_or_else(|| {
                             if now.cancel_requested {
-                                korvus_store::resume_refused_for_cancel(id)
+                                StoreError::resume_refused_for_cancel(id)
                             } else {
                                 StoreError::Conflict {
                                     entity: Entity::Session,

@@ -157,6 +157,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The refusal of
+    /// [`Coordination::release_for_resume`](crate::Coordination::release_for_resume)
+    /// for a row whose cancel was requested at the presented fence: every
+    /// backend answers exactly this ([`StoreError::Conflict`]), and writes
+    /// nothing.
+    pub fn resume_refused_for_cancel(session: SessionId) -> Self {
+        StoreError::Conflict {
+            entity: Entity::Session,
+            detail: format!(
+                "session {session} has a cancel pending: it is settled, not released for resume"
+            ),
+        }
+    }
+
     /// Shorthand for [`StoreError::NotFound`].
     pub fn not_found(entity: Entity, id: impl fmt::Display) -> Self {
         StoreError::NotFound {

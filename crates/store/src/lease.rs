@@ -88,16 +88,3 @@ pub fn forced_cancel(session: &Session, detail: String) -> (Settlement, NewRepor
     };
     (settlement, report)
 }
-
-/// The refusal of
-/// [`Coordination::release_for_resume`](crate::Coordination::release_for_resume)
-/// for a row whose cancel was requested at the presented fence: every
-/// backend answers exactly this (`Conflict`), and writes nothing.
-pub fn resume_refused_for_cancel(session: crate::SessionId) -> crate::StoreError {
-    crate::StoreError::Conflict {
-        entity: crate::Entity::Session,
-        detail: format!(
-            "session {session} has a cancel pending: it is settled, not released for resume"
-        ),
-    }
-}

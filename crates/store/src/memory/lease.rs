@@ -117,7 +117,7 @@ impl MemoryStore {
             return Err(refused);
         }
         if session.cancel_requested {
-            return Err(crate::resume_refused_for_cancel(id));
+            return Err(StoreError::resume_refused_for_cancel(id));
         }
         self.own(session, None);
         session.fence += 1;
