@@ -12,7 +12,7 @@ use crate::support::script;
 use crate::webdriver::{find, Browser, Driver};
 
 /// The browser, or a loud message and `None` where none can be had.
-fn browser(downloads: &Path) -> Option<Driver> {
+pub(crate) fn browser(downloads: &Path) -> Option<Driver> {
     match find() {
         Browser::Found { driver, chromium } => Some(Driver::start(&driver, &chromium, downloads)),
         Browser::Missing(why) => {

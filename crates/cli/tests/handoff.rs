@@ -3,7 +3,8 @@
 //! start again) while their sessions' agents work. Nothing is cancelled:
 //! each stopping replica hands its sessions off — the agent stopped, its
 //! files stored as a checkpoint — and the other replica resumes them, so
-//! every session completes with exactly one report revision.
+//! every session completes with exactly one report revision, and the
+//! view shows its attempt.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,17 @@ fn all_working(data: &std::path::Path, ids: &[String]) {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The number right after the last `prefix` in `text` (0 when none).
+fn attempt_in(text: &str, prefix: &str) -> u64 {
+    text.rfind(prefix)
+        .map(|i| &text[i + prefix.len()..])
+        .and_then(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 fn restart(server: &mut Server, data: &std::path::Path, agent: &std::path::Path) {
@@ -119,13 +131,35 @@ fn a_rolling_restart_with_handoff_cancels_nothing_and_lands_each_revision_once()
         let log = ok(crate::support::korvus(data.path()).args(["export", id]));
         assert!(log.contains("handed off"), "{log}");
         assert!(log.contains("progress=half done"), "restored:\n{log}");
-        // The manifest says which attempt this is and what it continues
-        // from (both times are set: the hand-off stored a checkpoint).
+        // The manifest says which attempt this is (2, or 3 when the
+        // resumed attempt was itself handed off by the second restart) and
+        // what it continues from (both times are set: the hand-off stored
+        // a checkpoint).
+        let attempt = attempt_in(&log, "manifest=attempt:");
+        assert!(attempt >= 2, "{log}");
         assert!(
-            log.contains("manifest=attempt:2,interrupted_at:20")
+            log.contains(&format!("manifest=attempt:{attempt},interrupted_at:20"))
                 && log.contains(",restored_from:20"),
             "{log}"
         );
+    }
+    // The view says which attempt of its revision a session's run is.
+    let downloads = tempfile::tempdir().unwrap();
+    if let Some(d) = crate::browser::browser(downloads.path()) {
+        d.goto(&format!("{}/#token={}", a.base, crate::serve::TOKEN));
+        d.wait_for(
+            "the incident list",
+            "return document.querySelector('.incident-link')",
+        );
+        d.goto(&format!("{}/#/sessions/{}", a.base, ids[0]));
+        let shown = d.wait_for(
+            "the attempt",
+            "const a = document.querySelector('#attempt'); return a && a.textContent;",
+        );
+        let shown = shown.as_str().unwrap_or_default().to_owned();
+        let attempt = attempt_in(&shown, "revision 1, attempt ");
+        assert!(attempt >= 2, "{shown}");
+        assert_eq!(Some(attempt), rows[0]["attempt"].as_u64(), "{shown}");
     }
     drop(b);
     drop(a);

@@ -71,6 +71,9 @@ async function apiAll(path) {
 
 function statusOf(session) {
   if (session.status === 'running' && session.exit_reason === 'awaiting_user') return 'awaiting_user';
+  // Its run was interrupted (replica lost, or handed off): waiting for a
+  // manager of its pool to resume it.
+  if (session.status === 'running' && session.resume_pending) return 'resume_pending';
   // Queued: running by the status model, but no manager has claimed it.
   if (session.status === 'running' && !session.owner && !session.started_at) return 'queued';
   return session.status;
@@ -256,7 +259,12 @@ async function sessionPage(id) {
 
   const refresh = async (row) => {
     const session = row || await api('GET', 'sessions/' + id);
-    status.replaceChildren(statusBadge(session));
+    // Attempts are numbered inside a revision: above 1, the run was
+    // resumed after its replica was lost or handed it off.
+    const attempt = session.attempt > 1
+      ? el('span', { id: 'attempt', class: 'muted' }, ' · revision ' + session.revision + ', attempt ' + session.attempt)
+      : null;
+    status.replaceChildren(statusBadge(session), ...(attempt ? [attempt] : []));
     controls.replaceChildren(...controlsFor(session));
     await Promise.all([loadReport(id, report), loadArtifacts(id, artifacts)]);
   };
