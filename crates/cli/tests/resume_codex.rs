@@ -1,6 +1,6 @@
 //! Sessions of the real Codex outlive their replica. Three `korvus serve`
-//! on PostgreSQL, as on three hosts (separate data dirs and scratch roots,
-//! one blob store), run Codex against the scripted model server: each
+//! on PostgreSQL and S3 (moto), as on three hosts (separate data dirs and
+//! scratch roots), run Codex against the scripted model server: each
 //! session's tool call writes a file, works a while, then writes
 //! `report.md`.
 //!
@@ -14,7 +14,6 @@
 //! Quick sizes (CI runs them); the model server's request log shows no
 //! two attempts of one session interleaved.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use korvus_model_stub::{Recorded, Script, StubServer};
@@ -46,14 +45,6 @@ fn codex() -> Option<String> {
     }
 }
 
-/// A data dir of its own (its own scratch root) whose blob dir is
-/// `blobs`, shared by symlink.
-fn host(blobs: &Path) -> tempfile::TempDir {
-    let data = tempfile::tempdir().expect("temp dir");
-    std::os::unix::fs::symlink(blobs, data.path().join("blobs")).unwrap();
-    data
-}
-
 /// The scripted model server, on the test's runtime.
 fn stub() -> StubServer {
     tokio::runtime::Handle::current()
@@ -66,15 +57,21 @@ fn stub() -> StubServer {
         .expect("the model stub")
 }
 
-struct Pool<'a> {
+struct Pool {
     hosts: Vec<tempfile::TempDir>,
     servers: Vec<Server>,
     flags: Vec<String>,
-    env: [(&'a str, &'a str); 1],
+    /// The database and the bucket.
+    env: Vec<(&'static str, String)>,
 }
 
-impl<'a> Pool<'a> {
-    fn start(url: &'a str, blobs: &Path, codex: &str, stub: &StubServer, on_stop: &str) -> Self {
+impl Pool {
+    fn start(
+        env: Vec<(&'static str, String)>,
+        codex: &str,
+        stub: &StubServer,
+        on_stop: &str,
+    ) -> Self {
         let flags: Vec<String> = [
             "--lease-ttl",
             "2",
@@ -97,10 +94,12 @@ impl<'a> Pool<'a> {
         .map(|s| (*s).to_owned())
         .collect();
         let mut pool = Self {
-            hosts: (0..3).map(|_| host(blobs)).collect(),
+            hosts: (0..3)
+                .map(|_| tempfile::tempdir().expect("temp dir"))
+                .collect(),
             servers: Vec::new(),
             flags,
-            env: [("KORVUS_DATABASE_URL", url)],
+            env,
         };
         pool.servers = (0..3).map(|i| pool.serve(i)).collect();
         pool
@@ -108,7 +107,8 @@ impl<'a> Pool<'a> {
 
     fn serve(&self, i: usize) -> Server {
         let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
-        Server::start_in(self.hosts[i].path(), None, "0", &flags, &self.env)
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Server::start_in(self.hosts[i].path(), None, "0", &flags, &env)
     }
 
     /// [`per_replica`] sessions created on (so run by) each replica: their
@@ -141,7 +141,7 @@ impl<'a> Pool<'a> {
     /// `korvus show` of `id`, from replica `via`'s data dir.
     fn show(&self, via: usize, id: &str) -> String {
         ok(crate::support::korvus(self.hosts[via].path())
-            .envs(self.env)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .args(["show", id]))
     }
 
@@ -168,7 +168,7 @@ impl<'a> Pool<'a> {
 
 /// Every session completed with one report revision, never cancelled or
 /// `owner_lost`.
-fn all_completed_once(pool: &Pool<'_>, via: usize, ids: &[String]) {
+fn all_completed_once(pool: &Pool, via: usize, ids: &[String]) {
     for (id, row) in ids.iter().zip(pool.finished(via, ids)) {
         assert_eq!(row["status"], "completed", "{id}: {row}");
         assert_eq!(row["revision"], 1, "{row}");
@@ -216,10 +216,13 @@ async fn codex_sessions_of_a_killed_replica_are_resumed_and_complete_once() {
     let Some(codex) = codex() else {
         return;
     };
+    let Some(s3) = crate::services::s3_bucket("korvus-resume").await else {
+        return;
+    };
     crate::services::with_postgres("korvus_cli_resume_codex", move |url| {
         let stub = stub();
-        let blobs = tempfile::tempdir().expect("temp dir");
-        let mut pool = Pool::start(url, blobs.path(), &codex, &stub, "cancel");
+        let env = [vec![("KORVUS_DATABASE_URL", url.to_owned())], s3].concat();
+        let mut pool = Pool::start(env, &codex, &stub, "cancel");
         let sessions = pool.sessions();
         // The victim's sessions each have a checkpoint holding the tool
         // call's file (and, copied just before it, the agent's thread).
@@ -267,10 +270,13 @@ async fn a_rolling_restart_of_codex_replicas_with_handoff_cancels_nothing() {
     let Some(codex) = codex() else {
         return;
     };
+    let Some(s3) = crate::services::s3_bucket("korvus-rolling").await else {
+        return;
+    };
     crate::services::with_postgres("korvus_cli_rolling_codex", move |url| {
         let stub = stub();
-        let blobs = tempfile::tempdir().expect("temp dir");
-        let mut pool = Pool::start(url, blobs.path(), &codex, &stub, "handoff");
+        let env = [vec![("KORVUS_DATABASE_URL", url.to_owned())], s3].concat();
+        let mut pool = Pool::start(env, &codex, &stub, "handoff");
         let sessions = pool.sessions();
         let deadline = Instant::now() + Duration::from_secs(60);
         for (id, _) in sessions.iter().flatten() {

@@ -135,6 +135,42 @@ async fn empty_and_remove(store: &S3BlobStore) {
         .expect("delete the bucket");
 }
 
+/// A bucket of its own on the test S3 service (moto), named
+/// `<prefix>-<uuid>`: `korvus`'s environment for it (endpoint, bucket,
+/// region, path style, credentials). `None` (said why) where the service
+/// may be missing; under `cargo xtask test` a missing one fails.
+pub(crate) async fn s3_bucket(prefix: &str) -> Option<Vec<(&'static str, String)>> {
+    let Some(endpoint) = std::env::var("KORVUS_TEST_S3_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var("KORVUS_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "KORVUS_TEST_S3_ENDPOINT must be set when KORVUS_REQUIRE_SERVICES=1"
+        );
+        eprintln!("skipped: KORVUS_TEST_S3_ENDPOINT not set");
+        return None;
+    };
+    let bucket = format!("{prefix}-{}", uuid::Uuid::now_v7().simple());
+    s3(&endpoint, &bucket)
+        .await
+        .client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create the bucket");
+    Some(vec![
+        ("KORVUS_S3_BUCKET", bucket),
+        ("KORVUS_S3_ENDPOINT", endpoint),
+        ("KORVUS_S3_REGION", "us-east-1".to_owned()),
+        ("KORVUS_S3_PATH_STYLE", "true".to_owned()),
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY.to_owned()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+    ])
+}
+
 /// `korvus` configured for PostgreSQL + S3 through the environment, with
 /// credentials from the AWS default chain (its environment variables).
 fn production(data: &std::path::Path, db: &str, endpoint: &str, bucket: &str) -> Command {
