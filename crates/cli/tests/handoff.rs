@@ -164,3 +164,97 @@ fn a_rolling_restart_with_handoff_cancels_nothing_and_lands_each_revision_once()
     drop(b);
     drop(a);
 }
+
+/// `korvus run` is a manager of its pool while it runs its own session: it
+/// may pick up another session's resume. Once its own session is done, it
+/// lets that run finish — and Ctrl-C hands it back to the pool instead of
+/// cancelling it; a `korvus serve` of the pool then resumes it.
+#[test]
+fn korvus_run_hands_a_picked_up_resume_back_on_ctrl_c() {
+    let data = tempfile::tempdir().unwrap();
+    let nap = unique_sleep();
+    // `mine` (the run's own session) works a while and finishes; any other
+    // works until stopped, and finishes on its third attempt.
+    let agent = script(
+        data.path(),
+        "agent.sh",
+        &format!(
+            "read -r told\n\
+             case \"$told\" in\n\
+               mine*) sleep 12; printf '# mine\\n' > report.md ;;\n\
+               *) if [ \"$KORVUS_ATTEMPT\" = 3 ]; then printf '# long\\n' > report.md; exit 0; fi\n\
+                  mkdir -p work && echo \"attempt $KORVUS_ATTEMPT\" > work/progress.txt\n\
+                  exec sleep {nap} ;;\n\
+             esac\n"
+        ),
+    );
+    let lease = ["--lease-ttl", "2", "--heartbeat", "0.5"];
+    // A session whose replica dies mid-run.
+    let mut first = Server::start_with(data.path(), Some(&agent), "0", &lease);
+    let (status, incident) = first.call("POST", "/api/incidents", Some(r#"{"title": "ctrl-c"}"#));
+    assert_eq!(status, 201, "{incident}");
+    let incident = incident["id"].as_str().unwrap().to_owned();
+    let id = create(&first, &incident, 0);
+    let progress = data
+        .path()
+        .join("scratch")
+        .join(&id)
+        .join("1/work/progress.txt");
+    wait_for_text(&progress, "attempt 1");
+    first.child.kill().expect("SIGKILL");
+    first.child.wait().unwrap();
+
+    // `korvus run` takes it over and resumes it beside its own session.
+    let mut run = crate::support::korvus(data.path())
+        .args(lease)
+        .args(["run", "--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .arg("mine")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("korvus run starts");
+    wait_for_text(&progress, "attempt 2");
+    let mut stderr = std::io::BufReader::new(run.stderr.take().expect("stderr"));
+    let said = crate::support::lines_until(&mut stderr, "picked up from the pool's queue");
+    assert!(said.contains("Ctrl-C hands them back"), "{said}");
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let pid = nix::unistd::Pid::from_raw(run.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let status = run.wait().expect("korvus run exits");
+    assert_eq!(status.code(), Some(0), "its own session completed");
+    let show = ok(crate::support::korvus(data.path()).args(["show", &id]));
+    assert!(
+        show.contains("resume pending"),
+        "handed back, not cancelled: {show}"
+    );
+
+    let second = Server::start_with(data.path(), Some(&agent), "0", &lease);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let row = loop {
+        let (_, row) = second.call("GET", &format!("/api/sessions/{id}"), None);
+        if row["status"] != "running" {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "{row}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["attempt"], 3, "{row}");
+    let log = ok(crate::support::korvus(data.path()).args(["export", &id]));
+    assert!(log.contains("handed off"), "{log}");
+    drop(second);
+}
+
+/// Waits (60 s at most) until the file at `path` holds `text`.
+fn wait_for_text(path: &std::path::Path, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(path).is_ok_and(|t| t.contains(text)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never held {text:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
