@@ -439,7 +439,7 @@ pub(crate) async fn ls(
     if incidents.is_empty() && after.is_none() {
         println!(
             "no incidents yet in {}; `korvus demo` runs a first session, \
-             `korvus incident create` starts one",
+             `korvus incident new <title>` starts one",
             backends.place()
         );
     }

@@ -476,17 +476,40 @@ fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-/// Library logs go to stderr at the level in `KORVUS_LOG` (default `error`).
+/// Library logs go to stderr, filtered by `KORVUS_LOG` (default `error`):
+/// a level (`info`), or `RUST_LOG`-style targets and levels
+/// (`korvus_session=debug,korvus_store_sql=info`, a bare level the default
+/// for the rest). Colours only when stderr is a terminal. A filter that
+/// does not parse is said and the default kept.
 fn init_tracing() {
-    let level = std::env::var("KORVUS_LOG")
-        .ok()
-        .and_then(|l| l.parse::<tracing_subscriber::filter::LevelFilter>().ok())
-        .unwrap_or(tracing_subscriber::filter::LevelFilter::ERROR);
-    let _ = tracing_subscriber::fmt()
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let spec = std::env::var("KORVUS_LOG").unwrap_or_default();
+    let filter = log_filter(&spec).unwrap_or_else(|e| {
+        eprintln!("korvus: KORVUS_LOG={spec:?} is not a log filter ({e}); logging errors only");
+        log_filter("").expect("the default filter")
+    });
+    let targets = spec.contains('=');
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_target(false)
-        .try_init();
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(targets)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry().with(layer).try_init();
+}
+
+/// The filter `KORVUS_LOG` names (empty: errors only).
+fn log_filter(
+    spec: &str,
+) -> Result<tracing_subscriber::filter::Targets, tracing_subscriber::filter::ParseError> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Ok(tracing_subscriber::filter::Targets::new()
+            .with_default(tracing_subscriber::filter::LevelFilter::ERROR));
+    }
+    spec.parse()
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -536,7 +559,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::{password_in_arguments, token_in_arguments};
+    use super::{log_filter, password_in_arguments, token_in_arguments};
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn korvus_log_takes_a_level_or_targets() {
+        let default = log_filter("").unwrap();
+        assert!(default.would_enable("korvus_session", &tracing::Level::ERROR));
+        assert!(!default.would_enable("korvus_session", &tracing::Level::WARN));
+        let level = log_filter("info").unwrap();
+        assert!(level.would_enable("anything", &tracing::Level::INFO));
+        let targets = log_filter("korvus_session=debug,warn").unwrap();
+        assert!(targets.would_enable("korvus_session::lease", &tracing::Level::DEBUG));
+        assert!(!targets.would_enable("korvus_store_sql", &tracing::Level::INFO));
+        assert!(targets.would_enable("korvus_store_sql", &tracing::Level::WARN));
+        assert_eq!(targets.default_level(), Some(LevelFilter::WARN));
+        assert!(log_filter("korvus_session=loud").is_err());
+    }
 
     #[test]
     fn a_token_argument_is_noticed() {

@@ -93,7 +93,12 @@ fn print_report(report: &PruneReport, cutoff: SystemTime) {
         );
     }
     if !report.applied {
-        println!("dry run: `korvus prune --apply` deletes them");
+        // The same cut-off as a time, so the hint runs as printed (an age
+        // would have moved on by then).
+        println!(
+            "dry run: `korvus prune --finished-before {} --apply` deletes them",
+            DateTime::<Utc>::from(cutoff).format("%Y-%m-%dT%H:%M:%SZ")
+        );
     }
 }
 

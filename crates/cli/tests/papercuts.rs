@@ -255,3 +255,72 @@ fn show_during_a_run_counts_the_turns_so_far() {
     ok(korvus(data.path()).args(["cancel", &id]));
     assert_eq!(run.wait().unwrap().code(), Some(4));
 }
+
+/// The `n`th command between backticks (from 0) of the line holding
+/// `marker`, split into its words after `korvus` (`<…>` placeholders
+/// replaced by `fill`).
+fn hinted(out: &str, marker: &str, n: usize, fill: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no {marker:?} in {out}"));
+    let command = line
+        .split('`')
+        .nth(2 * n + 1)
+        .unwrap_or_else(|| panic!("{line}"));
+    command
+        .split_whitespace()
+        .skip(1)
+        .map(|w| {
+            if w.starts_with('<') {
+                fill.to_owned()
+            } else {
+                w.to_owned()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_hints_of_ls_and_of_a_prune_dry_run_run_as_printed() {
+    let data = tempfile::tempdir().unwrap();
+    let ls = ok(korvus(data.path()).arg("ls"));
+    let new = hinted(&ls, "no incidents yet", 1, "db-1");
+    assert_eq!(new[..2], ["incident", "new"], "{ls}");
+    ok(korvus(data.path()).args(&new));
+    assert!(ok(korvus(data.path()).arg("ls")).contains("db-1"));
+
+    let dry = ok(korvus(data.path()).args(["prune", "--finished-before", "30d"]));
+    let apply = hinted(&dry, "dry run", 0, "");
+    assert!(apply.contains(&"--apply".to_owned()), "{dry}");
+    let applied = ok(korvus(data.path()).args(&apply));
+    assert!(applied.contains("session(s) pruned"), "{applied}");
+}
+
+/// `KORVUS_LOG` takes `RUST_LOG`-style targets, and logs to a stderr that
+/// is not a terminal carry no colour codes.
+#[test]
+fn korvus_log_filters_by_target_without_colours_on_a_pipe() {
+    let data = tempfile::tempdir().unwrap();
+    let out = output(
+        korvus(data.path())
+            .env("KORVUS_LOG", "korvus_session=info")
+            .env("KORVUS_DEMO_PAUSE", "0")
+            .arg("demo"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("korvus_session"), "the target's lines: {err}");
+    assert!(!err.contains('\u{1b}'), "no ANSI codes on a pipe: {err:?}");
+    let bad = output(
+        korvus(data.path())
+            .env("KORVUS_LOG", "korvus_session=loud")
+            .arg("ls"),
+    );
+    assert!(bad.status.success());
+    assert!(
+        stderr(&bad).contains("KORVUS_LOG=\"korvus_session=loud\" is not a log filter"),
+        "{}",
+        stderr(&bad)
+    );
+}
