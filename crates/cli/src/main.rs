@@ -339,6 +339,13 @@ enum Command {
     Prune(prune::PruneArgs),
     /// Apply pending database migrations (every command also does).
     Migrate,
+    /// Print a shell completion script: `korvus completions bash >
+    /// /etc/bash_completion.d/korvus` (or zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Serve the HTTP API and the live web view (127.0.0.1:8787 by
     /// default), behind a token.
     Serve(serve::ServeArgs),
@@ -554,6 +561,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { agent, confine } => demo::demo(&global, &confine, &agent).await,
         Command::Serve(args) => serve::serve(&global, args).await,
+        Command::Completions { shell } => {
+            let mut cli = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cli, "korvus", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

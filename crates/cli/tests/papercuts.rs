@@ -324,3 +324,34 @@ fn korvus_log_filters_by_target_without_colours_on_a_pipe() {
         stderr(&bad)
     );
 }
+
+/// `korvus completions <shell>` prints a script the shell loads, naming
+/// the subcommands, and touches no data dir.
+#[test]
+fn completions_print_a_script_bash_loads() {
+    let data = tempfile::tempdir().unwrap();
+    let script = ok(korvus(data.path()).args(["completions", "bash"]));
+    assert!(
+        script.contains("reopen") && script.contains("serve"),
+        "{script}"
+    );
+    let file = data.path().join("korvus.bash");
+    std::fs::write(&file, &script).unwrap();
+    let loaded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p korvus", file.display()))
+        .output()
+        .expect("bash runs");
+    assert!(
+        String::from_utf8_lossy(&loaded.stdout).contains("korvus"),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    assert!(
+        !data.path().join("korvus.db").exists(),
+        "no store was opened"
+    );
+    for shell in ["zsh", "fish"] {
+        assert!(!ok(korvus(data.path()).args(["completions", shell])).is_empty());
+    }
+}
