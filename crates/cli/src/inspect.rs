@@ -150,7 +150,8 @@ pub(crate) async fn incident(global: &Global, command: IncidentCommand) -> Resul
             }
             println!("{}", incident.id);
         }
-        IncidentCommand::Ls => {
+        IncidentCommand::Ls { json: true } => crate::json::incidents(&backends).await?,
+        IncidentCommand::Ls { json: false } => {
             // Page by page: printed as read, never held whole.
             let mut page = Page::first(korvus_store::MAX_PAGE_SIZE);
             loop {
@@ -200,10 +201,21 @@ pub(crate) async fn pin(repo: &Path, rev: &str) -> Result<WorkspaceRef> {
     })
 }
 
-pub(crate) async fn show(global: &Global, session: &str) -> Result<ExitCode> {
+pub(crate) async fn show(global: &Global, session: &str, json: bool) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
     let s = find_session(&backends, session).await?;
     let id = s.id;
+    if json {
+        let cause = if s.status == SessionStatus::Failed {
+            let facts = log_facts(&backends, id, s.fence).await;
+            failure_cause(&backends, &s, &facts).await
+        } else {
+            None
+        };
+        crate::json::show(&backends, &s, cause).await?;
+        backends.close().await;
+        return Ok(ExitCode::SUCCESS);
+    }
     let incident = backends.store.get_incident(s.incident_id).await?;
     println!("session    {}", s.id);
     println!("incident   {} {:?}", incident.id, incident.title);
@@ -417,6 +429,7 @@ pub(crate) async fn ls(
     only: Option<&str>,
     limit: u32,
     after: Option<&str>,
+    json: bool,
 ) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
     let cursor = after.map(Cursor::parse).transpose()?;
@@ -436,6 +449,17 @@ pub(crate) async fn ls(
             (paged.items, paged.next, Page::first(limit))
         }
     };
+    if json {
+        crate::json::ls(
+            &backends,
+            &incidents,
+            next_incidents.map(|c| c.to_string()),
+            &session_page,
+        )
+        .await?;
+        backends.close().await;
+        return Ok(ExitCode::SUCCESS);
+    }
     if incidents.is_empty() && after.is_none() {
         println!(
             "no incidents yet in {}; `korvus demo` runs a first session, \

@@ -24,6 +24,7 @@ mod compose;
 mod confine;
 mod demo;
 mod inspect;
+mod json;
 mod limits;
 mod metrics;
 mod out;
@@ -243,6 +244,10 @@ enum Command {
     Show {
         /// Session id.
         session: String,
+        /// Print it as JSON: `{"session", "incident", "cause", "reports",
+        /// "artifacts"}`, the HTTP API's objects (docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// List incidents and their sessions, a page at a time (incidents
     /// oldest first, each with its first sessions).
@@ -256,6 +261,10 @@ enum Command {
         /// Start after this cursor (printed at the end of the page before).
         #[arg(long, value_name = "CURSOR")]
         after: Option<String>,
+        /// Print the page as JSON: `{"incidents": [{"incident",
+        /// "sessions", "next_sessions"}], "next"}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a session's report, or one of its artifacts.
     Cat {
@@ -373,7 +382,11 @@ enum IncidentCommand {
         commit: Option<String>,
     },
     /// List incidents.
-    Ls,
+    Ls {
+        /// Print them as one JSON array of the HTTP API's incident objects.
+        #[arg(long)]
+        json: bool,
+    },
     /// Close an incident to new sessions.
     Close {
         /// Incident id.
@@ -526,12 +539,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => session::run(&global, args).await,
         Command::Reopen(args) => session::reopen(&global, args).await,
         Command::Reply(args) => session::reply(&global, args).await,
-        Command::Show { session } => inspect::show(&global, &session).await,
+        Command::Show { session, json } => inspect::show(&global, &session, json).await,
         Command::Ls {
             incident,
             limit,
             after,
-        } => inspect::ls(&global, incident.as_deref(), limit, after.as_deref()).await,
+            json,
+        } => inspect::ls(&global, incident.as_deref(), limit, after.as_deref(), json).await,
         Command::Cat {
             session,
             path,

@@ -355,3 +355,38 @@ fn completions_print_a_script_bash_loads() {
         assert!(!ok(korvus(data.path()).args(["completions", shell])).is_empty());
     }
 }
+
+/// `--json` on `show`, `ls` and `incident ls` prints the HTTP API's
+/// objects, parseable, with the cause of a failed session.
+#[test]
+fn show_ls_and_incident_ls_print_json() {
+    let data = tempfile::tempdir().unwrap();
+    let agent =
+        crate::support::script(data.path(), "fails.sh", "echo 'disk on fire' >&2\nexit 3\n");
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .arg("why"),
+    );
+    assert_eq!(out.status.code(), Some(3), "failed: {}", stderr(&out));
+    let id = crate::support::session_id(&String::from_utf8_lossy(&out.stdout));
+    let parse = |args: &[&str]| -> serde_json::Value {
+        let text = ok(korvus(data.path()).args(args));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    };
+    let show = parse(&["show", &id, "--json"]);
+    assert_eq!(show["session"]["id"], id.as_str(), "{show}");
+    assert_eq!(show["session"]["status"], "failed", "{show}");
+    assert_eq!(show["reports"][0]["revision"], 1, "{show}");
+    assert!(
+        show["cause"].as_str().is_some_and(|c| !c.is_empty()),
+        "{show}"
+    );
+    assert!(show["artifacts"].is_array() && show["incident"]["title"].is_string());
+    let ls = parse(&["ls", "--json"]);
+    assert_eq!(ls["incidents"][0]["sessions"][0]["id"], id.as_str(), "{ls}");
+    assert!(ls["next"].is_null(), "{ls}");
+    let incidents = parse(&["incident", "ls", "--json"]);
+    assert_eq!(incidents.as_array().map(Vec::len), Some(1), "{incidents}");
+}
