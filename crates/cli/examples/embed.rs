@@ -36,6 +36,10 @@ async fn main() -> anyhow::Result<()> {
     let agent = args
         .next()
         .unwrap_or_else(|| "crates/cli/demo/agent.sh".into());
+    // The agent runs in its session's scratch dir: a relative path is made
+    // absolute here, against this process's working directory.
+    let agent = std::fs::canonicalize(&agent)
+        .map_err(|e| anyhow::anyhow!("agent program {}: {e}", PathBuf::from(&agent).display()))?;
 
     // The data dir first: SQLite does not create the directory of its file.
     std::fs::create_dir_all(data.join("scratch"))?;
@@ -69,12 +73,22 @@ async fn main() -> anyhow::Result<()> {
     let done = manager
         .await_settled(session.id, Duration::from_secs(3600))
         .await?;
-    println!(
-        "session {}: {} ({:?})",
-        done.id, done.status, done.exit_reason
-    );
+    let reason = done.exit_reason.clone().unwrap_or_default();
+    println!("session {}: {} ({reason})", done.id, done.status);
+    // Why it did not complete: the revision's report row says.
+    let report = manager.store().get_report(done.id, done.revision).await?;
+    let cause = report.detail.clone();
 
     manager.stop().await; // cancel and join every run …
     pool.close().await; // … before the pool closes
+    if done.status != korvus_store::SessionStatus::Completed {
+        anyhow::bail!(
+            "the session ended {} ({reason}): {}",
+            done.status,
+            cause
+                .as_deref()
+                .unwrap_or("no detail in its report row; see its turn log")
+        );
+    }
     Ok(())
 }

@@ -52,10 +52,10 @@ fn the_embedding_example_runs_a_session_on_a_fresh_data_dir() {
     let tmp = tempfile::tempdir().unwrap();
     // A data dir that does not exist yet: the example creates it.
     let data = tmp.path().join("fresh/data");
-    let agent = agent(tmp.path(), "echo '# found it' > report.md\n");
+    let found = agent(tmp.path(), "echo '# found it' > report.md\n");
     let out = Command::new(example("embed"))
         .arg(&data)
-        .arg(&agent)
+        .arg(&found)
         .output()
         .expect("the example runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -64,10 +64,24 @@ fn the_embedding_example_runs_a_session_on_a_fresh_data_dir() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout.contains(": completed (Some(\"completed\"))"),
-        "{stdout}"
-    );
+    assert!(stdout.contains(": completed (completed)"), "{stdout}");
+
+    // A relative agent path is resolved against the working directory
+    // (the agent runs in its scratch dir); a failed session is an error
+    // naming its cause.
+    let failing = tmp.path().join("fails");
+    std::fs::create_dir_all(&failing).unwrap();
+    agent(&failing, "echo 'no such disk' >&2\nexit 3\n");
+    let out = Command::new(example("embed"))
+        .current_dir(&failing)
+        .arg(tmp.path().join("data2"))
+        .arg("agent.sh")
+        .output()
+        .expect("the example runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("the session ended failed"), "{stderr}");
+    assert!(!stderr.contains("runner_failed"), "the agent ran: {stderr}");
 }
 
 #[test]
