@@ -53,10 +53,14 @@ pub(crate) struct Rig {
 
 impl Rig {
     pub(crate) async fn new(runner: CommandRunner) -> Self {
+        Self::with_scratch(runner, tempfile::tempdir().unwrap()).await
+    }
+
+    /// A rig whose scratch root is `scratch`.
+    pub(crate) async fn with_scratch(runner: CommandRunner, scratch: tempfile::TempDir) -> Self {
         let db = SqliteDb::create().await;
         let store = Arc::new(SqliteStore::new(db.pool().clone()));
         let logs = Arc::new(SqliteLog::new(db.pool().clone()));
-        let scratch = tempfile::tempdir().unwrap();
         let blobs = tempfile::tempdir().unwrap();
         if nix::unistd::geteuid().is_root() {
             // The agent user must reach its scratch dir.
@@ -258,6 +262,17 @@ async fn assert_reached_through_egress(rig: &Rig, row: &Session, stub: &Destinat
 }
 
 async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
+    real_agent_session_in(preset, var, api, tool, tempfile::tempdir().unwrap()).await;
+}
+
+/// [`real_agent_session`] with `scratch` as the scratch root.
+async fn real_agent_session_in(
+    preset: Preset,
+    var: &str,
+    api: Api,
+    tool: &str,
+    scratch: tempfile::TempDir,
+) {
     let Some(bin) = agent_bin(var) else {
         return;
     };
@@ -281,7 +296,7 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
         runner.network_policy(),
         &Network::allow([stub_dest.clone()])
     );
-    let rig = Rig::new(runner).await;
+    let rig = Rig::with_scratch(runner, scratch).await;
     let row = rig.run("Why is db-1's disk full?").await;
     assert_one_scripted_turn(&rig, &row, tool).await;
     assert_reached_through_egress(&rig, &row, &stub_dest).await;
@@ -340,6 +355,27 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_codex_runs_a_session_through_the_stub() {
     real_agent_session(Preset::Codex, "KORVUS_CODEX_BIN", Api::Responses, "command").await;
+}
+
+/// A data dir of about 190 characters: the scratch dir's path is over the
+/// 200 characters Claude Code keeps of a projects folder name, so the kept
+/// thread goes back under the cut, hashed name it looks for, and the
+/// reopen resumes natively.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_claude_code_resumes_natively_under_a_long_data_dir() {
+    let scratch = tempfile::Builder::new()
+        .prefix(&"d".repeat(180))
+        .tempdir()
+        .unwrap();
+    assert!(scratch.path().as_os_str().len() >= 185, "{scratch:?}");
+    real_agent_session_in(
+        Preset::ClaudeCode,
+        "KORVUS_CLAUDE_BIN",
+        Api::Messages,
+        "Bash",
+        scratch,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -426,6 +426,23 @@ mod tests {
     }
 
     #[test]
+    fn a_long_working_directory_is_cut_and_hashed_as_claude_code_does() {
+        // Expected from Claude Code 2.1.332's own function, run in node.
+        let p = format!(
+            "/tmp/{}/data_dir.\u{e9}/{}/scratch/01a2/1",
+            "k".repeat(120),
+            "x".repeat(80)
+        );
+        let expected = format!(
+            "-tmp-{}-data-dir---{}-c7xnr8",
+            "k".repeat(120),
+            "x".repeat(63)
+        );
+        assert_eq!(crate::dialect::thread::claude_folder(&p), expected);
+        assert_eq!(expected.len(), 200 + "-c7xnr8".len());
+    }
+
+    #[test]
     fn claude_folders_are_named_after_the_working_directory() {
         let f = claude_file(Path::new("/h"), Path::new("/tmp/cl2/a_b.c-d"), "s-1");
         assert_eq!(

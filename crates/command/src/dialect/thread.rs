@@ -46,18 +46,56 @@ pub(crate) fn is_id(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// Claude Code's session file for a run in `cwd`: its projects folder is
-/// named after the working directory with every character but ASCII
-/// letters and digits turned into `-`.
+/// Claude Code's session file for a run in `cwd` (see [`claude_folder`]).
 pub(crate) fn claude_file(home: &Path, cwd: &Path, session: &str) -> PathBuf {
-    let folder: String = cwd
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
     home.join(".claude/projects")
-        .join(folder)
+        .join(claude_folder(&cwd.to_string_lossy()))
         .join(format!("{session}.jsonl"))
+}
+
+/// The longest projects folder name Claude Code keeps whole.
+const CLAUDE_FOLDER_MAX: usize = 200;
+
+/// The projects folder Claude Code names after a working directory, as it
+/// does (2.1.x): every UTF-16 code unit but ASCII letters and digits
+/// turned into `-`; a name over 200 units cut there and followed by `-`
+/// and the base-36 absolute value of a 32-bit string hash of the whole
+/// path (`h = h * 31 + unit`, wrapping), so a long data dir still finds
+/// the thread it resumes.
+pub(crate) fn claude_folder(cwd: &str) -> String {
+    let units: Vec<u16> = cwd.encode_utf16().collect();
+    let folder: String = units
+        .iter()
+        .map(|&u| match u8::try_from(u) {
+            Ok(b) if b.is_ascii_alphanumeric() => char::from(b),
+            _ => '-',
+        })
+        .collect();
+    if folder.len() <= CLAUDE_FOLDER_MAX {
+        return folder;
+    }
+    let hash = units.iter().fold(0_i32, |h, &u| {
+        (h << 5).wrapping_sub(h).wrapping_add(i32::from(u))
+    });
+    format!(
+        "{}-{}",
+        &folder[..CLAUDE_FOLDER_MAX],
+        base36(u64::from(hash.unsigned_abs()))
+    )
+}
+
+/// `n` in base 36, lower case, as JavaScript's `toString(36)`.
+fn base36(mut n: u64) -> String {
+    let mut digits = Vec::new();
+    loop {
+        digits.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[usize::try_from(n % 36).unwrap_or(0)]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.reverse();
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 /// Codex's rollout of `thread` beneath `$HOME/.codex/sessions` (a dated
