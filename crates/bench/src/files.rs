@@ -86,6 +86,7 @@ pub(crate) async fn target() -> Result<Target> {
         .id;
     let session = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: SessionId::new(),

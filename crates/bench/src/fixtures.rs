@@ -30,6 +30,7 @@ pub(crate) async fn leased_session<S: Store + ?Sized>(
 ) -> Result<Session> {
     Ok(store
         .create_session(NewSession {
+            runner: None,
             id: SessionId::new(),
             incident_id: incident,
             prompt,

@@ -163,6 +163,7 @@ async fn orphans(
     for _ in 0..sessions {
         let s = store
             .create_session(NewSession {
+                runner: None,
                 admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),

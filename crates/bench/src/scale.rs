@@ -159,6 +159,7 @@ async fn fair(n: usize) -> Result<Sample> {
         for _ in 0..PER_INCIDENT.min(n - writes.len()) {
             let session = store
                 .create_session(NewSession {
+                    runner: None,
                     admission: Default::default(),
                     lease: None,
                     id: SessionId::new(),

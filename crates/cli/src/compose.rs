@@ -214,6 +214,7 @@ impl Backends {
         &self,
         runner: korvus_command::CommandRunner,
         run_timeout: Option<Duration>,
+        described: Option<String>,
     ) -> Manager {
         // What a revision may store follows the run's scratch limit: a
         // scratch dir that holds more than its blocks (sparse files, hard
@@ -222,9 +223,14 @@ impl Backends {
         if let Some(limit) = runner.run_limits().scratch_limit() {
             persist.max_stored_bytes = limit;
         }
-        self.builder(Arc::new(runner), run_timeout)
-            .persist_config(persist)
-            .build()
+        let mut builder = self
+            .builder(Arc::new(runner), run_timeout)
+            .persist_config(persist);
+        // Remembered on each session it creates (`remember.rs`).
+        if let Some(described) = described {
+            builder = builder.runner_description(described);
+        }
+        builder.build()
     }
 
     /// A manager that runs nothing: for commands that cancel, reap or

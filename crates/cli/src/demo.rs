@@ -146,7 +146,7 @@ pub(crate) async fn demo(
     // 3. A session with the bundled agent, followed live.
     // (The demo agent's own knob, KORVUS_DEMO_PAUSE, passes the
     // environment policy by name: see the runner above.)
-    let manager = backends.manager(runner, Some(Duration::from_secs(300)));
+    let manager = backends.manager(runner, Some(Duration::from_secs(300)), None);
     // Whatever happens below, every run is cancelled and joined before the
     // pools close.
     let outcome = lifecycle(&backends, &manager, incident.id, &shown_agent).await;

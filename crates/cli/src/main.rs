@@ -30,6 +30,7 @@ mod metrics;
 mod out;
 mod place;
 mod prune;
+mod remember;
 mod salvage;
 mod serve;
 mod session;
@@ -403,7 +404,17 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("korvus: warning: cannot make this process non-dumpable ({e}); agents of the same user can read its environment");
     }
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    // The agent options of a command that creates sessions, remembered
+    // with each (`remember.rs`).
+    let described = match matches.subcommand() {
+        Some(("run" | "serve", sub)) => remember::describe(sub),
+        _ => None,
+    };
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if password_in_arguments(std::env::args_os()) {
         eprintln!(
             "korvus: warning: --database-url carries a password on the command line, \
@@ -434,7 +445,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    match runtime.block_on(dispatch(cli, described)) {
         // The command went on to its end without its stdout (or stderr):
         // it says so as a process ended by `SIGPIPE` would.
         Ok(_) if out::closed() => ExitCode::from(EXIT_BROKEN_PIPE),
@@ -532,11 +543,11 @@ fn log_filter(
     spec.parse()
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn dispatch(cli: Cli, described: Option<String>) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     match cli.command {
         Command::Incident { command } => inspect::incident(&global, command).await,
-        Command::Run(args) => session::run(&global, args).await,
+        Command::Run(args) => session::run(&global, args, described).await,
         Command::Reopen(args) => session::reopen(&global, args).await,
         Command::Reply(args) => session::reply(&global, args).await,
         Command::Show { session, json } => inspect::show(&global, &session, json).await,
@@ -574,7 +585,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Prune(args) => prune::prune(&global, args).await,
         Command::Migrate => inspect::migrate(&global).await,
         Command::Demo { agent, confine } => demo::demo(&global, &confine, &agent).await,
-        Command::Serve(args) => serve::serve(&global, args).await,
+        Command::Serve(args) => serve::serve(&global, args, described).await,
         Command::Completions { shell } => {
             let mut cli = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cli, "korvus", &mut std::io::stdout());

@@ -141,7 +141,11 @@ pub(crate) enum OnStop {
 /// runs still unwinding are resumed by a reaper once the lease expires.
 const HANDOFF_DEADLINE: Duration = Duration::from_secs(120);
 
-pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> {
+pub(crate) async fn serve(
+    global: &Global,
+    args: ServeArgs,
+    described: Option<String>,
+) -> Result<ExitCode> {
     let (token, generated) = match args.token.clone().filter(|t| !t.is_empty()) {
         Some(t) => (t, false),
         None => (
@@ -191,7 +195,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
             return Err(e);
         }
     };
-    let manager = backends.manager(runner, Some(timeout));
+    let manager = backends.manager(runner, Some(timeout), described);
     let base = args_base.unwrap_or_default();
     let scrape = crate::metrics::router(manager.clone(), prometheus);
     let api = korvus_http::router(manager.clone());
@@ -290,7 +294,7 @@ pub(crate) async fn serve(global: &Global, args: ServeArgs) -> Result<ExitCode> 
 async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
     if let Some(agent) = args.agent {
         let agent = AgentArgs {
-            agent,
+            agent: Some(agent),
             agent_args: args.agent_args,
             agent_program: args.agent_program,
             model_endpoint: args.model_endpoint,

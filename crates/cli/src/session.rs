@@ -36,8 +36,10 @@ pub(crate) struct AgentArgs {
     /// to the current directory) or a name looked up in PATH — speaking
     /// the CommandRunner protocol (docs/command-runner.md) or the dialect
     /// `--agent-dialect` names.
+    /// Required by `run`; `reopen` and `reply` default to the agent the
+    /// session ran, remembered with it.
     #[arg(long, value_name = "codex|claude-code|PROGRAM")]
-    pub(crate) agent: String,
+    pub(crate) agent: Option<String>,
     /// With a preset: the agent's binary (default: `codex` or `claude` in
     /// PATH).
     #[arg(long = "agent-program", value_name = "PATH")]
@@ -117,7 +119,10 @@ pub(crate) struct ReopenArgs {
 impl AgentArgs {
     /// The agent's runner, confined as the flags say.
     pub(crate) fn runner(&self, backends: &Backends) -> Result<CommandRunner> {
-        let mut runner = match self.agent.parse::<Preset>() {
+        let Some(agent) = &self.agent else {
+            bail!("no agent: give --agent codex|claude-code|PROGRAM");
+        };
+        let mut runner = match agent.parse::<Preset>() {
             Ok(preset) => self.preset(preset)?,
             Err(_) => {
                 if self.agent_program.is_some()
@@ -127,7 +132,7 @@ impl AgentArgs {
                 {
                     bail!("--agent-program, --model-endpoint, --model and --model-key-var go with --agent codex or claude-code");
                 }
-                CommandRunner::new(program(&self.agent)?).dialect(self.dialect.unwrap_or_default())
+                CommandRunner::new(program(agent)?).dialect(self.dialect.unwrap_or_default())
             }
         };
         runner = runner.args(&self.agent_args).env_inherit(self.env_inherit);
@@ -222,7 +227,20 @@ fn text_arg(text: &str) -> Result<String> {
     Ok(s)
 }
 
-pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
+/// `korvus run`; `described` is its agent options as a session remembers
+/// them (`remember.rs`).
+pub(crate) async fn run(
+    global: &Global,
+    args: RunArgs,
+    described: Option<String>,
+) -> Result<ExitCode> {
+    if args.agent.agent.is_none() {
+        clap::Error::raw(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "korvus run needs --agent codex|claude-code|PROGRAM\n",
+        )
+        .exit();
+    }
     let backends = Backends::open_checked(global).await?;
     let runner = args.agent.runner(&backends)?;
     let prompt = text_arg(&args.prompt)?;
@@ -262,7 +280,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<ExitCode> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let manager = backends.manager(runner, args.agent.timeout());
+    let manager = backends.manager(runner, args.agent.timeout(), described);
     let signals = Signals::install()?;
     let session = manager
         .create(CreateSession {
@@ -311,9 +329,19 @@ async fn continue_session(global: &Global, args: ReopenArgs, answer: bool) -> Re
                 .unwrap_or_default()
         );
     }
-    let runner = args.agent.runner(&backends)?;
+    // An explicit --agent wins; else the agent the session ran.
+    let agent = match (&args.agent.agent, &row.runner) {
+        (Some(_), _) => args.agent,
+        (None, Some(described)) => crate::remember::agent_args(described)
+            .with_context(|| format!("session {id}: give --agent"))?,
+        (None, None) => bail!(
+            "session {id} has no remembered agent (it was created before korvus \
+             remembered agents, or by an embedder or `serve` without --agent): give --agent"
+        ),
+    };
+    let runner = agent.runner(&backends)?;
     let message = text_arg(&args.message)?;
-    let manager = backends.manager(runner, args.agent.timeout());
+    let manager = backends.manager(runner, agent.timeout(), None);
     let signals = Signals::install()?;
     let seen = logged_events(&backends, id).await;
     let revision = backends
@@ -364,6 +392,12 @@ pub(crate) async fn drive(
     }
     let (row, elapsed) = follow(manager, session.id, skip, &mut signals).await?;
     summary(backends, &row, elapsed).await?;
+    if row.is_idle() {
+        say!(
+            "the agent waits for your answer: `korvus reply {} \"<answer>\"` (its agent is remembered)",
+            row.id
+        );
+    }
     finish_picked_up(manager, &mut signals).await;
     Ok(exit_code(&row))
 }

@@ -390,3 +390,41 @@ fn show_ls_and_incident_ls_print_json() {
     let incidents = parse(&["incident", "ls", "--json"]);
     assert_eq!(incidents.as_array().map(Vec::len), Some(1), "{incidents}");
 }
+
+/// A run that ends waiting (exit 5) says how to answer, and `korvus
+/// reply` works without `--agent`: the session remembered its agent, given
+/// as a path relative to the directory `run` ran in, from anywhere.
+#[test]
+fn reply_needs_no_agent_after_a_run_that_ended_waiting() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let agent = data.path().join("asks.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nif [ \"$KORVUS_REVISION\" = 1 ]; then echo '# which host?' > report.md; exit 75; fi\n\
+         echo \"# answered with $(head -c 20)\" > report.md\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = output(
+        korvus(data.path())
+            .current_dir(data.path())
+            .args(["run", "--agent", "./asks.sh", "--timeout", "600"])
+            .arg("go"),
+    );
+    assert_eq!(run.status.code(), Some(5), "{}", stderr(&run));
+    let said = String::from_utf8_lossy(&run.stdout).into_owned();
+    let id = crate::support::session_id(&said);
+    assert!(
+        said.contains(&format!("korvus reply {id} \"<answer>\"")),
+        "{said}"
+    );
+    // From elsewhere, with no agent options at all.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let replied = ok(korvus(data.path())
+        .current_dir(elsewhere.path())
+        .args(["reply", &id, "db-1"]));
+    assert!(replied.contains("completed"), "{replied}");
+    let report = ok(korvus(data.path()).args(["cat", &id]));
+    assert!(report.contains("# answered with db-1"), "{report}");
+}

@@ -57,6 +57,7 @@ impl Seed {
     /// bytes) and a turn log; settled `completed` unless `finish` is false.
     async fn session(&self, incident: &Incident, finish: bool) -> Session {
         let new = NewSession {
+            runner: None,
             admission: Default::default(),
             // Owned (by a manager that is not running): the unfinished one
             // is running, not queued.

@@ -22,6 +22,7 @@ async fn running_session(store: &dyn Store) -> Session {
         .unwrap();
     store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: SessionId::new(),

@@ -42,6 +42,7 @@ async fn running(store: &dyn Store) -> Session {
     };
     store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(lease),
             id: SessionId::new(),

@@ -26,6 +26,7 @@ async fn env_with(store: Arc<dyn Store>) -> Env {
         .unwrap();
     let session = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: SessionId::new(),

@@ -39,6 +39,7 @@ async fn session(store: &dyn Store, lease: Option<Lease>) -> Session {
         .unwrap();
     store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease,
             id: SessionId::new(),

@@ -78,6 +78,7 @@ async fn every_event_arrives_signed_and_a_refused_one_is_retried_with_its_id() {
     for i in 0..5 {
         let s = store
             .create_session(NewSession {
+                runner: None,
                 admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),

@@ -87,6 +87,9 @@ pub(crate) struct Config {
     /// At most this many attempts of a revision whose owner was lost
     /// (0: an orphan is settled `owner_lost`, never resumed).
     pub(crate) resume_orphans: u32,
+    /// What runs this manager's sessions, recorded on each it creates
+    /// (`ManagerBuilder::runner_description`).
+    pub(crate) runner: Option<String>,
     /// The wait before a resumed attempt may start, doubled per attempt.
     pub(crate) resume_backoff: Duration,
 }
@@ -113,6 +116,7 @@ impl Default for Config {
             max_queued: None,
             max_queued_per_key: None,
             resume_orphans: DEFAULT_RESUME_ORPHANS,
+            runner: None,
             resume_backoff: Duration::from_secs(1),
         }
     }

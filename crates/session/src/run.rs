@@ -202,6 +202,7 @@ mod tests {
             .unwrap();
         let session = store
             .create_session(NewSession {
+                runner: None,
                 admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),

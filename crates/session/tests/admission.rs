@@ -394,6 +394,7 @@ async fn a_claimed_session_its_creator_left_half_made_is_settled_not_run() {
     let row = env
         .store
         .create_session(korvus_store::NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: korvus_store::SessionId::new(),

@@ -15,6 +15,7 @@ async fn foreign(env: &Env, ttl: Duration) -> korvus_store::Session {
     let row = env
         .store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),

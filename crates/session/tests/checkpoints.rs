@@ -114,6 +114,7 @@ async fn a_takeover_on_another_host_lands_the_last_checkpoint() {
     let dead = env
         .store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),

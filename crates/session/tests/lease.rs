@@ -24,6 +24,7 @@ async fn orphan(env: &Env) -> Session {
     let row = env
         .store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),

@@ -25,12 +25,12 @@ WHERE id = $1
 RETURNING id, title, status, workspace_repo, workspace_commit, created_at;
 
 -- SELECT_SESSION (shared)
-SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner
 FROM sessions
 WHERE id = $1;
 
 -- SESSION_BY_IDEMPOTENCY_KEY (shared)
-SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner
 FROM sessions
 WHERE incident_id = $1 AND idempotency_key = $2;
 
@@ -40,7 +40,7 @@ FROM sessions
 WHERE id = $1;
 
 -- LIST_SESSIONS (shared)
-SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms
+SELECT id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner
 FROM sessions
 WHERE incident_id = $1 AND seq > $2
 ORDER BY seq
@@ -50,25 +50,25 @@ LIMIT $3;
 UPDATE sessions
 SET status = $2, exit_reason = $3, turns = $4, tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, owner = NULL, lease_expires_ms = NULL
 WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- CANCEL_IDLE (shared)
 UPDATE sessions
 SET status = $2, exit_reason = $3, ended_at = $4
 WHERE id = $1 AND status = $5 AND exit_reason = $6
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- BUMP_FENCE (shared)
 UPDATE sessions
 SET fence = fence + 1
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- SALVAGE_FENCE (shared)
 UPDATE sessions
 SET fence = fence + 1
 WHERE id = $1 AND fence = $2 AND revision >= $3 AND NOT (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- SALVAGE_REPORT (shared)
 UPDATE reports
@@ -79,13 +79,13 @@ WHERE session_id = $1 AND revision = $2;
 UPDATE sessions
 SET started_at = COALESCE(started_at, $3)
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- REQUEST_CANCEL (shared)
 UPDATE sessions
 SET cancel_fence = fence
 WHERE id = $1 AND status = $2
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- CANCEL_REQUESTS (shared)
 SELECT id, fence
@@ -299,8 +299,8 @@ WITH ORDINALITY AS e(body, ord);
 
 -- INSERT_SESSION (postgres dialect)
 WITH next AS ( UPDATE incidents SET last_seq = last_seq + 1 WHERE id = $2 RETURNING last_seq )
-INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key, queued_ms)
-SELECT $1, $2, next.last_seq, CASE WHEN next.last_seq = 1 THEN 'initial' ELSE 'follow_up' END, $3, $4, $5, $6, 1, $7, $8, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $9, $10, $11, $12, $13, CASE WHEN $8 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
+INSERT INTO sessions (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, idempotency_key, runner, queued_ms)
+SELECT $1, $2, next.last_seq, CASE WHEN next.last_seq = 1 THEN 'initial' ELSE 'follow_up' END, $3, $4, $5, $6, 1, $7, $8, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $9, $10, $11, $12, $13, $14, CASE WHEN $8 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 FROM next
 RETURNING seq, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms;
 
@@ -308,13 +308,13 @@ RETURNING seq, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessi
 UPDATE sessions
 SET status = $2, ended_at = NULL, exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 WHERE id = $1 AND status IN ($5, $6, $7)
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
 SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END
 WHERE id = $1 AND status = $2 AND exit_reason = $5
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- HEARTBEAT_OWNER (built from the dialect)
 INSERT INTO owners (id, expires_ms)
@@ -347,7 +347,7 @@ WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_us
 UPDATE sessions
 SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $4, detached = FALSE, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
 WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT (resume_pending = TRUE AND lease_expires_ms = 253402300799999) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)) AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)))
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- INSERT_REPORT (built from the dialect)
 INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key, salvaged_from)
@@ -358,13 +358,13 @@ WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fenc
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
 WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, CAST(o.incident_id AS text)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, CAST(o.incident_id AS text))) AS b ON b.k = COALESCE(s.queue_key, CAST(s.incident_id AS text)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, CAST(s.incident_id AS text)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)))) ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1 FOR UPDATE OF s SKIP LOCKED) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- CLAIM_CAPPED (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
 WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, CAST(o.incident_id AS text)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, CAST(o.incident_id AS text))) AS b ON b.k = COALESCE(s.queue_key, CAST(s.incident_id AS text)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, CAST(s.incident_id AS text)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)))) AND COALESCE(b.n, 0) < $4 ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1 FOR UPDATE OF s SKIP LOCKED) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- PICK_CAPPED (built from the dialect)
 SELECT s.id, COALESCE(s.queue_key, CAST(s.incident_id AS text))
@@ -383,19 +383,19 @@ WHERE o.pool = $1 AND COALESCE(o.queue_key, CAST(o.incident_id AS text)) = $2 AN
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
 WHERE id = $1 AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- RELEASE (built from the dialect)
 UPDATE sessions
 SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1, queued_ms = COALESCE(queued_ms, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
 WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- RELEASE_FOR_RESUME (built from the dialect)
 UPDATE sessions
 SET owner = $3, lease_expires_ms = $4, detached = FALSE, fence = fence + 1, attempt = attempt + 1, resume_pending = TRUE, resume_after_ms = CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $5, queued_ms = COALESCE(queued_ms, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))
 WHERE id = $1 AND fence = $2 AND (cancel_fence IS NULL OR cancel_fence <> $2) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
-RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms;
+RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- QUEUE_DEPTH (built from the dialect)
 SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(s.queue_key, CAST(s.incident_id AS text)) = $2 THEN 1 ELSE 0 END), 0)

@@ -124,6 +124,7 @@
 //!     .await?;
 //! let session = store
 //!     .create_session(NewSession {
+//!         runner: None,
 //!         lease: None,
 //!         admission: Default::default(),
 //!         id: SessionId::new(),

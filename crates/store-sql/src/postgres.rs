@@ -225,11 +225,11 @@ impl StoreDialect for PgStore {
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
              revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
-             idempotency_key, queued_ms) \
+             idempotency_key, runner, queued_ms) \
         SELECT $1, $2, next.last_seq, \
                CASE WHEN next.last_seq = 1 THEN 'initial' ELSE 'follow_up' END, \
                $3, $4, $5, $6, 1, $7, $8, \
-               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $9, $10, $11, $12, $13, \
+               CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) + $9, $10, $11, $12, $13, $14, \
                CASE WHEN $8 IS NULL THEN CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT) END \
         FROM next \
         RETURNING seq, ",

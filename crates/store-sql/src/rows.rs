@@ -47,7 +47,7 @@ macro_rules! session_columns {
          owner, ",
             $crate::rows::lease_column!(),
             ", created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, \
-             attempt, resume_pending, resume_after_ms"
+             attempt, resume_pending, resume_after_ms, runner"
         )
     };
 }

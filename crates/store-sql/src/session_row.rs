@@ -43,6 +43,7 @@ pub(crate) struct SessionRow {
     attempt: i32,
     resume_pending: bool,
     resume_after_ms: Option<i64>,
+    runner: Option<String>,
 }
 
 /// A lease expiry in milliseconds since the epoch as a time.
@@ -110,6 +111,7 @@ impl SessionRow {
                 queue_key: self.queue_key,
                 idempotency_key: self.idempotency_key,
             },
+            runner: self.runner,
         })
     }
 }

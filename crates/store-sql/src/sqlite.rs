@@ -243,12 +243,12 @@ impl StoreDialect for SqliteStore {
         INSERT INTO sessions \
             (id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, \
              revision, created_at, owner, lease_expires_ms, pool, priority, queue_key, \
-             idempotency_key, queued_ms) \
+             idempotency_key, runner, queued_ms) \
         SELECT $1, i.id, \
                i.last_seq + 1, \
                CASE WHEN i.last_seq = 0 THEN 'initial' ELSE 'follow_up' END, \
                $3, $4, $5, $6, 1, $7, $8, CAST(unixepoch('subsec') * 1000 AS INTEGER) + $9, \
-               $10, $11, $12, $13, \
+               $10, $11, $12, $13, $14, \
                CASE WHEN $8 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END \
         FROM incidents AS i WHERE i.id = $2 \
         RETURNING seq, ",

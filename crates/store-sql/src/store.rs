@@ -198,6 +198,7 @@ macro_rules! sql_store {
                         .bind(i16::from(new.admission.priority.get()))
                         .bind(new.admission.queue_key.as_deref())
                         .bind(new.admission.idempotency_key.as_deref())
+                        .bind(new.runner.as_deref())
                         .fetch_optional_completed(&self.pool)
                         .await
                         .map_err(|e| {
@@ -233,6 +234,7 @@ macro_rules! sql_store {
                         resume_pending: false,
                         resume_after: None,
                         admission: new.admission,
+                        runner: new.runner,
                     })
                 }
 

@@ -12,6 +12,7 @@ async fn hundred_creates(store: &dyn Store) {
     let inc = incident(store).await;
     let creates = (0..100).map(|i| {
         store.create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: SessionId::new(),
@@ -82,6 +83,7 @@ async fn postgres_a_stale_report_racing_a_takeover_writes_nothing() {
     let inc = incident(&store).await;
     let s = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: SessionId::new(),

@@ -34,6 +34,7 @@ async fn refused_before_the_database(store: &dyn Store) {
     assert_invalid(
         store
             .create_session(NewSession {
+                runner: None,
                 admission: Default::default(),
                 lease: None,
                 id: SessionId::new(),

@@ -41,6 +41,7 @@
 //!     .await?;
 //! let session = store
 //!     .create_session(NewSession {
+//!         runner: None,
 //!         lease: None,
 //!         admission: Default::default(),
 //!         id: SessionId::new(),

@@ -194,6 +194,7 @@ impl Store for MemoryStore {
             resume_pending: false,
             resume_after: None,
             admission: new.admission,
+            runner: new.runner,
         };
         let mut session = session;
         self.own(&mut session, new.lease);

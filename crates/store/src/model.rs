@@ -335,6 +335,11 @@ pub struct Session {
     /// Pool, priority, queue key and idempotency key, fixed at create.
     #[serde(default)]
     pub admission: Admission,
+    /// What runs the session, as its creator described it
+    /// ([`NewSession::runner`]); opaque to korvus and not served over
+    /// HTTP. `None` for rows written before it was recorded.
+    #[serde(skip)]
+    pub runner: Option<String>,
 }
 
 /// [`Session::attempt`] of rows written before attempts were counted.
@@ -363,6 +368,11 @@ pub struct NewSession {
     pub lease: Option<Lease>,
     /// Pool, priority, queue key, idempotency key.
     pub admission: Admission,
+    /// What runs the session, as its creator describes it — the CLI
+    /// records its agent options here, so `reopen` and `reply` need none.
+    /// Opaque to korvus, at most [`MAX_RUNNER_BYTES`](crate::validate::MAX_RUNNER_BYTES),
+    /// stored in the clear: never a secret or an environment value.
+    pub runner: Option<String>,
 }
 
 /// A stored file: bytes live in blob storage at `blob_key`, this row describes them.

@@ -14,6 +14,9 @@ use crate::{
 pub const MAX_TITLE_BYTES: usize = 1024;
 /// Maximum length in bytes of a prompt.
 pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
+/// Maximum length in bytes of a session's runner description
+/// ([`NewSession::runner`]).
+pub const MAX_RUNNER_BYTES: usize = 4096;
 /// Maximum length in bytes of an exit reason.
 pub const MAX_EXIT_REASON_BYTES: usize = 1024;
 /// Maximum length in bytes of a context-ref role.
@@ -106,6 +109,9 @@ pub fn new_incident(n: &NewIncident) -> Result {
 /// which owns that rule; here only storability is checked.
 pub fn new_session(n: &NewSession) -> Result {
     text("prompt", &n.prompt, MAX_PROMPT_BYTES)?;
+    if let Some(runner) = &n.runner {
+        text("runner", runner, MAX_RUNNER_BYTES)?;
+    }
     n.workspace_ref.as_ref().map_or(Ok(()), workspace_ref)?;
     admission(&n.admission)
 }

@@ -16,6 +16,7 @@ macro_rules! __with_cases {
             unknown_ids_are_not_found,
             concurrent_creates_get_seqs_one_to_hundred,
             session_insert_rules,
+            the_runner_description_round_trips_and_is_bounded,
             concurrent_first_creates_have_one_initial,
             admission_round_trips_and_idempotency_keys_are_unique,
             settle_sets_and_clears_ended_at,

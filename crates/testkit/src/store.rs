@@ -65,7 +65,7 @@ pub use self::sessions::{
     concurrent_creates_get_seqs_one_to_hundred, concurrent_first_creates_have_one_initial,
     each_new_run_increments_the_fence, reopen_has_exactly_one_winner,
     reopen_of_a_running_session_is_not_finished, session_insert_rules,
-    settle_sets_and_clears_ended_at,
+    settle_sets_and_clears_ended_at, the_runner_description_round_trips_and_is_bounded,
 };
 pub use self::terminal::{
     a_settle_retry_racing_an_idle_cancel_leaves_the_cancel_standing,
@@ -100,6 +100,7 @@ pub async fn session<S: Store + ?Sized>(store: &S, incident: &Incident) -> Sessi
 /// created through a coordinated store's manager), default admission.
 pub fn new_session(incident: &Incident, prompt: &str) -> NewSession {
     NewSession {
+        runner: None,
         admission: Default::default(),
         lease: None,
         id: SessionId::new(),

@@ -166,6 +166,7 @@ async fn the_archive_is_stored_bytes_first_then_as_a_workspace_archive_row() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: s.dir.session_id(),
@@ -230,6 +231,7 @@ async fn a_failed_upload_writes_no_row() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: s.dir.session_id(),
@@ -372,6 +374,7 @@ async fn a_streamed_archive_round_trips_through_the_blob_store() {
     let s = scratch().await;
     let session = store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: None,
             id: s.dir.session_id(),

@@ -261,6 +261,18 @@ impl ManagerBuilder {
         self
     }
 
+    /// Records `description` on every session this manager creates
+    /// ([`Session::runner`](korvus_store::Session::runner)): what runs
+    /// them, in the embedder's own words — the CLI records its agent
+    /// options, so a later `reopen` or `reply` needs none. Opaque to
+    /// korvus, at most 4 KiB (a longer one fails each create with
+    /// `InvalidInput`), stored in the clear: never put a secret or an
+    /// environment value in it.
+    pub fn runner_description(mut self, description: impl Into<String>) -> Self {
+        self.config.runner = Some(description.into());
+        self
+    }
+
     /// How long a cancelled runner may take to return before it is dropped
     /// (default 10 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {

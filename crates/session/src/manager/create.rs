@@ -194,6 +194,7 @@ impl Manager {
             let session = inner
                 .store
                 .create_session(NewSession {
+                    runner: inner.config.runner.clone(),
                     admission: Admission {
                         pool: inner.config.pool.clone(),
                         priority: options.priority,

@@ -65,6 +65,7 @@ pub async fn a_forced_cancel_is_a_fenced_transition_with_its_report_row(
     let inc = incident(store).await;
     let s = store
         .create_session(korvus_store::NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(Lease {
                 owner: OwnerId::new(),

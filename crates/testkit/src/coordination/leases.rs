@@ -35,6 +35,7 @@ pub(super) async fn leased(store: &dyn CoordinatedStore, lease: Lease) -> Sessio
     let inc = incident(store).await;
     store
         .create_session(NewSession {
+            runner: None,
             admission: Default::default(),
             lease: Some(lease),
             id: korvus_store::SessionId::new(),

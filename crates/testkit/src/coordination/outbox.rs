@@ -143,6 +143,7 @@ async fn outside_transitions(
     };
     let e = store
         .create_session(NewSession {
+            runner: None,
             lease: Some(dead),
             ..crate::store::new_session(inc, "orphan")
         })

@@ -343,3 +343,39 @@ pub async fn admission_round_trips_and_idempotency_keys_are_unique(store: &dyn S
         );
     }
 }
+
+/// A session's runner description is stored as given and read back with
+/// the row; one over the limit (or with a NUL) is refused and nothing is
+/// written.
+pub async fn the_runner_description_round_trips_and_is_bounded(store: &dyn Store) {
+    let inc = incident(store).await;
+    let mut new = new_session(&inc, "described");
+    new.runner = Some(r#"["--agent","/opt/agents/investigate"]"#.to_owned());
+    let created = store.create_session(new.clone()).await.unwrap();
+    assert_eq!(created.runner, new.runner);
+    assert_eq!(
+        store.get_session(created.id).await.unwrap().runner,
+        new.runner
+    );
+    let plain = store
+        .create_session(new_session(&inc, "undescribed"))
+        .await
+        .unwrap();
+    assert_eq!(store.get_session(plain.id).await.unwrap().runner, None);
+    for bad in [
+        "x".repeat(korvus_store::validate::MAX_RUNNER_BYTES + 1),
+        "a\0b".to_owned(),
+    ] {
+        let mut new = new_session(&inc, "too long");
+        new.runner = Some(bad);
+        let id = new.id;
+        assert!(matches!(
+            store.create_session(new).await,
+            Err(StoreError::InvalidInput { .. })
+        ));
+        assert!(matches!(
+            store.get_session(id).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}
