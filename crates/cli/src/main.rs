@@ -172,7 +172,7 @@ struct Global {
         global = true,
         default_value_t = korvus_session::DEFAULT_RESUME_ORPHANS
     )]
-    resume_orphans: u32,
+    pub(crate) resume_orphans: u32,
     /// Seconds between two lease renewals (at most a third of the ttl).
     #[arg(long, env = "KORVUS_HEARTBEAT", value_name = "SECS", global = true,
           default_value_t = 10.0, value_parser = seconds)]

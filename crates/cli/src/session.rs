@@ -800,6 +800,9 @@ pub(crate) async fn reap(
     resume: bool,
     retention: korvus_workspace::KeptRetention,
 ) -> Result<ExitCode> {
+    if resume && global.resume_orphans == 0 {
+        bail!("--resume sends orphans back to be resumed, but --resume-orphans is 0: raise it, or leave --resume out to settle them");
+    }
     let backends = Backends::open(global).await?;
     let orphans = backends.store.expired_leases().await?;
     // Dirs first, rows second: a session started in between has a row

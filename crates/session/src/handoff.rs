@@ -51,8 +51,10 @@ impl Manager {
     pub async fn drain(&self, deadline: Duration) -> bool {
         let inner = &self.inner;
         inner.claiming_stopped.store(true, Ordering::SeqCst);
+        inner.draining.store(true, Ordering::SeqCst);
         inner.shutting_down.store(true, Ordering::SeqCst);
-        if !inner.stop_started.swap(true, Ordering::SeqCst) {
+        let first = !inner.stop_started.swap(true, Ordering::SeqCst);
+        if first {
             let n = inner.live.stop_all(true);
             info!(runs = n, "drain: handing every local run off to the pool");
         }
@@ -60,7 +62,26 @@ impl Manager {
         if !done {
             warn!(?deadline, "drain: runs still unwinding at the deadline");
         }
+        if done && first {
+            self.release_owned_root().await;
+        }
         done
+    }
+
+    /// Removes an owned scratch root once the last run released it (at
+    /// the end of `stop` or `drain`).
+    pub(crate) async fn release_owned_root(&self) {
+        let root = self
+            .inner
+            .owned_root
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(root) = root {
+            if let Err(e) = root.release().await {
+                warn!(error = %e, "owned scratch root not removed");
+            }
+        }
     }
 }
 
@@ -92,10 +113,22 @@ impl Run<'_> {
         }
         let inner = self.inner;
         if let Some(dir) = prepared.dir.as_ref().map(|d| d.path().to_path_buf()) {
-            // Through a fresh checkpointer when the run's own one is gone.
-            if !inner.checkpoint_dir(self.key, &dir, checkpointer).await {
+            // Through a fresh checkpointer when the run's own one is gone;
+            // bounded as a landing's persist phase is.
+            let stored = tokio::time::timeout(
+                inner.config.persist.timeout,
+                inner.checkpoint_dir(self.key, &dir, checkpointer),
+            )
+            .await;
+            if !matches!(stored, Ok(true)) {
+                warn!("the hand-off's checkpoint was not stored whole in time: the run lands cancelled");
                 return HandOff::Land(None);
             }
+        }
+        // A cancel that came meanwhile (`Manager::cancel` clears the mark):
+        // the run lands cancelled, as asked.
+        if !self.live.handoff.load(Ordering::Acquire) {
+            return HandOff::Land(None);
         }
         let note = Event::korvus(EventKind::Note {
             text: format!(

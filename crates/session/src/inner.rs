@@ -43,6 +43,9 @@ pub(crate) struct Inner {
     /// loop claims nothing more.
     pub(crate) claiming_stopped: AtomicBool,
     pub(crate) stop_started: AtomicBool,
+    /// Set by `Manager::drain` before `shutting_down`: a run launched
+    /// after it is handed off too (`supervise.rs`).
+    pub(crate) draining: AtomicBool,
     /// This incarnation's lease: the owner of every run it starts, its
     /// ttl and its last renewal.
     pub(crate) ownership: LeaseState,

@@ -75,6 +75,8 @@ impl Manager {
         // every entry, so either it saw this entry or this sees the flag.
         if inner.is_shutting_down() {
             run.by_stop.store(true, Ordering::Release);
+            run.handoff
+                .store(inner.draining.load(Ordering::SeqCst), Ordering::Release);
             run.cancel.cancel();
         }
         // A root span: the run outlives the call that launched it (whose
@@ -213,6 +215,8 @@ async fn iterate(
     };
     let lease = Box::pin(run.pin_docs(&plan)).await;
     let (resume, resumed) = crate::run::Resume::split(plan.resume.take());
+    // A resumed attempt of revision 1 has started before: never queued again.
+    let never_started = plan.session().started_at.is_none();
     // The plan goes into the context: from here on the run needs its key.
     let ctx = context(
         crate::run::unbox(plan),
@@ -224,7 +228,7 @@ async fn iterate(
     );
     // Only a first run goes back to the queue: a continued revision's
     // message lives in this run alone (a claim of it would run it afresh).
-    let first_run = run.key.revision == 1;
+    let first_run = run.key.revision == 1 && never_started;
     // Only a stop: a run a caller (or a cancel request) cancelled first
     // ends `cancelled` as asked.
     if first_run && run.token.is_cancelled() && live.by_stop.load(Ordering::Acquire) {

@@ -154,3 +154,30 @@ async fn a_drain_leaves_queued_sessions_queued_and_a_stop_still_cancels() {
         .iter()
         .any(|a| a.path == "work/progress.txt"));
 }
+
+/// A cancel that comes while a drain hands a run off wins: the run lands
+/// `cancelled`, it is not sent back to be resumed.
+#[tokio::test]
+async fn a_cancel_during_a_hand_off_lands_cancelled() {
+    let env = Env::new().await;
+    let runner = ScriptRunner::new(|ctx, _| async move {
+        write_files(&ctx, &[("work/progress.txt", "half\n")]);
+        ctx.cancel.cancelled().await;
+        // Still unwinding when the cancel arrives.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(RunOutcome::completed(counters()))
+    });
+    let manager = env.builder(runner).build();
+    let session = manager.create(env.request("stop me")).await.unwrap();
+    until_started(&env, session.id).await;
+    let drain = {
+        let manager = manager.clone();
+        tokio::spawn(async move { manager.drain(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    manager.cancel(session.id).await.unwrap();
+    assert!(drain.await.unwrap(), "drained");
+    let row = env.store.get_session(session.id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Cancelled, "{row:?}");
+    assert!(!row.is_resume_pending(), "{row:?}");
+}

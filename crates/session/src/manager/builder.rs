@@ -346,6 +346,7 @@ impl ManagerBuilder {
                 shutting_down: AtomicBool::new(false),
                 claiming_stopped: AtomicBool::new(!claims),
                 stop_started: AtomicBool::new(false),
+                draining: AtomicBool::new(false),
                 ownership,
                 slots,
             }),

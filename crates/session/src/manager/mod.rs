@@ -183,6 +183,8 @@ impl Manager {
                 let _ = run.cancelled_at.set(std::time::Instant::now());
                 crate::metrics::cancelled(false);
             }
+            // A run being handed off (`drain`) lands cancelled instead.
+            run.handoff.store(false, Ordering::Release);
             run.cancel.cancel();
             if run.fence == row.fence {
                 return Ok(row);
@@ -407,16 +409,7 @@ impl Manager {
         }
         self.wait().await;
         if first {
-            let root = inner
-                .owned_root
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(root) = root {
-                if let Err(e) = root.release().await {
-                    warn!(error = %e, "owned scratch root not removed");
-                }
-            }
+            self.release_owned_root().await;
         }
     }
 
