@@ -45,7 +45,18 @@ pub(crate) fn describe(matches: &ArgMatches) -> Option<String> {
             out.push(absolute(id, &value.to_string_lossy()));
         }
     }
-    serde_json::to_string(&out).ok()
+    let described = serde_json::to_string(&out).ok()?;
+    // Too long to keep: the sessions are created all the same, and
+    // `reopen` / `reply` then need `--agent`.
+    if described.len() > korvus_store::validate::MAX_RUNNER_BYTES {
+        eprintln!(
+            "korvus: warning: the agent options are over {} bytes: sessions will not \
+             remember them (`reopen` and `reply` need --agent)",
+            korvus_store::validate::MAX_RUNNER_BYTES
+        );
+        return None;
+    }
+    Some(described)
 }
 
 /// A program path given relative to the working directory, made absolute

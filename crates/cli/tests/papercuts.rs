@@ -428,3 +428,24 @@ fn reply_needs_no_agent_after_a_run_that_ended_waiting() {
     let report = ok(korvus(data.path()).args(["cat", &id]));
     assert!(report.contains("# answered with db-1"), "{report}");
 }
+
+/// Agent options too long to remember do not stop the run: it is said,
+/// and the session simply remembers none.
+#[test]
+fn agent_options_too_long_to_remember_still_run() {
+    let data = tempfile::tempdir().unwrap();
+    let agent = crate::support::script(data.path(), "ok.sh", "echo '# ok' > report.md\n");
+    let long = "x".repeat(5000);
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent", "sh", "--agent-arg"])
+            .arg(&agent)
+            .args(["--agent-arg", &long, "go"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("sessions will not remember them"),
+        "{}",
+        stderr(&out)
+    );
+}
