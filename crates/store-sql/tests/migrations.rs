@@ -75,14 +75,15 @@ async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sql
         .run(&pool)
         .await
         .expect("migrate to the version before");
-    // Today's session insert numbers from `incidents.last_seq` and reads
-    // the owner-level lease (later migrations): the column and its
+    // Today's session insert numbers from `incidents.last_seq`, reads
+    // the owner-level lease and writes `runner` (later migrations): the column and its
     // trigger, the `owners` table and `detached` stand in while the rows
     // of the old version are written, and go again before the migrations
     // run, which then fill the column from the sessions.
     for stand_in in [
         "CREATE TABLE owners (id BLOB PRIMARY KEY NOT NULL, expires_ms INTEGER NOT NULL) STRICT",
         "ALTER TABLE sessions ADD COLUMN detached INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN runner TEXT",
         "ALTER TABLE incidents ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
         "CREATE TRIGGER stand_in_last_seq AFTER INSERT ON sessions FOR EACH ROW BEGIN \
          UPDATE incidents SET last_seq = NEW.seq WHERE id = NEW.incident_id; END",
@@ -120,6 +121,7 @@ async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sql
         "ALTER TABLE incidents DROP COLUMN last_seq",
         "DROP TABLE owners",
         "ALTER TABLE sessions DROP COLUMN detached",
+        "ALTER TABLE sessions DROP COLUMN runner",
     ] {
         sqlx::query(stand_in)
             .execute(&pool)
