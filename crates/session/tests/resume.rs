@@ -101,52 +101,18 @@ async fn finish(
 #[tokio::test]
 async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
     let env = Env::new().await;
-    // A manager that only creates: its one slot is held, so the session
-    // is queued, and it never claims.
-    let release = Arc::new(Notify::new());
-    let blocking = {
-        let release = Arc::clone(&release);
-        ScriptRunner::new(move |ctx, _| {
-            let release = Arc::clone(&release);
-            async move {
-                tokio::select! {
-                    () = release.notified() => {}
-                    () = ctx.cancel.cancelled() => {}
-                }
-                write_files(&ctx, &[("report.md", "# held\n")]);
-                Ok(RunOutcome::completed(counters()))
-            }
-        })
-    };
-    let creator = env
-        .builder(blocking)
-        .max_running(1)
-        .claim_queued(false)
-        .build();
-    let blocker = creator.create(env.request("holds the slot")).await.unwrap();
-    let target = creator.create(env.request("find the leak")).await.unwrap();
-    assert!(target.is_queued(), "{target:?}");
-
     // Its first attempt: claimed, started, wrote files here, then its
-    // manager died (a lease of ttl zero, never renewed).
-    let dead = env
-        .store
-        .claim_next(
-            DEFAULT_POOL,
-            None,
-            Lease {
-                owner: OwnerId::new(),
-                ttl: Duration::ZERO,
-            },
-        )
-        .await
-        .unwrap()
-        .expect("the queued session");
-    assert_eq!(dead.id, target.id);
-    env.store.mark_started(dead.id, dead.fence).await.unwrap();
-    let dir = env.dir_of(dead.id, 1);
-    write(&dir, "work/progress.txt", "step 3 of 5\n");
-    write(&dir, "notes.md", "half done\n");
+    // manager died.
+    let (creator, release, blocker, target) = orphan_here(
+        &env,
+        "find the leak",
+        &[
+            ("work/progress.txt", "step 3 of 5\n"),
+            ("notes.md", "half done\n"),
+        ],
+    )
+    .await;
+    let dir = env.dir_of(target, 1);
 
     let seen: Seen = Arc::default();
     let resumed = {
@@ -170,7 +136,7 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
         .resume_orphans(3, Duration::ZERO)
         .build();
     let row = survivor
-        .await_settled(target.id, Duration::from_secs(20))
+        .await_settled(target, Duration::from_secs(20))
         .await
         .unwrap();
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
@@ -190,13 +156,13 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
 
     // One report row, of the resumed attempt; the dead attempt's files are
     // final rows of the revision; its dir is gone.
-    let report = env.store.get_report(target.id, 1).await.unwrap();
+    let report = env.store.get_report(target, 1).await.unwrap();
     assert_eq!(report.exit_reason, "completed", "{report:?}");
     assert!(
-        env.store.get_report(target.id, 2).await.is_err(),
+        env.store.get_report(target, 2).await.is_err(),
         "no second revision"
     );
-    let artifacts = env.store.all_session_artifacts(target.id).await.unwrap();
+    let artifacts = env.store.all_session_artifacts(target).await.unwrap();
     for path in ["work/progress.txt", "notes.md"] {
         assert!(
             artifacts
@@ -206,7 +172,7 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
         );
     }
     assert!(!dir.exists(), "the dead attempt's dir was removed");
-    let notes = crate::support::notes(&env, target.id).await;
+    let notes = crate::support::notes(&env, target).await;
     assert!(
         notes.iter().any(|n| n.starts_with(
             "attempt 2 of revision 1: resumed after its previous attempt was interrupted"
@@ -214,13 +180,7 @@ async fn an_orphan_is_resumed_from_its_dir_here_and_its_revision_lands_once() {
         "{notes:?}"
     );
 
-    release.notify_waiters();
-    creator
-        .await_settled(blocker.id, Duration::from_secs(10))
-        .await
-        .unwrap();
-    survivor.stop().await;
-    creator.stop().await;
+    finish(creator, &release, blocker, &[&survivor]).await;
 }
 
 #[tokio::test]
