@@ -383,12 +383,17 @@ impl Subscriber {
         self.next = offset + 1;
     }
 
-    /// The final `end` event, carrying the session row.
+    /// The final `end` event, carrying the session's detail (the row,
+    /// its counters and cause).
     async fn finish(&mut self) {
-        let data = match self.manager.store().get_session(self.id).await {
-            Ok(row) => serde_json::to_string(&row).unwrap_or_else(|_| "{}".into()),
+        let detail = match self.manager.store().get_session(self.id).await {
+            Ok(row) => crate::routes::SessionDetail::of(&self.manager, row).await,
+            Err(e) => Err(e.into()),
+        };
+        let data = match detail {
+            Ok(detail) => serde_json::to_string(&detail).unwrap_or_else(|_| "{}".into()),
             Err(e) => {
-                tracing::warn!(session = %self.id, error = %e, "session row unreadable at stream end");
+                tracing::warn!(session = %self.id, error = ?e, "session unreadable at stream end");
                 "{}".into()
             }
         };

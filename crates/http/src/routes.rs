@@ -11,7 +11,7 @@ use korvus_store::{
     Artifact, ArtifactId, ArtifactKind, Entity, Incident, IncidentId, NewIncident, Priority,
     Session, SessionId, StoreError, StoreExt, WorkspaceRef,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{parse_id, ApiError, ApiJson, ApiPath, ApiQuery};
 use crate::pages::{self, PageQuery};
@@ -179,12 +179,40 @@ pub(crate) async fn list_sessions(
     Ok(pages::respond(&uri, &page, paged))
 }
 
+/// `GET /api/sessions/{id}` and the event stream's `end`: the row, with
+/// its counters read live from the turn log while it runs, why it failed
+/// and where it waits in line ([`Manager::progress`](korvus_session::Manager::progress)).
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionDetail {
+    #[serde(flatten)]
+    session: Session,
+    cause: Option<String>,
+    queue_position: Option<u64>,
+}
+
+impl SessionDetail {
+    /// The detail of `session`, a row just read.
+    pub(crate) async fn of(
+        manager: &korvus_session::Manager,
+        mut session: Session,
+    ) -> Result<Self> {
+        let progress = manager.progress(&session).await?;
+        session.counters = progress.counters;
+        Ok(Self {
+            session,
+            cause: progress.cause,
+            queue_position: progress.queue_position,
+        })
+    }
+}
+
 pub(crate) async fn get_session(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Session>> {
+) -> Result<Json<SessionDetail>> {
     let id: SessionId = parse_id("session", &id)?;
-    Ok(Json(app.manager.store().get_session(id).await?))
+    let row = app.manager.store().get_session(id).await?;
+    Ok(Json(SessionDetail::of(&app.manager, row).await?))
 }
 
 pub(crate) async fn cancel_session(

@@ -39,19 +39,19 @@ fn gated(gate: Arc<Semaphore>) -> ScriptRunner {
 
 /// One parsed SSE frame.
 #[derive(Debug, Clone, PartialEq)]
-enum Frame {
+pub(crate) enum Frame {
     Event { id: u64, data: Value },
     End(Value),
 }
 
 /// Reads SSE frames from a response body.
-struct Reader {
+pub(crate) struct Reader {
     body: axum::body::BodyDataStream,
     buf: String,
 }
 
 impl Reader {
-    async fn open(app: &axum::Router, uri: &str, last_event_id: Option<u64>) -> Self {
+    pub(crate) async fn open(app: &axum::Router, uri: &str, last_event_id: Option<u64>) -> Self {
         let mut req = request(Method::GET, uri, None);
         if let Some(id) = last_event_id {
             req.headers_mut()
@@ -88,7 +88,7 @@ impl Reader {
     }
 
     /// Every frame up to and including `end`; asserts the stream then ends.
-    async fn rest(&mut self) -> Vec<Frame> {
+    pub(crate) async fn rest(&mut self) -> Vec<Frame> {
         let mut out = Vec::new();
         while let Some(f) = self.next().await {
             let end = matches!(f, Frame::End(_));

@@ -100,6 +100,27 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut
         }
         return;
     }
+    if let Some(members) = schema["oneOf"].as_array() {
+        let fitting = members
+            .iter()
+            .filter(|s| {
+                let mut p = Vec::new();
+                validate(doc, s, value, at, &mut p);
+                p.is_empty()
+            })
+            .count();
+        if fitting != 1 {
+            problems.push(format!(
+                "{at}: {value} matches {fitting} members of a oneOf, not one"
+            ));
+        }
+        return;
+    }
+    if let Some(constant) = schema.get("const") {
+        if constant != value {
+            problems.push(format!("{at}: {value} is not {constant}"));
+        }
+    }
     if let Some(allowed) = schema["enum"].as_array() {
         if !allowed.contains(value) {
             problems.push(format!("{at}: {value} is not one of {allowed:?}"));
@@ -321,4 +342,191 @@ fn a_field_missing_from_the_document_fails_validation() {
         problems,
         vec!["$.tool_calls is not in the schema".to_owned()]
     );
+}
+
+/// A runner that logs one turn with every kind of event, waits for a
+/// permit of `gate` on its first run, writes its report and completes — or
+/// fails, for a prompt of `fail`.
+fn every_kind(gate: std::sync::Arc<tokio::sync::Semaphore>) -> crate::support::ScriptRunner {
+    use korvus_log::{Author, Event, EventKind, Role};
+    crate::support::ScriptRunner::new(move |ctx, resume| {
+        let gate = std::sync::Arc::clone(&gate);
+        async move {
+            let events = vec![
+                Event::now(EventKind::TurnStart { turn: 1 }),
+                Event::now(EventKind::Message {
+                    role: Role::Assistant,
+                    text: "looking".into(),
+                }),
+                Event::now(EventKind::ToolCall {
+                    call_id: "c1".into(),
+                    tool: "shell".into(),
+                    input: json!({"cmd": "df -h"}),
+                }),
+                Event::now(EventKind::ToolResult {
+                    call_id: "c1".into(),
+                    ok: true,
+                    output: json!("95% used"),
+                }),
+                Event::now(EventKind::Usage {
+                    input_tokens: 30,
+                    output_tokens: 20,
+                }),
+                Event::now(EventKind::Note {
+                    text: "stderr: warning".into(),
+                })
+                .by(Author::Agent),
+                Event::now(EventKind::TurnEnd {
+                    turn: 1,
+                    interrupted: false,
+                }),
+            ];
+            ctx.log.append(&events).await.unwrap();
+            if ctx.session.prompt == "fail" {
+                return Err(korvus_runner::RunError::msg("the model API is down"));
+            }
+            if resume.is_none() {
+                gate.acquire().await.unwrap().forget();
+            }
+            crate::support::write_files(&ctx, &[("report.md", "# Done\n")]);
+            Ok(korvus_runner::RunOutcome::completed(
+                korvus_store::Counters::default(),
+            ))
+        }
+    })
+}
+
+/// A walk through the lifecycle — a run, its live counters, its end, a
+/// reopen, a failed session — with every event-stream frame validated
+/// against the document: each `message` as an `Event` (one `oneOf`
+/// member exactly), each `end` as a `SessionDetail`, strictly.
+#[tokio::test]
+async fn every_event_of_a_lifecycle_walk_matches_the_event_schema() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let env = Env::new(every_kind(std::sync::Arc::clone(&gate))).await;
+    let doc = served(&env).await;
+    let router = env.router();
+    let sessions = format!("/api/incidents/{}/sessions", env.incident.id);
+    let id = post(&router, &sessions, json!({"prompt": "look"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // While it runs, after its first turn: counters read from the log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let live = loop {
+        let answer = get(&router, &format!("/api/sessions/{id}")).await;
+        conforms(&doc, &Method::GET, &format!("/api/sessions/{id}"), &answer);
+        let row = answer.json();
+        if row["counters"]["turns"] == 1 {
+            break row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no live counters: {row}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(live["status"], "running", "{live}");
+    assert_eq!(
+        live["counters"],
+        json!({"turns": 1, "tool_calls": 1, "input_tokens": 30, "output_tokens": 20})
+    );
+    assert_eq!(live["cause"], Value::Null);
+    gate.add_permits(1);
+    settled(&env, &id).await;
+    let reopened = post(
+        &router,
+        &format!("/api/sessions/{id}/reopen"),
+        json!({"message": "and now?"}),
+    )
+    .await;
+    assert_eq!(reopened.status, StatusCode::OK, "{}", reopened.text());
+    settled(&env, &id).await;
+
+    let failed = post(&router, &sessions, json!({"prompt": "fail"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&env, &failed).await;
+    let row = get(&router, &format!("/api/sessions/{failed}"))
+        .await
+        .json();
+    assert_eq!(row["status"], "failed");
+    assert!(
+        row["cause"]
+            .as_str()
+            .is_some_and(|c| c.contains("the model API is down")),
+        "{row}"
+    );
+
+    let mut kinds = std::collections::BTreeSet::new();
+    for session in [&id, &failed] {
+        let mut reader =
+            crate::events::Reader::open(&router, &format!("/api/sessions/{session}/events"), None)
+                .await;
+        for frame in reader.rest().await {
+            let (schema, data) = match frame {
+                crate::events::Frame::Event { data, .. } => ("Event", data),
+                crate::events::Frame::End(data) => ("SessionDetail", data),
+            };
+            let media = &doc["paths"]["/sessions/{id}/events"]["get"]["responses"]["200"]
+                ["content"]["text/event-stream"]["x-sse-data"];
+            let name = if schema == "Event" { "message" } else { "end" };
+            let mut problems = Vec::new();
+            validate(&doc, &media[name], &data, "$", &mut problems);
+            assert!(problems.is_empty(), "{data}: {problems:#?}");
+            if schema == "Event" {
+                kinds.insert((
+                    data["type"].as_str().unwrap().to_owned(),
+                    data["by"].to_string(),
+                ));
+            }
+        }
+    }
+    // The walk saw every kind, and korvus's words beside the agent's.
+    for kind in [
+        "turn_start",
+        "turn_end",
+        "message",
+        "tool_call",
+        "tool_result",
+        "note",
+        "usage",
+    ] {
+        assert!(kinds.iter().any(|(k, _)| k == kind), "{kind}: {kinds:?}");
+    }
+    assert!(
+        kinds.contains(&("note".to_owned(), "\"korvus\"".to_owned())),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&("message".to_owned(), "\"korvus\"".to_owned())),
+        "{kinds:?}"
+    );
+}
+
+/// An event of no documented kind, or with a field its kind does not
+/// have, fails the event schema.
+#[test]
+fn an_event_the_schema_does_not_describe_fails_it() {
+    let doc = korvus_http::openapi::document();
+    let event = json!({"$ref": "#/components/schemas/Event"});
+    let check = |value: Value| {
+        let mut problems = Vec::new();
+        validate(doc, &event, &value, "$", &mut problems);
+        problems
+    };
+    assert!(check(json!({"type": "turn_start", "turn": 1, "by": "agent"})).is_empty());
+    assert!(
+        !check(json!({"type": "turn_start"})).is_empty(),
+        "turn missing"
+    );
+    assert!(!check(json!({"type": "budget_reached"})).is_empty());
+    assert!(!check(json!({"type": "note", "text": "x", "extra": 1})).is_empty());
+    assert!(!check(json!({"type": "note", "text": "x", "by": "someone"})).is_empty());
 }

@@ -286,23 +286,28 @@ async fn begins_with_repair(log: &LogHandle, start: u64, end: u64) -> korvus_log
 /// # Errors
 /// The log's, when a read fails.
 pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Option<String>> {
-    let mut end = log.len().await?;
-    while end > 0 {
-        let from = end.saturating_sub(TAIL_PAGE);
-        let page = log.read(from, Some(end - from)).await?;
-        let found = page.into_iter().rev().find_map(|e| match e.kind {
-            EventKind::Message {
-                role: Role::User,
-                text,
-            } if e.by != Some(Author::Agent) => Some(text),
-            _ => None,
-        });
-        if found.is_some() {
-            return Ok(found);
-        }
-        end = from;
-    }
-    Ok(None)
+    last_of(log, |e| match e.kind {
+        EventKind::Message {
+            role: Role::User,
+            text,
+        } if e.by != Some(Author::Agent) => Some(text),
+        _ => None,
+    })
+    .await
+}
+
+/// The text of the last note korvus wrote in `log` (why a run ended, what
+/// it could not do), read backwards a page at a time; an agent's note is
+/// passed over, however it reads.
+///
+/// # Errors
+/// The log's, when a read fails.
+pub(crate) async fn last_korvus_note(log: &LogHandle) -> korvus_log::Result<Option<String>> {
+    last_of(log, |e| match e.kind {
+        EventKind::Note { text } if e.by == Some(Author::Korvus) => Some(text),
+        _ => None,
+    })
+    .await
 }
 
 /// The time of the last event of `log` that carries one (read before
@@ -314,12 +319,21 @@ pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Opt
 pub(crate) async fn last_event_at(
     log: &LogHandle,
 ) -> korvus_log::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    last_of(log, |e| e.at).await
+}
+
+/// What `pick` makes of the last event of `log` it accepts, read
+/// backwards a page at a time.
+async fn last_of<T>(
+    log: &LogHandle,
+    mut pick: impl FnMut(Event) -> Option<T>,
+) -> korvus_log::Result<Option<T>> {
     let mut end = log.len().await?;
     while end > 0 {
         let from = end.saturating_sub(TAIL_PAGE);
         let page = log.read(from, Some(end - from)).await?;
-        if let Some(at) = page.into_iter().rev().find_map(|e| e.at) {
-            return Ok(Some(at));
+        if let Some(found) = page.into_iter().rev().find_map(&mut pick) {
+            return Ok(Some(found));
         }
         end = from;
     }

@@ -26,8 +26,8 @@ pub(crate) enum RunResult {
     LeaseLost(Option<RunOutcome>),
     /// The run exceeded the run timeout.
     TimedOut,
-    /// The runner panicked.
-    Panicked,
+    /// The runner panicked, with the panic's message when it had one.
+    Panicked(Option<String>),
 }
 
 impl RunResult {
@@ -36,11 +36,33 @@ impl RunResult {
     pub(crate) fn ending(&self) -> Ending {
         match self {
             RunResult::Failed(e) => Ending::RunnerFailed(e.exit_reason.clone()),
-            RunResult::Panicked => Ending::Panicked,
+            RunResult::Panicked(_) => Ending::Panicked,
             RunResult::TimedOut => Ending::TimedOut,
             RunResult::Cancelled(_) => Ending::Cancelled,
             RunResult::LeaseLost(_) => Ending::LeaseLost,
             RunResult::Returned(o) => Ending::Returned(o.exit_reason.clone()),
+        }
+    }
+
+    /// Why the run ended without its runner's say, in korvus's words (the
+    /// turn log's note and the report's detail: the session's cause): the
+    /// runner's error, a panic, the run timeout of `timeout`, a lapsed
+    /// lease. `None` for a return and a cancel, which say it themselves.
+    pub(crate) fn why(&self, timeout: std::time::Duration) -> Option<String> {
+        match self {
+            RunResult::Failed(e) => Some(e.to_string()),
+            RunResult::Panicked(Some(m)) => Some(format!("the runner panicked: {m}")),
+            RunResult::Panicked(None) => Some("the runner panicked".into()),
+            RunResult::TimedOut => Some(format!(
+                "the run exceeded its run timeout ({:.1} s)",
+                timeout.as_secs_f64()
+            )),
+            RunResult::LeaseLost(_) => Some(
+                "this manager stopped the run: it could not renew its lease, so another \
+                 manager may take the session over"
+                    .into(),
+            ),
+            RunResult::Returned(_) | RunResult::Cancelled(_) => None,
         }
     }
 
@@ -70,9 +92,16 @@ impl RunResult {
                 warn!(error = %e, "runner failed");
                 RunResult::Failed(e)
             }
-            Err(_) => {
-                error!("runner panicked");
-                RunResult::Panicked
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned());
+                error!(
+                    message = message.as_deref().unwrap_or(""),
+                    "runner panicked"
+                );
+                RunResult::Panicked(message)
             }
         }
     }

@@ -44,9 +44,8 @@ impl Run<'_> {
         let (inner, run, log) = (&**self.inner, self.key, &*self.log);
         let mut ending = result.ending();
         let returned = ending.settles().1;
-        if let Some(original) = returned.rejected() {
-            note_rejected(log, original).await;
-        }
+        let why = result.why(inner.config.run_timeout);
+        note_ending(log, why.as_deref(), returned.rejected()).await;
         let claimed = result.outcome().is_some_and(|o| o.author_finished);
         let counters = counters_of(inner, run, log, &result).await.saturating();
         // Whatever the runner claims, a restored report.md it never touched was
@@ -81,7 +80,7 @@ impl Run<'_> {
         // The scratch dir is the only copy of what could not be stored: it is
         // kept, and the report row says where.
         let mut keep = unstored(&outcome);
-        let mut detail = outcome.detail();
+        let mut detail = cause_first(why, outcome.detail());
         if let (Some(_), Some(dir)) = (&keep, &prepared.dir) {
             detail = Some(kept_detail(detail, dir.path()));
         }
@@ -153,6 +152,24 @@ pub(crate) fn unstored(outcome: &PersistOutcome) -> Option<String> {
         );
     }
     None
+}
+
+/// The report's detail: why the run ended without its runner's say (the
+/// session's cause), then what degraded the persist phase, within the
+/// row's bound.
+fn cause_first(why: Option<String>, persist: Option<String>) -> Option<String> {
+    let max = korvus_store::validate::MAX_REPORT_DETAIL_BYTES;
+    let mut detail = match (why, persist) {
+        (Some(mut why), Some(persist)) => {
+            cut(&mut why, max / 2);
+            Some(format!("{why}; {persist}"))
+        }
+        (why, persist) => why.or(persist),
+    };
+    if let Some(d) = &mut detail {
+        cut(d, max);
+    }
+    detail
 }
 
 /// `detail` with where the scratch dir is kept, within the row's bound:
@@ -348,6 +365,26 @@ async fn note_over_budget(log: &LogHandle, outcome: &PersistOutcome) {
     });
     if let Err(e) = log.append(&[note]).await {
         warn!(error = %e, "over-budget files not noted in the turn log");
+    }
+}
+
+/// Says in the turn log why the run ended without its runner's say (its
+/// error, a panic, the timeout, a lapsed lease) and keeps an exit reason
+/// it handed over that was not valid.
+async fn note_ending(log: &LogHandle, why: Option<&str>, rejected: Option<&str>) {
+    if let Some(why) = why {
+        note_why(log, why).await;
+    }
+    if let Some(original) = rejected {
+        note_rejected(log, original).await;
+    }
+}
+
+async fn note_why(log: &LogHandle, why: &str) {
+    let mut text = why.to_owned();
+    cut(&mut text, REJECTED_NOTE_BYTES);
+    if let Err(e) = log.append(&[Event::korvus(EventKind::Note { text })]).await {
+        warn!(error = %e, "the run's end not noted in the turn log");
     }
 }
 

@@ -110,6 +110,7 @@ mod manager;
 pub mod metrics;
 mod notify_log;
 mod prepare;
+mod progress;
 mod prune;
 mod reopen;
 mod reopener;
@@ -133,6 +134,7 @@ pub use crate::manager::{
     DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
     DEFAULT_MAX_RUNNING, DEFAULT_RESUME_ORPHANS, DEFAULT_RUN_TIMEOUT,
 };
+pub use crate::progress::Progress;
 pub use crate::prune::{
     prune, PruneConfig, PruneError, PruneReport, PruneTargets, MAX_REPORTED_FAILURES,
     PRUNE_CONCURRENCY,

@@ -13,9 +13,20 @@ use korvus_testkit::faults::{BlobFault, StoreFault, StoreOp};
 
 use crate::support::{settled, write_files, writing, Env, ScriptRunner};
 
+/// One session, settled; a failed one must say why
+/// ([`Manager::progress`]'s cause: its report's detail, else korvus's last
+/// note).
 async fn one(env: &Env, manager: &Manager) -> korvus_store::Session {
     let s = manager.create(env.request("go")).await.unwrap();
-    settled(manager, &s).await
+    let row = settled(manager, &s).await;
+    if row.status == SessionStatus::Failed {
+        let cause = manager.progress(&row).await.unwrap().cause;
+        assert!(
+            cause.as_deref().is_some_and(|c| !c.trim().is_empty()),
+            "a failed session says why: {row:?}"
+        );
+    }
+    row
 }
 
 #[tokio::test]

@@ -402,6 +402,11 @@ SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(s.queue_key, CAST(s.incident_id
 FROM sessions AS s
 WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL;
 
+-- QUEUE_POSITION (built from the dialect)
+SELECT (SELECT COUNT(*) FROM sessions AS s WHERE s.pool = me.pool AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user'))) AND (s.priority > me.priority OR s.priority = me.priority AND (COALESCE(s.queued_ms, 0) < COALESCE(me.queued_ms, 0) OR COALESCE(s.queued_ms, 0) = COALESCE(me.queued_ms, 0) AND s.id < me.id)))
+FROM sessions AS me
+WHERE me.id = $1 AND (me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason <> 'awaiting_user') AND me.owner IS NULL AND me.started_at IS NULL OR ((me.resume_pending = TRUE AND me.lease_expires_ms = 253402300799999) AND me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason <> 'awaiting_user')));
+
 -- STAMP_KEY (built from the dialect)
 INSERT INTO queue_keys (pool, queue_key, last_claimed_ms)
 VALUES ($1, $2, CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT))

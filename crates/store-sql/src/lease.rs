@@ -404,6 +404,10 @@ macro_rules! sql_lease {
                     Ok(depth)
                 }
 
+                async fn queue_position(&self, id: SessionId) -> Result<Option<u64>> {
+                    self.queue_position_row(id).await
+                }
+
                 async fn request_cancel(&self, id: SessionId) -> Result<Session> {
                     let row: Option<SessionRow> = sqlx::query_as(REQUEST_CANCEL)
                         .bind(id.as_uuid())

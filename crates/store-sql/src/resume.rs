@@ -1,6 +1,7 @@
 //! `release_for_resume` of both engines (see
 //! [`Coordination::release_for_resume`](korvus_store::Coordination::release_for_resume)):
-//! one conditional statement; its failure path reads why it refused.
+//! one conditional statement; its failure path reads why it refused. And
+//! `queue_position`, the line a released (or queued) row waits in.
 
 /// The inherent `release_for_resume_row` of `$store`, expanded inside the
 /// `lease` module's scope (its imports and `STATEMENTS`).
@@ -39,6 +40,16 @@ macro_rules! resume_rows {
                         }))
                     }
                 }
+            }
+
+            /// See [`Coordination::queue_position`](korvus_store::Coordination::queue_position).
+            pub(crate) async fn queue_position_row(&self, id: SessionId) -> Result<Option<u64>> {
+                let ahead: Option<(i64,)> = sqlx::query_as(&STATEMENTS.queue_position)
+                    .bind(id.as_uuid())
+                    .fetch_optional_completed(&self.pool)
+                    .await
+                    .map_err(backend(Self::BACKEND))?;
+                Ok(ahead.map(|(n,)| u64::try_from(n).unwrap_or(0) + 1))
             }
         }
     };

@@ -198,6 +198,30 @@ fn queue_depth(key: &str) -> String {
     )
 }
 
+/// `alias`'s row waits in its pool's line: queued, or its resume pending
+/// (whatever its backoff).
+fn waiting(alias: &str) -> String {
+    format!(
+        "({queued} OR ({pending} AND {alias}.status = 'running' \
+         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user')))",
+        queued = queued(alias),
+        pending = pending(&format!("{alias}."))
+    )
+}
+
+/// `queue_position`: see [`Statements::queue_position`].
+fn queue_position() -> String {
+    format!(
+        "SELECT (SELECT COUNT(*) FROM sessions AS s WHERE s.pool = me.pool AND {s_waits} \
+         AND (s.priority > me.priority OR s.priority = me.priority \
+         AND (COALESCE(s.queued_ms, 0) < COALESCE(me.queued_ms, 0) \
+         OR COALESCE(s.queued_ms, 0) = COALESCE(me.queued_ms, 0) AND s.id < me.id))) \
+         FROM sessions AS me WHERE me.id = $1 AND {me_waits}",
+        s_waits = waiting("s"),
+        me_waits = waiting("me"),
+    )
+}
+
 /// `release`: see [`Statements::release`].
 fn release(now: &str) -> String {
     format!(
@@ -302,6 +326,10 @@ pub(crate) struct Statements {
     /// whose key (queue key, else the incident as the engine writes it
     /// as text) is `$2`.
     pub(crate) queue_depth: String,
+    /// `queue_position`: the waiting rows of the pool of session `$1`
+    /// ahead of it (higher priority, or the same and queued before it);
+    /// no row when it does not wait.
+    pub(crate) queue_position: String,
     /// After a claim: its key's turn is taken now. Binds `$1` pool, `$2`
     /// key.
     pub(crate) stamp_key: String,
@@ -374,6 +402,7 @@ impl Statements {
             ),
             key_busy: key_busy(&key),
             queue_depth: queue_depth(&key),
+            queue_position: queue_position(),
             release: release(now),
             release_for_resume: release_for_resume(now),
             stamp_key: format!(
@@ -411,6 +440,7 @@ impl Statements {
             ("RELEASE", &self.release),
             ("RELEASE_FOR_RESUME", &self.release_for_resume),
             ("QUEUE_DEPTH", &self.queue_depth),
+            ("QUEUE_POSITION", &self.queue_position),
             ("STAMP_KEY", &self.stamp_key),
         ];
         if let Some(one) = &self.heartbeat.one_statement {

@@ -308,6 +308,18 @@ pub trait Coordination: Send + Sync + Debug + 'static {
         queue_key: Option<&str>,
         incident: IncidentId,
     ) -> Result<QueueDepth>;
+
+    /// Where a waiting session (queued, or its resume pending) stands in
+    /// its pool's line, 1 being next: one more than the waiting rows of
+    /// its pool with a higher priority, or the same priority and queued
+    /// before it (by the time it was first queued, then id). An estimate
+    /// for people, never an order: a claim also weighs each key's runs in
+    /// progress and turn, per-key caps and resume backoffs. A read; `None`
+    /// for a session that does not wait, or does not exist.
+    ///
+    /// # Errors
+    /// `Backend` on I/O failure.
+    async fn queue_position(&self, id: SessionId) -> Result<Option<u64>>;
 }
 
 /// A [`Store`] that also does [`Coordination`] and keeps the webhook

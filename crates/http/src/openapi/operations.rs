@@ -80,6 +80,16 @@ impl Content {
             "description": description,
             "content": {media: {"schema": schema}},
         });
+        if matches!(self, Content::EventStream) {
+            // What each SSE event's `data` holds, by event name: a schema
+            // a client can type the stream with (OpenAPI 3.1 has no
+            // field for it; 3.2's `itemSchema` describes whole frames).
+            response["content"][media]["x-sse-data"] = json!({
+                "message": {"$ref": "#/components/schemas/Event"},
+                "end": {"$ref": "#/components/schemas/SessionDetail"},
+                "failure": {"$ref": "#/components/schemas/Error"},
+            });
+        }
         if matches!(self, Content::Json(name) if name.ends_with("Page")) {
             response["headers"] = json!({
                 "Link": {
@@ -197,8 +207,9 @@ pub(crate) const OPERATIONS: &[Operation] = &[
         conflicts: &[409, 429]),
     op!(GET "/incidents/{id}/sessions", "list_sessions", "sessions", "One page of an incident's sessions, by seq",
         query: PAGE, headers: &[], body: None, 200 Content::Json("SessionPage"), conflicts: &[]),
-    op!(GET "/sessions/{id}", "get_session", "sessions", "One session",
-        query: &[], headers: &[], body: None, 200 Content::Json("Session"), conflicts: &[]),
+    op!(GET "/sessions/{id}", "get_session", "sessions",
+        "One session, with its live counters, its cause and its estimated place in line",
+        query: &[], headers: &[], body: None, 200 Content::Json("SessionDetail"), conflicts: &[]),
     op!(POST "/sessions/{id}/cancel", "cancel_session", "sessions",
         "Cancel a session's run, wherever it runs (a request the owner acts on)",
         query: &[], headers: &[], body: None, 200 Content::Json("Session"), conflicts: &[409]),

@@ -91,7 +91,29 @@ fn incident() -> Value {
 }
 
 fn session() -> Value {
-    object(json!({
+    object(session_properties())
+}
+
+/// One session as `GET /api/sessions/{id}` and the event stream's `end`
+/// answer it: the row, with its counters read live from the turn log
+/// while it runs, why it failed, and where it waits in line.
+fn session_detail() -> Value {
+    let mut properties = session_properties();
+    properties["cause"] = nullable(json!({
+        "type": "string",
+        "description": "why a failed or cancelled session ended so: its report's detail, else \
+            the last note korvus wrote in its log",
+    }));
+    properties["queue_position"] = nullable(json!({
+        "type": "integer", "minimum": 1,
+        "description": "for a queued session, an estimate of its place in its pool's line \
+            (1: next); claims are not a fixed line (per-key caps, priorities, backoffs)",
+    }));
+    object(properties)
+}
+
+fn session_properties() -> Value {
+    json!({
         "id": uuid(),
         "incident_id": uuid(),
         "seq": {"type": "integer", "minimum": 1},
@@ -113,7 +135,7 @@ fn session() -> Value {
         "resume_pending": {"type": "boolean"},
         "resume_after": nullable(time()),
         "admission": reference("Admission"),
-    }))
+    })
 }
 
 fn admission() -> Value {
@@ -159,6 +181,59 @@ fn artifact() -> Value {
     }))
 }
 
+/// One kind of turn-log event: its `type`, the fields of that kind, and
+/// the fields every event may carry.
+fn event_kind(kind: &str, description: &str, fields: Value, required: &[&str]) -> Value {
+    let mut properties = json!({
+        "type": {"const": kind, "type": "string"},
+        "at": {"type": "string", "format": "date-time", "description": "when it happened"},
+        "epoch": {"type": "integer", "format": "int64", "minimum": 0,
+                  "description": "the epoch (fence) of the run that appended it"},
+        "by": {"type": "string", "enum": ["korvus", "agent"],
+               "description": "who wrote it; absent in logs written before it was recorded"},
+    });
+    for (k, v) in fields.as_object().into_iter().flatten() {
+        properties[k] = v.clone();
+    }
+    let mut all_required = vec!["type"];
+    all_required.extend_from_slice(required);
+    json!({
+        "type": "object",
+        "title": kind,
+        "description": description,
+        "properties": properties,
+        "required": all_required,
+        "additionalProperties": false,
+    })
+}
+
+/// A turn-log event, as the event stream and the log export send it: one
+/// `oneOf` member per kind, told apart by `type`.
+fn event() -> Value {
+    let turn = json!({"type": "integer", "format": "int64", "minimum": 0});
+    json!({
+        "oneOf": [
+            event_kind("turn_start", "a turn began", json!({"turn": turn}), &["turn"]),
+            event_kind("turn_end", "a turn ended (`interrupted`: closed by repair, not finished)",
+                json!({"turn": turn, "interrupted": {"type": "boolean"}}), &["turn"]),
+            event_kind("message", "a message of the user, the agent or the system",
+                json!({"role": {"type": "string", "enum": ["user", "assistant", "system"]}, "text": text()}),
+                &["role", "text"]),
+            event_kind("tool_call", "the agent called a tool",
+                json!({"call_id": text(), "tool": text(), "input": {"description": "the arguments, any JSON"}}),
+                &["call_id", "tool", "input"]),
+            event_kind("tool_result", "a tool call's result",
+                json!({"call_id": text(), "ok": {"type": "boolean"}, "output": {"description": "output or error detail, any JSON"}}),
+                &["call_id", "ok", "output"]),
+            event_kind("note", "progress, stderr, diagnostics; korvus's own when `by` is `korvus`",
+                json!({"text": text()}), &["text"]),
+            event_kind("usage", "tokens the model used, as reported",
+                json!({"input_tokens": count(), "output_tokens": count()}),
+                &["input_tokens", "output_tokens"]),
+        ],
+    })
+}
+
 fn error() -> Value {
     object(json!({
         "error": {"type": "string", "description": "what went wrong, for a human"},
@@ -172,6 +247,8 @@ pub(crate) fn all() -> Value {
         "Incident": incident(),
         "IncidentPage": page("Incident"),
         "Session": session(),
+        "SessionDetail": session_detail(),
+        "Event": event(),
         "SessionPage": page("Session"),
         "Report": report(),
         "ReportPage": page("Report"),

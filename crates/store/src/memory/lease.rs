@@ -355,6 +355,28 @@ impl Coordination for MemoryStore {
         Ok(depth)
     }
 
+    async fn queue_position(&self, id: SessionId) -> Result<Option<u64>> {
+        let inner = self.lock();
+        let waits = |s: &Session| s.is_queued() || s.is_resume_pending();
+        let Some(me) = inner.sessions.get(&id).filter(|s| waits(s)) else {
+            return Ok(None);
+        };
+        let place = |s: &Session| {
+            (
+                std::cmp::Reverse(s.admission.priority),
+                inner.queued.get(&s.id).copied().unwrap_or(0),
+                s.id,
+            )
+        };
+        let mine = place(me);
+        let ahead = inner
+            .sessions
+            .values()
+            .filter(|s| s.admission.pool == me.admission.pool && waits(s) && place(s) < mine)
+            .count();
+        Ok(Some(ahead as u64 + 1))
+    }
+
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         let mut inner = self.lock();
         let session = inner

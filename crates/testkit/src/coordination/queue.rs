@@ -322,6 +322,49 @@ pub async fn the_queue_depth_counts_queued_rows_by_pool_and_key(store: &dyn Coor
     );
 }
 
+/// `queue_position` estimates a waiting row's place in its pool's line:
+/// higher priorities first, then the time each was queued; other pools,
+/// claimed, ended and unknown rows have none, and a row released for
+/// resume waits again in its place.
+pub async fn the_queue_position_is_an_estimate_by_priority_then_age(store: &dyn CoordinatedStore) {
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let a1 = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    let b1 = queue(store, &inc, &pool, "b", Priority::NORMAL).await;
+    let other = queue(store, &inc, &fresh_pool(), "a", Priority::HIGHEST).await;
+    let low = queue(store, &inc, &pool, "a", Priority::LOWEST).await;
+    let position = |id| async move { store.queue_position(id).await.unwrap() };
+    assert_eq!(position(a1.id).await, Some(1));
+    assert_eq!(position(b1.id).await, Some(2));
+    assert_eq!(position(low.id).await, Some(3));
+    assert_eq!(position(other.id).await, Some(1), "alone in its pool");
+    let high = queue(store, &inc, &pool, "b", Priority::HIGHEST).await;
+    assert_eq!(
+        position(high.id).await,
+        Some(1),
+        "a higher priority goes first"
+    );
+    assert_eq!(position(a1.id).await, Some(2));
+    assert_eq!(position(low.id).await, Some(4));
+
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    assert_eq!(claimed.id, high.id);
+    assert_eq!(position(high.id).await, None, "claimed: not waiting");
+    assert_eq!(position(a1.id).await, Some(1));
+    assert_eq!(position(low.id).await, Some(3));
+    assert_eq!(position(korvus_store::SessionId::new()).await, None);
+
+    // Started, then released for resume: it waits in line again.
+    let started = store.mark_started(high.id, claimed.fence).await.unwrap();
+    let pending = store
+        .release_for_resume(high.id, started.fence, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(pending.is_resume_pending(), "{pending:?}");
+    assert_eq!(position(high.id).await, Some(1));
+    assert_eq!(position(a1.id).await, Some(2));
+}
+
 /// Keys take turns even when runs do not overlap: of keys with as few
 /// runs in progress, the one claimed longest ago (or never) goes first,
 /// before an older row of the key claimed last.

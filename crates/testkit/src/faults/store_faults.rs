@@ -38,6 +38,7 @@ pub enum StoreOp {
     /// `release_for_resume`.
     ReleaseForResume,
     QueueDepth,
+    QueuePosition,
     ClaimNext,
     Heartbeat,
     ExpiredLeases,
@@ -368,6 +369,10 @@ impl<S: CoordinatedStore + ?Sized> Coordination for FaultStore<S> {
     ) -> Result<korvus_store::QueueDepth> {
         self.enter(StoreOp::QueueDepth).await?;
         self.inner.queue_depth(pool, queue_key, incident).await
+    }
+    async fn queue_position(&self, id: SessionId) -> Result<Option<u64>> {
+        self.enter(StoreOp::QueuePosition).await?;
+        self.inner.queue_position(id).await
     }
     async fn request_cancel(&self, id: SessionId) -> Result<Session> {
         self.enter(StoreOp::RequestCancel).await?;
