@@ -79,7 +79,9 @@ pub(crate) fn start_all() -> Result<Running> {
     // On an error, dropping `running` stops what was already started.
     running.services.push(Box::new(crate::postgres::start()?));
     running.services.push(Box::new(crate::s3::start()?));
-    running.services.push(Box::new(crate::browser::ensure()));
+    running
+        .services
+        .push(Box::new(crate::browser::ensure(&crate::s3::target_dir())));
     running
         .services
         .push(Box::new(crate::agents::ensure(&crate::s3::target_dir())));

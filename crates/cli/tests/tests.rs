@@ -4,6 +4,7 @@ mod support;
 mod webdriver;
 
 mod browser;
+mod browser_view;
 mod budget;
 mod cancel;
 mod closure;

@@ -90,7 +90,7 @@ impl Driver {
     pub(crate) fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
         let path = format!("/session/{}/{path}", self.session);
         let answer = self
-            .http(method, &path, Some(body))
+            .http(method, &path, (!body.is_null()).then_some(body))
             .unwrap_or_else(|e| panic!("webdriver {path}: {e}"));
         if let Some(err) = answer["value"].get("error") {
             panic!("webdriver {path}: {err}: {}", answer["value"]["message"]);
@@ -109,6 +109,54 @@ impl Driver {
             "execute/sync",
             json!({"script": script, "args": []}),
         )
+    }
+
+    /// Runs `script` (a function body that calls its last argument with
+    /// the result) in the page and returns what it passed.
+    pub(crate) fn js_async(&self, script: &str) -> Value {
+        self.cmd(
+            "POST",
+            "execute/async",
+            json!({"script": script, "args": []}),
+        )
+    }
+
+    /// Emulates a viewport of `width` × `height` CSS pixels (a phone's
+    /// when `mobile`), through Chromium's DevTools protocol: a window
+    /// cannot be made narrower than the browser's minimum.
+    pub(crate) fn viewport(&self, width: u32, height: u32, mobile: bool) {
+        self.cmd(
+            "POST",
+            "goog/cdp/execute",
+            json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": {
+                "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile,
+            }}),
+        );
+        let inner = self.js("return [window.innerWidth, window.innerHeight]");
+        assert_eq!(inner, json!([width, height]), "the emulated viewport");
+    }
+
+    /// A PNG of the viewport, written to `path`.
+    pub(crate) fn screenshot(&self, path: &Path) {
+        use base64::Engine as _;
+        let png = self.cmd("GET", "screenshot", Value::Null);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().expect("a base64 screenshot"))
+            .expect("base64");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// Presses Tab once, as a keyboard user would.
+    pub(crate) fn tab(&self) {
+        self.cmd(
+            "POST",
+            "actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": "\u{E004}"},
+                {"type": "keyUp", "value": "\u{E004}"},
+            ]}]}),
+        );
     }
 
     fn element(&self, css: &str) -> String {

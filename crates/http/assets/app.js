@@ -1,8 +1,11 @@
-// The korvus web view. Plain JavaScript, no build step, no dependencies.
+// The korvus web view. Plain JavaScript, no build step, no dependencies:
+// `markdown.js` (the report renderer), this file (helpers, the lists,
+// routing and login) and `session.js` (the session page).
 //
 // Agent output is untrusted: everything an agent wrote (events, report
-// markdown, file names) reaches the page through text nodes only: this file
-// never parses text as markup, and links an agent wrote keep only http(s) URLs.
+// markdown, file names) reaches the page through text nodes only: these
+// files never parse text as markup, and links an agent wrote keep only
+// http(s) URLs.
 'use strict';
 
 const base = location.pathname.replace(/[^/]*$/, '');
@@ -17,13 +20,14 @@ let page = 0;
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
     if (k === 'class') e.className = v;
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
-    else e.setAttribute(k, v);
+    else e.setAttribute(k, v === true ? '' : v);
   }
   for (const c of children) {
-    if (c === null || c === undefined) continue;
-    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+    if (c === null || c === undefined || c === false) continue;
+    e.append(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
   }
   return e;
 }
@@ -32,9 +36,25 @@ function notice(text) {
   document.getElementById('notice').textContent = text || '';
 }
 
-function show(...nodes) {
+function show(title, ...nodes) {
+  document.title = title ? title + ' · korvus' : 'korvus';
   const main = document.getElementById('main');
-  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined));
+  main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+// A breadcrumb: [label, href] pairs, the last one the page itself.
+function breadcrumb(...steps) {
+  const items = steps.map(([label, href], i) => el('li', null,
+    i === steps.length - 1 ? el('span', { 'aria-current': 'page' }, label) : el('a', { href }, label)));
+  return el('nav', { 'aria-label': 'Breadcrumb', class: 'breadcrumb' }, el('ol', null, ...items));
+}
+
+class ApiError extends Error {
+  constructor(message, status, code) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
 }
 
 async function api(method, path, body) {
@@ -51,7 +71,8 @@ async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (_) { data = text; }
   if (!response.ok) {
-    throw new Error((data && data.error) || response.status + ' ' + response.statusText);
+    throw new ApiError((data && data.error) || response.status + ' ' + response.statusText,
+      response.status, data && data.code);
   }
   return data;
 }
@@ -62,12 +83,57 @@ async function apiAll(path) {
   let after = null;
   do {
     const query = '?limit=1000' + (after ? '&after=' + encodeURIComponent(after) : '');
-    const page = await api('GET', path + query);
-    items = items.concat(page.items);
-    after = page.next;
+    const one = await api('GET', path + query);
+    items = items.concat(one.items);
+    after = one.next;
   } while (after);
   return items;
 }
+
+// Runs `tick` every `ms` while the page that started it is shown.
+function every(ms, tick) {
+  const mine = page;
+  const timer = setInterval(() => {
+    if (mine !== page) { clearInterval(timer); return; }
+    tick();
+  }, ms);
+}
+
+// ---- times -----------------------------------------------------------------
+
+function when(iso) {
+  return iso ? new Date(iso).toLocaleString() : '—';
+}
+
+function clock(iso) {
+  return iso ? new Date(iso).toLocaleTimeString() : '';
+}
+
+function duration(ms) {
+  if (!(ms >= 0)) return '—';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return s + ' s';
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + ' min ' + (s % 60) + ' s';
+  const h = Math.floor(m / 60);
+  return h + ' h ' + (m % 60) + ' min';
+}
+
+function timeEl(iso) {
+  return iso ? el('time', { datetime: iso, title: iso }, when(iso)) : el('span', { class: 'muted' }, '—');
+}
+
+// ---- status ----------------------------------------------------------------
+
+const LABELS = {
+  queued: 'queued',
+  running: 'running',
+  awaiting_user: 'waiting for you',
+  resume_pending: 'resume pending',
+  completed: 'completed',
+  failed: 'failed',
+  cancelled: 'cancelled',
+};
 
 function statusOf(session) {
   if (session.status === 'running' && session.exit_reason === 'awaiting_user') return 'awaiting_user';
@@ -81,103 +147,72 @@ function statusOf(session) {
 
 function statusBadge(session) {
   const s = statusOf(session);
-  return el('span', { class: 'status status-' + session.status, 'data-status': s }, s);
+  return el('span', { class: 'status status-' + s, 'data-status': s }, LABELS[s] || s);
 }
 
-// ---- markdown, rendered as DOM nodes ---------------------------------------
-
-function safeHref(url) {
-  return /^https?:\/\//i.test(url) ? url : null;
+// Shown beside a field: what is wrong with it, in words.
+function fieldError(id) {
+  return el('p', { class: 'field-error', id, role: 'alert' });
 }
 
-function inline(text) {
-  const out = document.createDocumentFragment();
-  const pattern = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\[[^\]]*\]\([^)\s]*\))|(\*[^*\s][^*]*\*)/;
-  let rest = text;
-  while (rest.length) {
-    const m = pattern.exec(rest);
-    if (!m) { out.append(document.createTextNode(rest)); break; }
-    if (m.index) out.append(document.createTextNode(rest.slice(0, m.index)));
-    const tok = m[0];
-    if (m[1]) out.append(el('code', null, tok.slice(1, -1)));
-    else if (m[2]) out.append(el('strong', null, tok.slice(2, -2)));
-    else if (m[4]) out.append(el('em', null, tok.slice(1, -1)));
-    else {
-      const close = tok.indexOf('](');
-      const label = tok.slice(1, close);
-      const href = safeHref(tok.slice(close + 2, -1));
-      if (href) out.append(el('a', { href, rel: 'noopener noreferrer nofollow', target: '_blank' }, label));
-      else out.append(document.createTextNode(tok));
-    }
-    rest = rest.slice(m.index + tok.length);
-  }
-  return out;
+function setError(node, input, text) {
+  node.textContent = text || '';
+  if (text) input.setAttribute('aria-invalid', 'true');
+  else input.removeAttribute('aria-invalid');
 }
 
-function markdown(source) {
-  const root = document.createDocumentFragment();
-  const lines = source.replace(/\r\n?/g, '\n').split('\n');
-  let para = [];
-  let list = null;
-  const flush = () => {
-    if (para.length) root.append(el('p', null, inline(para.join(' '))));
-    para = [];
-    list = null;
-  };
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i];
-    if (/^```/.test(line)) {
-      flush();
-      const code = [];
-      for (i++; i < lines.length && !/^```/.test(lines[i]); i++) code.push(lines[i]);
-      root.append(el('pre', null, el('code', null, code.join('\n'))));
-      continue;
-    }
-    const h = /^(#{1,6})\s+(.*)$/.exec(line);
-    const li = /^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/.exec(line);
-    if (h) {
-      flush();
-      root.append(el('h' + Math.min(6, h[1].length + 1), null, inline(h[2])));
-    } else if (li) {
-      if (para.length) flush();
-      const tag = li[1] ? 'ol' : 'ul';
-      if (!list || list.tagName.toLowerCase() !== tag) {
-        list = el(tag);
-        root.append(list);
+// A form whose one required text field must not be blank: `submit` gets
+// the trimmed text; an empty field or a refused call says why beside it.
+function textForm(opts) {
+  const input = el(opts.multiline ? 'textarea' : 'input', {
+    id: opts.id, name: opts.id, type: opts.multiline ? null : 'text', rows: opts.multiline ? 3 : null,
+    'aria-describedby': opts.id + '-error', autocomplete: 'off',
+  });
+  const error = fieldError(opts.id + '-error');
+  const form = el('form', {
+    class: 'stack', novalidate: true,
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const text = input.value.trim();
+      if (!text) { setError(error, input, opts.empty); input.focus(); return; }
+      setError(error, input, '');
+      try {
+        await opts.submit(text);
+      } catch (err) {
+        setError(error, input, err.message);
       }
-      list.append(el('li', null, inline(li[2])));
-    } else if (/^>\s?/.test(line)) {
-      flush();
-      root.append(el('blockquote', null, inline(line.replace(/^>\s?/, ''))));
-    } else if (!line.trim()) {
-      flush();
-    } else if (list && /^\s+\S/.test(line)) {
-      list.lastChild.append(document.createTextNode(' '), inline(line.trim()));
-    } else {
-      list = null;
-      para.push(line.trim());
-    }
-  }
-  flush();
-  return root;
+    },
+  },
+  el('label', { for: opts.id }, opts.label),
+  el('div', { class: 'row' }, input, ...(opts.extra || []), el('button', { id: opts.button, type: 'submit' }, opts.action)),
+  error);
+  return form;
 }
 
-// ---- pages -----------------------------------------------------------------
+// ---- lists -----------------------------------------------------------------
 
 // The first page of a list as a table (or a note when it is empty), and a
-// button that appends the next pages on demand: a list may be long.
-async function pagedTable(path, id, row, moreLabel, emptyText) {
+// button that appends the next pages on demand: a list may be long. While
+// only the first page is shown, `refresh` re-reads it (the lists follow
+// what other clients create).
+async function pagedTable(path, id, caption, head, row, moreLabel, emptyText) {
   const first = await api('GET', path + '?limit=100');
-  const table = el('table', { id }, ...first.items.map(row));
+  const body = el('tbody', null, ...first.items.map(row));
+  const table = el('table', { id }, el('caption', { class: 'visually-hidden' }, caption),
+    el('thead', null, el('tr', null, ...head.map((h) => el('th', { scope: 'col' }, h)))), body);
+  const empty = el('p', { class: 'muted' }, emptyText);
+  const holder = el('div', { class: 'table-scroll' }, first.items.length ? table : empty);
   let next = first.next;
+  let extended = false;
   const more = el('button', {
-    id: 'more-' + id,
+    id: 'more-' + id, type: 'button',
     onclick: async () => {
       more.disabled = true;
       try {
-        const page = await api('GET', path + '?limit=100&after=' + encodeURIComponent(next));
-        table.append(...page.items.map(row));
-        next = page.next;
+        const one = await api('GET', path + '?limit=100&after=' + encodeURIComponent(next));
+        body.append(...one.items.map(row));
+        extended = true;
+        next = one.next;
         if (!next) more.remove();
       } catch (err) {
         more.replaceWith(el('p', { class: 'error' }, err.message));
@@ -186,157 +221,76 @@ async function pagedTable(path, id, row, moreLabel, emptyText) {
       }
     },
   }, moreLabel);
-  return [first.items.length ? table : el('p', { class: 'muted' }, emptyText), next ? more : null];
+  const refresh = async () => {
+    if (extended) return;
+    const now = await api('GET', path + '?limit=100');
+    body.replaceChildren(...now.items.map(row));
+    holder.replaceChildren(now.items.length ? table : empty);
+    if (now.next && !next) holder.after(more);
+    next = now.next;
+  };
+  return { nodes: [holder, next ? more : null], refresh };
 }
 
 async function incidentsPage() {
   const row = (i) => el('tr', null,
     el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
-    el('td', null, i.status),
-    el('td', { class: 'muted' }, new Date(i.created_at).toLocaleString()));
-  const [list, more] = await pagedTable('incidents', 'incidents', row, 'More incidents', 'No incidents yet.');
-  const title = el('input', { type: 'text', id: 'new-incident-title', placeholder: 'What happened?' });
-  const form = el('form', {
-    onsubmit: async (e) => {
-      e.preventDefault();
-      const incident = await api('POST', 'incidents', { title: title.value });
+    el('td', null, el('span', { class: 'incident-' + i.status }, i.status)),
+    el('td', { class: 'muted' }, timeEl(i.created_at)));
+  const list = await pagedTable('incidents', 'incidents', 'Incidents', ['Title', 'Status', 'Opened'],
+    row, 'More incidents', 'No incidents yet.');
+  const form = textForm({
+    id: 'new-incident-title', label: 'New incident: what happened?', button: 'create-incident',
+    action: 'Open incident', empty: 'Give the incident a title.',
+    submit: async (title) => {
+      const incident = await api('POST', 'incidents', { title });
       location.hash = '#/incidents/' + incident.id;
     },
-  }, title, el('button', { id: 'create-incident' }, 'New incident'));
-  show(el('h1', null, 'Incidents'), form, list, more);
+  });
+  show('Incidents', breadcrumb(['Incidents', '#/']), el('h1', null, 'Incidents'), form, ...list.nodes);
+  every(5000, () => list.refresh().catch(() => {}));
 }
 
 async function incidentPage(id) {
   const row = (s) => el('tr', null,
-    el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq + ' ' + s.prompt)),
-    el('td', null, statusBadge(s)));
-  const [incident, [list, more]] = await Promise.all([
+    el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq)),
+    el('td', { class: 'prompt-cell' }, s.prompt.length > 140 ? s.prompt.slice(0, 140) + '…' : s.prompt),
+    el('td', null, statusBadge(s)),
+    el('td', { class: 'muted' }, timeEl(s.created_at)));
+  const [incident, list] = await Promise.all([
     api('GET', 'incidents/' + id),
-    pagedTable('incidents/' + id + '/sessions', 'sessions', row, 'More sessions', 'No sessions yet.')]);
-  const prompt = el('input', { type: 'text', id: 'new-session-prompt', placeholder: 'Ask the agent…' });
-  const form = el('form', {
-    onsubmit: async (e) => {
-      e.preventDefault();
-      const session = await api('POST', 'incidents/' + id + '/sessions', { prompt: prompt.value });
+    pagedTable('incidents/' + id + '/sessions', 'sessions', 'Sessions', ['Session', 'Prompt', 'Status', 'Created'],
+      row, 'More sessions', 'No sessions yet.')]);
+  const priority = el('select', { id: 'new-session-priority', 'aria-label': 'Priority' },
+    ...[9, 8, 7, 6, 5, 4, 3, 2, 1].map((p) => el('option', { value: p, selected: p === 5 }, 'priority ' + p)));
+  const form = textForm({
+    id: 'new-session-prompt', label: 'New session: what should the agent look into?', multiline: true,
+    button: 'create-session', action: 'Start session', empty: 'Write a prompt for the agent.', extra: [priority],
+    submit: async (prompt) => {
+      const session = await api('POST', 'incidents/' + id + '/sessions', { prompt, priority: Number(priority.value) });
       location.hash = '#/sessions/' + session.id;
     },
-  }, prompt, el('button', { id: 'create-session' }, 'Start session'));
-  show(el('h1', null, incident.title), el('p', { class: 'muted' }, 'Incident ' + incident.status),
-    incident.status === 'open' ? form : null, list, more);
-}
-
-// Who wrote an event, as the log says: korvus's own words are marked, and
-// an agent's line never passes for them (a `system` or `user` message the
-// agent printed says it is the agent's). Events of older logs say nothing.
-function author(event) {
-  return event.by === 'korvus' || event.by === 'agent' ? event.by : 'unmarked';
-}
-
-function describe(event) {
-  switch (event.type) {
-    case 'message':
-      return event.role + (event.by === 'agent' && event.role !== 'assistant' ? ' (the agent\'s)' : '') + ': ' + event.text;
-    case 'tool_call': return event.tool + ' ' + JSON.stringify(event.input);
-    case 'tool_result': return (event.ok ? 'ok ' : 'failed ') + (typeof event.output === 'string' ? event.output : JSON.stringify(event.output));
-    case 'note': return (event.by === 'korvus' ? 'korvus: ' : event.by === 'agent' ? 'agent note: ' : '') + event.text;
-    case 'turn_start': case 'turn_end': return 'turn ' + event.turn + (event.interrupted ? ' (interrupted)' : '');
-    default: return JSON.stringify(event);
-  }
-}
-
-async function sessionPage(id) {
-  const status = el('span', { id: 'status' });
-  const controls = el('div', { id: 'controls' });
-  const events = el('ul', { id: 'events' });
-  const report = el('div', { id: 'report' }, el('p', { class: 'muted' }, 'No report yet.'));
-  const artifacts = el('div', { id: 'artifacts' });
-  show(el('h1', null, 'Session'), el('p', null, 'Status: ', status, ' ',
-    el('a', { href: base + 'api/sessions/' + id + '/log', download: '' }, 'turn log')),
-  controls, el('h2', null, 'Events'), events, el('h2', null, 'Report'), report,
-  el('h2', null, 'Artifacts'), artifacts);
-  let lastId = null;
-  const mine = page;
-
-  const refresh = async (row) => {
-    const session = row || await api('GET', 'sessions/' + id);
-    // Attempts are numbered inside a revision: above 1, the run was
-    // resumed after its replica was lost or handed it off.
-    const attempt = session.attempt > 1
-      ? el('span', { id: 'attempt', class: 'muted' }, ' · revision ' + session.revision + ', attempt ' + session.attempt)
-      : null;
-    status.replaceChildren(statusBadge(session), ...(attempt ? [attempt] : []));
-    controls.replaceChildren(...controlsFor(session));
-    await Promise.all([loadReport(id, report), loadArtifacts(id, artifacts)]);
-  };
-  const follow = () => {
-    if (mine !== page) return;
-    if (stream) stream.close();
-    const url = base + 'api/sessions/' + id + '/events' + (lastId === null ? '' : '?after=' + encodeURIComponent(lastId));
-    const source = new EventSource(url);
-    stream = source;
-    source.onmessage = (e) => {
-      lastId = e.lastEventId;
-      const event = JSON.parse(e.data);
-      events.append(el('li', { 'data-type': event.type, 'data-by': author(event), class: 'by-' + author(event) },
-        el('span', { class: 'kind' }, event.type), describe(event)));
-      events.scrollTop = events.scrollHeight;
-    };
-    source.addEventListener('end', (e) => {
-      source.close();
-      if (stream === source) stream = null;
-      const row = JSON.parse(e.data);
-      if (mine !== page) return;
-      refresh(row).catch((err) => notice(err.message));
-      if (statusOf(row) === 'running') setTimeout(follow, 1000);
-    });
-    // The server could not read the log: reconnect from the last id.
-    source.addEventListener('failure', () => {
-      source.close();
-      if (stream === source) stream = null;
-      setTimeout(follow, 2000);
-    });
-  };
-  const act = (path, body) => async () => {
-    try {
-      const row = await api('POST', 'sessions/' + id + '/' + path, body && body());
-      if (mine !== page) return;
-      notice('');
-      await refresh(row);
-      if (path !== 'cancel') follow();
-    } catch (err) { notice(err.message); }
-  };
-  const controlsFor = (session) => {
-    const s = statusOf(session);
-    if (s === 'running' || s === 'queued') return [el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel')];
-    const message = el('input', { type: 'text', id: 'message', placeholder: s === 'awaiting_user' ? 'Reply…' : 'Follow-up…' });
-    const path = s === 'awaiting_user' ? 'messages' : 'reopen';
-    const label = s === 'awaiting_user' ? 'Reply' : 'Reopen';
-    const buttons = [message, el('button', { id: path === 'messages' ? 'reply' : 'reopen', onclick: act(path, () => ({ message: message.value })) }, label)];
-    if (s === 'awaiting_user') buttons.push(el('button', { id: 'cancel', onclick: act('cancel') }, 'Cancel'));
-    return [el('form', { onsubmit: (e) => e.preventDefault() }, ...buttons)];
-  };
-  await refresh();
-  follow();
-}
-
-async function loadReport(id, target) {
-  const reports = await apiAll('sessions/' + id + '/reports');
-  const newest = reports.filter((r) => r.markdown_key).pop();
-  if (!newest) return;
-  const response = await fetch(base + 'api/sessions/' + id + '/reports/' + newest.revision, { credentials: 'same-origin' });
-  if (!response.ok) return;
-  const text = await response.text();
-  target.replaceChildren(
-    el('p', { class: 'muted', 'data-revision': String(newest.revision) }, 'Revision ' + newest.revision + ' · ' + newest.exit_reason),
-    markdown(text));
-}
-
-async function loadArtifacts(id, target) {
-  const list = await apiAll('sessions/' + id + '/artifacts');
-  const rows = list.map((a) => el('tr', null,
-    el('td', null, el('a', { href: base + 'api/artifacts/' + a.id + '/content', download: '', class: 'artifact-link' }, a.path)),
-    el('td', null, a.kind), el('td', null, 'rev ' + a.revision), el('td', { class: 'muted' }, a.size_bytes + ' B')));
-  target.replaceChildren(rows.length ? el('table', null, ...rows) : el('p', { class: 'muted' }, 'No artifacts yet.'));
+  });
+  const closeError = el('p', { class: 'field-error', role: 'alert' });
+  const close = el('button', {
+    id: 'close-incident', type: 'button', class: 'secondary',
+    onclick: async () => {
+      try {
+        await api('POST', 'incidents/' + id + '/close');
+        await route();
+      } catch (err) { closeError.textContent = err.message; }
+    },
+  }, 'Close incident');
+  const open = incident.status === 'open';
+  show(incident.title,
+    breadcrumb(['Incidents', '#/'], [incident.title, '#/incidents/' + id]),
+    el('h1', null, incident.title),
+    el('p', { class: 'muted', id: 'incident-status' }, 'Incident ' + incident.status + ' · opened ', timeEl(incident.created_at),
+      open ? ' ' : null, open ? close : null),
+    closeError,
+    open ? form : el('p', { class: 'muted' }, 'Closed: no new sessions. Its sessions can still be read.'),
+    el('h2', null, 'Sessions'), ...list.nodes);
+  every(2000, () => list.refresh().catch(() => {}));
 }
 
 // ---- routing and login -----------------------------------------------------
@@ -344,6 +298,7 @@ async function loadArtifacts(id, target) {
 async function route() {
   page += 1;
   if (stream) { stream.close(); stream = null; }
+  notice('');
   const hash = location.hash.replace(/^#/, '');
   const parts = hash.split('/').filter(Boolean);
   try {
@@ -351,7 +306,7 @@ async function route() {
     else if (parts[0] === 'sessions' && parts[1]) await sessionPage(encodeURIComponent(parts[1]));
     else await incidentsPage();
   } catch (err) {
-    show(el('p', { class: 'error' }, err.message));
+    show('Error', el('p', { class: 'error' }, err.message));
   }
 }
 
@@ -371,7 +326,7 @@ async function login() {
   const response = await fetch(base + 'api/csrf', { credentials: 'same-origin' });
   if (response.ok) { csrf = (await response.json()).csrf; return true; }
   if (response.status === 401) {
-    show(el('p', null, 'Open the address korvus serve printed (it carries the token).'));
+    show('Sign in', el('p', null, 'Open the address korvus serve printed (it carries the token).'));
     return false;
   }
   return true; // no guard in front of this router: nothing to exchange
@@ -379,6 +334,7 @@ async function login() {
 
 window.addEventListener('DOMContentLoaded', async () => {
   window.korvusMarkdown = markdown;
+  show(null, el('p', { class: 'muted' }, 'Loading…'));
   if (await login()) {
     window.addEventListener('hashchange', route);
     await route();

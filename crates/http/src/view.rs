@@ -1,4 +1,4 @@
-//! The web view: three static files compiled into the binary (no build
+//! The web view: five static files compiled into the binary (no build
 //! step, no CDN), served under a policy that lets only those files' own
 //! script run.
 //!
@@ -22,6 +22,8 @@ pub(crate) const VIEW_CSP: &str = "default-src 'none'; script-src 'self'; style-
 
 const INDEX: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
+const MARKDOWN_JS: &str = include_str!("../assets/markdown.js");
+const SESSION_JS: &str = include_str!("../assets/session.js");
 const APP_CSS: &str = include_str!("../assets/app.css");
 
 /// The view's routes, stateless.
@@ -31,6 +33,14 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(
             "/assets/app.js",
             get(|| async { page(APP_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/assets/markdown.js",
+            get(|| async { page(MARKDOWN_JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/assets/session.js",
+            get(|| async { page(SESSION_JS, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/assets/app.css",

@@ -23,16 +23,31 @@ async fn the_view_is_served_under_a_strict_content_security_policy() {
     );
     assert_eq!(page.header("x-content-type-options"), "nosniff");
     let html = page.text();
-    // No inline script: the only script is the view's own file.
-    assert_eq!(html.matches("<script").count(), 1);
-    assert!(html.contains(r#"<script src="assets/app.js" defer></script>"#));
+    // No inline script: the only scripts are the view's own files.
+    let scripts = ["markdown.js", "app.js", "session.js"];
+    assert_eq!(html.matches("<script").count(), scripts.len());
+    for script in scripts {
+        assert!(html.contains(&format!(r#"<script src="assets/{script}" defer></script>"#)));
+    }
     assert!(!html.contains("onclick=") && !html.contains("onload="));
+    // Without JavaScript the page points at the CLI and the API.
+    assert!(html.contains("<noscript>") && html.contains("korvus show"));
 
-    let js = get(&app, "/assets/app.js").await;
-    assert!(js.header("content-type").starts_with("text/javascript"));
-    // Agent text reaches the page as text nodes only.
-    assert!(!js.text().contains("innerHTML") && !js.text().contains("outerHTML"));
-    assert!(!js.text().contains("insertAdjacentHTML") && !js.text().contains("eval("));
+    for script in scripts {
+        let js = get(&app, &format!("/assets/{script}")).await;
+        assert!(js.header("content-type").starts_with("text/javascript"));
+        // Agent text reaches the page as text nodes only.
+        let text = js.text();
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "eval(",
+            "document.write",
+        ] {
+            assert!(!text.contains(sink), "{script} uses {sink}");
+        }
+    }
     let css = get(&app, "/assets/app.css").await;
     assert!(css.header("content-type").starts_with("text/css"));
     get(&app, "/assets/other.js")
@@ -66,7 +81,12 @@ async fn the_view_works_mounted_under_a_prefix() {
     let page = get(&app, "/korvus/").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.text());
     assert!(page.header("content-type").starts_with("text/html"));
-    for asset in ["/korvus/assets/app.js", "/korvus/assets/app.css"] {
+    for asset in [
+        "/korvus/assets/app.js",
+        "/korvus/assets/markdown.js",
+        "/korvus/assets/session.js",
+        "/korvus/assets/app.css",
+    ] {
         assert_eq!(get(&app, asset).await.status, StatusCode::OK, "{asset}");
     }
     let incidents = get(&app, "/korvus/api/incidents").await;
