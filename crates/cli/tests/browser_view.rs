@@ -439,4 +439,26 @@ fn the_session_page_lets_a_person_judge_and_steer_a_session_at_desktop_and_phone
         d.wait_for("the cancel button again", "return document.querySelector('#cancel') && !document.querySelector('#cancel-confirm')");
         axe(&d, &at("the waiting session"));
     }
+
+    // Close incident: the form goes, its sessions stay readable.
+    d.goto(&format!("{}/#/incidents/{inc}", server.base));
+    d.wait_for(
+        "the close button",
+        "return document.querySelector('#close-incident')",
+    );
+    d.click("#close-incident");
+    wait_text(
+        &d,
+        "the closed incident",
+        "#incident-status",
+        "Incident closed",
+    );
+    let after = d.js(
+        "return { form: !!document.querySelector('#new-session-prompt'), \
+           sessions: document.querySelectorAll('.session-link').length };",
+    );
+    assert_eq!(after["form"], false, "{after}");
+    assert!(after["sessions"].as_u64() >= Some(5), "{after}");
+    let (_, row) = server.call("GET", &format!("/api/incidents/{inc}"), None);
+    assert_eq!(row["status"], "closed", "{row}");
 }
