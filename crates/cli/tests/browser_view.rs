@@ -236,7 +236,7 @@ fn the_session_page_lets_a_person_judge_and_steer_a_session_at_desktop_and_phone
         post(&server, &format!("/api/sessions/{never}/cancel"), json!({}));
         d.goto(&format!("{}/#/sessions/{queued}", server.base));
         d.wait_for("the queued session", &crate::browser::status_is("queued"));
-        wait_text(&d, "its place in line", "#queue", "in line");
+        wait_text(&d, "its place in line", "#queue", "about 1st in line");
         d.js("window.__sameDocument = true; return 1");
         shot("queued");
         d.wait_for(

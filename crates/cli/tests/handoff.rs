@@ -154,7 +154,7 @@ fn a_rolling_restart_with_handoff_cancels_nothing_and_lands_each_revision_once()
         d.goto(&format!("{}/#/sessions/{}", a.base, ids[0]));
         let shown = d.wait_for(
             "the attempt",
-            "const a = document.querySelector('#attempt'); return a && a.textContent;",
+            "const a = document.querySelector('#revision'); return a && a.textContent;",
         );
         let shown = shown.as_str().unwrap_or_default().to_owned();
         let attempt = attempt_in(&shown, "revision 1, attempt ");

@@ -57,8 +57,8 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
-  const headers = {};
+async function api(method, path, body, extra) {
+  const headers = Object.assign({}, extra || {});
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (csrf && method !== 'GET') headers['X-Korvus-Csrf'] = csrf;
   const response = await fetch(base + 'api/' + path, {
@@ -90,9 +90,9 @@ async function apiAll(path) {
   return items;
 }
 
-// Runs `tick` every `ms` while the page that started it is shown.
-function every(ms, tick) {
-  const mine = page;
+// Runs `tick` every `ms` while page `mine` (the navigation that started
+// it) is shown.
+function every(mine, ms, tick) {
   const timer = setInterval(() => {
     if (mine !== page) { clearInterval(timer); return; }
     tick();
@@ -169,6 +169,7 @@ function textForm(opts) {
     'aria-describedby': opts.id + '-error', autocomplete: 'off',
   });
   const error = fieldError(opts.id + '-error');
+  const button = el('button', { id: opts.button, type: 'submit' }, opts.action);
   const form = el('form', {
     class: 'stack', novalidate: true,
     onsubmit: async (e) => {
@@ -176,15 +177,19 @@ function textForm(opts) {
       const text = input.value.trim();
       if (!text) { setError(error, input, opts.empty); input.focus(); return; }
       setError(error, input, '');
+      // One request at a time: a double click sends one.
+      button.disabled = true;
       try {
         await opts.submit(text);
       } catch (err) {
         setError(error, input, err.message);
+      } finally {
+        button.disabled = false;
       }
     },
   },
   el('label', { for: opts.id }, opts.label),
-  el('div', { class: 'row' }, input, ...(opts.extra || []), el('button', { id: opts.button, type: 'submit' }, opts.action)),
+  el('div', { class: 'row' }, input, ...(opts.extra || []), button),
   error);
   return form;
 }
@@ -221,9 +226,15 @@ async function pagedTable(path, id, caption, head, row, moreLabel, emptyText) {
       }
     },
   }, moreLabel);
+  // Re-rendered only when the page changed, and never under the keyboard
+  // focus (a focused link rebuilt would drop it).
+  let shown = JSON.stringify(first.items);
   const refresh = async () => {
-    if (extended) return;
+    if (extended || holder.contains(document.activeElement)) return;
     const now = await api('GET', path + '?limit=100');
+    const seen = JSON.stringify(now.items);
+    if (seen === shown) return;
+    shown = seen;
     body.replaceChildren(...now.items.map(row));
     holder.replaceChildren(now.items.length ? table : empty);
     if (now.next && !next) holder.after(more);
@@ -232,13 +243,14 @@ async function pagedTable(path, id, caption, head, row, moreLabel, emptyText) {
   return { nodes: [holder, next ? more : null], refresh };
 }
 
-async function incidentsPage() {
+async function incidentsPage(mine) {
   const row = (i) => el('tr', null,
     el('td', null, el('a', { href: '#/incidents/' + i.id, class: 'incident-link' }, i.title)),
     el('td', null, el('span', { class: 'incident-' + i.status }, i.status)),
     el('td', { class: 'muted' }, timeEl(i.created_at)));
   const list = await pagedTable('incidents', 'incidents', 'Incidents', ['Title', 'Status', 'Opened'],
     row, 'More incidents', 'No incidents yet.');
+  if (mine !== page) return;
   const form = textForm({
     id: 'new-incident-title', label: 'New incident: what happened?', button: 'create-incident',
     action: 'Open incident', empty: 'Give the incident a title.',
@@ -248,10 +260,10 @@ async function incidentsPage() {
     },
   });
   show('Incidents', breadcrumb(['Incidents', '#/']), el('h1', null, 'Incidents'), form, ...list.nodes);
-  every(5000, () => list.refresh().catch(() => {}));
+  every(mine, 5000, () => list.refresh().catch(() => {}));
 }
 
-async function incidentPage(id) {
+async function incidentPage(id, mine) {
   const row = (s) => el('tr', null,
     el('td', null, el('a', { href: '#/sessions/' + s.id, class: 'session-link' }, '#' + s.seq)),
     el('td', { class: 'prompt-cell' }, s.prompt.length > 140 ? s.prompt.slice(0, 140) + '…' : s.prompt),
@@ -261,13 +273,17 @@ async function incidentPage(id) {
     api('GET', 'incidents/' + id),
     pagedTable('incidents/' + id + '/sessions', 'sessions', 'Sessions', ['Session', 'Prompt', 'Status', 'Created'],
       row, 'More sessions', 'No sessions yet.')]);
+  if (mine !== page) return;
+  // One key per form shown: a retried or doubled submit makes one session.
+  const idempotency = crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random();
   const priority = el('select', { id: 'new-session-priority', 'aria-label': 'Priority' },
     ...[9, 8, 7, 6, 5, 4, 3, 2, 1].map((p) => el('option', { value: p, selected: p === 5 }, 'priority ' + p)));
   const form = textForm({
     id: 'new-session-prompt', label: 'New session: what should the agent look into?', multiline: true,
     button: 'create-session', action: 'Start session', empty: 'Write a prompt for the agent.', extra: [priority],
     submit: async (prompt) => {
-      const session = await api('POST', 'incidents/' + id + '/sessions', { prompt, priority: Number(priority.value) });
+      const session = await api('POST', 'incidents/' + id + '/sessions', { prompt, priority: Number(priority.value) },
+        { 'Idempotency-Key': idempotency });
       location.hash = '#/sessions/' + session.id;
     },
   });
@@ -290,23 +306,25 @@ async function incidentPage(id) {
     closeError,
     open ? form : el('p', { class: 'muted' }, 'Closed: no new sessions. Its sessions can still be read.'),
     el('h2', null, 'Sessions'), ...list.nodes);
-  every(2000, () => list.refresh().catch(() => {}));
+  every(mine, 2000, () => list.refresh().catch(() => {}));
 }
 
 // ---- routing and login -----------------------------------------------------
 
 async function route() {
   page += 1;
+  const mine = page;
   if (stream) { stream.close(); stream = null; }
   notice('');
   const hash = location.hash.replace(/^#/, '');
   const parts = hash.split('/').filter(Boolean);
   try {
-    if (parts[0] === 'incidents' && parts[1]) await incidentPage(encodeURIComponent(parts[1]));
-    else if (parts[0] === 'sessions' && parts[1]) await sessionPage(encodeURIComponent(parts[1]));
-    else await incidentsPage();
+    if (parts[0] === 'incidents' && parts[1]) await incidentPage(encodeURIComponent(parts[1]), mine);
+    else if (parts[0] === 'sessions' && parts[1]) await sessionPage(encodeURIComponent(parts[1]), mine);
+    else await incidentsPage(mine);
   } catch (err) {
-    show('Error', el('p', { class: 'error' }, err.message));
+    // A page left behind says nothing.
+    if (mine === page) show('Error', el('p', { class: 'error' }, err.message));
   }
 }
 

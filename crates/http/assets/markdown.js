@@ -92,7 +92,10 @@ function markdown(source, level) {
       root.append(mdEl('pre', null, mdEl('code', null, code.join('\n'))));
       continue;
     }
-    if (line.includes('|') && i + 1 < lines.length && TABLE_RULE.test(lines[i + 1]) && lines[i + 1].includes('-')) {
+    // A table: a header row with a pipe, then a rule of as many cells
+    // (with a pipe too: a lone `---` under a line is no table).
+    if (line.includes('|') && i + 1 < lines.length && TABLE_RULE.test(lines[i + 1])
+      && lines[i + 1].includes('|') && cells(line).length === cells(lines[i + 1]).length) {
       flush();
       const rows = [];
       let j = i + 2;

@@ -58,15 +58,15 @@ const TERMINAL = ['completed', 'failed', 'cancelled'];
 const FILTERS = [['all', 'All events'], ['messages', 'Messages'], ['tools', 'Tool calls'],
   ['notes', 'Notes'], ['korvus', 'korvus\'s notes'], ['failures', 'Failures and stderr']];
 
-async function sessionPage(id) {
-  const mine = page;
+async function sessionPage(id, mine) {
   let session = await api('GET', 'sessions/' + id);
   const incident = await api('GET', 'incidents/' + session.incident_id).catch(() => null);
+  if (mine !== page) return;
   const incidentTitle = incident ? incident.title : 'Incident';
   const title = 'Session #' + session.seq;
 
   const state = {
-    reports: [], artifacts: [], key: null,
+    reports: [], artifacts: [], key: null, asked: 0, busy: false,
     lastRevision: null, calls: new Map(), starts: new Map(), attempts: new Map(), lastId: null,
   };
   const badge = el('span', { id: 'status' });
@@ -136,14 +136,21 @@ async function sessionPage(id) {
     await refresh(row);
     if (path !== 'cancel') follow();
   };
+  // Cancel asks first; the focus follows the question and comes back.
   const cancelButton = () => {
     const holder = el('div', { class: 'row' });
     const ask = el('button', {
       id: 'cancel', type: 'button', class: 'danger',
-      onclick: () => holder.replaceChildren(
-        el('span', { role: 'alert' }, 'Cancel this run? What it made so far is kept.'),
-        el('button', { id: 'cancel-confirm', type: 'button', class: 'danger', onclick: () => act('cancel').catch((e) => notice(e.message)) }, 'Yes, cancel'),
-        el('button', { id: 'cancel-keep', type: 'button', onclick: () => holder.replaceChildren(ask) }, 'Keep it running')),
+      onclick: () => {
+        const yes = el('button', {
+          id: 'cancel-confirm', type: 'button', class: 'danger',
+          onclick: () => { yes.disabled = true; act('cancel').catch((e) => { yes.disabled = false; notice(e.message); }); },
+        }, 'Yes, cancel');
+        holder.replaceChildren(
+          el('span', { role: 'alert' }, 'Cancel this run? What it made so far is kept.'), yes,
+          el('button', { id: 'cancel-keep', type: 'button', onclick: () => { holder.replaceChildren(ask); ask.focus(); } }, 'Keep it running'));
+        yes.focus();
+      },
     }, 'Cancel');
     holder.append(ask);
     return holder;
@@ -239,20 +246,25 @@ async function sessionPage(id) {
   };
 
   // ---- refresh --------------------------------------------------------
+  // Answers are numbered: one that comes back after a newer one is
+  // dropped, so the page never steps back to an older row. The controls
+  // and revisions are rebuilt only when the session moved on (status,
+  // revision, attempt, end), and the key is kept only once they are.
   const refresh = async (row) => {
-    session = row && row.id ? row : await api('GET', 'sessions/' + id);
-    if (row && row.id && row.cause === undefined) session = await api('GET', 'sessions/' + id);
-    if (mine !== page) return;
+    const asked = ++state.asked;
+    const now = row && row.id && row.cause !== undefined ? row : await api('GET', 'sessions/' + id);
+    if (mine !== page || asked !== state.asked) return;
+    session = now;
     renderSummary();
     const key = statusOf(session) + '/' + session.revision + '/' + session.attempt + '/' + session.ended_at;
     if (key === state.key) return;
-    state.key = key;
-    renderControls();
     const [reports, artifacts] = await Promise.all([apiAll('sessions/' + id + '/reports'), apiAll('sessions/' + id + '/artifacts')]);
-    if (mine !== page) return;
+    if (mine !== page || asked !== state.asked) return;
     state.reports = reports.sort((a, b) => a.revision - b.revision);
     state.artifacts = artifacts;
+    renderControls();
     renderRevisions();
+    state.key = key;
   };
 
   // ---- events ---------------------------------------------------------
@@ -306,9 +318,16 @@ async function sessionPage(id) {
       if (stream === source) stream = null;
       const row = JSON.parse(e.data);
       if (mine !== page) return;
+      // No row (the server could not read it): the poll takes over.
+      if (!row.id) return;
       refresh(row).catch((err) => notice(err.message));
       if (!TERMINAL.includes(statusOf(row)) && statusOf(row) !== 'awaiting_user') setTimeout(follow, 1000);
     });
+    // Closed for good (the server refused a reconnect): the poll follows
+    // again when the session runs.
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED && stream === source) stream = null;
+    };
     // The server could not read the log: reconnect from the last id.
     source.addEventListener('failure', () => {
       source.close();
@@ -319,12 +338,17 @@ async function sessionPage(id) {
 
   await refresh(session);
   follow();
-  every(1000, tick);
-  // The row, every 2 s: a queued session that starts, a run that ends, a
-  // reopen from elsewhere, live counters.
-  every(2000, () => {
+  every(mine, 1000, tick);
+  // The row, every 2 s while the session is active (a queued session that
+  // starts, a run that ends, live counters), every 10 s once it ended or
+  // waits (a reopen or answer from elsewhere); never two reads at once.
+  let quiet = 0;
+  every(mine, 2000, () => {
+    const active = !TERMINAL.includes(statusOf(session)) && statusOf(session) !== 'awaiting_user';
+    if (state.busy || (!active && ++quiet % 5 !== 0)) return;
+    state.busy = true;
     refresh().then(() => {
       if (!stream && !TERMINAL.includes(statusOf(session)) && statusOf(session) !== 'awaiting_user') follow();
-    }).catch(() => {});
+    }).catch(() => {}).finally(() => { state.busy = false; });
   });
 }

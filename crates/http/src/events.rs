@@ -18,7 +18,8 @@
 //!
 //! When the follower ends (the run settled, or the session waits for the
 //! user), the hub broadcasts the end; every subscriber drains what is left
-//! in the log and sends a final `end` event carrying the session row, then
+//! in the log and sends a final `end` event carrying the session in full
+//! (as `GET /api/sessions/{id}` answers it), then
 //! closes the stream. When the follower fails (the log or the store cannot
 //! be read), subscribers get a `failure` event instead and the stream closes
 //! without `end`: the client reconnects with its last id. A follower with no
@@ -386,14 +387,13 @@ impl Subscriber {
     /// The final `end` event, carrying the session's detail (the row,
     /// its counters and cause).
     async fn finish(&mut self) {
-        let detail = match self.manager.store().get_session(self.id).await {
-            Ok(row) => crate::routes::SessionDetail::of(&self.manager, row).await,
-            Err(e) => Err(e.into()),
-        };
-        let data = match detail {
-            Ok(detail) => serde_json::to_string(&detail).unwrap_or_else(|_| "{}".into()),
+        let data = match self.manager.store().get_session(self.id).await {
+            Ok(row) => {
+                let detail = crate::routes::SessionDetail::of(&self.manager, row).await;
+                serde_json::to_string(&detail).unwrap_or_else(|_| "{}".into())
+            }
             Err(e) => {
-                tracing::warn!(session = %self.id, error = ?e, "session unreadable at stream end");
+                tracing::warn!(session = %self.id, error = %e, "session row unreadable at stream end");
                 "{}".into()
             }
         };

@@ -16,7 +16,7 @@
 //! | `POST /api/incidents`, `GET /api/incidents` | create, list |
 //! | `GET /api/incidents/{id}`, `POST …/close` | get, close |
 //! | `POST /api/incidents/{id}/sessions`, `GET …` | create a session, list them |
-//! | `GET /api/sessions/{id}` | the session row |
+//! | `GET /api/sessions/{id}` | the session row, its counters live, its cause and place in line |
 //! | `POST /api/sessions/{id}/cancel`, `…/reopen`, `…/messages` | steer it |
 //! | `GET /api/sessions/{id}/events` | Server-Sent Events: stored prefix, live events, `end` |
 //! | `GET /api/sessions/{id}/reports`, `…/reports/{revision}` | report rows, one report's markdown |

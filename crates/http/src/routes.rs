@@ -191,18 +191,29 @@ pub(crate) struct SessionDetail {
 }
 
 impl SessionDetail {
-    /// The detail of `session`, a row just read.
-    pub(crate) async fn of(
-        manager: &korvus_session::Manager,
-        mut session: Session,
-    ) -> Result<Self> {
-        let progress = manager.progress(&session).await?;
-        session.counters = progress.counters;
-        Ok(Self {
-            session,
-            cause: progress.cause,
-            queue_position: progress.queue_position,
-        })
+    /// The detail of `session`, a row just read. What cannot be read
+    /// (the log, the report row, the queue) leaves the row as it is, with
+    /// no cause and no place in line, and is logged: the row is still
+    /// worth answering.
+    pub(crate) async fn of(manager: &korvus_session::Manager, mut session: Session) -> Self {
+        match manager.progress(&session).await {
+            Ok(progress) => {
+                session.counters = progress.counters;
+                Self {
+                    session,
+                    cause: progress.cause,
+                    queue_position: progress.queue_position,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "the session's progress could not be read");
+                Self {
+                    session,
+                    cause: None,
+                    queue_position: None,
+                }
+            }
+        }
     }
 }
 
@@ -212,7 +223,7 @@ pub(crate) async fn get_session(
 ) -> Result<Json<SessionDetail>> {
     let id: SessionId = parse_id("session", &id)?;
     let row = app.manager.store().get_session(id).await?;
-    Ok(Json(SessionDetail::of(&app.manager, row).await?))
+    Ok(Json(SessionDetail::of(&app.manager, row).await))
 }
 
 pub(crate) async fn cancel_session(

@@ -346,7 +346,7 @@ fn a_field_missing_from_the_document_fails_validation() {
 
 /// A runner that logs one turn with every kind of event, waits for a
 /// permit of `gate` on its first run, writes its report and completes — or
-/// fails, for a prompt of `fail`.
+/// fails, for a prompt of `fail`, or panics, for `panic`.
 fn every_kind(gate: std::sync::Arc<tokio::sync::Semaphore>) -> crate::support::ScriptRunner {
     use korvus_log::{Author, Event, EventKind, Role};
     crate::support::ScriptRunner::new(move |ctx, resume| {
@@ -384,6 +384,9 @@ fn every_kind(gate: std::sync::Arc<tokio::sync::Semaphore>) -> crate::support::S
             ctx.log.append(&events).await.unwrap();
             if ctx.session.prompt == "fail" {
                 return Err(korvus_runner::RunError::msg("the model API is down"));
+            }
+            if ctx.session.prompt == "panic" {
+                panic!("a bug in the runner");
             }
             if resume.is_none() {
                 gate.acquire().await.unwrap().forget();
@@ -464,8 +467,26 @@ async fn every_event_of_a_lifecycle_walk_matches_the_event_schema() {
         "{row}"
     );
 
+    // A panic: korvus says so in the log, and the cause says it too.
+    let panicked = post(&router, &sessions, json!({"prompt": "panic"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&env, &panicked).await;
+    let row = get(&router, &format!("/api/sessions/{panicked}"))
+        .await
+        .json();
+    assert!(
+        row["cause"]
+            .as_str()
+            .is_some_and(|c| c.contains("the runner panicked")),
+        "{row}"
+    );
+
     let mut kinds = std::collections::BTreeSet::new();
-    for session in [&id, &failed] {
+    for session in [&id, &failed, &panicked] {
         let mut reader =
             crate::events::Reader::open(&router, &format!("/api/sessions/{session}/events"), None)
                 .await;

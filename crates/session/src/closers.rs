@@ -286,7 +286,7 @@ async fn begins_with_repair(log: &LogHandle, start: u64, end: u64) -> korvus_log
 /// # Errors
 /// The log's, when a read fails.
 pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Option<String>> {
-    last_of(log, |e| match e.kind {
+    last_of(log, 0, |e| match e.kind {
         EventKind::Message {
             role: Role::User,
             text,
@@ -296,14 +296,16 @@ pub(crate) async fn last_user_message(log: &LogHandle) -> korvus_log::Result<Opt
     .await
 }
 
-/// The text of the last note korvus wrote in `log` (why a run ended, what
-/// it could not do), read backwards a page at a time; an agent's note is
-/// passed over, however it reads.
+/// The text of the last note korvus wrote in `log` since its newest
+/// revision began (why a run ended, what it could not do), read backwards
+/// a page at a time; an agent's note is passed over, however it reads,
+/// and so is an earlier revision's.
 ///
 /// # Errors
 /// The log's, when a read fails.
 pub(crate) async fn last_korvus_note(log: &LogHandle) -> korvus_log::Result<Option<String>> {
-    last_of(log, |e| match e.kind {
+    let from = balanced_start(log, log.len().await?).await?;
+    last_of(log, from, |e| match e.kind {
         EventKind::Note { text } if e.by == Some(Author::Korvus) => Some(text),
         _ => None,
     })
@@ -319,18 +321,19 @@ pub(crate) async fn last_korvus_note(log: &LogHandle) -> korvus_log::Result<Opti
 pub(crate) async fn last_event_at(
     log: &LogHandle,
 ) -> korvus_log::Result<Option<chrono::DateTime<chrono::Utc>>> {
-    last_of(log, |e| e.at).await
+    last_of(log, 0, |e| e.at).await
 }
 
-/// What `pick` makes of the last event of `log` it accepts, read
-/// backwards a page at a time.
+/// What `pick` makes of the last event of `log` at `floor` or later it
+/// accepts, read backwards a page at a time.
 async fn last_of<T>(
     log: &LogHandle,
+    floor: u64,
     mut pick: impl FnMut(Event) -> Option<T>,
 ) -> korvus_log::Result<Option<T>> {
     let mut end = log.len().await?;
-    while end > 0 {
-        let from = end.saturating_sub(TAIL_PAGE);
+    while end > floor {
+        let from = end.saturating_sub(TAIL_PAGE).max(floor);
         let page = log.read(from, Some(end - from)).await?;
         if let Some(found) = page.into_iter().rev().find_map(&mut pick) {
             return Ok(Some(found));

@@ -26,8 +26,9 @@ pub(crate) enum RunResult {
     LeaseLost(Option<RunOutcome>),
     /// The run exceeded the run timeout.
     TimedOut,
-    /// The runner panicked, with the panic's message when it had one.
-    Panicked(Option<String>),
+    /// The runner panicked (its message is logged, never stored: it may
+    /// hold what the runner's code had at hand).
+    Panicked,
 }
 
 impl RunResult {
@@ -36,7 +37,7 @@ impl RunResult {
     pub(crate) fn ending(&self) -> Ending {
         match self {
             RunResult::Failed(e) => Ending::RunnerFailed(e.exit_reason.clone()),
-            RunResult::Panicked(_) => Ending::Panicked,
+            RunResult::Panicked => Ending::Panicked,
             RunResult::TimedOut => Ending::TimedOut,
             RunResult::Cancelled(_) => Ending::Cancelled,
             RunResult::LeaseLost(_) => Ending::LeaseLost,
@@ -44,15 +45,19 @@ impl RunResult {
         }
     }
 
-    /// Why the run ended without its runner's say, in korvus's words (the
-    /// turn log's note and the report's detail: the session's cause): the
-    /// runner's error, a panic, the run timeout of `timeout`, a lapsed
-    /// lease. `None` for a return and a cancel, which say it themselves.
+    /// Why the run ended without its runner's say (the report's detail:
+    /// the session's cause): the runner's error, a panic, the run timeout
+    /// of `timeout`, a lapsed lease. `None` for a return and a cancel,
+    /// which say it themselves.
     pub(crate) fn why(&self, timeout: std::time::Duration) -> Option<String> {
         match self {
-            RunResult::Failed(e) => Some(e.to_string()),
-            RunResult::Panicked(Some(m)) => Some(format!("the runner panicked: {m}")),
-            RunResult::Panicked(None) => Some("the runner panicked".into()),
+            RunResult::Failed(e) => Some(match &e.source {
+                Some(source) => format!("{}: {source}", e.message),
+                None => e.message.clone(),
+            }),
+            RunResult::Panicked => {
+                Some("the runner panicked (its message is in the korvus process's log)".into())
+            }
             RunResult::TimedOut => Some(format!(
                 "the run exceeded its run timeout ({:.1} s)",
                 timeout.as_secs_f64()
@@ -64,6 +69,16 @@ impl RunResult {
             ),
             RunResult::Returned(_) | RunResult::Cancelled(_) => None,
         }
+    }
+
+    /// Whether korvus must say in the turn log why the run ended: a
+    /// runner that failed said it itself (its error is its last word), a
+    /// panic, a timeout and a lapsed lease cannot.
+    pub(crate) fn unsaid(&self) -> bool {
+        matches!(
+            self,
+            RunResult::Panicked | RunResult::TimedOut | RunResult::LeaseLost(_)
+        )
     }
 
     /// The runner's outcome, when it returned one.
@@ -101,7 +116,7 @@ impl RunResult {
                     message = message.as_deref().unwrap_or(""),
                     "runner panicked"
                 );
-                RunResult::Panicked(message)
+                RunResult::Panicked
             }
         }
     }

@@ -45,7 +45,8 @@ impl Run<'_> {
         let mut ending = result.ending();
         let returned = ending.settles().1;
         let why = result.why(inner.config.run_timeout);
-        note_ending(log, why.as_deref(), returned.rejected()).await;
+        let unsaid = why.as_deref().filter(|_| result.unsaid());
+        note_ending(log, unsaid, returned.rejected()).await;
         let claimed = result.outcome().is_some_and(|o| o.author_finished);
         let counters = counters_of(inner, run, log, &result).await.saturating();
         // Whatever the runner claims, a restored report.md it never touched was
@@ -368,9 +369,9 @@ async fn note_over_budget(log: &LogHandle, outcome: &PersistOutcome) {
     }
 }
 
-/// Says in the turn log why the run ended without its runner's say (its
-/// error, a panic, the timeout, a lapsed lease) and keeps an exit reason
-/// it handed over that was not valid.
+/// Says in the turn log why the run ended without its runner's say (a
+/// panic, the timeout, a lapsed lease) and keeps an exit reason it handed
+/// over that was not valid.
 async fn note_ending(log: &LogHandle, why: Option<&str>, rejected: Option<&str>) {
     if let Some(why) = why {
         note_why(log, why).await;

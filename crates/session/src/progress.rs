@@ -12,13 +12,17 @@ use crate::{Manager, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Progress {
-    /// The current revision's usage: while the session is active, counted
-    /// from its turn log since the revision began (turn starts, tool calls,
-    /// usage events — every attempt's); once it settled, the row's.
+    /// The current run's usage: while the session is active, counted from
+    /// its turn log — the turn starts, tool calls and usage events the run
+    /// at the row's fence appended — as the row's counters are once it
+    /// settles (the runner's figures when it reports larger ones); once it
+    /// settled, the row's.
     pub counters: Counters,
-    /// Why the session ended as it did, for a failed or cancelled one: its
-    /// current report's detail, else the last note korvus wrote in its
-    /// log. `None` otherwise, and when neither says anything.
+    /// Why the session ended as it did. For a failed one: its current
+    /// revision's report detail, else the last note korvus wrote in its
+    /// log since the revision began. For a cancelled one: its report's
+    /// detail when the report is of the cancel. `None` otherwise, and
+    /// when neither says anything.
     pub cause: Option<String>,
     /// For a session waiting in its pool's line (queued, or its resume
     /// pending), an estimate of its place, 1 being next
@@ -28,9 +32,10 @@ pub struct Progress {
 
 impl Manager {
     /// What `session` (a row just read) used so far, where it waits in
-    /// line if it is queued and, if it failed or was cancelled, why. Reads the turn log (and, for a cause, the
-    /// report row); writes nothing. A session whose log does not exist
-    /// yet (queued, never started) counts zero.
+    /// line if it is queued and, if it failed or was cancelled, why. Reads
+    /// the turn log (and, for a cause, the report row); writes nothing. A
+    /// session whose log does not exist yet (queued, never started) keeps
+    /// the row's counters.
     ///
     /// # Errors
     /// `Log` when the log cannot be read; `Store` when the report row
@@ -63,16 +68,20 @@ impl Manager {
         };
         if session.is_active() {
             if let Some(log) = &log {
-                progress.counters = crate::usage::revision(log).await?;
+                progress.counters = crate::usage::logged(log, session.fence).await?;
             }
             return Ok(progress);
         }
         progress.cause = match self.store().get_report(session.id, session.revision).await {
-            Ok(report) => report.detail.filter(|d| !d.trim().is_empty()),
-            Err(StoreError::NotFound { .. }) => None,
+            // An idle revision cancelled keeps its waiting report: its
+            // detail is not the cancel's.
+            Ok(report) if Some(&report.exit_reason) == session.exit_reason.as_ref() => {
+                report.detail.filter(|d| !d.trim().is_empty())
+            }
+            Ok(_) | Err(StoreError::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        if progress.cause.is_none() {
+        if progress.cause.is_none() && session.status == SessionStatus::Failed {
             if let Some(log) = &log {
                 progress.cause = crate::closers::last_korvus_note(log).await?;
             }

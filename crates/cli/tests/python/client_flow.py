@@ -21,6 +21,8 @@ from korvus_client.models import (  # noqa: E402
     NewSession,
     ReportPage,
     Session,
+    SessionDetail,
+    SessionDetailStatus,
     SessionStatus,
 )
 
@@ -32,9 +34,11 @@ def wait(session_id, revision):
     """The session's row once its run of `revision` ended."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        # One session in full: the row with its live counters and cause.
         row = get_session.sync(id=session_id, client=client)
-        assert isinstance(row, Session), row
-        if row.revision == revision and row.status != SessionStatus.RUNNING:
+        assert isinstance(row, SessionDetail), row
+        if row.revision == revision and row.status != SessionDetailStatus.RUNNING:
+            assert row.cause is None and row.queue_position is None, row
             return row
         time.sleep(0.1)
     raise AssertionError(f"session {session_id} revision {revision} did not end")
@@ -47,7 +51,7 @@ assert isinstance(session, Session), session
 assert session.status == SessionStatus.RUNNING
 
 row = wait(session.id, 1)
-assert row.status == SessionStatus.COMPLETED, row
+assert row.status == SessionDetailStatus.COMPLETED, row
 reports = list_reports.sync(id=session.id, client=client)
 assert isinstance(reports, ReportPage) and len(reports.items) == 1, reports
 markdown = get_report_markdown.sync_detailed(id=session.id, revision=1, client=client)
@@ -56,7 +60,7 @@ assert markdown.status_code == 200 and markdown.content.startswith(b"#"), markdo
 reopened = reopen_session.sync(id=session.id, client=client, body=Message(message="look again"))
 assert isinstance(reopened, Session) and reopened.revision == 2, reopened
 row = wait(session.id, 2)
-assert row.status == SessionStatus.COMPLETED, row
+assert row.status == SessionDetailStatus.COMPLETED, row
 reports = list_reports.sync(id=session.id, client=client)
 assert [r.revision for r in reports.items] == [1, 2], reports
 

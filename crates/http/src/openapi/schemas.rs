@@ -106,8 +106,9 @@ fn session_detail() -> Value {
     }));
     properties["queue_position"] = nullable(json!({
         "type": "integer", "minimum": 1,
-        "description": "for a queued session, an estimate of its place in its pool's line \
-            (1: next); claims are not a fixed line (per-key caps, priorities, backoffs)",
+        "description": "for a session waiting in its pool's line (queued, or its resume \
+            pending), an estimate of its place (1: next); claims are not a fixed line \
+            (per-key caps, priorities, backoffs)",
     }));
     object(properties)
 }
@@ -197,9 +198,21 @@ fn event_kind(kind: &str, description: &str, fields: Value, required: &[&str]) -
     }
     let mut all_required = vec!["type"];
     all_required.extend_from_slice(required);
+    // Titled `…Event`: a generated client names its models by title, and
+    // `message` would clash with the `Message` request body.
+    let title: String = kind
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect::<String>()
+        + "Event";
     json!({
         "type": "object",
-        "title": kind,
+        "title": title,
         "description": description,
         "properties": properties,
         "required": all_required,
