@@ -16,6 +16,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 
+mod advisories;
 mod agents;
 mod api_tools;
 mod bench;
@@ -134,5 +135,24 @@ fn deny() -> Result<()> {
     // here); it still needs every crate of every target platform in the
     // local registry, which a build for this platform alone does not fetch.
     run_cmd(cargo().args(["fetch", "--locked"]))?;
-    run_cmd(cargo().args(["deny", "--offline", "check", "licenses", "bans", "sources"]))
+    // From the workspace root: `deny.toml`'s `db-path` is relative to it.
+    let root = workspace_root();
+    let mut checks = vec!["licenses", "bans", "sources"];
+    if advisories::prepare(&root)? {
+        checks.insert(0, "advisories");
+    }
+    run_cmd(
+        cargo()
+            .args(["deny", "--offline", "check"])
+            .args(checks)
+            .current_dir(&root),
+    )
+}
+
+/// The workspace's root directory.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
 }

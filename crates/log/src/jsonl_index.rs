@@ -86,7 +86,7 @@ impl LineIndex {
                 // End of file, or a torn final line: not an event (yet).
                 return Ok(());
             }
-            if self.count % EVERY == 0 && self.count / EVERY == self.marks.len() as u64 {
+            if self.count.is_multiple_of(EVERY) && self.count / EVERY == self.marks.len() as u64 {
                 self.marks.push(self.end);
             }
             self.count += 1;

@@ -329,8 +329,8 @@ pub trait Coordination: Send + Sync + Debug + 'static {
 /// Implemented for every type that implements the three traits, so a
 /// backend never implements it by hand. Its methods view the same value as a
 /// plain [`Store`] for code that needs only rows (harvest, the CLI's
-/// readers) without trait upcasting, which the minimum supported Rust
-/// version does not have.
+/// readers); they predate trait upcasting (Rust 1.86, below the minimum
+/// supported version now), which does the same.
 pub trait CoordinatedStore: Store + Coordination + crate::Outbox {
     /// This store as a plain [`Store`].
     fn as_store(&self) -> &dyn Store;

@@ -19,6 +19,8 @@
 //!   function takes.
 //! - [`paths`]: runner items are imported from `korvus_runner` in-tree,
 //!   never through korvus-session's re-export.
+//! - [`msrv`]: the declared `rust-version` is at least every locked
+//!   dependency's, and clippy.toml's `msrv` is the same.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -37,6 +39,7 @@ mod codemap;
 mod cycles;
 mod examples;
 mod layers;
+mod msrv;
 mod outside;
 mod paths;
 mod protocol;
@@ -69,6 +72,39 @@ pub(crate) fn workspace_deps(root: &Path) -> Result<BTreeMap<String, Vec<String>
         deps.insert(name, normal);
     }
     Ok(deps)
+}
+
+/// `cargo metadata` with the lock's resolve, for this platform only (a
+/// dependency of another target is never built here).
+fn platform_metadata(root: &Path) -> Result<Value> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rustc = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .context("rustc -vV")?;
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .context("rustc -vV names no host")?;
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--filter-platform",
+            &host,
+        ])
+        .current_dir(root)
+        .output()
+        .context("could not run cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("cargo metadata output")
 }
 
 /// The sources whose string constants are the agent protocol: every Rust
@@ -180,6 +216,16 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     found.extend(examples::violations(&docs, &|p: &str| {
         fs::read_to_string(root.join(p)).ok()
     }));
+    let cargo_toml = read("Cargo.toml")?;
+    let clippy = read("clippy.toml")?;
+    match msrv::declared(&cargo_toml) {
+        Some(declared) => found.extend(msrv::violations(
+            declared,
+            msrv::clippy_msrv(&clippy),
+            &platform_metadata(root)?,
+        )),
+        None => found.push("Cargo.toml declares no rust-version".into()),
+    }
     Ok(found)
 }
 
@@ -200,7 +246,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, quoted calls, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module and one path per runner item hold"
+        "xtask: tidy: layering, code map, quoted calls, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module, one path per runner item and the MSRV hold"
     );
     Ok(())
 }
