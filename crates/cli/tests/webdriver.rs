@@ -222,7 +222,7 @@ impl Driver {
         let mut raw = Vec::new();
         let mut buf = [0u8; 8192];
         let (head, body_start) = loop {
-            let n = stream.read(&mut buf).map_err(|e| e.to_string())?;
+            let n = read_some(&mut stream, &mut buf)?;
             if n == 0 {
                 return Err("connection closed before the header ended".into());
             }
@@ -241,7 +241,7 @@ impl Driver {
         let body = match length {
             Some(len) => {
                 while raw.len() < body_start + len {
-                    let n = stream.read(&mut buf).map_err(|e| e.to_string())?;
+                    let n = read_some(&mut stream, &mut buf)?;
                     if n == 0 {
                         break;
                     }
@@ -287,4 +287,15 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// One `read`, retried when a signal interrupts it: other tests of this
+/// process signal their children, and the test process gets `SIGCHLD`s.
+fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> Result<usize, String> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other.map_err(|e| e.to_string()),
+        }
+    }
 }
