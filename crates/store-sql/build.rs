@@ -2,6 +2,6 @@
 //! they change.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../../migrations/postgres");
-    println!("cargo:rerun-if-changed=../../migrations/sqlite");
+    println!("cargo:rerun-if-changed=migrations/postgres");
+    println!("cargo:rerun-if-changed=migrations/sqlite");
 }

@@ -119,7 +119,36 @@ fn lint() -> Result<()> {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     deny()?;
+    package()?;
     tidy::check()
+}
+
+/// Every publishable crate (a member without `publish = false`) packaged
+/// as crates.io would take it and built from its `.crate`: a file its
+/// build needs outside the package (a migration, say) fails here, and so
+/// does a dependency that is not on crates.io.
+fn package() -> Result<()> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace_root())
+        .output()
+        .context("cargo metadata")?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("cargo metadata output")?;
+    let mut args = vec![
+        "package".to_owned(),
+        "--workspace".into(),
+        "--locked".into(),
+        "--allow-dirty".into(),
+    ];
+    for p in meta["packages"].as_array().into_iter().flatten() {
+        // `publish = false` is `[]`; publishable is `null`.
+        if p["publish"].as_array().is_some_and(Vec::is_empty) {
+            args.push("--exclude".into());
+            args.push(p["name"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    run_cmd(cargo().args(&args).current_dir(workspace_root()))
 }
 
 fn deny() -> Result<()> {

@@ -51,6 +51,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `default-chain` (default) | [`S3Credentials::default_chain`]: credentials and region from the AWS default chain, through `aws-config` (which brings an STS client) |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 #[cfg(feature = "testing")]

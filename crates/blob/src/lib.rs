@@ -43,6 +43,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockBlobStore`, a [`mockall`](https://docs.rs/mockall) mock of [`BlobStore`] |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod body;

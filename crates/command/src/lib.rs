@@ -111,6 +111,7 @@
 //! manager.stop().await;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod cgroup;

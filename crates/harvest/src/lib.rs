@@ -75,6 +75,7 @@
 //! assert_eq!(outcome.report, ReportFile::Absent);
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod agent_state;

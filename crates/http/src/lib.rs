@@ -72,6 +72,7 @@
 //! axum::serve(tokio::net::TcpListener::bind("127.0.0.1:3000").await?, app).await?;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod download;

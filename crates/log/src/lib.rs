@@ -48,6 +48,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockTurnLog` and `MockLogIo`, [`mockall`](https://docs.rs/mockall) mocks of the traits |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod error;

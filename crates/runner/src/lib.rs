@@ -63,6 +63,7 @@
 //! |---|---|
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient` ([`mockall`](https://docs.rs/mockall)) |
 //! | `testing` | `testing::ScriptRunner`, a runner whose behaviour is a closure |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod checkpoint;

@@ -86,6 +86,7 @@
 //! |---|---|
 //! | `mock` | `MockRunner`, `MockDocsSearch`, `MockDocsClient`, `MockStreamReopener` ([`mockall`](https://docs.rs/mockall)) |
 //! | `testing` | `testing::settled`, the wait for a run's settled row that tests of embedding code share |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod admission;

@@ -149,6 +149,7 @@
 //! |---|---|---|
 //! | `postgres` | yes | [`PgStore`], [`PgLog`], [`PgPool`] |
 //! | `sqlite` | yes | [`SqliteStore`], [`SqliteLog`], [`SqlitePool`], [`open_sqlite`] (bundled SQLite) |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 // Without either backend only the shared helpers remain, and nothing uses them.
 #![cfg_attr(

@@ -38,10 +38,10 @@ pub async fn migrate(pool: &impl Migrations) -> Result<(), StoreError> {
 }
 
 #[cfg(feature = "postgres")]
-static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+static POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 #[cfg(feature = "sqlite")]
-static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+static SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 #[cfg(feature = "postgres")]
 impl sealed::Sealed for sqlx::PgPool {}

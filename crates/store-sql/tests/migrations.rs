@@ -59,7 +59,7 @@ async fn the_agent_state_migration_keeps_artifacts_and_their_context_refs_on_sql
     let dir = tempfile::tempdir().expect("temp dir");
     let older = dir.path().join("older");
     std::fs::create_dir(&older).expect("dir");
-    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
     for entry in std::fs::read_dir(&all).expect("migrations") {
         let entry = entry.expect("entry");
         if entry.file_name().to_string_lossy().as_ref() < AGENT_STATE {

@@ -62,6 +62,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockStore`, a [`mockall`](https://docs.rs/mockall) mock of [`Store`] |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod admission;

@@ -42,6 +42,7 @@
 //! korvus_testkit::log::reads_are_contiguous_prefixes(&logs).await;
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod blob;

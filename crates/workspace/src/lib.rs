@@ -90,6 +90,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `mock` | `MockSeeder`, a [`mockall`](https://docs.rs/mockall) mock of [`Seeder`] |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod agents;
