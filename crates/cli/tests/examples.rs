@@ -1,4 +1,4 @@
-//! The examples `docs/embedding.md` shows (`crates/cli/examples/`), built
+//! The examples `docs/embedding.md` shows (`crates/agents/examples/`), built
 //! with the tests and run as a user would run them.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,12 +10,21 @@ use std::time::{Duration, Instant};
 
 use crate::support::{korvus, ok};
 
-/// The built example `name` (cargo builds examples with the tests, beside
-/// the test binary's `deps/`).
+/// The built example `name` of korvus-agents: `cargo test --workspace`
+/// builds it beside the test binary's `deps/`; a run of this crate's tests
+/// alone builds it here first.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join("examples").join(name);
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .args(["build", "-p", "korvus-agents", "--example", name])
+            .status()
+            .expect("cargo runs");
+        assert!(built.success(), "building the example {name} failed");
+    }
     assert!(path.is_file(), "example {} not built", path.display());
     path
 }

@@ -47,8 +47,11 @@ pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
         At(5),
         &["korvus-store-sql", "korvus-blob-s3", "korvus-http"],
     ),
+    // The entry crate: re-exports what an embedder uses, backends by
+    // feature.
+    (At(6), &["korvus-agents"]),
     // Composition roots: nothing depends on them.
-    (At(6), &["korvus-cli", "korvus-bench", "korvus-e2e"]),
+    (At(7), &["korvus-cli", "korvus-bench", "korvus-e2e"]),
     (Tool, &["xtask"]),
 ];
 

@@ -9,16 +9,12 @@
 //! [dependencies]
 //! anyhow = "1"
 //! axum = "0.8"
-//! korvus-blob = "0.1"
-//! korvus-command = "0.1"
-//! korvus-http = "0.1"
-//! korvus-session = "0.1"
-//! korvus-store-sql = "0.1"
-//! korvus-workspace = "0.1"
+//! # Until korvus is released: the path of a clone (then `korvus-agents = "0.1"`).
+//! korvus-agents = { path = "../korvus/crates/agents", features = ["http"] }
 //! tokio = { version = "1", features = ["macros", "net", "rt-multi-thread", "signal"] }
 //! ```
 //!
-//! Run it from this repository: `cargo run -p korvus-cli --example
+//! Run it from this repository: `cargo run -p korvus-agents --example
 //! serve_http -- <data dir> <agent program> [address]`, then call
 //! `http://127.0.0.1:3000/korvus/api/incidents` with the header `x-user`.
 
@@ -29,11 +25,9 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use korvus_blob::FsBlobStore;
-use korvus_command::CommandRunner;
-use korvus_session::Manager;
-use korvus_store_sql::{migrate, open_sqlite, SqliteLog, SqliteStore};
-use korvus_workspace::ScratchRoot;
+use korvus_agents::{
+    migrate, open_sqlite, CommandRunner, FsBlobStore, Manager, ScratchRoot, SqliteLog, SqliteStore,
+};
 use tokio::signal::unix::{signal, SignalKind};
 
 async fn my_auth(req: Request, next: Next) -> Result<Response, StatusCode> {
@@ -65,8 +59,8 @@ async fn main() -> anyhow::Result<()> {
     .scratch_root(ScratchRoot::supplied(data.join("scratch")))
     .build();
 
-    let korvus = korvus_http::router(manager.clone()).layer(middleware::from_fn(my_auth));
-    let app = korvus_http::mount(axum::Router::new(), "/korvus", korvus);
+    let korvus = korvus_agents::http::router(manager.clone()).layer(middleware::from_fn(my_auth));
+    let app = korvus_agents::http::mount(axum::Router::new(), "/korvus", korvus);
     let listener = tokio::net::TcpListener::bind(&address).await?;
     println!("serving on http://{}/korvus/", listener.local_addr()?);
 

@@ -6,28 +6,22 @@
 //! ```toml
 //! [dependencies]
 //! anyhow = "1"
-//! korvus-blob = "0.1"
-//! korvus-command = "0.1"
-//! korvus-session = "0.1"
-//! korvus-store = "0.1"
-//! korvus-store-sql = "0.1"
-//! korvus-workspace = "0.1"
+//! # Until korvus is released: the path of a clone (then `korvus-agents = "0.1"`).
+//! korvus-agents = { path = "../korvus/crates/agents" }
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
-//! Run it from this repository: `cargo run -p korvus-cli --example embed --
-//! <data dir> <agent program>` (e.g. `crates/cli/demo/agent.sh`).
+//! Run it from this repository: `cargo run -p korvus-agents --example embed
+//! -- <data dir> <agent program>` (e.g. `crates/cli/demo/agent.sh`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use korvus_blob::FsBlobStore;
-use korvus_command::CommandRunner;
-use korvus_session::{CreateSession, Manager};
-use korvus_store::NewIncident;
-use korvus_store_sql::{migrate, open_sqlite, SqliteLog, SqliteStore};
-use korvus_workspace::ScratchRoot;
+use korvus_agents::{
+    migrate, open_sqlite, CommandRunner, CreateSession, FsBlobStore, Manager, NewIncident,
+    ScratchRoot, SessionStatus, SqliteLog, SqliteStore,
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -81,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
 
     manager.stop().await; // cancel and join every run …
     pool.close().await; // … before the pool closes
-    if done.status != korvus_store::SessionStatus::Completed {
+    if done.status != SessionStatus::Completed {
         anyhow::bail!(
             "the session ended {} ({reason}): {}",
             done.status,
