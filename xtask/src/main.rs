@@ -148,7 +148,70 @@ fn package() -> Result<()> {
             args.push(p["name"].as_str().unwrap_or_default().to_owned());
         }
     }
-    run_cmd(cargo().args(&args).current_dir(workspace_root()))
+    forget_unpacked_packages();
+    // Its own target dir, from which korvus's builds are removed first:
+    // cargo takes a registry package of an unchanged version for
+    // unchanged, and would link a verification against an earlier
+    // package's build. Third-party builds stay, so a second run is quick.
+    let target = workspace_root().join("target/package-check");
+    forget_korvus_builds(&target.join("debug"));
+    run_cmd(
+        cargo()
+            .args(&args)
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(workspace_root()),
+    )
+}
+
+/// Removes every build of a korvus crate under `profile` (a target dir's
+/// `debug`).
+fn forget_korvus_builds(profile: &std::path::Path) {
+    for dir in ["deps", ".fingerprint", "build", "incremental"] {
+        for entry in std::fs::read_dir(profile.join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("korvus") || name.starts_with("libkorvus") {
+                let path = entry.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+    }
+}
+
+/// Removes cargo's unpacked copies of korvus packages from earlier
+/// `cargo package` runs. Verification reads the workspace's packages
+/// from a local registry, and cargo unpacks a registry's package once per
+/// version: with the version unchanged, a later run would build against
+/// the sources of the first (an item added since "does not exist").
+fn forget_unpacked_packages() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return;
+    };
+    for registry in std::fs::read_dir(&src).into_iter().flatten().flatten() {
+        for unpacked in std::fs::read_dir(registry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if unpacked
+                .file_name()
+                .to_string_lossy()
+                .starts_with("korvus-")
+            {
+                let _ = std::fs::remove_dir_all(unpacked.path());
+            }
+        }
+    }
 }
 
 fn deny() -> Result<()> {

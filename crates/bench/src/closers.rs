@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use korvus_log::{Event, EventKind};
-use korvus_session::interrupted_turn_closers;
+use korvus_session::testing::interrupted_turn_closers;
 
 use crate::report::{Goal, Row};
 use crate::Bench;

@@ -116,6 +116,7 @@ impl fmt::Debug for S3Credentials {
 /// [`DEFAULT_PART_SIZE`], 4 at a time; listing pages of 1,000 keys; the
 /// SHA-256 checked locally before upload as well as by the server.
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct S3BlobStoreBuilder {
     bucket: String,
     credentials: S3Credentials,

@@ -46,6 +46,29 @@ pub enum BlobError {
 }
 
 impl BlobError {
+    /// `true` when the same call may succeed if tried again: a backend
+    /// failure (the network, the server, a full disk), unless it is an I/O
+    /// error no retry cures (permission denied, invalid input or data,
+    /// unsupported, a missing path). A missing object, a bad key, a
+    /// checksum mismatch and an unreadable body are `false`.
+    pub fn is_transient(&self) -> bool {
+        let BlobError::Backend { source, .. } = self else {
+            return false;
+        };
+        !matches!(
+            source
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
+            Some(
+                std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::InvalidInput
+                    | std::io::ErrorKind::InvalidData
+                    | std::io::ErrorKind::Unsupported
+                    | std::io::ErrorKind::NotFound,
+            )
+        )
+    }
+
     /// Shorthand for [`BlobError::Backend`].
     pub fn backend(
         backend: &'static str,
@@ -60,3 +83,18 @@ impl BlobError {
 
 /// `Result` with [`BlobError`] as the default error.
 pub type Result<T, E = BlobError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_backend_failure_a_retry_may_cure_is_transient() {
+        let io = |kind| BlobError::backend("fs", std::io::Error::from(kind));
+        assert!(io(std::io::ErrorKind::TimedOut).is_transient());
+        assert!(io(std::io::ErrorKind::StorageFull).is_transient());
+        assert!(BlobError::backend("s3", "503 slow down").is_transient());
+        assert!(!io(std::io::ErrorKind::PermissionDenied).is_transient());
+        assert!(!BlobError::NotFound { key: "k".into() }.is_transient());
+    }
+}

@@ -48,6 +48,7 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
 /// Built with [`CommandRunner::new`] and the `with`-style methods below;
 /// cheap to clone.
 #[derive(Debug, Clone)]
+#[must_use = "a runner does nothing until a manager runs sessions with it"]
 pub struct CommandRunner {
     program: OsString,
     args: Vec<OsString>,

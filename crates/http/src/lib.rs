@@ -115,6 +115,7 @@ pub(crate) struct AppState {
 
 /// Options of the router; [`Api::default`] is what [`router`] uses.
 #[derive(Debug, Clone)]
+#[must_use = "the options do nothing until a router is built from them"]
 pub struct Api {
     body_limit: usize,
     view: bool,

@@ -37,11 +37,13 @@ const TAIL_PAGE: u64 = 256;
 /// each marked interrupted.
 ///
 /// Computed from the log itself, so it is idempotent: once the closers are
-/// appended, the same log yields none.
+/// appended, the same log yields none. The whole-log form of what a
+/// continue computes page by page; public only under the `testing`
+/// feature (tests and the benchmarks compare with it).
 ///
 /// ```
 /// use korvus_log::{Event, EventKind};
-/// use korvus_session::interrupted_turn_closers;
+/// use korvus_session::testing::interrupted_turn_closers;
 ///
 /// let log = vec![
 ///     Event::new(EventKind::TurnStart { turn: 1 }),
@@ -53,6 +55,7 @@ const TAIL_PAGE: u64 = 256;
 /// repaired.extend(closers);
 /// assert!(interrupted_turn_closers(&repaired).is_empty());
 /// ```
+#[cfg(any(test, feature = "testing"))]
 pub fn interrupted_turn_closers(events: &[Event]) -> Vec<Event> {
     // One pass, linear in the log's length: a log of a long session holds
     // hundreds of thousands of events. Call ids are borrowed from the log.

@@ -150,6 +150,22 @@ impl From<StoreError> for SessionError {
     }
 }
 
+impl SessionError {
+    /// `true` when the same call may succeed if tried again later,
+    /// unchanged: the queue is full, the run did not settle within the
+    /// caller's deadline, or the store or turn log failed transiently.
+    /// Refusals of the call itself (a closed incident, a session in the
+    /// wrong state, bad input, a manager shutting down) are `false`.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SessionError::QueueFull { .. } | SessionError::SettleDeadline { .. } => true,
+            SessionError::Store(e) => e.is_transient(),
+            SessionError::Log(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
 /// `Result` with [`SessionError`] as the default error.
 pub type Result<T, E = SessionError> = std::result::Result<T, E>;
 
@@ -164,4 +180,25 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_and_a_transient_store_failure_are_worth_a_retry() {
+        let full = SessionError::QueueFull {
+            pool: "default".into(),
+            key: None,
+            limit: 10,
+        };
+        assert!(full.is_transient());
+        assert!(
+            SessionError::from(StoreError::transient("pg", "serialization failure")).is_transient()
+        );
+        assert!(!SessionError::from(StoreError::backend("pg", "syntax error")).is_transient());
+        assert!(!SessionError::ShuttingDown.is_transient());
+        assert!(!SessionError::PromptRequired.is_transient());
+    }
 }

@@ -126,7 +126,6 @@ mod usage;
 mod watch;
 mod write;
 
-pub use crate::closers::interrupted_turn_closers;
 pub use crate::error::{Result, SessionError};
 pub use crate::kept::{Salvage, SalvagedDir};
 pub use crate::live::LiveRuns;

@@ -172,14 +172,16 @@ impl LiveRuns {
     }
 
     /// Cancels a local run; the entry stays until the run settled.
-    /// Returns whether the session was live here.
-    pub fn cancel(&self, session: SessionId) -> bool {
+    /// Returns whether the session was live here. The manager's own: a
+    /// caller cancels with [`Manager::cancel`](crate::Manager::cancel),
+    /// which also settles a queued row and reaches other replicas.
+    pub(crate) fn cancel(&self, session: SessionId) -> bool {
         let token = self.lock().get(&session).map(|e| e.cancel.clone());
         token.map(|t| t.cancel()).is_some()
     }
 
-    /// Cancels every local run; returns how many.
-    pub fn cancel_all(&self) -> usize {
+    /// Cancels every local run; returns how many (the manager's stop).
+    pub(crate) fn cancel_all(&self) -> usize {
         self.stop_all(false)
     }
 

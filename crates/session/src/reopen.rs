@@ -53,7 +53,7 @@ impl Manager {
     /// read **before** the store's conditional reopen, so the loser of a race
     /// (`NotFinished`) writes nothing. The stream's finished latch is lifted
     /// before this returns, so a watcher subscribing right after sees the new
-    /// iteration. The log is then repaired ([`interrupted_turn_closers`](crate::interrupted_turn_closers)) and
+    /// iteration. The log is then repaired (its interrupted turns and tool calls closed) and
     /// the message appended.
     ///
     /// # Errors

@@ -8,6 +8,8 @@ use korvus_store::Session;
 
 use crate::Manager;
 
+pub use crate::closers::interrupted_turn_closers;
+
 /// How long [`settled`] waits before it fails the test.
 pub const SETTLE_WAIT: Duration = Duration::from_secs(30);
 

@@ -52,8 +52,12 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// instead of at its next period. `None` when the backend cannot push
     /// (the caller keeps polling); a wake-up may also be lost (while a
     /// listener reconnects), so polling stays the fallback. The backend
-    /// stops pushing once every clone of the `Notify` is dropped.
-    fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>>;
+    /// stops pushing once every clone of the `Notify` is dropped. The
+    /// default is `None`: a backend without notifications has nothing to
+    /// write.
+    fn cancel_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
 
     /// Renews `lease` — the owner's lease, **one** lease whatever the
     /// number of its runs — and answers which of `runs` (the `(session,
@@ -291,8 +295,11 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     /// when the backend has no such notifications. A `Notify` may also
     /// fire for nothing (another pool, a claim another manager won).
     /// Called once per manager; the backend keeps what feeds it alive
-    /// while the returned `Arc` lives.
-    fn queue_signal(&self) -> Option<Arc<tokio::sync::Notify>>;
+    /// while the returned `Arc` lives. The default is `None` (managers
+    /// poll).
+    fn queue_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
 
     /// How many sessions are queued (active, unowned, not started) in
     /// `pool`, and of them how many under the key of a session with

@@ -99,6 +99,7 @@ pub use crate::outbox::{Outbox, OutboxEvent, OutboxKey, OutboxKind};
 pub use crate::page::{walk, Cursor, Page, Paged, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use crate::report::{NewReport, Report};
 pub use crate::salvage::KeptOutput;
+pub use crate::session_rules::Phase;
 #[cfg(feature = "mock")]
 pub use crate::store::MockStore;
 pub use crate::store::{ContinueFrom, Store, StoreExt};

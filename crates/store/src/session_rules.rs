@@ -3,6 +3,47 @@
 
 use crate::{Session, SessionStatus};
 
+/// Where a session stands ([`Session::phase`]). The row's
+/// [`status`](Session::status) is `running` in every phase but
+/// [`Ended`](Phase::Ended); the phases tell apart what `running` covers.
+///
+/// How a session moves (the store method that moves it, on every
+/// backend):
+///
+/// | from | to | by |
+/// |---|---|---|
+/// | (none) | `Queued` | `create_session` without a lease |
+/// | (none) | `Claimed` | `create_session` with a lease |
+/// | `Queued` | `Claimed` | `claim_next` |
+/// | `ResumePending` | `Started` (its run had started) | `claim_next` |
+/// | `Claimed` | `Started` | `mark_started` |
+/// | `Claimed` | `Queued` | `release` |
+/// | `Claimed`, `Started` | `ResumePending` | `release_for_resume` |
+/// | `Claimed`, `Started` | the same, under a new owner at the next fence | `take_over` |
+/// | `Started` | `Idle` | `settle_session` with `awaiting_user` |
+/// | `Claimed`, `Started` | `Ended` | `settle_session`, `settle_with_report` |
+/// | `Queued`, `ResumePending`, `Claimed`, `Started` | `Ended` | `force_cancel` |
+/// | `Idle` | `Ended` | `cancel_idle_session` |
+/// | `Idle`, `Ended` | `Queued` or `Claimed` | `continue_session` (an answer, a reopen: the next revision) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Waiting for a manager of its pool to claim it: unowned, not started.
+    Queued,
+    /// Its interrupted run waits, like a queued row, to be resumed by a
+    /// manager of its pool ([`Session::resume_pending`]).
+    ResumePending,
+    /// A manager owns it and has not started its run yet.
+    Claimed,
+    /// Its run started ([`Session::started_at`]) and is active.
+    Started,
+    /// Its runner returned to wait for the user (`awaiting_user`): no run
+    /// is active until an answer continues it.
+    Idle,
+    /// Terminal: `completed`, `failed` or `cancelled` (until a reopen).
+    Ended,
+}
+
 impl Session {
     /// `true` for a queued session: active (running, not idle), owned by
     /// no manager and not started — waiting for a manager of its pool to
@@ -36,6 +77,24 @@ impl Session {
     /// [`StoreError::NotActive`](crate::StoreError::NotActive).
     pub fn is_active(&self) -> bool {
         self.status == SessionStatus::Running && !self.is_idle()
+    }
+
+    /// Where the session stands, derived from its row: the one name for
+    /// what the predicates above tell apart.
+    pub fn phase(&self) -> Phase {
+        if self.status.is_terminal() {
+            Phase::Ended
+        } else if self.is_idle() {
+            Phase::Idle
+        } else if self.is_resume_pending() {
+            Phase::ResumePending
+        } else if self.is_queued() {
+            Phase::Queued
+        } else if self.started_at.is_none() {
+            Phase::Claimed
+        } else {
+            Phase::Started
+        }
     }
 
     /// Why this row refuses a write (settlement, report row, artifact row)

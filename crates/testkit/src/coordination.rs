@@ -40,7 +40,8 @@ pub use self::owners::an_owners_lease_holds_its_rows_until_a_beat_leaves_them_ou
 pub use self::queue::{
     a_claim_given_back_is_queued_again_in_its_place, a_per_key_cap_holds_across_concurrent_claims,
     a_queued_row_is_claimed_exactly_once, claims_go_by_priority_then_the_least_busy_key_then_age,
-    keys_take_turns_when_runs_do_not_overlap, the_queue_depth_counts_queued_rows_by_pool_and_key,
+    keys_take_turns_when_runs_do_not_overlap, the_phase_follows_each_transition,
+    the_queue_depth_counts_queued_rows_by_pool_and_key,
     the_queue_position_is_an_estimate_by_priority_then_age,
 };
 pub use self::resume::{

@@ -68,6 +68,7 @@ macro_rules! __with_cases {
             a_per_key_cap_holds_across_concurrent_claims,
             the_queue_depth_counts_queued_rows_by_pool_and_key,
             the_queue_position_is_an_estimate_by_priority_then_age,
+            the_phase_follows_each_transition,
             keys_take_turns_when_runs_do_not_overlap,
             a_run_released_for_resume_waits_unowned_and_is_claimed_once_after_its_backoff,
             a_pending_resume_waits_out_its_backoff_holds_no_slot_and_can_be_cancelled,

@@ -25,6 +25,7 @@ use crate::StreamReopener;
 /// arguments ([`Manager::builder`]): a manager without them cannot be
 /// expressed. Everything else is optional, with the degradation each
 /// setter names.
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct ManagerBuilder {
     store: Arc<dyn CoordinatedStore>,
     runner: Arc<dyn Runner>,

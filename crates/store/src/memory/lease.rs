@@ -399,14 +399,8 @@ impl Coordination for MemoryStore {
             .collect())
     }
 
-    fn cancel_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
-        // In-process replicas poll; nothing to push from.
-        None
-    }
-
-    fn queue_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
-        None
-    }
+    // `cancel_signal` and `queue_signal`: the defaults (none). In-process
+    // replicas poll; there is nothing to push from.
 
     async fn heartbeat(
         &self,

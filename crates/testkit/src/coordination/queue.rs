@@ -365,6 +365,55 @@ pub async fn the_queue_position_is_an_estimate_by_priority_then_age(store: &dyn 
     assert_eq!(position(a1.id).await, Some(2));
 }
 
+/// [`Session::phase`] follows a row through the transitions of its table:
+/// queued, claimed, given back, claimed, started, released for resume,
+/// resumed (started still), idle, continued (queued), claimed, started,
+/// ended.
+pub async fn the_phase_follows_each_transition(store: &dyn CoordinatedStore) {
+    use korvus_store::Phase;
+    let inc = incident(store).await;
+    let pool = fresh_pool();
+    let s = queue(store, &inc, &pool, "a", Priority::NORMAL).await;
+    assert_eq!(s.phase(), Phase::Queued);
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    assert_eq!(claimed.phase(), Phase::Claimed);
+    let back = store.release(s.id, claimed.fence).await.unwrap();
+    assert_eq!(back.phase(), Phase::Queued);
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    let started = store.mark_started(s.id, claimed.fence).await.unwrap();
+    assert_eq!(started.phase(), Phase::Started);
+    let pending = store
+        .release_for_resume(s.id, started.fence, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(pending.phase(), Phase::ResumePending);
+    let resumed = claim(store, &pool, lease()).await.expect("the resume");
+    assert_eq!(resumed.phase(), Phase::Started, "{resumed:?}");
+    let idle = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Running, "awaiting_user", resumed.fence),
+        )
+        .await
+        .unwrap();
+    assert_eq!(idle.phase(), Phase::Idle);
+    let continued = store
+        .continue_session(s.id, ContinueFrom::Idle, None)
+        .await
+        .unwrap();
+    assert_eq!(continued.phase(), Phase::Queued);
+    let claimed = claim(store, &pool, lease()).await.expect("a claim");
+    let started = store.mark_started(s.id, claimed.fence).await.unwrap();
+    let ended = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Completed, "completed", started.fence),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended.phase(), Phase::Ended);
+}
+
 /// Keys take turns even when runs do not overlap: of keys with as few
 /// runs in progress, the one claimed longest ago (or never) goes first,
 /// before an older row of the key claimed last.
