@@ -11,7 +11,7 @@ use korvus_blob_s3::{S3BlobStore, S3Credentials};
 use korvus_log::TurnLog;
 use korvus_runner::Runner;
 use korvus_session::{Manager, ManagerBuilder};
-use korvus_store::CoordinatedStore;
+use korvus_store::{CoordinatedStore, Outbox};
 use korvus_store_sql::{
     migrate, open_sqlite, PgLog, PgPool, PgStore, SqliteLog, SqlitePool, SqliteStore,
 };
@@ -25,6 +25,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The backends one invocation works on, and where they keep things.
 pub(crate) struct Backends {
     pub(crate) store: Arc<dyn CoordinatedStore>,
+    /// The same store's webhook outbox (`serve --webhook` delivers it).
+    pub(crate) outbox: Arc<dyn Outbox>,
     pub(crate) logs: Arc<dyn TurnLog>,
     pub(crate) blobs: Arc<dyn BlobStore>,
     /// The data dir (absolute).
@@ -53,6 +55,15 @@ enum Pools {
     Pg(PgPool),
 }
 
+/// The database's side of the backends: the store (twice: as the
+/// manager's and as the webhook outbox), its turn log, its pool.
+type Opened = (
+    Arc<dyn CoordinatedStore>,
+    Arc<dyn Outbox>,
+    Arc<dyn TurnLog>,
+    Pools,
+);
+
 impl Backends {
     /// Opens the backends `global` selects and applies pending migrations:
     /// SQLite and files under the data dir by default; PostgreSQL with
@@ -61,7 +72,7 @@ impl Backends {
         let (data_dir, open_dir) = crate::place::data_dir(&global.data_dir)?;
         let mut places = Vec::new();
 
-        let (store, logs, pools): (Arc<dyn CoordinatedStore>, Arc<dyn TurnLog>, Pools) =
+        let (store, outbox, logs, pools): Opened =
             match global.database_url.as_deref().filter(|u| !u.is_empty()) {
                 None => {
                     let db = data_dir.join("korvus.db");
@@ -75,8 +86,10 @@ impl Backends {
                         "database (SQLite: rows and turn logs)",
                         db.display().to_string(),
                     ));
+                    let store = Arc::new(SqliteStore::new(pool.clone()));
                     (
-                        Arc::new(SqliteStore::new(pool.clone())),
+                        store.clone(),
+                        store,
                         Arc::new(SqliteLog::new(pool.clone())),
                         Pools::Sqlite(pool),
                     )
@@ -87,8 +100,10 @@ impl Backends {
                         .await
                         .with_context(|| format!("cannot migrate {}", redact(url)))?;
                     places.push(("database (PostgreSQL: rows and turn logs)", redact(url)));
+                    let store = Arc::new(PgStore::new(pool.clone()));
                     (
-                        Arc::new(PgStore::new(pool.clone())),
+                        store.clone(),
+                        store,
                         Arc::new(PgLog::new(pool.clone())),
                         Pools::Pg(pool),
                     )
@@ -141,6 +156,7 @@ impl Backends {
         ));
         Ok(Self {
             store,
+            outbox,
             logs,
             blobs,
             data_dir,

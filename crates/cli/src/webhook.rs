@@ -40,7 +40,7 @@ impl Webhook {
 
     /// Starts delivering the events of `backends`' store.
     pub(crate) fn start(self, backends: &Backends) -> Result<Running> {
-        let outbox: Arc<dyn Outbox> = Arc::clone(&backends.store).into_outbox();
+        let outbox: Arc<dyn Outbox> = Arc::clone(&backends.outbox);
         let mut config = WebhookConfig::new(self.url.clone(), self.secret);
         config.timeout = self.timeout;
         config.claim_ttl = self.timeout * 3;

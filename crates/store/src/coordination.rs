@@ -329,36 +329,31 @@ pub trait Coordination: Send + Sync + Debug + 'static {
     async fn queue_position(&self, id: SessionId) -> Result<Option<u64>>;
 }
 
-/// A [`Store`] that also does [`Coordination`] and keeps the webhook
-/// [`Outbox`](crate::Outbox): what `korvus-session`'s manager is built
-/// from, as one `Arc`.
+/// A [`Store`] that also does [`Coordination`]: what `korvus-session`'s
+/// manager is built from, as one `Arc`. The webhook
+/// [`Outbox`](crate::Outbox) is not part of it — the manager never reads
+/// it; a webhook deliverer takes its own `Arc<dyn Outbox>` of the same
+/// store — so a backend that delivers no webhooks need not implement it.
 ///
-/// Implemented for every type that implements the three traits, so a
-/// backend never implements it by hand. Its methods view the same value as a
+/// Implemented for every type that implements both traits, so a backend
+/// never implements it by hand. Its methods view the same value as a
 /// plain [`Store`] for code that needs only rows (harvest, the CLI's
 /// readers); they predate trait upcasting (Rust 1.86, below the minimum
 /// supported version now), which does the same.
-pub trait CoordinatedStore: Store + Coordination + crate::Outbox {
+pub trait CoordinatedStore: Store + Coordination {
     /// This store as a plain [`Store`].
     fn as_store(&self) -> &dyn Store;
 
     /// This store, shared, as a plain [`Store`].
     fn into_store(self: Arc<Self>) -> Arc<dyn Store>;
-
-    /// This store's webhook [`Outbox`](crate::Outbox), shared.
-    fn into_outbox(self: Arc<Self>) -> Arc<dyn crate::Outbox>;
 }
 
-impl<T: Store + Coordination + crate::Outbox> CoordinatedStore for T {
+impl<T: Store + Coordination> CoordinatedStore for T {
     fn as_store(&self) -> &dyn Store {
         self
     }
 
     fn into_store(self: Arc<Self>) -> Arc<dyn Store> {
-        self
-    }
-
-    fn into_outbox(self: Arc<Self>) -> Arc<dyn crate::Outbox> {
         self
     }
 }

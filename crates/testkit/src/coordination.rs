@@ -21,7 +21,15 @@ mod queue;
 mod resume;
 mod salvage;
 
-use korvus_store::CoordinatedStore;
+use korvus_store::{CoordinatedStore, Outbox};
+
+/// A store replicas share that also keeps the webhook outbox: what the
+/// coordination suite runs against (most cases need only its
+/// [`CoordinatedStore`] side; the outbox cases need both). Implemented for
+/// every type that implements both.
+pub trait SharedStore: CoordinatedStore + Outbox {}
+
+impl<T: CoordinatedStore + Outbox + ?Sized> SharedStore for T {}
 
 pub use self::cancel::a_cancel_request_names_the_run_it_targets;
 pub use self::forced::{
@@ -55,5 +63,5 @@ pub use self::salvage::kept_output_attaches_to_a_settled_revision_under_a_new_fe
 crate::__with_cases!(
     coordination,
     [crate::__gen_run_all],
-    (coordination, CoordinatedStore,)
+    (coordination, SharedStore,)
 );

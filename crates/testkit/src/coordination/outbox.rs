@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use futures::future::join;
 use korvus_store::{
-    exit_reason, ContinueFrom, CoordinatedStore, Lease, NewSession, OutboxEvent, OutboxKey,
-    OutboxKind, OwnerId, SessionId, SessionStatus,
+    exit_reason, ContinueFrom, Lease, NewSession, OutboxEvent, OutboxKey, OutboxKind, OwnerId,
+    SessionId, SessionStatus,
 };
 
+use super::SharedStore;
 use crate::store::{incident, new_report, session, settlement_at};
 
 /// Claims until no event is due, keeping those of `mine`.
 async fn claim_mine(
-    store: &dyn CoordinatedStore,
+    store: &dyn SharedStore,
     claimer: OwnerId,
     ttl: Duration,
     mine: &HashSet<SessionId>,
@@ -57,7 +58,7 @@ type Expected = BTreeMap<OutboxKey, (SessionStatus, Option<&'static str>)>;
 /// Runs that end or wait through the session's own writes: settle (also
 /// retried and stale), reopen, idle, idle cancel, answer.
 async fn own_transitions(
-    store: &dyn CoordinatedStore,
+    store: &dyn SharedStore,
     inc: &korvus_store::Incident,
     expected: &mut Expected,
 ) -> Vec<SessionId> {
@@ -121,7 +122,7 @@ async fn own_transitions(
 
 /// Runs ended from outside: a forced cancel, a takeover's settle.
 async fn outside_transitions(
-    store: &dyn CoordinatedStore,
+    store: &dyn SharedStore,
     inc: &korvus_store::Incident,
     expected: &mut Expected,
 ) -> Vec<SessionId> {
@@ -174,7 +175,7 @@ async fn outside_transitions(
 /// back); a delivered event is never claimed again; an expired claim is
 /// claimed by the next claimer.
 async fn retries_and_expiry(
-    store: &dyn CoordinatedStore,
+    store: &dyn SharedStore,
     mine: &HashSet<SessionId>,
     claims: &BTreeMap<OutboxKey, OutboxClaim>,
     expected: usize,
@@ -236,7 +237,7 @@ async fn retries_and_expiry(
 /// attempts counted), a failed attempt waits for its retry delay, and a
 /// delivered event is never claimed again.
 pub async fn the_outbox_holds_one_event_per_run_end_or_wait_and_delivers_each_at_least_once(
-    store: &dyn CoordinatedStore,
+    store: &dyn SharedStore,
 ) {
     let inc = incident(store).await;
     let mut expected = Expected::new();

@@ -34,7 +34,7 @@ fn kept(s: &Session, paths: &[&str]) -> KeptOutput {
 
 /// How many outbox events of `s` are due now, claimed (by a claimer of
 /// this case's own) so the next call counts only newer ones.
-async fn outbox_events_of(store: &dyn CoordinatedStore, s: &Session) -> usize {
+async fn outbox_events_of(store: &dyn super::SharedStore, s: &Session) -> usize {
     let claimer = korvus_store::OwnerId::new();
     let mut n = 0;
     loop {
@@ -75,7 +75,7 @@ async fn failed_without_output(store: &dyn CoordinatedStore) -> Session {
 /// and one whose artifact id is taken write nothing at all. Idle rows and
 /// revisions without a report row take it too.
 pub async fn kept_output_attaches_to_a_settled_revision_under_a_new_fence(
-    store: &dyn CoordinatedStore,
+    store: &dyn super::SharedStore,
 ) {
     let s = failed_without_output(store).await;
     // The run's end is in the outbox once; a salvage sends nothing more.

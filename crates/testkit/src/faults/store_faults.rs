@@ -307,7 +307,7 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 }
 
 #[async_trait]
-impl<S: CoordinatedStore + ?Sized> Outbox for FaultStore<S> {
+impl<S: Outbox + ?Sized> Outbox for FaultStore<S> {
     async fn claim_events(
         &self,
         claimer: OwnerId,
