@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use korvus_command::{CommandRunner, ModelEndpoint, Preset};
+#[cfg(feature = "demo-model")]
+use korvus_command::ModelEndpoint;
+use korvus_command::{CommandRunner, Preset};
+#[cfg(feature = "demo-model")]
 use korvus_model_stub::{Script, StubServer};
 use korvus_session::CreateSession;
 use korvus_store::{NewIncident, SessionStatus};
@@ -17,6 +20,14 @@ use crate::inspect::{demo_dir, pin};
 use crate::out::say;
 use crate::session::{exit_code, follow, logged_events, summary, Signals};
 use crate::Global;
+
+/// The scripted model server a real agent of the demo talks to, kept
+/// running while the demo runs.
+#[cfg(feature = "demo-model")]
+type Stub = StubServer;
+/// Without the `demo-model` feature there is none.
+#[cfg(not(feature = "demo-model"))]
+type Stub = std::convert::Infallible;
 
 /// The bundled demo agent (`crates/cli/demo/agent.sh`).
 pub(crate) const AGENT: &str = include_str!("../demo/agent.sh");
@@ -72,7 +83,13 @@ pub(crate) async fn demo(
     say!("korvus demo — data dir {}", shown(&backends.data_dir));
     // The agent must be able to run here before anything is written.
     let agent = dir.join("agent.sh");
-    let (runner, _stub, shown_agent) = match which.agent {
+    let (runner, _stub, shown_agent): (_, Option<Stub>, _) = match which.agent {
+        #[cfg(not(feature = "demo-model"))]
+        Some(preset) => bail!(
+            "this korvus was built without the demo-model feature: \
+             `korvus demo --agent {preset}` needs the scripted model server"
+        ),
+        #[cfg(feature = "demo-model")]
         Some(preset) => {
             let program = crate::session::preset_program(preset, which.agent_program.as_deref())?;
             let stub = StubServer::start(Script::default())
