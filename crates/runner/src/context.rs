@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use korvus_log::LogHandle;
+use korvus_paths::{SkillCatalog, WorkspacePath};
 use korvus_store::{Artifact, Incident, Session, WorkspaceRef};
-use korvus_workspace::{SkillCatalog, WorkspacePath};
 use tokio_util::sync::CancellationToken;
 
 use crate::{CheckpointHook, DocsClient};
@@ -79,7 +79,7 @@ pub struct RunContext {
     /// The report revision this iteration lands.
     pub revision: u32,
     /// Where the embedder's report template sits in the scratch dir
-    /// (read-only, at `korvus_workspace::REPORT_TEMPLATE`), when one is
+    /// (read-only, at `korvus_paths::REPORT_TEMPLATE`), when one is
     /// configured and was copied.
     pub report_template: Option<WorkspacePath>,
     /// Fires when the run must stop (cancel, stop, timeout). The manager

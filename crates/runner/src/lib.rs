@@ -21,9 +21,10 @@
 //! An adapter should compile against the contract, not against the consumer:
 //! like ripgrep's `grep-matcher`, this crate is what both sides depend on,
 //! so `korvus-command` builds without the manager, the harvest or any
-//! backend. It depends on the seam crates and `korvus-workspace` only
-//! (for the types a run sees: [`korvus_workspace::WorkspacePath`],
-//! [`korvus_workspace::SkillCatalog`]).
+//! backend. It depends on the seam crates and `korvus-paths` only (for the
+//! types a run sees: [`korvus_paths::WorkspacePath`],
+//! [`korvus_paths::SkillCatalog`]) — not on `korvus-workspace`, so an
+//! adapter builds without git seeding, tar or flate2.
 //!
 //! Exit reasons are validated values: a runner can hand over any text (an
 //! agent's own words), but what reaches the session row is always a short

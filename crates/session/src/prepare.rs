@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use korvus_runner::{DocsLease, InheritedFile};
 use korvus_store::Artifact;
 use korvus_workspace::{
-    RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath, REPORT_FILE,
+    LoadSkills, RestoredFile, ScratchDir, SeedOutcome, SkillCatalog, WorkspacePath, REPORT_FILE,
     REPORT_TEMPLATE,
 };
 use tokio_util::sync::CancellationToken;

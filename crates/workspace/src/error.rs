@@ -150,3 +150,12 @@ where
         .await
         .map_err(|source| WorkspaceError::Task { source })?
 }
+
+impl From<korvus_paths::InvalidPath> for WorkspaceError {
+    fn from(e: korvus_paths::InvalidPath) -> Self {
+        WorkspaceError::InvalidPath {
+            path: e.path,
+            reason: e.reason,
+        }
+    }
+}

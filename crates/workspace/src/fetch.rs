@@ -27,7 +27,7 @@ use crate::error::{Result, WorkspaceError};
 /// one file at a time.
 pub const FETCH_CONCURRENCY: usize = 8;
 use crate::fsutil::make_parents;
-use crate::path::WorkspacePath;
+use korvus_paths::WorkspacePath;
 
 /// Bytes read from the blob store at a time.
 const CHUNK: usize = 1024 * 1024;

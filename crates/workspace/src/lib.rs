@@ -96,11 +96,11 @@
 mod agents;
 mod archive;
 mod context;
+mod context_path;
 mod error;
 mod fetch;
 mod fsutil;
 mod kept;
-mod path;
 mod reap;
 mod remove;
 mod scratch;
@@ -119,15 +119,11 @@ pub use crate::context::{
     materialize_context, restore_own_output, ContextFile, ContextOutcome, FileFailure,
     RefuseReason, Refused, RestoreOutcome, RestoredFile, FETCH_CONCURRENCY,
 };
+pub use crate::context_path::context_path;
 pub use crate::error::{Result, WorkspaceError};
 pub use crate::kept::{
     discard, kept_dirs, mark_running, prune_kept, KeptDir, KeptRetention, PrunedKept,
     RUNNING_REASON,
-};
-pub use crate::path::{
-    context_path, default_trees, is_read_only, read_only_prefixes, tree_prefix, WorkspacePath,
-    AGENT_HOME, AGENT_STATE_DIR, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES,
-    MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
 };
 pub use crate::reap::{
     keep, kept_reason, reap, reap_session_through, reap_sessions, session_dirs, unkeep, Reaped,
@@ -136,9 +132,15 @@ pub use crate::scratch::{create, create_iteration, ScratchDir, ScratchRoot};
 #[cfg(feature = "mock")]
 pub use crate::seed::MockSeeder;
 pub use crate::seed::{GitSeeder, LeftOut, SeedOutcome, SeedReport, SeedSkipReason, Seeder};
-pub use crate::skills::{
-    Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
-};
+pub use crate::skills::LoadSkills;
 pub use crate::upload::{
     upload, upload_artifact, upload_file, UploadBody, UploadRow, STREAM_FROM_BYTES,
+};
+pub use korvus_paths::{
+    default_trees, is_read_only, read_only_prefixes, tree_prefix, InvalidPath, WorkspacePath,
+    AGENT_HOME, AGENT_STATE_DIR, AGENT_TMP, CONTEXT_DIR, HARVEST_MANIFEST, MAX_PATH_BYTES,
+    MAX_SEGMENT_BYTES, METADATA_DIR, REPORT_FILE, REPORT_TEMPLATE, RUN_MANIFEST,
+};
+pub use korvus_paths::{
+    Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
 };

@@ -13,8 +13,8 @@ use korvus_store::WorkspaceRef;
 
 use self::job::SeedJob;
 use crate::error::blocking;
-use crate::path::minimal_prefixes;
 use crate::{default_trees, read_only_prefixes, Result, ScratchDir, WorkspacePath};
+use korvus_paths::minimal_prefixes;
 
 /// Seeds the read-only trees of a repository, at a session's pinned commit,
 /// into its fresh scratch dir.

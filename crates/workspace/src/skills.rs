@@ -1,61 +1,17 @@
-//! [`SkillCatalog`]: the skills a seeded workspace offers.
+//! Reading the [`SkillCatalog`] of a seeded workspace from its
+//! `skills/*/SKILL.md` front matter.
 
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::Path;
 
+use korvus_paths::{
+    Skill, SkillCatalog, SkippedSkill, MAX_SKILL_FILE_BYTES, SKILLS_DIR, SKILL_FILE,
+};
 use serde::Deserialize;
 
 use crate::error::blocking;
 use crate::{Result, SeedOutcome, WorkspaceError, WorkspacePath};
-
-/// The tree skills are read from.
-pub const SKILLS_DIR: &str = "skills";
-
-/// The file in each skill directory that describes it.
-pub const SKILL_FILE: &str = "SKILL.md";
-
-/// Largest `SKILL.md` read; a bigger one is skipped.
-pub const MAX_SKILL_FILE_BYTES: u64 = 256 * 1024;
-
-/// One skill: a directory `skills/<dir>/` with a `SKILL.md` whose YAML front
-/// matter names and describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skill {
-    /// `name` from the front matter (trimmed).
-    pub name: String,
-    /// `description` from the front matter (trimmed).
-    pub description: String,
-    /// Workspace path of the `SKILL.md`.
-    pub path: WorkspacePath,
-}
-
-/// A `skills/*` entry that did not become a [`Skill`], and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedSkill {
-    /// Workspace path of the entry (the `SKILL.md`, or the directory).
-    pub path: String,
-    /// Why, in words, for the caller to log.
-    pub reason: String,
-}
-
-/// The skills of a workspace, read from `skills/*/SKILL.md` front matter.
-///
-/// ```text
-/// ---
-/// name: disk-full
-/// description: Find what filled a disk and what is safe to delete.
-/// ---
-/// # Disk full
-/// …
-/// ```
-///
-/// `Default` is the empty catalog.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SkillCatalog {
-    skills: Vec<Skill>,
-    skipped: Vec<SkippedSkill>,
-}
 
 #[derive(Deserialize)]
 struct FrontMatter {
@@ -63,7 +19,21 @@ struct FrontMatter {
     description: Option<String>,
 }
 
-impl SkillCatalog {
+/// Reads a [`SkillCatalog`] from a scratch dir: `SkillCatalog::load(dir)`
+/// and `SkillCatalog::after_seeding(dir, seeding)` with this trait in
+/// scope (the catalog type lives in korvus-paths, which reads no files).
+#[allow(async_fn_in_trait)]
+pub trait LoadSkills: Sized {
+    /// See [`load`](SkillCatalog::load) below.
+    async fn load(dir: &Path) -> Result<Self>;
+    /// See [`after_seeding`](SkillCatalog::after_seeding) below.
+    async fn after_seeding(
+        dir: &Path,
+        seeding: std::result::Result<&SeedOutcome, &WorkspaceError>,
+    ) -> Result<Self>;
+}
+
+impl LoadSkills for SkillCatalog {
     /// Reads `<dir>/skills/*/SKILL.md`, sorted by directory name.
     ///
     /// A missing `skills/` gives an empty catalog. Entries that are not real
@@ -79,7 +49,7 @@ impl SkillCatalog {
     ///
     /// # Cancel safety
     /// Cancel-safe: it only reads.
-    pub async fn load(dir: &Path) -> Result<Self> {
+    async fn load(dir: &Path) -> Result<Self> {
         let dir = dir.to_path_buf();
         blocking(move || load_blocking(&dir)).await
     }
@@ -94,7 +64,7 @@ impl SkillCatalog {
     ///
     /// # Cancel safety
     /// Cancel-safe: it only reads.
-    pub async fn after_seeding(
+    async fn after_seeding(
         dir: &Path,
         seeding: std::result::Result<&SeedOutcome, &WorkspaceError>,
     ) -> Result<Self> {
@@ -106,30 +76,27 @@ impl SkillCatalog {
             _ => Ok(Self::default()),
         }
     }
+}
 
-    /// The skills, sorted by directory name.
-    pub fn skills(&self) -> &[Skill] {
-        &self.skills
-    }
+/// A catalog being read.
+#[derive(Default)]
+struct Building {
+    skills: Vec<Skill>,
+    skipped: Vec<SkippedSkill>,
+}
 
-    /// Entries that were skipped, with the reason.
-    pub fn skipped(&self) -> &[SkippedSkill] {
-        &self.skipped
-    }
-
-    /// `true` when there are no skills.
-    pub fn is_empty(&self) -> bool {
-        self.skills.is_empty()
-    }
-
-    /// The skill with this name.
-    pub fn get(&self, name: &str) -> Option<&Skill> {
+impl Building {
+    fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.iter().find(|s| s.name == name)
+    }
+
+    fn done(self) -> SkillCatalog {
+        SkillCatalog::new(self.skills, self.skipped)
     }
 }
 
 fn load_blocking(dir: &Path) -> Result<SkillCatalog> {
-    let mut catalog = SkillCatalog::default();
+    let mut catalog = Building::default();
     let root = dir.join(SKILLS_DIR);
     match fs::symlink_metadata(&root) {
         Ok(m) if m.is_dir() => {}
@@ -138,9 +105,9 @@ fn load_blocking(dir: &Path) -> Result<SkillCatalog> {
                 path: SKILLS_DIR.to_owned(),
                 reason: "not a directory".to_owned(),
             });
-            return Ok(catalog);
+            return Ok(catalog.done());
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(catalog),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(catalog.done()),
         Err(e) => return Err(WorkspaceError::io("read", &root, e)),
     }
     let mut names = Vec::new();
@@ -151,7 +118,7 @@ fn load_blocking(dir: &Path) -> Result<SkillCatalog> {
     names.sort();
     for name in names {
         let display = format!("{SKILLS_DIR}/{}", name.to_string_lossy());
-        let skip = |catalog: &mut SkillCatalog, path: String, reason: String| {
+        let skip = |catalog: &mut Building, path: String, reason: String| {
             catalog.skipped.push(SkippedSkill { path, reason });
         };
         let Some(name) = name.to_str() else {
@@ -192,7 +159,7 @@ fn load_blocking(dir: &Path) -> Result<SkillCatalog> {
             Err(reason) => skip(&mut catalog, rel, reason),
         }
     }
-    Ok(catalog)
+    Ok(catalog.done())
 }
 
 /// Reads one `SKILL.md`: `(name, description)` or why not.

@@ -11,8 +11,8 @@ use korvus_store::{
     ArtifactKind, Entity, IncidentId, MockStore, SessionId, StoreError, WorkspaceRef,
 };
 use korvus_workspace::{
-    archive, store_archive, tree_prefix, MockSeeder, SeedOutcome, SeedReport, Seeder, SkillCatalog,
-    WorkspaceError, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
+    archive, store_archive, tree_prefix, LoadSkills, MockSeeder, SeedOutcome, SeedReport, Seeder,
+    SkillCatalog, WorkspaceError, ARCHIVE_CONTENT_TYPE, ARCHIVE_PATH,
 };
 
 use crate::support::{scratch, SKILL_V1};

@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 
 use korvus_store::WorkspaceRef;
 use korvus_workspace::{
-    GitSeeder, SeedOutcome, SeedSkipReason, Seeder, SkillCatalog, WorkspaceError,
+    GitSeeder, LoadSkills, SeedOutcome, SeedSkipReason, Seeder, SkillCatalog, WorkspaceError,
 };
 use tempfile::TempDir;
 

@@ -29,7 +29,10 @@ use Layer::{At, Tool};
 /// Every korvus crate and its layer, lowest first.
 pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
     // The seams: no korvus dependency at all.
-    (At(1), &["korvus-store", "korvus-log", "korvus-blob"]),
+    (
+        At(1),
+        &["korvus-store", "korvus-log", "korvus-blob", "korvus-paths"],
+    ),
     // What sits on the seams alone: scratch dirs, the contract suites, and
     // the scripted model server real agents are tested against (no korvus
     // dependency at all).

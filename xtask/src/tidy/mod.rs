@@ -108,15 +108,15 @@ fn platform_metadata(root: &Path) -> Result<Value> {
 }
 
 /// The sources whose string constants are the agent protocol: every Rust
-/// file of the command runner and korvus-workspace's path module.
+/// file of the command runner and korvus-paths' path module.
 fn protocol_sources(root: &Path) -> Result<Vec<(String, String)>> {
     let mut files: Vec<PathBuf> = Vec::new();
     outside::walk(&root.join("crates/command/src"), &mut files)?;
-    let path_module = root.join("crates/workspace/src/path.rs");
+    let path_module = root.join("crates/paths/src/path.rs");
     if path_module.exists() {
         files.push(path_module);
     }
-    let path_dir = root.join("crates/workspace/src/path");
+    let path_dir = root.join("crates/paths/src/path");
     if path_dir.is_dir() {
         outside::walk(&path_dir, &mut files)?;
     }
@@ -273,7 +273,7 @@ mod tests {
         assert!(
             sources
                 .iter()
-                .any(|(p, _)| p.starts_with("crates/workspace/src/path")),
+                .any(|(p, _)| p.starts_with("crates/paths/src/path")),
             "{sources:?}"
         );
     }

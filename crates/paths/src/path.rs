@@ -5,7 +5,16 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::WorkspaceError;
+/// A workspace-relative path that breaks a rule of [`WorkspacePath`]:
+/// the refused text (escaped, cut to 200 characters) and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid workspace path {path:?}: {reason}")]
+pub struct InvalidPath {
+    /// The refused path (escaped, cut to 200 characters).
+    pub path: String,
+    /// The broken rule.
+    pub reason: &'static str,
+}
 
 /// Longest workspace-relative path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 1024;
@@ -16,7 +25,7 @@ pub const MAX_SEGMENT_BYTES: usize = 255;
 /// The directory inherited artifacts are written to (read-only).
 pub const CONTEXT_DIR: &str = "context";
 
-/// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured otherwise.
+/// The trees a scratch dir is seeded with unless configured otherwise.
 pub(crate) const DEFAULT_TREES: [&str; 3] = ["skills", "docs", "runbooks"];
 
 /// The authored report: the file at the root of a scratch dir that a run
@@ -79,7 +88,7 @@ pub const AGENT_TMP: &str = ".korvus/tmp";
 /// - no backslash and no control character (NUL, newline, DEL, …).
 ///
 /// ```
-/// use korvus_workspace::WorkspacePath;
+/// use korvus_paths::WorkspacePath;
 ///
 /// assert!(WorkspacePath::new("out/summary.md").is_ok());
 /// for bad in ["", "/etc/passwd", "a//b", "a/./b", "../x", "a/..", "a\\b", "a\0b", "dir/"] {
@@ -93,12 +102,12 @@ impl WorkspacePath {
     /// Validates `path`.
     ///
     /// # Errors
-    /// [`WorkspaceError::InvalidPath`] naming the broken rule.
-    pub fn new(path: impl Into<String>) -> Result<Self, WorkspaceError> {
+    /// [`InvalidPath`] naming the broken rule.
+    pub fn new(path: impl Into<String>) -> Result<Self, InvalidPath> {
         let path = path.into();
         match check(&path) {
             Ok(()) => Ok(Self(path)),
-            Err(reason) => Err(WorkspaceError::InvalidPath {
+            Err(reason) => Err(InvalidPath {
                 path: path.escape_debug().take(200).collect(),
                 reason,
             }),
@@ -124,7 +133,7 @@ impl WorkspacePath {
     /// boundary: `docs/a.md` is under `docs`, `docs2/a.md` is not.
     ///
     /// ```
-    /// use korvus_workspace::WorkspacePath;
+    /// use korvus_paths::WorkspacePath;
     ///
     /// let docs = WorkspacePath::new("docs").unwrap();
     /// assert!(WorkspacePath::new("docs/a.md").unwrap().is_under(&docs));
@@ -188,7 +197,7 @@ impl AsRef<str> for WorkspacePath {
 }
 
 impl TryFrom<&str> for WorkspacePath {
-    type Error = WorkspaceError;
+    type Error = InvalidPath;
 
     fn try_from(value: &str) -> Result<Self, Self::Error> {
         Self::new(value)
@@ -196,7 +205,7 @@ impl TryFrom<&str> for WorkspacePath {
 }
 
 impl TryFrom<String> for WorkspacePath {
-    type Error = WorkspaceError;
+    type Error = InvalidPath;
 
     fn try_from(value: String) -> Result<Self, Self::Error> {
         Self::new(value)
@@ -207,13 +216,13 @@ impl TryFrom<String> for WorkspacePath {
 /// trailing `/` is accepted (`skills/` and `skills` are the same tree).
 ///
 /// # Errors
-/// [`WorkspaceError::InvalidPath`] naming the broken rule.
-pub fn tree_prefix(text: &str) -> Result<WorkspacePath, WorkspaceError> {
+/// [`InvalidPath`] naming the broken rule.
+pub fn tree_prefix(text: &str) -> Result<WorkspacePath, InvalidPath> {
     WorkspacePath::new(text.strip_suffix('/').unwrap_or(text))
 }
 
-/// The trees a [`GitSeeder`](crate::GitSeeder) seeds unless configured
-/// otherwise: `skills`, `docs` and `runbooks`.
+/// The trees a seeder (korvus-workspace's `GitSeeder`) seeds unless
+/// configured otherwise: `skills`, `docs` and `runbooks`.
 pub fn default_trees() -> Vec<WorkspacePath> {
     DEFAULT_TREES
         .iter()
@@ -225,14 +234,14 @@ pub fn default_trees() -> Vec<WorkspacePath> {
 ///
 /// Everything that must not write or harvest under a read-only tree (restore
 /// here, the harvest walk in `korvus-harvest`) calls this one function with
-/// the trees its seeder is configured with ([`GitSeeder::trees`](crate::GitSeeder::trees)).
+/// the trees its seeder is configured with (korvus-workspace's `GitSeeder::trees`).
 /// The configured trees are denied whether or not a given session was
 /// actually seeded, so a session cannot plant files where seeded ones would
 /// be. The result is sorted, without duplicates and without prefixes nested
 /// inside another.
 ///
 /// ```
-/// use korvus_workspace::{default_trees, is_read_only, read_only_prefixes, WorkspacePath};
+/// use korvus_paths::{default_trees, is_read_only, read_only_prefixes, WorkspacePath};
 ///
 /// let deny = read_only_prefixes(&default_trees());
 /// let names: Vec<&str> = deny.iter().map(|p| p.as_str()).collect();
@@ -247,7 +256,7 @@ pub fn read_only_prefixes(trees: &[WorkspacePath]) -> Vec<WorkspacePath> {
 }
 
 /// Sorts, dedups and drops prefixes that lie under another one.
-pub(crate) fn minimal_prefixes(mut all: Vec<WorkspacePath>) -> Vec<WorkspacePath> {
+pub fn minimal_prefixes(mut all: Vec<WorkspacePath>) -> Vec<WorkspacePath> {
     all.sort();
     all.dedup();
     let mut out: Vec<WorkspacePath> = Vec::with_capacity(all.len());
@@ -265,47 +274,9 @@ pub fn is_read_only(path: &WorkspacePath, prefixes: &[WorkspacePath]) -> bool {
     prefixes.iter().any(|p| path.is_under(p))
 }
 
-/// The workspace path of the `n`th inherited artifact:
-/// `context/<n>-<sanitised name>`.
-///
-/// This is the single definition: context materialisation writes files here
-/// and the first message's manifest names the same paths. `name` is
-/// sanitised deterministically by [`korvus_blob::sanitize_file_name`]:
-/// characters outside `[A-Za-z0-9._-]` (so `/`, NUL, …) become `_`, leading
-/// dots are dropped (no `..`), the result is cut to 128 bytes, and an empty
-/// result becomes `file`. The result is therefore always one valid segment
-/// under [`CONTEXT_DIR`].
-///
-/// ```
-/// use korvus_workspace::context_path;
-///
-/// assert_eq!(context_path(1, "notes.md").as_str(), "context/1-notes.md");
-/// assert_eq!(context_path(2, "../../etc/passwd").as_str(), "context/2-_.._etc_passwd");
-/// assert_eq!(context_path(3, "a\0b").as_str(), "context/3-a_b");
-/// assert_eq!(context_path(4, "..").as_str(), "context/4-file");
-/// assert_eq!(context_path(5, &"x".repeat(1000)).file_name().len(), "5-".len() + 128);
-/// ```
-pub fn context_path(n: u32, name: &str) -> WorkspacePath {
-    WorkspacePath(format!(
-        "{CONTEXT_DIR}/{n}-{}",
-        korvus_blob::sanitize_file_name(name)
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn context_paths_are_valid_and_deterministic() {
-        for name in ["", ".", "..", "a/b", "\0", "ü", &"y".repeat(5000), "/abs"] {
-            let p = context_path(7, name);
-            assert_eq!(p, context_path(7, name));
-            assert!(WorkspacePath::new(p.as_str()).is_ok(), "{p:?}");
-            assert_eq!(p.segments().count(), 2, "{p:?}");
-            assert!(p.is_under(&WorkspacePath::new(CONTEXT_DIR).unwrap()));
-        }
-    }
 
     #[test]
     fn nested_and_duplicate_prefixes_collapse() {
