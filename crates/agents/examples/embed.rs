@@ -58,16 +58,12 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
     let session = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "why is db-1's disk full?".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "why is db-1's disk full?"))
         .await?; // returns the `running` row at once
     let done = manager
         .await_settled(session.id, Duration::from_secs(3600))
         .await?;
-    let reason = done.exit_reason.clone().unwrap_or_default();
+    let reason = done.exit_reason.as_deref().unwrap_or("none");
     println!("session {}: {} ({reason})", done.id, done.status);
     // Why it did not complete: the revision's report row says.
     let report = manager.store().get_report(done.id, done.revision).await?;

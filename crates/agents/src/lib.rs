@@ -57,7 +57,7 @@
 //!     .create_incident(NewIncident { title: "db-1 disk full".into(), workspace: None })
 //!     .await?;
 //! let session = manager
-//!     .create(CreateSession { incident_id: incident.id, prompt: "why?".into(), context: vec![] })
+//!     .create(CreateSession::new(incident.id, "why?"))
 //!     .await?;
 //! # Ok(()) }
 //! ```

@@ -153,11 +153,7 @@ async fn one(replicas: usize, n: usize, max: usize, work: Duration) -> Result<Sa
     for i in 0..n {
         let t = Instant::now();
         manager
-            .create(CreateSession {
-                incident_id: incident.id,
-                prompt: format!("job {i}"),
-                context: vec![],
-            })
+            .create(CreateSession::new(incident.id, format!("job {i}")))
             .await?;
         create_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }

@@ -28,11 +28,8 @@ fn waits_for_cancel(fired: mpsc::UnboundedSender<Instant>) -> ScriptRunner {
         async move {
             ctx.cancel.cancelled().await;
             let _ = fired.send(Instant::now());
-            Ok(RunOutcome {
-                exit_reason: ExitReason::CANCELLED,
-                author_finished: false,
-                counters: Counters::default(),
-            })
+            Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+                .with_author_finished(false))
         }
     })
 }
@@ -51,13 +48,7 @@ async fn one(
             workspace: None,
         })
         .await?;
-    let session = runs
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "wait".into(),
-            context: vec![],
-        })
-        .await?;
+    let session = runs.create(CreateSession::new(incident.id, "wait")).await?;
     // Let the run start before it is cancelled, at a point of the poll
     // period that varies from run to run (a fixed pace would always hit
     // the same phase of the poller).

@@ -40,9 +40,10 @@ pub(crate) async fn unchanged_tree(b: &mut Bench) -> Result<Vec<Row>> {
     }
     let blobs = Arc::new(FsBlobStore::open(b.work.join("checkpoint-blobs"))?);
     let t = target().await?;
-    let config = PersistConfig {
-        max_files: files,
-        ..PersistConfig::default()
+    let config = {
+        let mut v = PersistConfig::default();
+        v.max_files = files;
+        v
     };
     let request = PersistRequest {
         incident: t.incident,

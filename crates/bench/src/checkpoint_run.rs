@@ -107,9 +107,10 @@ async fn one_run(b: &Bench, files: usize, span: Duration, interval: Duration) ->
         .blob_store(blobs.clone())
         .scratch_root(ScratchRoot::supplied(root.join("scratch")))
         .checkpoint_interval(interval)
-        .persist_config(PersistConfig {
-            max_files: files + 16,
-            ..PersistConfig::default()
+        .persist_config({
+            let mut v = PersistConfig::default();
+            v.max_files = files + 16;
+            v
         })
         .build();
     let incident = store
@@ -121,11 +122,7 @@ async fn one_run(b: &Bench, files: usize, span: Duration, interval: Duration) ->
     let cpu0 = crate::lease::cpu_of("self", false);
     let started = Instant::now();
     let session = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "write files".into(),
-            context: Vec::new(),
-        })
+        .create(CreateSession::new(incident.id, "write files"))
         .await?;
     let row = manager.await_settled(session.id, span * 4).await?;
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -131,11 +131,7 @@ async fn sessions(n: usize, dir: &str) -> Result<Sample> {
     let started = Instant::now();
     let mut ids: Vec<SessionId> = Vec::with_capacity(n);
     for i in 0..n {
-        let create = CreateSession {
-            incident_id: incidents[i / PER_INCIDENT],
-            prompt: "sleep".into(),
-            context: vec![],
-        };
+        let create = CreateSession::new(incidents[i / PER_INCIDENT], "sleep");
         ids.push(manager.create(create).await?.id);
     }
     let all_started_ms = wait_started(&store, &ids, Duration::from_secs(300)).await?;

@@ -111,11 +111,7 @@ async fn serve(kind: &str, events: usize) -> Result<()> {
             })
             .await?;
         let s = manager
-            .create(CreateSession {
-                incident_id: incident.id,
-                prompt: "burst".into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(incident.id, "burst"))
             .await?;
         let log = korvus_log::LogId::from_uuid(s.id.as_uuid());
         while manager.turn_log().stat(log).await?.event_count.unwrap_or(0) < 1 {

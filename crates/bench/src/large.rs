@@ -214,9 +214,10 @@ async fn sweep_once(
     let t = Instant::now();
     let listed = blobs.list(None).await?.len();
     let list = ms(t.elapsed());
-    let config = SweepConfig {
-        apply: true,
-        ..SweepConfig::default()
+    let config = {
+        let mut v = SweepConfig::default();
+        v.apply = true;
+        v
     };
     let later = SystemTime::now() + 2 * Duration::from_secs(24 * 60 * 60);
     let t = Instant::now();

@@ -35,11 +35,7 @@ const PERIOD: Duration = Duration::from_millis(500);
 fn parks() -> ScriptRunner {
     ScriptRunner::new(|ctx, _| async move {
         ctx.cancel.cancelled().await;
-        Ok(RunOutcome {
-            exit_reason: ExitReason::CANCELLED,
-            author_finished: false,
-            counters: Counters::default(),
-        })
+        Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default()).with_author_finished(false))
     })
 }
 
@@ -82,13 +78,7 @@ async fn one_orphan(store: &Arc<dyn CoordinatedStore>, jitter: Duration) -> Resu
             workspace: None,
         })
         .await?;
-    let session = a
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "orphan".into(),
-            context: vec![],
-        })
-        .await?;
+    let session = a.create(CreateSession::new(incident.id, "orphan")).await?;
     // At a point of A's heartbeat period that varies from run to run.
     tokio::time::sleep(Duration::from_millis(100) + jitter).await;
     freeze(&frozen);
@@ -265,11 +255,7 @@ async fn heartbeats(
         .await?;
     for _ in 0..live {
         manager
-            .create(CreateSession {
-                incident_id: incident.id,
-                prompt: "live".into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(incident.id, "live"))
             .await?;
     }
     // Let the creates' runs start, their claims expire (from then on each

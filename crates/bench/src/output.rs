@@ -57,9 +57,10 @@ async fn ours(b: &Bench, logs: Arc<dyn TurnLog>, lines: u64) -> Result<f64> {
     let runner = CommandRunner::new("sh")
         .arg("-c")
         .arg(format!("{}\necho '# R' > report.md", program(lines)))
-        .output_caps(OutputCaps {
-            max_events: lines.max(OutputCaps::default().max_events),
-            ..OutputCaps::default()
+        .output_caps({
+            let mut v = OutputCaps::default();
+            v.max_events = lines.max(OutputCaps::default().max_events);
+            v
         });
     let manager = Manager::builder(store.clone(), Arc::new(runner))
         .max_running(usize::MAX)
@@ -75,11 +76,7 @@ async fn ours(b: &Bench, logs: Arc<dyn TurnLog>, lines: u64) -> Result<f64> {
         .await?;
     let started = Instant::now();
     let session = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "print".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "print"))
         .await?;
     let row = manager
         .await_settled(session.id, Duration::from_secs(600))

@@ -50,11 +50,8 @@ fn agent(seen: &Seen) -> ScriptRunner {
                 return Ok(RunOutcome::completed(Counters::default()));
             }
             ctx.cancel.cancelled().await;
-            Ok(RunOutcome {
-                exit_reason: ExitReason::CANCELLED,
-                author_finished: false,
-                counters: Counters::default(),
-            })
+            Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+                .with_author_finished(false))
         }
     })
 }
@@ -107,11 +104,7 @@ impl Shared {
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
             let s = a
-                .create(CreateSession {
-                    incident_id: incident.id,
-                    prompt: "resume me".into(),
-                    context: vec![],
-                })
+                .create(CreateSession::new(incident.id, "resume me"))
                 .await?;
             ids.push(s.id);
         }

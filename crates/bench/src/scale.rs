@@ -94,11 +94,10 @@ async fn ours(n: usize) -> Result<Sample> {
     let before = rss_kib()?;
     for i in 0..n {
         manager
-            .create(CreateSession {
-                incident_id: incidents[i / PER_INCIDENT],
-                prompt: "park until stopped".into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(
+                incidents[i / PER_INCIDENT],
+                "park until stopped",
+            ))
             .await?;
     }
     barrier.wait().await;

@@ -148,11 +148,7 @@ async fn lifecycle(manager: &Manager, store: &dyn Store) -> Result<()> {
 
 async fn run_one(manager: &Manager, incident: IncidentId) -> Result<SessionId> {
     let session = manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt: "count the round trips".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident, "count the round trips"))
         .await?;
     // `wait` joins the run without a store read of its own.
     manager.wait().await;
@@ -258,11 +254,7 @@ async fn create_latency_on(b: &mut Bench, pool: &PgPool) -> Result<Vec<Row>> {
 pub(crate) async fn create_ours(manager: &Manager, incident: IncidentId) -> Result<f64> {
     let t = Instant::now();
     manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt: "measure me".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident, "measure me"))
         .await?;
     Ok(ms(t.elapsed()))
 }

@@ -32,9 +32,10 @@ pub(crate) async fn sweep_at_scale(b: &mut Bench) -> Result<Vec<Row>> {
 /// Sweeps with every key two days old, applied; the peak RSS it adds.
 async fn measured(blobs: &dyn BlobStore) -> Result<(SweepReport, f64, f64)> {
     let store = MemoryStore::new();
-    let config = SweepConfig {
-        apply: true,
-        ..SweepConfig::default()
+    let config = {
+        let mut v = SweepConfig::default();
+        v.apply = true;
+        v
     };
     let later = SystemTime::now() + 2 * Duration::from_secs(24 * 60 * 60);
     reset_peak()?;

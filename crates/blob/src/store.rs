@@ -26,6 +26,7 @@ pub enum Durability {
 
 /// What [`BlobStore::put`] stores next to the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PutOptions {
     /// MIME type.
     pub content_type: String,
@@ -63,6 +64,7 @@ impl PutOptions {
 /// the bytes. There is no digest to give: the store computes it while it
 /// stores the bytes and returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PutFileOptions {
     /// MIME type.
     pub content_type: String,

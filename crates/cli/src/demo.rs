@@ -95,14 +95,10 @@ pub(crate) async fn demo(
             let stub = StubServer::start(Script::default())
                 .await
                 .context("cannot start the scripted model server")?;
-            let endpoint = ModelEndpoint {
-                base_url: match preset {
-                    Preset::Codex => stub.openai_base_url(),
-                    _ => stub.base_url(),
-                },
-                model: None,
-                api_key_var: None,
-            };
+            let endpoint = ModelEndpoint::new(match preset {
+                Preset::Codex => stub.openai_base_url(),
+                _ => stub.base_url(),
+            });
             say!(
                 "running {} ({preset} preset) against a scripted model server at {}",
                 program.display(),
@@ -191,11 +187,7 @@ async fn lifecycle(
 ) -> Result<(korvus_store::SessionId, korvus_store::Session)> {
     let mut signals = Signals::install()?;
     let session = manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt: PROMPT.into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident, PROMPT))
         .await
         .context("cannot create the demo session")?;
     say!(

@@ -572,9 +572,11 @@ async fn dispatch(cli: Cli, described: Option<String>) -> anyhow::Result<ExitCod
             kept_max_age,
             kept_max_bytes,
         } => {
-            let retention = korvus_workspace::KeptRetention {
-                max_age: salvage::days(kept_max_age),
-                max_bytes: kept_max_bytes,
+            let retention = {
+                let mut v = korvus_workspace::KeptRetention::default();
+                v.max_age = salvage::days(kept_max_age);
+                v.max_bytes = kept_max_bytes;
+                v
             };
             session::reap(&global, apply, resume, retention).await
         }

@@ -30,10 +30,7 @@ pub(crate) struct PruneArgs {
 /// Runs one prune and prints what it found (and deleted).
 pub(crate) async fn prune(global: &Global, args: PruneArgs) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let config = PruneConfig {
-        finished_before: args.finished_before,
-        apply: args.apply,
-    };
+    let config = PruneConfig::new(args.finished_before, args.apply);
     let targets = PruneTargets {
         store: backends.store.as_store(),
         logs: &*backends.logs,

@@ -157,10 +157,11 @@ impl AgentArgs {
             bail!("--agent {preset} speaks its own dialect; drop --agent-dialect");
         }
         let program = preset_program(preset, self.agent_program.as_deref())?;
-        let endpoint = self.model_endpoint.as_ref().map(|url| ModelEndpoint {
-            base_url: url.clone(),
-            model: self.model.clone(),
-            api_key_var: self.model_key_var.clone(),
+        let endpoint = self.model_endpoint.as_ref().map(|url| {
+            let mut endpoint = ModelEndpoint::new(url);
+            endpoint.model = self.model.clone();
+            endpoint.api_key_var = self.model_key_var.clone();
+            endpoint
         });
         if endpoint.is_none() && self.model_key_var.is_some() {
             bail!("--model-key-var needs --model-endpoint");
@@ -273,21 +274,12 @@ pub(crate) async fn run(
     let context = args
         .context
         .iter()
-        .map(|a| {
-            Ok(ContextRequest {
-                artifact_id: parse_id(a, "artifact")?,
-                role: String::new(),
-            })
-        })
+        .map(|a| Ok(ContextRequest::new(parse_id(a, "artifact")?)))
         .collect::<Result<Vec<_>>>()?;
     let manager = backends.manager(runner, args.agent.timeout(), described);
     let signals = Signals::install()?;
     let session = manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt,
-            context,
-        })
+        .create(CreateSession::new(incident, prompt).with_context(context))
         .await
         .context("cannot create the session")?;
     let revision = session.revision;

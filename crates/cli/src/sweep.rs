@@ -18,10 +18,11 @@ const LISTED: usize = 50;
 /// Runs one sweep and prints what it found (and deleted).
 pub(crate) async fn sweep(global: &Global, apply: bool, grace: Duration) -> Result<ExitCode> {
     let backends = Backends::open(global).await?;
-    let config = SweepConfig {
-        grace,
-        apply,
-        ..SweepConfig::default()
+    let config = {
+        let mut v = SweepConfig::default();
+        v.grace = grace;
+        v.apply = apply;
+        v
     };
     let report = korvus_harvest::sweep(
         &*backends.store,

@@ -72,6 +72,7 @@ impl std::str::FromStr for Inherit {
 /// `pass` and `set`, which override every exclude. Patterns match
 /// case-insensitively, `*` matching any run of characters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EnvPolicy {
     /// The starting point.
     pub inherit: Inherit,
@@ -109,7 +110,8 @@ impl EnvPolicy {
     ///
     /// let parent = [("PATH", "/bin"), ("GITHUB_TOKEN", "t"), ("MY_API_KEY", "k"), ("EDITOR", "vi")]
     ///     .map(|(k, v)| (k.into(), v.into()));
-    /// let policy = EnvPolicy { pass: vec!["MY_API_KEY".into()], ..EnvPolicy::default() };
+    /// let mut policy = EnvPolicy::default();
+    /// policy.pass = vec!["MY_API_KEY".into()];
     /// let names: Vec<String> = policy
     ///     .resolve(parent)
     ///     .into_iter()

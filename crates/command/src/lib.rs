@@ -103,7 +103,7 @@
 //!     .build();
 //! let incident = store.create_incident(NewIncident { title: "db-1 disk".into(), workspace: None }).await?;
 //! let session = manager
-//!     .create(CreateSession { incident_id: incident.id, prompt: "why is it full?".into(), context: vec![] })
+//!     .create(CreateSession::new(incident.id, "why is it full?"))
 //!     .await?;
 //! let row = manager.await_settled(session.id, Duration::from_secs(30)).await?;
 //! assert_eq!(row.status, SessionStatus::Completed);

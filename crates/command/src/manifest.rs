@@ -15,6 +15,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// What the agent is told about its run (`KORVUS_MANIFEST`).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct RunManifest {
     /// [`PROTOCOL_VERSION`].
     pub protocol: u32,
@@ -52,6 +53,7 @@ pub struct RunManifest {
 
 /// The pinned repository of a run.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ManifestWorkspace {
     /// Repository (as pinned).
     pub repo: String,
@@ -61,6 +63,7 @@ pub struct ManifestWorkspace {
 
 /// One inherited context file.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ManifestContext {
     /// Workspace path (`context/<n>-<name>`), or `null` when it was not written.
     pub path: Option<String>,
@@ -78,6 +81,7 @@ pub struct ManifestContext {
 
 /// One skill.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ManifestSkill {
     /// Name from the front matter.
     pub name: String,

@@ -34,10 +34,8 @@ pub(crate) async fn conclude(
     }
     info!(%summary, author_finished, "agent finished");
     sink.finish(summary).await;
-    result.map(|reason| RunOutcome {
-        exit_reason: reason.into(),
-        author_finished,
-        counters: sink.into_counters(),
+    result.map(|reason| {
+        RunOutcome::new(reason, sink.into_counters()).with_author_finished(author_finished)
     })
 }
 

@@ -42,6 +42,7 @@ const BATCH_BYTES: usize = 1024 * 1024;
 /// the drain, the log gets a note (beginning with
 /// [`DROPPED_PREFIX`](korvus_log::DROPPED_PREFIX)) saying the output was cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExitDrain {
     /// The longest wait for more output: time spent storing what was read
     /// does not count (default [`DEFAULT_DRAIN_IDLE`]).
@@ -49,6 +50,13 @@ pub struct ExitDrain {
     /// The longest whole drain, storing included (default
     /// [`DEFAULT_DRAIN_MAX`]).
     pub max: Duration,
+}
+
+impl ExitDrain {
+    /// Bounds of `idle` and `max` (see the fields).
+    pub const fn new(idle: Duration, max: Duration) -> Self {
+        Self { idle, max }
+    }
 }
 
 impl Default for ExitDrain {

@@ -26,6 +26,7 @@ pub enum Preset {
 /// The model endpoint a preset points its agent at, instead of the
 /// provider's public API.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelEndpoint {
     /// The API's base URL: for Codex the Responses API's (requests go to
     /// `{base_url}/responses`, e.g. `http://127.0.0.1:8080/v1`); for
@@ -39,6 +40,31 @@ pub struct ModelEndpoint {
     /// korvus passes that variable by name). `None`: no key is sent.
     /// Claude Code always reads `ANTHROPIC_API_KEY`.
     pub api_key_var: Option<String>,
+}
+
+impl ModelEndpoint {
+    /// The API at `base_url`, the agent's default model, no key.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: None,
+            api_key_var: None,
+        }
+    }
+
+    /// The same endpoint asking for `model`.
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The same endpoint, its key in the variable `name` (Codex).
+    #[must_use]
+    pub fn with_api_key_var(mut self, name: impl Into<String>) -> Self {
+        self.api_key_var = Some(name.into());
+        self
+    }
 }
 
 impl Preset {

@@ -262,11 +262,8 @@ impl CommandRunner {
         let scratch = ctx.scratch.clone().ok_or(CommandError::NoScratchDir)?;
         if ctx.cancel.is_cancelled() {
             // Cancelled before it started: nothing to stop, nothing written.
-            return Ok(RunOutcome {
-                exit_reason: ExitReason::CANCELLED,
-                author_finished: report_exists(&scratch).await,
-                counters: Counters::default(),
-            });
+            return Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+                .with_author_finished(report_exists(&scratch).await));
         }
         let manifest = RunManifest::for_run(&ctx, message.as_deref())
             .write(&scratch)

@@ -31,6 +31,7 @@ pub(crate) enum Chunk {
 
 /// How much of an agent's output one run stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutputCaps {
     /// Events stored from stdout at most.
     pub max_events: u64,

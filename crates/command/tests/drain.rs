@@ -56,17 +56,15 @@ async fn fifty_thousand_lines_under_the_default_caps_all_land_in_order_on_jsonl(
 
 #[tokio::test]
 async fn two_hundred_thousand_lines_with_the_caps_raised_all_land_on_jsonl() {
-    let caps = OutputCaps {
-        max_events: 1_000_000,
-        ..OutputCaps::default()
+    let caps = {
+        let mut v = OutputCaps::default();
+        v.max_events = 1_000_000;
+        v
     };
     every_line_lands(200_000, caps).await;
 }
 
-const TIGHT: ExitDrain = ExitDrain {
-    idle: Duration::from_millis(300),
-    max: Duration::from_millis(1500),
-};
+const TIGHT: ExitDrain = ExitDrain::new(Duration::from_millis(300), Duration::from_millis(1500));
 
 /// Runs `script` (which starts an escaped process whose command line holds
 /// `marker`) and checks the run ends within the drain's bounds with the

@@ -87,11 +87,7 @@ async fn a_memory_hog_ends_memory_exceeded_its_files_kept_and_a_neighbour_comple
     let hog = h.start("hog").await;
     let neighbour = h
         .manager
-        .create(CreateSession {
-            incident_id: h.incident,
-            prompt: "neighbour".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(h.incident, "neighbour"))
         .await
         .expect("create");
     let started = Instant::now();
@@ -451,11 +447,7 @@ async fn daemons_of_an_agent_are_gone_after_the_settle_however_the_run_ends() {
         .await
         .expect("incident");
     let s = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "panic".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "panic"))
         .await
         .expect("create");
     let pattern = format!("sleep {arg}");

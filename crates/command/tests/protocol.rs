@@ -261,11 +261,7 @@ async fn a_run_without_a_scratch_dir_fails_clearly() {
         .await
         .expect("incident");
     let s = manager
-        .create(korvus_session::CreateSession {
-            incident_id: incident.id,
-            prompt: "go".into(),
-            context: vec![],
-        })
+        .create(korvus_session::CreateSession::new(incident.id, "go"))
         .await
         .expect("create");
     let row = manager

@@ -74,11 +74,7 @@ pub(crate) async fn harness_with(
 impl Harness {
     pub(crate) async fn start(&self, prompt: &str) -> Session {
         self.manager
-            .create(CreateSession {
-                incident_id: self.incident,
-                prompt: prompt.into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(self.incident, prompt))
             .await
             .expect("create")
     }

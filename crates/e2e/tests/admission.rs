@@ -56,11 +56,7 @@ async fn queue_across_replicas(
         })
         .await
         .unwrap();
-    let request = |prompt: &str| CreateSession {
-        incident_id: incident.id,
-        prompt: prompt.into(),
-        context: vec![],
-    };
+    let request = |prompt: &str| CreateSession::new(incident.id, prompt);
     let held = a.create(request("held")).await.unwrap();
     // Running on A before anything else happens (a create can meet A's
     // own claim probe and be queued for a moment; A then claims it).
@@ -179,14 +175,11 @@ async fn per_key_cap_across_replicas(
         let on = if i % 4 < 2 { &a } else { &b };
         let s = on
             .create_with(
-                CreateSession {
-                    incident_id: incident.id,
-                    prompt: format!("{tenant} job {i}"),
-                    context: vec![],
-                },
-                CreateOptions {
-                    queue_key: Some(tenant.into()),
-                    ..CreateOptions::default()
+                CreateSession::new(incident.id, format!("{tenant} job {i}")),
+                {
+                    let mut v = CreateOptions::default();
+                    v.queue_key = Some(tenant.into());
+                    v
                 },
             )
             .await
@@ -287,11 +280,7 @@ async fn a_queued_session_wakes_a_replica_through_notify_postgres() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = std::time::Instant::now();
     let s = creator
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "pushed".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "pushed"))
         .await
         .unwrap();
     assert!(s.is_queued(), "{s:?}");

@@ -129,11 +129,7 @@ impl Rig {
         .unwrap();
         let session = self
             .manager
-            .create(CreateSession {
-                incident_id: incident.id,
-                prompt: prompt.into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(incident.id, prompt))
             .await
             .unwrap();
         self.settled(&session).await
@@ -277,14 +273,11 @@ async fn real_agent_session_in(
         return;
     };
     let stub = StubServer::start(Script::default()).await.unwrap();
-    let endpoint = ModelEndpoint {
-        base_url: match preset {
-            Preset::Codex => stub.openai_base_url(),
-            _ => stub.base_url(),
-        },
-        model: None,
-        api_key_var: Some("OPENAI_API_KEY".into()),
-    };
+    let endpoint = ModelEndpoint::new(match preset {
+        Preset::Codex => stub.openai_base_url(),
+        _ => stub.base_url(),
+    })
+    .with_api_key_var("OPENAI_API_KEY");
     // The keys reach the endpoint (the stub takes any).
     let runner = preset
         .runner(&bin, Some(&endpoint))
@@ -393,11 +386,7 @@ async fn real_claude_code_runs_a_session_through_the_stub() {
 /// it (no key); the server lives as long as the returned handle.
 async fn codex_stub(script: Script) -> (StubServer, ModelEndpoint) {
     let stub = StubServer::start(script).await.unwrap();
-    let endpoint = ModelEndpoint {
-        base_url: stub.openai_base_url(),
-        model: None,
-        api_key_var: None,
-    };
+    let endpoint = ModelEndpoint::new(stub.openai_base_url());
     (stub, endpoint)
 }
 

@@ -31,11 +31,7 @@ async fn real_codex_handed_off_mid_run_resumes_its_thread_on_another_replica() {
     })
     .await
     .unwrap();
-    let endpoint = ModelEndpoint {
-        base_url: stub.openai_base_url(),
-        model: None,
-        api_key_var: None,
-    };
+    let endpoint = ModelEndpoint::new(stub.openai_base_url());
     let runner = || Preset::Codex.runner(&bin, Some(&endpoint));
     let rig = Rig::new(runner()).await;
     let incident = korvus_store::Store::create_incident(
@@ -49,11 +45,7 @@ async fn real_codex_handed_off_mid_run_resumes_its_thread_on_another_replica() {
     .unwrap();
     let session = rig
         .manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: PROMPT.into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, PROMPT))
         .await
         .unwrap();
     let progress = rig

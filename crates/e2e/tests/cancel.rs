@@ -29,11 +29,7 @@ async fn a_cancel_on_another_replica_arrives_by_notify() {
     };
     let a = replica(ScriptRunner::new(|ctx, _| async move {
         ctx.cancel.cancelled().await;
-        Ok(RunOutcome {
-            exit_reason: ExitReason::CANCELLED,
-            author_finished: false,
-            counters: Counters::default(),
-        })
+        Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default()).with_author_finished(false))
     }));
     let b = replica(ScriptRunner::new(|_, _| async move {
         Ok(RunOutcome::completed(Counters::default()))
@@ -46,11 +42,7 @@ async fn a_cancel_on_another_replica_arrives_by_notify() {
         .await
         .unwrap();
     let session = a
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "wait".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "wait"))
         .await
         .unwrap();
     // A request made before A's listener is connected is not delivered

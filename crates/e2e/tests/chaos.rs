@@ -113,11 +113,7 @@ async fn replica_process() {
         .build();
     for _ in 0..SESSIONS {
         manager
-            .create(CreateSession {
-                incident_id: config.incident,
-                prompt: "chaos".into(),
-                context: vec![],
-            })
+            .create(CreateSession::new(config.incident, "chaos"))
             .await
             .expect("create");
     }

@@ -70,11 +70,7 @@ impl Embedded {
     }
 
     fn request(&self, prompt: &str) -> korvus_session::CreateSession {
-        korvus_session::CreateSession {
-            incident_id: self.incident,
-            prompt: prompt.into(),
-            context: vec![],
-        }
+        korvus_session::CreateSession::new(self.incident, prompt)
     }
 
     /// No row running (but a live `awaiting_user`), exactly one report row
@@ -134,16 +130,15 @@ async fn counters_past_the_columns_and_bad_exit_reasons_still_end_the_row() {
                 let reason = reason.clone();
                 async move {
                     write(ctx.scratch.as_ref().unwrap(), "report.md", "# R\n");
-                    Ok(RunOutcome {
-                        exit_reason: ExitReason::from(reason),
-                        author_finished: true,
-                        counters: Counters {
+                    Ok(RunOutcome::new(
+                        ExitReason::from(reason),
+                        Counters {
                             turns: u64::MAX,
                             tool_calls: u64::MAX,
                             input_tokens: u64::MAX,
                             output_tokens: u64::MAX,
                         },
-                    })
+                    ))
                 }
             }))
             .build();
@@ -216,9 +211,10 @@ async fn a_hanging_archive_upload_is_skipped_within_the_bound() {
             Ok(RunOutcome::completed(Counters::default()))
         }))
         .archive_on_release(true)
-        .persist_config(PersistConfig {
-            timeout: Duration::from_millis(500),
-            ..PersistConfig::default()
+        .persist_config({
+            let mut v = PersistConfig::default();
+            v.timeout = Duration::from_millis(500);
+            v
         })
         .build();
     let row = one(&env, &manager).await;
@@ -263,10 +259,7 @@ async fn a_role_the_database_would_refuse_is_refused_before_any_row() {
     let art = env.store.all_session_artifacts(first.id).await.unwrap()[0].id;
     for role in ["nul\0role".to_owned(), "r".repeat(200)] {
         let mut req = env.request("bad role");
-        req.context = vec![ContextRequest {
-            artifact_id: art,
-            role,
-        }];
+        req.context = vec![ContextRequest::new(art).with_role(role)];
         let err = manager.create(req).await.unwrap_err();
         assert!(
             matches!(err, SessionError::InvalidContextRef { .. }),
@@ -295,9 +288,10 @@ async fn an_oversized_report_is_an_upload_failure_and_an_empty_one_was_never_aut
                     Ok(RunOutcome::completed(Counters::default()))
                 }
             }))
-            .persist_config(PersistConfig {
-                report_max_bytes: 1024,
-                ..PersistConfig::default()
+            .persist_config({
+                let mut v = PersistConfig::default();
+                v.report_max_bytes = 1024;
+                v
             })
             .build();
         let row = one(&env, &manager).await;
@@ -315,11 +309,7 @@ fn asks_then_answers() -> ScriptRunner {
     ScriptRunner::new(|ctx, message| async move {
         write(ctx.scratch.as_ref().unwrap(), "report.md", "# R\n");
         Ok(match message {
-            None => RunOutcome {
-                exit_reason: ExitReason::AWAITING_USER,
-                author_finished: true,
-                counters: Counters::default(),
-            },
+            None => RunOutcome::new(ExitReason::AWAITING_USER, Counters::default()),
             Some(_) => RunOutcome::completed(Counters::default()),
         })
     })

@@ -63,11 +63,7 @@ async fn descriptor_limited_process() {
     let started = Instant::now();
     let creates = (0..SESSIONS).map(|i| {
         let manager = manager.clone();
-        let request = CreateSession {
-            incident_id: incident.id,
-            prompt: format!("sleep {i}"),
-            context: vec![],
-        };
+        let request = CreateSession::new(incident.id, format!("sleep {i}"));
         async move {
             let asked = Instant::now();
             let s = manager.create(request).await.expect("create");

@@ -65,11 +65,7 @@ async fn a_superseded_runs_settle_is_refused_and_leaves_the_new_run_untouched() 
         .await
         .unwrap();
     let session = a
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "why?".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "why?"))
         .await
         .unwrap();
     assert_eq!(session.fence, 1);
@@ -133,11 +129,10 @@ async fn a_run_whose_log_a_newer_writer_claimed_is_cancelled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         ctx.cancel.cancelled().await;
-        Ok(RunOutcome {
-            exit_reason: korvus_runner::ExitReason::CANCELLED,
-            author_finished: false,
-            counters: Counters::default(),
-        })
+        Ok(
+            RunOutcome::new(korvus_runner::ExitReason::CANCELLED, Counters::default())
+                .with_author_finished(false),
+        )
     });
     let a = Manager::builder(Arc::clone(&store), Arc::new(runner))
         .blob_store(Arc::new(MemoryBlobStore::new()))
@@ -152,11 +147,7 @@ async fn a_run_whose_log_a_newer_writer_claimed_is_cancelled() {
         .await
         .unwrap();
     let session = a
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "write".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "write"))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -21,9 +21,10 @@ async fn every_line_lands(store: Arc<dyn CoordinatedStore>, logs: Arc<dyn TurnLo
     let runner = CommandRunner::new("sh")
         .arg("-c")
         .arg(format!("seq 1 {lines}\necho '# R' > report.md\n"))
-        .output_caps(OutputCaps {
-            max_events: lines.max(OutputCaps::default().max_events),
-            ..OutputCaps::default()
+        .output_caps({
+            let mut v = OutputCaps::default();
+            v.max_events = lines.max(OutputCaps::default().max_events);
+            v
         });
     let manager = Manager::builder(Arc::clone(&store), Arc::new(runner))
         .blob_store(Arc::new(MemoryBlobStore::new()))
@@ -38,11 +39,7 @@ async fn every_line_lands(store: Arc<dyn CoordinatedStore>, logs: Arc<dyn TurnLo
         .await
         .unwrap();
     let session = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "print".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "print"))
         .await
         .unwrap();
     let row = manager

@@ -134,11 +134,7 @@ async fn replica_process() {
     println!("owner {}", manager.owner());
     for i in 0..config.creates {
         manager
-            .create(CreateSession {
-                incident_id: config.incident,
-                prompt: format!("job {i}"),
-                context: vec![],
-            })
+            .create(CreateSession::new(config.incident, format!("job {i}")))
             .await
             .expect("create");
     }

@@ -96,11 +96,7 @@ async fn postgres_s3_git_end_to_end() {
         .seeder(Arc::new(GitSeeder::default()), default_trees())
         .build();
     let s = manager
-        .create(CreateSession {
-            incident_id: incident.id,
-            prompt: "why is db-1 full?".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident.id, "why is db-1 full?"))
         .await
         .unwrap();
     let done = settled(&manager, &s).await;
@@ -189,11 +185,7 @@ async fn postgres_s3_reopen_restores_and_races() {
         .settle_timeout(Duration::from_secs(10))
         .build();
     let s = manager
-        .create(CreateSession {
-            incident_id: incident,
-            prompt: "first".into(),
-            context: vec![],
-        })
+        .create(CreateSession::new(incident, "first"))
         .await
         .unwrap();
     settled(&manager, &s).await;

@@ -22,9 +22,10 @@ use crate::support::{write, Backends};
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
 fn applied() -> SweepConfig {
-    SweepConfig {
-        apply: true,
-        ..SweepConfig::default()
+    {
+        let mut v = SweepConfig::default();
+        v.apply = true;
+        v
     }
 }
 
@@ -86,7 +87,7 @@ async fn land(store: &dyn Store, s: &Session, outcome: &PersistOutcome, status: 
         markdown_key: markdown.map(|(k, _)| k.to_owned()),
         manifest_key: outcome.manifest_key.clone(),
         markdown_bytes: markdown.map_or(0, |(_, b)| b),
-        exit_reason: status.to_string(),
+        exit_reason: status.to_string().into(),
         counters: Counters::default(),
         detail: None,
         salvaged_from: None,
@@ -95,7 +96,7 @@ async fn land(store: &dyn Store, s: &Session, outcome: &PersistOutcome, status: 
     store.create_report(row).await.unwrap();
     let settlement = Settlement {
         status,
-        exit_reason: Some(status.to_string()),
+        exit_reason: Some(status.to_string().into()),
         counters: Counters::default(),
         fence: s.fence,
     };

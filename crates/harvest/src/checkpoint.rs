@@ -53,6 +53,7 @@ pub const TORN_AFTER_SKIPS: u32 = 3;
 
 /// A file a checkpoint left for the next one: it changed while it was read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ChangingFile {
     /// Workspace path.
     pub path: String,
@@ -63,6 +64,7 @@ pub struct ChangingFile {
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct CheckpointOutcome {
     /// Why it stored nothing, or stopped, in words.
     pub reason: Option<String>,

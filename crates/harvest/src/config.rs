@@ -29,6 +29,7 @@ pub const DEFAULT_MAX_STORED_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 
 /// Limits of the persist phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PersistConfig {
     /// At most this many files are stored (`report.md` always kept).
     pub max_files: usize,

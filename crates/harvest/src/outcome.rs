@@ -12,6 +12,7 @@ use crate::walk::Skipped;
 
 /// A file stored by this phase (bytes uploaded; see [`PersistOutcome::rows_written`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct StoredFile {
     /// Workspace path.
     pub path: String,
@@ -47,6 +48,7 @@ fn is_false(flag: &bool) -> bool {
 
 /// A file equal to the restored artifact at its path: not stored again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct UnchangedFile {
     /// Workspace path.
     pub path: String,
@@ -76,6 +78,7 @@ pub enum FailStage {
 
 /// A file that could not be stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct FailedFile {
     /// Workspace path.
     pub path: String,
@@ -132,6 +135,7 @@ impl ReportFile {
 
 /// Everything the persist phase did. Serialised as the harvest manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct PersistOutcome {
     /// `false` when the phase was skipped (no blob store or no scratch dir).
     pub attempted: bool,

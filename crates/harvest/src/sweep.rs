@@ -37,6 +37,7 @@ pub const MAX_REPORTED: usize = 1000;
 
 /// How a sweep judges keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SweepConfig {
     /// An unreferenced key younger than this is kept: its rows may still
     /// be on their way.
@@ -95,6 +96,7 @@ pub enum SweepError {
 
 /// What a sweep found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct SweepReport {
     /// Keys listed under `incidents/`.
     pub listed: u64,
@@ -131,6 +133,7 @@ pub struct SweepReport {
 
 /// One unreferenced, old key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Orphan {
     /// The key.
     pub key: String,

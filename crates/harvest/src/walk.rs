@@ -106,6 +106,7 @@ impl fmt::Display for SkipReason {
 
 /// An entry that was not harvested, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Skipped {
     /// Workspace-relative path as text (lossy for non-UTF-8 names).
     pub path: String,

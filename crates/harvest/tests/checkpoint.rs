@@ -319,10 +319,8 @@ async fn the_file_cap_counts_the_paths_of_checkpoints_and_landing() {
     let env = env().await;
     write(env.scratch.path(), "b.txt", b"b");
     write(env.scratch.path(), "c.txt", b"c");
-    let config = PersistConfig {
-        max_files: 2,
-        ..PersistConfig::default()
-    };
+    let mut config = PersistConfig::default();
+    config.max_files = 2;
     let blobs = Arc::new(MemoryBlobStore::new());
     let mut ck = checkpointer(&env, blobs, config);
     assert_eq!(ck.checkpoint().await.stored.len(), 2);

@@ -17,10 +17,8 @@ async fn nothing_outside_is_read_from_a_hostile_workspace() {
         .with_oversize_bytes(2 * 1024 * 1024)
         .build(env.scratch.path(), env.outside.path());
     let blobs = Arc::new(MemoryBlobStore::new());
-    let config = PersistConfig {
-        max_file_bytes: 1024 * 1024,
-        ..PersistConfig::default()
-    };
+    let mut config = PersistConfig::default();
+    config.max_file_bytes = 1024 * 1024;
     let outcome = persist(
         Arc::clone(&env.store),
         Some(blobs.clone() as Arc<dyn BlobStore>),

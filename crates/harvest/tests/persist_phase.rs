@@ -210,10 +210,8 @@ async fn hanging_blob_store_is_bounded_by_the_timeout() {
     write(env.scratch.path(), "x.txt", b"x");
     let blobs = Arc::new(FaultBlobStore::new(Arc::new(MemoryBlobStore::new())));
     blobs.fault_put("", BlobFault::Hang);
-    let config = PersistConfig {
-        timeout: Duration::from_millis(300),
-        ..PersistConfig::default()
-    };
+    let mut config = PersistConfig::default();
+    config.timeout = Duration::from_millis(300);
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
         persist(

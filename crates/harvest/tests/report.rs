@@ -21,11 +21,10 @@ async fn run_with(env: &Env, blobs: Arc<dyn BlobStore>, config: &PersistConfig) 
 }
 
 fn limits(report: u64, file: u64) -> PersistConfig {
-    PersistConfig {
-        report_max_bytes: report,
-        max_file_bytes: file,
-        ..PersistConfig::default()
-    }
+    let mut config = PersistConfig::default();
+    config.report_max_bytes = report;
+    config.max_file_bytes = file;
+    config
 }
 
 /// The stored harvest manifest of revision 1, parsed.
@@ -211,10 +210,8 @@ async fn a_report_stored_before_a_hanging_row_write_has_no_markdown() {
         ..inner
     };
     write(env.scratch.path(), REPORT_FILE, b"# R\n");
-    let config = PersistConfig {
-        timeout: Duration::from_millis(300),
-        ..PersistConfig::default()
-    };
+    let mut config = PersistConfig::default();
+    config.timeout = Duration::from_millis(300);
     let blobs = Arc::new(MemoryBlobStore::new());
     let outcome = run_with(&env, blobs.clone(), &config).await;
     assert!(!outcome.rows_written);

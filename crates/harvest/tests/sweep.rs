@@ -22,10 +22,9 @@ const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A sweep configuration with the default grace, applying or not.
 fn config(apply: bool) -> SweepConfig {
-    SweepConfig {
-        apply,
-        ..SweepConfig::default()
-    }
+    let mut config = SweepConfig::default();
+    config.apply = apply;
+    config
 }
 
 /// A running session, under a live lease or none.
@@ -204,10 +203,8 @@ async fn a_live_run_keeps_its_unreferenced_keys_and_a_short_grace_is_refused() {
     assert_eq!((report.referenced, report.live), (1, 1), "{report:?}");
     assert_eq!(keys(&*blobs).await.len(), 2);
 
-    let short = SweepConfig {
-        grace: Duration::from_secs(60),
-        ..config(true)
-    };
+    let mut short = config(true);
+    short.grace = Duration::from_secs(60);
     let err = sweep(&*store, &*blobs, &short, later).await.unwrap_err();
     assert!(matches!(err, SweepError::GraceTooShort { .. }), "{err}");
 }

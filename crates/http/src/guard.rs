@@ -48,6 +48,7 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 /// A token given to [`Guard::new`] is too short to guard anything.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a token needs at least {MIN_TOKEN_BYTES} bytes (this one has {len})")]
+#[non_exhaustive]
 pub struct TokenTooShort {
     /// The token's length in bytes.
     pub len: usize,

@@ -140,24 +140,22 @@ pub(crate) async fn create_session(
         .context
         .into_iter()
         .map(|c| {
-            Ok(ContextRequest {
-                artifact_id: parse_id::<ArtifactId>("artifact", &c.artifact_id)?,
-                role: c.role,
-            })
+            Ok(
+                ContextRequest::new(parse_id::<ArtifactId>("artifact", &c.artifact_id)?)
+                    .with_role(c.role),
+            )
         })
         .collect::<Result<Vec<_>>>()?;
     let session = app
         .manager
         .create_with(
-            CreateSession {
-                incident_id,
-                prompt: body.prompt,
-                context,
-            },
-            CreateOptions {
-                priority: body.priority,
-                queue_key: body.queue_key,
-                idempotency_key,
+            CreateSession::new(incident_id, body.prompt).with_context(context),
+            {
+                let mut v = CreateOptions::default();
+                v.priority = body.priority;
+                v.queue_key = body.queue_key;
+                v.idempotency_key = idempotency_key;
+                v
             },
         )
         .await?;

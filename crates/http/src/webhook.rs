@@ -101,6 +101,7 @@ impl WebhookSecret {
 
 /// Where and how webhooks are sent.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WebhookConfig {
     /// The receiver.
     pub url: String,

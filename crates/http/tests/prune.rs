@@ -25,11 +25,8 @@ fn runner() -> ScriptRunner {
     ScriptRunner::new(|ctx, message| async move {
         if message.is_some() {
             ctx.cancel.cancelled().await;
-            return Ok(RunOutcome {
-                exit_reason: ExitReason::CANCELLED,
-                author_finished: false,
-                counters: Counters::default(),
-            });
+            return Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+                .with_author_finished(false));
         }
         write_files(&ctx, &[("report.md", "# R\n")]);
         Ok(RunOutcome::completed(Counters::default()))
@@ -69,18 +66,11 @@ async fn a_reopen_racing_prune_over_http_answers_the_session_or_404_on_jsonl_log
         logs: &*logs,
         blobs: &*blobs,
     };
-    let config = PruneConfig {
-        finished_before: SystemTime::now() + Duration::from_secs(3600),
-        apply: true,
-    };
+    let config = PruneConfig::new(SystemTime::now() + Duration::from_secs(3600), true);
     let (mut kept, mut gone) = (0, 0);
     for round in 0..20u64 {
         let s = manager
-            .create(CreateSession {
-                incident_id: incident.id,
-                prompt: format!("run {round}"),
-                context: vec![],
-            })
+            .create(CreateSession::new(incident.id, format!("run {round}")))
             .await
             .unwrap();
         let row = manager

@@ -118,11 +118,7 @@ async fn a_session_waiting_for_the_user_takes_a_message() {
             None => ExitReason::AWAITING_USER,
             Some(_) => ExitReason::COMPLETED,
         };
-        Ok(RunOutcome {
-            exit_reason: reason,
-            author_finished: true,
-            counters: Counters::default(),
-        })
+        Ok(RunOutcome::new(reason, Counters::default()))
     });
     let env = Env::new(runner).await;
     let app = env.router();
@@ -234,11 +230,9 @@ async fn bad_requests_get_a_typed_error_and_write_nothing() {
             .await
             .assert_error(StatusCode::BAD_REQUEST, "invalid_id");
     }
-    let s = env.manager.create(korvus_session::CreateSession {
-        incident_id: iid,
-        prompt: "p".into(),
-        context: vec![],
-    });
+    let s = env
+        .manager
+        .create(korvus_session::CreateSession::new(iid, "p"));
     let sid = s.await.unwrap().id;
     settled(&env, &sid.to_string()).await;
     get(&app, &format!("/api/sessions/{sid}/reports/0"))

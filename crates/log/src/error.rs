@@ -188,6 +188,7 @@ pub type Result<T, E = LogError> = std::result::Result<T, E>;
 /// The service-wide [`TurnLog::flush`](crate::TurnLog::flush) failed for some
 /// logs. Every other active writer was still flushed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct FlushError {
     /// Each log whose flush failed, with its cause.
     pub failures: Vec<(LogId, LogError)>,

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 /// the refused text (escaped, cut to 200 characters) and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid workspace path {path:?}: {reason}")]
+#[non_exhaustive]
 pub struct InvalidPath {
     /// The refused path (escaped, cut to 200 characters).
     pub path: String,

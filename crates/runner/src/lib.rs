@@ -44,11 +44,8 @@
 //! impl Runner for Echo {
 //!     async fn run(&self, ctx: RunContext) -> Result<RunOutcome, RunError> {
 //!         if ctx.cancel.is_cancelled() {
-//!             return Ok(RunOutcome {
-//!                 exit_reason: ExitReason::CANCELLED,
-//!                 author_finished: false,
-//!                 counters: Counters::default(),
-//!             });
+//!             let outcome = RunOutcome::new(ExitReason::CANCELLED, Counters::default());
+//!             return Ok(outcome.with_author_finished(false));
 //!         }
 //!         Ok(RunOutcome::completed(Counters::default()))
 //!     }
@@ -70,7 +67,6 @@
 mod checkpoint;
 mod context;
 mod docs;
-mod reason;
 mod runner;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -78,8 +74,8 @@ pub mod testing;
 pub use crate::checkpoint::CheckpointHook;
 pub use crate::context::{InheritedFile, Resumed, RunContext, Tools};
 pub use crate::docs::{DocsClient, DocsLease, DocsSearch};
-pub use crate::reason::{exit, ExitReason, InvalidExitReason};
 pub use crate::runner::{RunError, RunOutcome, Runner};
+pub use korvus_store::{exit_reason as exit, ExitReason, InvalidExitReason};
 
 #[cfg(feature = "mock")]
 pub use crate::docs::{MockDocsClient, MockDocsSearch};

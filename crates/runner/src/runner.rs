@@ -9,6 +9,7 @@ use crate::{ExitReason, RunContext};
 
 /// What a run reports when it returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunOutcome {
     /// Why it ended (see [`exit`](crate::exit)); [`ExitReason::AWAITING_USER`]
     /// keeps the row running.
@@ -28,12 +29,32 @@ impl RunOutcome {
             counters,
         }
     }
+
+    /// A run that ended with `exit_reason` and whose author phase finished
+    /// (see [`with_author_finished`](Self::with_author_finished)).
+    pub fn new(exit_reason: impl Into<ExitReason>, counters: Counters) -> Self {
+        Self {
+            exit_reason: exit_reason.into(),
+            author_finished: true,
+            counters,
+        }
+    }
+
+    /// The same outcome, saying whether its author phase (writing
+    /// `report.md`) finished; when it did not, no `report.md` is adopted as
+    /// the revision's report.
+    #[must_use]
+    pub fn with_author_finished(mut self, finished: bool) -> Self {
+        self.author_finished = finished;
+        self
+    }
 }
 
 /// A runner failed; the session settles `failed` with
 /// [`exit_reason`](RunError::exit_reason), or `runner_failed` without one.
 #[derive(Debug, thiserror::Error)]
 #[error("runner failed: {message}")]
+#[non_exhaustive]
 pub struct RunError {
     /// What went wrong.
     pub message: String,

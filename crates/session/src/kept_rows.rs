@@ -60,12 +60,10 @@ impl Inner {
         let (exit_reason, counters) = match existing {
             Some(r) => (r.exit_reason.clone(), r.counters),
             None if kept.revision == row.revision => (
-                row.exit_reason
-                    .clone()
-                    .unwrap_or_else(|| ExitReason::OWNER_LOST.to_string()),
+                row.exit_reason.clone().unwrap_or(ExitReason::OWNER_LOST),
                 row.counters,
             ),
-            None => (ExitReason::OWNER_LOST.to_string(), Default::default()),
+            None => (ExitReason::OWNER_LOST, Default::default()),
         };
         NewReport {
             session_id: row.id,

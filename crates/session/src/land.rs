@@ -92,7 +92,7 @@ impl Run<'_> {
             markdown_key: markdown.as_ref().map(|(k, _)| k.clone()),
             manifest_key: outcome.manifest_key.clone(),
             markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
-            exit_reason: ending.settles().1.to_string(),
+            exit_reason: ending.settles().1,
             counters,
             // What degraded the persist phase, cause first, for the operator.
             detail,
@@ -115,7 +115,7 @@ impl Run<'_> {
         Landed {
             settlement: Settlement {
                 status,
-                exit_reason: Some(exit_reason.into()),
+                exit_reason: Some(exit_reason),
                 counters,
                 fence: run.fence,
             },

@@ -72,7 +72,7 @@
 //! let incident = store.create_incident(NewIncident { title: "db-1 disk".into(), workspace: None }).await?;
 //! let manager = Manager::builder(store, Arc::new(Echo)).build();
 //! let session = manager
-//!     .create(CreateSession { incident_id: incident.id, prompt: "why?".into(), context: vec![] })
+//!     .create(CreateSession::new(incident.id, "why?"))
 //!     .await?;
 //! let settled = manager.await_settled(session.id, std::time::Duration::from_secs(10)).await?;
 //! assert_eq!(settled.status, SessionStatus::Completed);

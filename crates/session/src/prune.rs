@@ -36,11 +36,23 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
 
 /// What to prune.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PruneConfig {
     /// Sessions that ended before this are pruned.
     pub finished_before: SystemTime,
     /// Delete (`false`: a dry run that counts what would go, and its bytes).
     pub apply: bool,
+}
+
+impl PruneConfig {
+    /// Sessions that ended before `finished_before`; `apply` false only
+    /// counts them (a dry run).
+    pub fn new(finished_before: SystemTime, apply: bool) -> Self {
+        Self {
+            finished_before,
+            apply,
+        }
+    }
 }
 
 /// What a prune found and did.

@@ -276,7 +276,7 @@ impl Inner {
         .settles();
         let settlement = Settlement {
             status,
-            exit_reason: Some(reason.to_string()),
+            exit_reason: Some(reason.clone()),
             counters,
             fence: row.fence,
         };
@@ -293,7 +293,7 @@ impl Inner {
             markdown_bytes: markdown.as_ref().map_or(0, |(_, b)| *b),
             markdown_key: markdown.map(|(k, _)| k),
             manifest_key: salvaged.as_ref().and_then(|s| s.manifest_key.clone()),
-            exit_reason: reason.to_string(),
+            exit_reason: reason,
             counters,
             detail: Some(bounded_detail(match &salvaged {
                 Some(s) => s.detail(cause),

@@ -23,7 +23,7 @@ pub(crate) fn failed(reason: ExitReason, fence: u64) -> Settlement {
     let (status, reason) = Ending::NotRun(reason).settles();
     Settlement {
         status,
-        exit_reason: Some(reason.into()),
+        exit_reason: Some(reason),
         counters: Counters::default(),
         fence,
     }
@@ -53,7 +53,7 @@ impl Inner {
             markdown_key: None,
             manifest_key: None,
             markdown_bytes: 0,
-            exit_reason: reason.to_string(),
+            exit_reason: reason.clone(),
             counters: Counters::default(),
             detail: None,
             salvaged_from: None,

@@ -230,9 +230,10 @@ async fn concurrent_creates_with_one_idempotency_key_get_one_session() {
     let env = Env::new().await;
     let gauge = Gauge::default();
     let manager = env.builder(gauge.runner(Duration::from_millis(10))).build();
-    let keyed = || korvus_session::CreateOptions {
-        idempotency_key: Some("deploy-42".into()),
-        ..Default::default()
+    let keyed = || {
+        let mut options = korvus_session::CreateOptions::default();
+        options.idempotency_key = Some("deploy-42".into());
+        options
     };
     let creates = (0..50).map(|_| manager.create_with(env.request("once"), keyed()));
     let rows = futures::future::join_all(creates).await;
@@ -291,9 +292,10 @@ async fn a_high_priority_session_starts_before_those_queued_ahead_of_it() {
                 .unwrap(),
         );
     }
-    let urgent = korvus_session::CreateOptions {
-        priority: korvus_store::Priority::HIGHEST,
-        ..Default::default()
+    let urgent = {
+        let mut v = korvus_session::CreateOptions::default();
+        v.priority = korvus_store::Priority::HIGHEST;
+        v
     };
     sessions.push(
         manager
@@ -494,13 +496,11 @@ async fn a_create_past_a_keys_queue_bound_is_queue_full_and_writes_nothing() {
         let manager = manager.clone();
         async move {
             manager
-                .create_with(
-                    request,
-                    korvus_session::CreateOptions {
-                        queue_key: Some(key),
-                        ..Default::default()
-                    },
-                )
+                .create_with(request, {
+                    let mut v = korvus_session::CreateOptions::default();
+                    v.queue_key = Some(key);
+                    v
+                })
                 .await
         }
     };

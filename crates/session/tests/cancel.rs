@@ -80,11 +80,10 @@ async fn a_cancel_on_another_replica_reaches_the_run_through_the_store() {
     let a = env
         .builder(ScriptRunner::new(|ctx, _| async move {
             ctx.cancel.cancelled().await;
-            Ok(RunOutcome {
-                exit_reason: korvus_runner::ExitReason::CANCELLED,
-                author_finished: false,
-                counters: Default::default(),
-            })
+            Ok(
+                RunOutcome::new(korvus_runner::ExitReason::CANCELLED, Default::default())
+                    .with_author_finished(false),
+            )
         }))
         .cancel_poll(Duration::from_millis(20))
         .build();

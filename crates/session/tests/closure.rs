@@ -49,16 +49,15 @@ async fn counters_beyond_the_columns_saturate_and_the_row_ends() {
         &env,
         ScriptRunner::new(|ctx, _| async move {
             write_files(&ctx, &[("report.md", "# big\n")]);
-            Ok(RunOutcome {
-                exit_reason: ExitReason::COMPLETED,
-                author_finished: true,
-                counters: Counters {
+            Ok(RunOutcome::new(
+                ExitReason::COMPLETED,
+                Counters {
                     turns: u64::MAX,
                     tool_calls: u64::MAX,
                     input_tokens: u64::MAX,
                     output_tokens: 7,
                 },
-            })
+            ))
         }),
     )
     .build();
@@ -97,10 +96,7 @@ async fn context_refs_that_cannot_be_inserted_still_land_a_report_row() {
     env.store
         .fault(StoreOp::InsertContextRefs, StoreFault::Fail);
     let mut req = env.request("with a ref");
-    req.context = vec![korvus_session::ContextRequest {
-        artifact_id: art,
-        role: String::new(),
-    }];
+    req.context = vec![korvus_session::ContextRequest::new(art)];
     assert!(manager.create(req).await.is_err());
     let sessions = env.store.all_sessions(env.incident.id).await.unwrap();
     let row = sessions.iter().find(|s| s.id != first.id).unwrap();
@@ -187,9 +183,10 @@ async fn stop_returns_within_its_bound_with_a_hanging_archive_and_docs_release()
     let manager = quick(&env, runner.clone())
         .docs_search(Arc::new(docs))
         .archive_on_release(true)
-        .persist_config(PersistConfig {
-            timeout: Duration::from_millis(300),
-            ..PersistConfig::default()
+        .persist_config({
+            let mut v = PersistConfig::default();
+            v.timeout = Duration::from_millis(300);
+            v
         })
         .cancel_grace(Duration::from_millis(100))
         .settle_timeout(Duration::from_millis(300))
@@ -255,9 +252,10 @@ async fn an_oversized_report_is_an_upload_failure_and_an_empty_one_was_never_aut
                 }
             }),
         )
-        .persist_config(PersistConfig {
-            report_max_bytes: 1024,
-            ..PersistConfig::default()
+        .persist_config({
+            let mut v = PersistConfig::default();
+            v.report_max_bytes = 1024;
+            v
         })
         .build();
         let s = manager.create(env.request("report")).await.unwrap();

@@ -107,28 +107,12 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     let foreign_art = env.store.all_session_artifacts(foreign.id).await.unwrap()[0].id;
     let before = env.store.count(StoreOp::CreateSession);
     let cases = [
-        vec![ContextRequest {
-            artifact_id: ArtifactId::from_uuid(uuid::Uuid::nil()),
-            role: String::new(),
-        }],
-        vec![
-            ContextRequest {
-                artifact_id: art.id,
-                role: String::new(),
-            },
-            ContextRequest {
-                artifact_id: art.id,
-                role: String::new(),
-            },
-        ],
-        vec![ContextRequest {
-            artifact_id: ArtifactId::new(),
-            role: String::new(),
-        }],
-        vec![ContextRequest {
-            artifact_id: foreign_art,
-            role: String::new(),
-        }],
+        vec![ContextRequest::new(
+            ArtifactId::from_uuid(uuid::Uuid::nil()),
+        )],
+        vec![ContextRequest::new(art.id), ContextRequest::new(art.id)],
+        vec![ContextRequest::new(ArtifactId::new())],
+        vec![ContextRequest::new(foreign_art)],
     ];
     for context in cases {
         let mut req = env.request("with refs");
@@ -147,10 +131,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     // A role the store would refuse is refused before any row too.
     for role in ["nul\0role".to_owned(), "r".repeat(200)] {
         let mut req = env.request("bad role");
-        req.context = vec![ContextRequest {
-            artifact_id: art.id,
-            role,
-        }];
+        req.context = vec![ContextRequest::new(art.id).with_role(role)];
         let err = manager.create(req).await.unwrap_err();
         assert!(
             matches!(err, SessionError::InvalidContextRef { .. }),
@@ -160,10 +141,7 @@ async fn bad_context_refs_are_refused_before_the_row_exists() {
     assert_eq!(env.store.count(StoreOp::CreateSession), before);
     // A good ref gets its role from the artifact's kind.
     let mut req = env.request("with a good ref");
-    req.context = vec![ContextRequest {
-        artifact_id: art.id,
-        role: "  ".into(),
-    }];
+    req.context = vec![ContextRequest::new(art.id).with_role("  ")];
     let s = manager.create(req).await.unwrap();
     let refs = env.store.list_context_refs(s.id).await.unwrap();
     assert_eq!(art.kind, korvus_store::ArtifactKind::Report);
@@ -198,10 +176,7 @@ async fn inherited_context_is_written_read_only_at_its_manifest_path() {
     });
     let consumer = env.builder(runner.clone()).build();
     let mut req = env.request("use it");
-    req.context = vec![ContextRequest {
-        artifact_id: notes.id,
-        role: "input".into(),
-    }];
+    req.context = vec![ContextRequest::new(notes.id).with_role("input")];
     let s = consumer.create(req).await.unwrap();
     let done = settled(&consumer, &s).await;
     assert_eq!(done.status, SessionStatus::Completed, "{done:?}");
@@ -296,11 +271,7 @@ async fn two_concurrent_first_creates_give_exactly_one_initial() {
             })
             .await
             .unwrap();
-        let request = |prompt: &str| korvus_session::CreateSession {
-            incident_id: incident.id,
-            prompt: prompt.into(),
-            context: vec![],
-        };
+        let request = |prompt: &str| korvus_session::CreateSession::new(incident.id, prompt);
         let (a, b) = tokio::join!(manager.create(request("a")), manager.create(request("b")));
         let (a, b) = (a.unwrap(), b.unwrap());
         let kinds = [a.kind, b.kind];

@@ -69,11 +69,7 @@ async fn pinned_incident(env: &Env) -> IncidentId {
 }
 
 fn request(incident_id: IncidentId) -> CreateSession {
-    CreateSession {
-        incident_id,
-        prompt: "why?".into(),
-        context: vec![],
-    }
+    CreateSession::new(incident_id, "why?")
 }
 
 async fn run_once(manager: &Manager, incident: IncidentId) -> korvus_store::Session {

@@ -80,11 +80,7 @@ async fn an_exit_reason_that_is_not_valid_is_stored_as_a_fixed_code_and_noted_in
                     if failed {
                         return Err(RunError::msg("agent said so").with_exit_reason(text));
                     }
-                    Ok(RunOutcome {
-                        exit_reason: text.into(),
-                        author_finished: true,
-                        counters: Counters::default(),
-                    })
+                    Ok(RunOutcome::new(text, Counters::default()))
                 }
             }))
             .build();
@@ -401,11 +397,8 @@ async fn awaiting_user_keeps_the_row_running_without_ended_at() {
     let env = Env::new().await;
     let manager = env
         .builder(ScriptRunner::new(|_, _| async move {
-            Ok(RunOutcome {
-                exit_reason: exit::AWAITING_USER.into(),
-                author_finished: false,
-                counters: Counters::default(),
-            })
+            Ok(RunOutcome::new(exit::AWAITING_USER, Counters::default())
+                .with_author_finished(false))
         }))
         .build();
     let row = one(&env, &manager).await;
@@ -424,10 +417,7 @@ async fn a_replaced_exit_reason_is_the_last_word_of_the_log() {
         .builder(ScriptRunner::new(|ctx, _| async move {
             write_files(&ctx, &[("notes.txt", "n")]);
             // As a CommandRunner says of an agent that left no report.md.
-            Ok(RunOutcome {
-                author_finished: false,
-                ..RunOutcome::completed(Counters::default())
-            })
+            Ok(RunOutcome::completed(Counters::default()).with_author_finished(false))
         }))
         .build();
     let row = one(&env, &manager).await;

@@ -19,11 +19,10 @@ fn asks_then_answers() -> ScriptRunner {
         match message {
             None => {
                 write_files(&ctx, &[("report.md", "# Need more\n")]);
-                Ok(RunOutcome {
-                    exit_reason: ExitReason::AWAITING_USER,
-                    author_finished: true,
-                    counters: Counters::default(),
-                })
+                Ok(RunOutcome::new(
+                    ExitReason::AWAITING_USER,
+                    Counters::default(),
+                ))
             }
             Some(answer) => {
                 write_files(&ctx, &[("report.md", &format!("# Done: {answer}\n"))]);

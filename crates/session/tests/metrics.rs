@@ -38,11 +38,8 @@ async fn a_completed_and_a_cancelled_run_are_counted_without_ids() {
     let waits = env
         .builder(ScriptRunner::new(|ctx, _| async move {
             ctx.cancel.cancelled().await;
-            Ok(RunOutcome {
-                exit_reason: ExitReason::CANCELLED,
-                author_finished: false,
-                counters: Default::default(),
-            })
+            Ok(RunOutcome::new(ExitReason::CANCELLED, Default::default())
+                .with_author_finished(false))
         }))
         .build();
     let second = waits.create(env.request("wait")).await.unwrap();

@@ -184,10 +184,7 @@ async fn ref_insert_failure_settles_failed_never_running() {
     env.store
         .fault(StoreOp::InsertContextRefs, StoreFault::Fail);
     let mut req = env.request("refs fail");
-    req.context = vec![ContextRequest {
-        artifact_id: art,
-        role: "input".into(),
-    }];
+    req.context = vec![ContextRequest::new(art).with_role("input")];
     assert!(manager.create(req).await.is_err());
     let rows = env.store.all_sessions(env.incident.id).await.unwrap();
     let failed = rows.iter().find(|r| r.prompt == "refs fail").unwrap();

@@ -64,10 +64,7 @@ fn asking_after_cancel() -> ScriptRunner {
     ScriptRunner::new(|ctx, _| async move {
         ctx.cancel.cancelled().await;
         write_files(&ctx, &[("report.md", "# question\n")]);
-        Ok(RunOutcome {
-            exit_reason: ExitReason::AWAITING_USER,
-            ..RunOutcome::completed(counters())
-        })
+        Ok(RunOutcome::new(ExitReason::AWAITING_USER, counters()))
     })
 }
 

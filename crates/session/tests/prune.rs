@@ -26,18 +26,14 @@ fn by_prompt() -> ScriptRunner {
     ScriptRunner::new(|ctx, message| async move {
         let said = message.unwrap_or_else(|| ctx.session.prompt.clone());
         match said.as_str() {
-            "ask" => Ok(RunOutcome {
-                exit_reason: ExitReason::AWAITING_USER,
-                author_finished: true,
-                counters: Counters::default(),
-            }),
+            "ask" => Ok(RunOutcome::new(
+                ExitReason::AWAITING_USER,
+                Counters::default(),
+            )),
             "hold" => {
                 ctx.cancel.cancelled().await;
-                Ok(RunOutcome {
-                    exit_reason: ExitReason::CANCELLED,
-                    author_finished: false,
-                    counters: Counters::default(),
-                })
+                Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+                    .with_author_finished(false))
             }
             _ => {
                 let body = format!("# R{}\n", ctx.revision);
@@ -113,9 +109,10 @@ async fn assert_whole(env: &Env, s: &Session) {
 
 /// After an applied prune, every blob left is referenced by a row.
 async fn assert_no_orphans(env: &Env) {
-    let config = SweepConfig {
-        grace: Duration::from_secs(86_400),
-        ..SweepConfig::default()
+    let config = {
+        let mut v = SweepConfig::default();
+        v.grace = Duration::from_secs(86_400);
+        v
     };
     let swept = korvus_harvest::sweep(&*env.store, &*env.blobs, &config, SystemTime::now())
         .await
@@ -141,10 +138,7 @@ async fn prune_deletes_old_finished_sessions_whole_and_skips_the_rest() {
     assert!(waiting.is_idle());
     let running = manager.create(env.request("hold")).await.unwrap();
 
-    let dry = PruneConfig {
-        finished_before: cutoff,
-        apply: false,
-    };
+    let dry = PruneConfig::new(cutoff, false);
     let counted = prune(targets(&env), &dry).await.unwrap();
     assert!(!counted.applied);
     assert_eq!(
@@ -172,7 +166,11 @@ async fn prune_deletes_old_finished_sessions_whole_and_skips_the_rest() {
         assert_whole(&env, s).await;
     }
 
-    let apply = PruneConfig { apply: true, ..dry };
+    let apply = {
+        let mut v = dry;
+        v.apply = true;
+        v
+    };
     let pruned = prune(targets(&env), &apply).await.unwrap();
     assert!(pruned.applied);
     let mut as_counted = counted.clone();
@@ -229,10 +227,7 @@ async fn race_reopen_and_prune(env: &Env, rounds: u64) {
     let (mut kept, mut gone) = (0, 0);
     for round in 0..rounds {
         let s = finished(env, &manager, 1).await.remove(0);
-        let config = PruneConfig {
-            finished_before: SystemTime::now() + Duration::from_secs(60),
-            apply: true,
-        };
+        let config = PruneConfig::new(SystemTime::now() + Duration::from_secs(60), true);
         // The prune starts at once, or a little after the reopen: each
         // side wins some rounds.
         let late = Duration::from_millis(if round % 2 == 0 { 0 } else { round });
@@ -324,10 +319,7 @@ async fn ten_thousand_finished_sessions_are_pruned_and_an_active_one_is_skipped(
             keep.push(s);
         }
     }
-    let config = PruneConfig {
-        finished_before: SystemTime::now() + Duration::from_secs(60),
-        apply: true,
-    };
+    let config = PruneConfig::new(SystemTime::now() + Duration::from_secs(60), true);
     let report = prune(targets(&env), &config).await.unwrap();
     assert_eq!(report.pruned, 10_000, "{report:?}");
     assert_eq!(report.pruned_blobs, 10_000);

@@ -243,20 +243,18 @@ async fn own_output_is_restored_and_unchanged_files_are_not_stored_again() {
 #[tokio::test]
 async fn stale_restored_report_is_not_adopted_when_the_author_fails() {
     let env = Env::new().await;
-    let runner = ScriptRunner::new(|ctx, msg| async move {
-        match msg {
-            None => {
-                write_files(&ctx, &[("report.md", "# R1\n")]);
-                Ok(RunOutcome::completed(Counters::default()))
+    let runner =
+        ScriptRunner::new(|ctx, msg| async move {
+            match msg {
+                None => {
+                    write_files(&ctx, &[("report.md", "# R1\n")]);
+                    Ok(RunOutcome::completed(Counters::default()))
+                }
+                // The author phase fails; report.md is the restored r1.
+                Some(_) => Ok(RunOutcome::new(exit::COMPLETED, Counters::default())
+                    .with_author_finished(false)),
             }
-            // The author phase fails; report.md is the restored r1.
-            Some(_) => Ok(RunOutcome {
-                exit_reason: exit::COMPLETED.into(),
-                author_finished: false,
-                counters: Counters::default(),
-            }),
-        }
-    });
+        });
     let manager = env.builder(runner).build();
     let s = manager.create(env.request("first")).await.unwrap();
     settled(&manager, &s).await;

@@ -124,11 +124,7 @@ impl Env {
     }
 
     pub(crate) fn request(&self, prompt: &str) -> CreateSession {
-        CreateSession {
-            incident_id: self.incident.id,
-            prompt: prompt.into(),
-            context: vec![],
-        }
+        CreateSession::new(self.incident.id, prompt)
     }
 
     /// The invariants every fault path must keep: no row running (unless

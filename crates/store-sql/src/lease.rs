@@ -204,7 +204,9 @@ macro_rules! sql_lease {
                         .await
                         .map_err(&err)?;
                     let Some(bumped) = bumped else {
-                        drop(tx);
+                        // Rolled back now, not when the connection is next used: its
+                        // locks must be gone before the next step looks again.
+                        let _ = tx.rollback().await;
                         let now = self.get_session(id).await?;
                         return Err(now.refusal(fence).unwrap_or_else(|| StoreError::Conflict {
                             entity: Entity::Session,
@@ -283,7 +285,9 @@ macro_rules! sql_lease {
                     // The settle first: it takes the row's write lock and
                     // checks the fence before the report is looked at.
                     let Some(session) = Self::settle_on(&mut tx, id, &settlement).await? else {
-                        drop(tx);
+                        // Rolled back now, not when the connection is next used: its
+                        // locks must be gone before the next step looks again.
+                        let _ = tx.rollback().await;
                         let now = self.settle_refused(id, &settlement).await?;
                         // A retry whose first attempt committed.
                         let stands = self.get_report(id, report.revision).await?;

@@ -91,7 +91,7 @@ pub(crate) fn event(
         status: status
             .parse()
             .map_err(|_| unexpected(backend, format!("outbox status {status:?}")))?,
-        exit_reason,
+        exit_reason: exit_reason.map(Into::into),
         occurred_at: chrono::DateTime::from_timestamp_millis(created_ms)
             .ok_or_else(|| unexpected(backend, format!("outbox time {created_ms} ms")))?,
         attempts: u32::try_from(attempts).unwrap_or(0),

@@ -167,7 +167,9 @@ impl StoreDialect for PgStore {
                 .await
                 .map_err(&err)?;
             if busy >= i64::from(cap) {
-                drop(tx);
+                // Rolled back now, not when the connection is next used: its
+                // locks must be gone before the next step looks again.
+                let _ = tx.rollback().await;
                 continue;
             }
             let row = sqlx::query_as(&statements.claim_row)

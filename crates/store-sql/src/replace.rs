@@ -46,7 +46,9 @@ macro_rules! sql_replace {
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if guarded.rows_affected() == 0 {
-                        drop(tx);
+                        // Rolled back now, not when the connection is next used: its
+                        // locks must be gone before the next step looks again.
+                        let _ = tx.rollback().await;
                         let row = self.get_session(session).await?;
                         return Err(row.refusal(fence).unwrap_or(StoreError::Conflict {
                             entity: Entity::Session,

@@ -78,7 +78,7 @@ macro_rules! bind_report {
             .bind($crate::rows::to_i32(r.revision))
             .bind(r.markdown_key.as_deref())
             .bind($crate::rows::to_i64(r.markdown_bytes))
-            .bind(&r.exit_reason)
+            .bind(r.exit_reason.as_str())
             .bind($crate::rows::to_i64(c.turns))
             .bind($crate::rows::to_i64(c.tool_calls))
             .bind($crate::rows::to_i64(c.input_tokens))
@@ -274,7 +274,7 @@ impl ReportRow {
             markdown_key: self.markdown_key,
             manifest_key: self.manifest_key,
             markdown_bytes: unsigned(backend, "markdown_bytes", self.markdown_bytes)?,
-            exit_reason: self.exit_reason,
+            exit_reason: self.exit_reason.into(),
             counters: counters(
                 backend,
                 self.turns,

@@ -40,7 +40,9 @@ macro_rules! salvage_rows {
                     .await
                     .map_err(&err)?;
                 let Some(moved) = moved else {
-                    drop(tx);
+                    // Rolled back now, not when the connection is next used: its
+                    // locks must be gone before the next step looks again.
+                    let _ = tx.rollback().await;
                     let now = self.get_session(id).await?;
                     return Err(now
                         .salvage_refusal(fence, report.revision)

@@ -75,7 +75,7 @@ impl SessionRow {
             status: parse::<SessionStatus>(backend, "session status", &self.status)?,
             prompt: self.prompt,
             workspace_ref: workspace(backend, self.workspace_repo, self.workspace_commit)?,
-            exit_reason: self.exit_reason,
+            exit_reason: self.exit_reason.map(Into::into),
             counters: counters(
                 backend,
                 self.turns,

@@ -89,7 +89,9 @@ macro_rules! sql_store {
                         .await
                         .map_err(backend(Self::BACKEND))?;
                     if guarded.rows_affected() == 0 {
-                        drop(tx);
+                        // Rolled back now, not when the connection is next used: its
+                        // locks must be gone before the next step looks again.
+                        let _ = tx.rollback().await;
                         let row = self.session_row(id).await?;
                         return Err(row
                             .deletion_refusal(fence)

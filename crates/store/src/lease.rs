@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::id_newtype;
-use crate::{exit_reason, Counters, NewReport, Session, SessionStatus};
+use crate::{Counters, ExitReason, NewReport, Session, SessionStatus};
 
 id_newtype!(
     /// Identifies one manager *incarnation*: the owner of the sessions it
@@ -49,7 +49,7 @@ pub struct Settlement {
     /// New status; `ended_at` is set when it is terminal and cleared when it is not.
     pub status: SessionStatus,
     /// Why the run ended.
-    pub exit_reason: Option<String>,
+    pub exit_reason: Option<ExitReason>,
     /// Usage of the run.
     pub counters: Counters,
     /// The fence of the run that settles ([`Session::fence`](crate::Session::fence) as its run
@@ -69,7 +69,7 @@ pub fn forced_cancel(session: &Session, detail: String) -> (Settlement, NewRepor
     let fence = session.fence;
     let settlement = Settlement {
         status: SessionStatus::Cancelled,
-        exit_reason: Some(exit_reason::CANCELLED.to_owned()),
+        exit_reason: Some(ExitReason::CANCELLED),
         counters: session.counters,
         fence,
     };
@@ -80,7 +80,7 @@ pub fn forced_cancel(session: &Session, detail: String) -> (Settlement, NewRepor
         markdown_key: None,
         manifest_key: None,
         markdown_bytes: 0,
-        exit_reason: exit_reason::CANCELLED.to_owned(),
+        exit_reason: ExitReason::CANCELLED,
         counters: session.counters,
         detail: Some(detail),
         salvaged_from: None,

@@ -86,6 +86,7 @@ pub use crate::admission::{Admission, Priority, QueueDepth, DEFAULT_POOL};
 pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};
+pub use crate::exit_reason::{ExitReason, InvalidExitReason};
 pub use crate::lease::{forced_cancel, Lease, OwnerId, Settlement};
 pub use crate::memory::MemoryStore;
 pub use crate::model::{

@@ -17,10 +17,10 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::{
-    constraint, exit_reason, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity,
-    Incident, IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession,
-    Page, Paged, Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement,
-    Store, StoreError,
+    constraint, validate, Artifact, ArtifactId, ContextRef, ContinueFrom, Entity, Incident,
+    IncidentId, IncidentStatus, Lease, NewArtifact, NewIncident, NewReport, NewSession, Page,
+    Paged, Report, Result, Session, SessionContextRef, SessionId, SessionStatus, Settlement, Store,
+    StoreError,
 };
 
 /// A [`Store`] that keeps every row in memory, behind one lock.
@@ -348,7 +348,7 @@ impl Store for MemoryStore {
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session> {
         self.idle_transition(id, |session| {
             session.status = SessionStatus::Cancelled;
-            session.exit_reason = Some(exit_reason::CANCELLED.to_owned());
+            session.exit_reason = Some(crate::ExitReason::CANCELLED);
             session.ended_at = Some(Utc::now());
         })
     }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{Admission, Counters, Lease, OwnerId};
+use crate::{Admission, Counters, ExitReason, Lease, OwnerId};
 
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident) => {
@@ -90,6 +90,7 @@ id_newtype!(
 /// Error returned when a stored enum value has no Rust counterpart.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} value {value:?}")]
+#[non_exhaustive]
 pub struct ParseEnumError {
     /// Which enum was being parsed, e.g. `"session status"`.
     pub what: &'static str,
@@ -273,7 +274,7 @@ pub struct Session {
     /// The pinned repository of this session, if any.
     pub workspace_ref: Option<WorkspaceRef>,
     /// Why the last run ended (free text, e.g. `completed`, `panicked`).
-    pub exit_reason: Option<String>,
+    pub exit_reason: Option<ExitReason>,
     /// Usage of the last run.
     pub counters: Counters,
     /// Iteration number: 1 after create, incremented by every reopen.

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{IncidentId, OwnerId, Result, SessionId, SessionStatus};
+use crate::{ExitReason, IncidentId, OwnerId, Result, SessionId, SessionStatus};
 
 /// What an outbox event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ pub struct OutboxEvent {
     /// The row's status at the transition.
     pub status: SessionStatus,
     /// The row's exit reason at the transition.
-    pub exit_reason: Option<String>,
+    pub exit_reason: Option<ExitReason>,
     /// When the transition committed, by the store's clock.
     pub occurred_at: DateTime<Utc>,
     /// Delivery attempts so far, this claim's included.

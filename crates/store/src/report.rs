@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{Counters, IncidentId, SessionId};
+use crate::{Counters, ExitReason, IncidentId, SessionId};
 
 /// A report revision: the landed `report.md` of one iteration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +24,7 @@ pub struct Report {
     /// Size of the markdown in bytes (0 without a document).
     pub markdown_bytes: u64,
     /// Why the iteration ended.
-    pub exit_reason: String,
+    pub exit_reason: ExitReason,
     /// Usage of the iteration.
     pub counters: Counters,
     /// What went wrong while landing the iteration, cause first (e.g. a
@@ -59,7 +59,7 @@ pub struct NewReport {
     /// Size of the markdown in bytes.
     pub markdown_bytes: u64,
     /// Why the iteration ended.
-    pub exit_reason: String,
+    pub exit_reason: ExitReason,
     /// Usage of the iteration.
     pub counters: Counters,
     /// What went wrong while landing the iteration, cause first, or `None`.

@@ -17,8 +17,6 @@ pub const MAX_PROMPT_BYTES: usize = 1024 * 1024;
 /// Maximum length in bytes of a session's runner description
 /// ([`NewSession::runner`]).
 pub const MAX_RUNNER_BYTES: usize = 4096;
-/// Maximum length in bytes of an exit reason.
-pub const MAX_EXIT_REASON_BYTES: usize = 1024;
 /// Maximum length in bytes of a context-ref role.
 pub const MAX_ROLE_BYTES: usize = 128;
 /// Maximum length in bytes of an artifact path, blob key, repository or commit.
@@ -132,9 +130,7 @@ pub fn admission(a: &crate::Admission) -> Result {
 
 /// Rules for [`Settlement`].
 pub fn settlement(s: &Settlement) -> Result {
-    if let Some(reason) = &s.exit_reason {
-        text("exit_reason", reason, MAX_EXIT_REASON_BYTES)?;
-    }
+    // The exit reason is valid by type (`ExitReason`).
     counters(&s.counters)
 }
 
@@ -148,7 +144,6 @@ pub fn new_report(n: &NewReport) -> Result {
         required_text("markdown_key", key, MAX_PATH_BYTES)?;
     }
     size("markdown_bytes", n.markdown_bytes)?;
-    text("exit_reason", &n.exit_reason, MAX_EXIT_REASON_BYTES)?;
     if let Some(detail) = &n.detail {
         text("detail", detail, MAX_REPORT_DETAIL_BYTES)?;
     }

@@ -27,6 +27,7 @@ pub const DEFAULT_ARCHIVE_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Limits of [`archive_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ArchiveConfig {
     /// The most the compressed archive may hold, in bytes. Over it the
     /// archive is given up ([`WorkspaceError::ArchiveTooLarge`]) as soon as
@@ -41,6 +42,13 @@ impl Default for ArchiveConfig {
         Self {
             max_bytes: DEFAULT_ARCHIVE_MAX_BYTES,
         }
+    }
+}
+
+impl ArchiveConfig {
+    /// The default limits, with [`max_bytes`](Self::max_bytes) set.
+    pub fn with_max_bytes(max_bytes: u64) -> Self {
+        Self { max_bytes }
     }
 }
 

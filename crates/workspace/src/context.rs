@@ -59,6 +59,7 @@ pub use crate::fetch::FETCH_CONCURRENCY;
 
 /// One file that could not be put into the workspace, and why.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct FileFailure {
     /// The artifact.
     pub artifact: ArtifactId,
@@ -82,6 +83,7 @@ impl fmt::Display for FileFailure {
 
 /// An inherited artifact written under `context/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ContextFile {
     /// Its number `n` in [`context_path`].
     pub n: u32,
@@ -218,6 +220,7 @@ impl fmt::Display for RefuseReason {
 
 /// An artifact [`restore_own_output`] refused to restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Refused {
     /// The artifact.
     pub artifact: ArtifactId,

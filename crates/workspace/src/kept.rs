@@ -243,12 +243,20 @@ pub fn discard(scratch: &Path) -> io::Result<()> {
 /// How long and how much kept output a scratch root holds
 /// ([`prune_kept`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeptRetention {
     /// A kept dir whose mark is older than this is removed.
     pub max_age: std::time::Duration,
     /// Beyond this many bytes of kept dirs in all, the oldest are removed
     /// until the rest fits.
     pub max_bytes: u64,
+}
+
+impl KeptRetention {
+    /// Keep dirs at most `max_age` old and `max_bytes` in all.
+    pub fn new(max_age: std::time::Duration, max_bytes: u64) -> Self {
+        Self { max_age, max_bytes }
+    }
 }
 
 impl Default for KeptRetention {

@@ -96,6 +96,7 @@ pub struct SeedReport {
 
 /// A tree entry [`GitSeeder`] did not write.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeftOut {
     /// The entry's path as git stores it (lossily decoded).
     pub path: String,

@@ -294,9 +294,7 @@ async fn an_archive_over_its_cap_is_a_typed_error_and_nothing_is_stored() {
     fs::write(s.dir.path().join("big.bin"), noise(4 * 1024 * 1024, 7)).unwrap();
     let before = regular_files(s.dir.path());
 
-    let config = ArchiveConfig {
-        max_bytes: 1024 * 1024,
-    };
+    let config = ArchiveConfig::with_max_bytes(1024 * 1024);
     let err = archive_with(s.dir.path(), &config).await.unwrap_err();
     assert!(
         matches!(err, WorkspaceError::ArchiveTooLarge { limit } if limit == 1024 * 1024),
@@ -337,23 +335,13 @@ async fn the_cap_is_on_the_compressed_size_and_an_archive_at_it_is_kept() {
     assert_eq!(DEFAULT_ARCHIVE_MAX_BYTES, 256 * 1024 * 1024);
     assert!(full.size < 200_000, "{}", full.size);
 
-    let at = archive_with(
-        s.dir.path(),
-        &ArchiveConfig {
-            max_bytes: full.size,
-        },
-    )
-    .await
-    .unwrap();
+    let at = archive_with(s.dir.path(), &ArchiveConfig::with_max_bytes(full.size))
+        .await
+        .unwrap();
     assert_eq!(at.sha256, full.sha256);
-    let err = archive_with(
-        s.dir.path(),
-        &ArchiveConfig {
-            max_bytes: full.size - 1,
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = archive_with(s.dir.path(), &ArchiveConfig::with_max_bytes(full.size - 1))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, WorkspaceError::ArchiveTooLarge { .. }),
         "{err:?}"

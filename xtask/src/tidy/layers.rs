@@ -33,23 +33,27 @@ pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
         At(1),
         &["korvus-store", "korvus-log", "korvus-blob", "korvus-paths"],
     ),
-    // What sits on the seams alone: scratch dirs, the contract suites, and
-    // the scripted model server real agents are tested against (no korvus
-    // dependency at all).
+    // What sits on the seams alone: scratch dirs, the contract suites, the
+    // scripted model server real agents are tested against (no korvus
+    // dependency at all), and the backends, which implement seams and need
+    // nothing else ([`BACKENDS`] says who may depend on them).
     (
         At(2),
-        &["korvus-workspace", "korvus-testkit", "korvus-model-stub"],
+        &[
+            "korvus-workspace",
+            "korvus-testkit",
+            "korvus-model-stub",
+            "korvus-store-sql",
+            "korvus-blob-s3",
+        ],
     ),
     // The Runner seam and the persist phase.
     (At(3), &["korvus-runner", "korvus-harvest"]),
     // The session layer and an agent adapter, side by side: an adapter
     // needs the Runner seam, never the Manager.
     (At(4), &["korvus-session", "korvus-command"]),
-    // Backends and the HTTP front: they implement or serve the layers below.
-    (
-        At(5),
-        &["korvus-store-sql", "korvus-blob-s3", "korvus-http"],
-    ),
+    // The HTTP front: it serves the layers below.
+    (At(5), &["korvus-http"]),
     // The entry crate: re-exports what an embedder uses, backends by
     // feature.
     (At(6), &["korvus-agents"]),
@@ -57,6 +61,16 @@ pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
     (At(7), &["korvus-cli", "korvus-bench", "korvus-e2e"]),
     (Tool, &["xtask"]),
 ];
+
+/// The backends: implementations of the seams. They sit as low as their
+/// dependencies allow, but only the entry crate and the composition roots
+/// ([`BACKEND_USERS`]) may depend on one, so no library layer ever needs a
+/// particular backend.
+pub(crate) const BACKENDS: &[&str] = &["korvus-store-sql", "korvus-blob-s3"];
+
+/// The crates that may depend on a backend: they choose which ones to build.
+pub(crate) const BACKEND_USERS: &[&str] =
+    &["korvus-agents", "korvus-cli", "korvus-bench", "korvus-e2e"];
 
 /// The crates that may depend on heavy drivers: the backends, and the
 /// unpublished benchmark and end-to-end crates, which measure or test
@@ -110,6 +124,12 @@ pub(crate) fn violations_with(
                 out.push(format!(
                     "{name} depends on heavy driver {d}; only {} may",
                     DRIVER_USERS.join(", ")
+                ));
+            }
+            if BACKENDS.contains(&d.as_str()) && !BACKEND_USERS.contains(&name.as_str()) {
+                out.push(format!(
+                    "{name} depends on backend {d}; only {} may choose a backend",
+                    BACKEND_USERS.join(", ")
                 ));
             }
             if !is_internal(d) || exceptions.iter().any(|(c, e, _)| c == name && e == d) {
@@ -187,6 +207,22 @@ mod tests {
         ]);
         assert_eq!(found.len(), 4, "{found:?}");
         assert!(found[0].contains("lower layers"), "{found:?}");
+    }
+
+    #[test]
+    fn only_the_entry_crate_and_roots_may_depend_on_a_backend() {
+        let found = check(&[
+            ("korvus-workspace", &["korvus-blob-s3"]),
+            ("korvus-harvest", &["korvus-store-sql"]),
+            ("korvus-http", &["korvus-store-sql"]),
+        ]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[1].contains("choose a backend"), "{found:?}");
+        let found = check(&[
+            ("korvus-agents", &["korvus-store-sql", "korvus-blob-s3"]),
+            ("korvus-cli", &["korvus-store-sql", "korvus-agents"]),
+        ]);
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]

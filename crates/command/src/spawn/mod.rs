@@ -387,6 +387,7 @@ static ORIGINAL_NOFILE: OnceLock<Rlimit> = OnceLock::new();
 /// The open-file limits of this process before and after
 /// [`raise_open_file_limit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenFileLimit {
     /// The soft limit the process started with (what agents get).
     pub original: u64,

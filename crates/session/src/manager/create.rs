@@ -17,6 +17,7 @@ use crate::{Result, SessionError};
 
 /// A request to create a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CreateSession {
     /// The incident to run in; must exist and be open.
     pub incident_id: IncidentId,
@@ -26,10 +27,29 @@ pub struct CreateSession {
     pub context: Vec<ContextRequest>,
 }
 
+impl CreateSession {
+    /// A session in `incident_id` with `prompt` and no inherited context.
+    pub fn new(incident_id: IncidentId, prompt: impl Into<String>) -> Self {
+        Self {
+            incident_id,
+            prompt: prompt.into(),
+            context: Vec::new(),
+        }
+    }
+
+    /// The same request inheriting `context`, in that order.
+    #[must_use]
+    pub fn with_context(mut self, context: Vec<ContextRequest>) -> Self {
+        self.context = context;
+        self
+    }
+}
+
 /// How a new session is admitted, beyond what [`CreateSession`] says:
 /// for [`Manager::create_with`]. The default is what
 /// [`Manager::create`] uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CreateOptions {
     /// How urgent it is when it has to be queued (the default in the
     /// middle of `1..=9`).
@@ -46,6 +66,7 @@ pub struct CreateOptions {
 
 /// One inherited artifact requested for a new session.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ContextRequest {
     /// The artifact; must belong to the same incident. The nil UUID counts
     /// as an empty id and is refused.
@@ -53,6 +74,24 @@ pub struct ContextRequest {
     /// Role; blank means "derive from the artifact's kind"
     /// ([`default_role`]). At most [`MAX_ROLE_BYTES`] bytes, no NUL.
     pub role: String,
+}
+
+impl ContextRequest {
+    /// Inherit `artifact_id` under the role its kind gives
+    /// ([`default_role`]).
+    pub fn new(artifact_id: ArtifactId) -> Self {
+        Self {
+            artifact_id,
+            role: String::new(),
+        }
+    }
+
+    /// The same request under `role`.
+    #[must_use]
+    pub fn with_role(mut self, role: impl Into<String>) -> Self {
+        self.role = role.into();
+        self
+    }
 }
 
 /// The role given to a context ref requested with a blank role, from what

@@ -17,7 +17,7 @@ pub(super) struct Entry {
     order: u64,
     incident_id: IncidentId,
     status: SessionStatus,
-    exit_reason: Option<String>,
+    exit_reason: Option<crate::ExitReason>,
     occurred_at: DateTime<Utc>,
     due: DateTime<Utc>,
     attempts: u32,

@@ -3,8 +3,8 @@
 
 use korvus_store::StoreExt as _;
 use korvus_store::{
-    validate, ArtifactId, ContinueFrom, Counters, Entity, IncidentId, NewIncident, SessionId,
-    SessionStatus, Store, StoreError,
+    validate, ArtifactId, ContinueFrom, Entity, IncidentId, NewIncident, SessionId, SessionStatus,
+    Store, StoreError,
 };
 
 use super::{incident, new_artifact, new_report, new_session, session, settlement};
@@ -66,9 +66,9 @@ pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
     let mut huge = settlement(SessionStatus::Completed, "completed");
     huge.counters.turns = u64::MAX;
     assert_invalid(store.settle_session(s.id, huge).await, "counters.turns");
-    let mut nul = settlement(SessionStatus::Completed, "done\0");
-    nul.counters = Counters::default();
-    assert_invalid(store.settle_session(s.id, nul).await, "exit_reason");
+    // An exit reason cannot be invalid: `ExitReason` refuses NUL, control
+    // characters and overlong text when it is made.
+    assert!(korvus_store::ExitReason::new("done\0").is_err());
     let row = store.get_session(s.id).await.unwrap();
     assert_eq!(row.status, SessionStatus::Running);
     assert_eq!(row.ended_at, None);
@@ -80,8 +80,8 @@ pub async fn invalid_input_is_refused_and_nothing_written(store: &dyn Store) {
     assert_invalid(store.create_artifacts(vec![good, art]).await, "path");
     assert!(store.get_artifacts(&[good_id]).await.unwrap().is_empty());
     let mut rep = new_report(&s, 1);
-    rep.exit_reason = "x".repeat(validate::MAX_EXIT_REASON_BYTES + 1);
-    assert_invalid(store.create_report(rep).await, "exit_reason");
+    rep.detail = Some("x".repeat(validate::MAX_REPORT_DETAIL_BYTES + 1));
+    assert_invalid(store.create_report(rep).await, "detail");
     assert!(store.all_reports(s.id).await.unwrap().is_empty());
 }
 
