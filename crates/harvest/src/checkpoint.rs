@@ -23,7 +23,6 @@ pub(crate) mod state;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -381,7 +380,7 @@ impl Checkpointer {
     ) -> Result<(), String> {
         let r = &self.request;
         let deadline = tokio::time::Instant::now() + self.config.timeout;
-        let mut delay = Duration::from_millis(25);
+        let mut backoff = korvus_store::Backoff::WRITES.start();
         let mut retried = false;
         loop {
             let call =
@@ -393,7 +392,7 @@ impl Checkpointer {
             if retried && !e.is_transient() && self.already_written(&insert).await {
                 return Ok(());
             }
-            if !e.is_transient() || tokio::time::Instant::now() + delay > deadline {
+            if !e.is_transient() || tokio::time::Instant::now() + backoff.delay() > deadline {
                 return Err(match e {
                     StoreError::Fenced { .. } | StoreError::NotActive { .. } => {
                         format!("the run no longer owns its session: {e}")
@@ -401,9 +400,9 @@ impl Checkpointer {
                     e => format!("checkpoint rows not written: {}", error_chain(&e)),
                 });
             }
-            warn!(error = %e, ?delay, "checkpoint rows not written; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            warn!(error = %e, delay = ?backoff.delay(), "checkpoint rows not written; retrying");
+            tokio::time::sleep(backoff.delay()).await;
+            backoff.advance();
             retried = true;
         }
     }

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
@@ -408,7 +407,7 @@ impl Phase {
     /// lost). On failure the bytes stay behind (harmless) and every stored
     /// file is reported failed at the row stage.
     async fn write_rows(&self, store: &dyn Store, rows: Vec<NewArtifact>) {
-        let mut delay = Duration::from_millis(25);
+        let mut backoff = korvus_store::Backoff::WRITES.start();
         let mut retried = false;
         let written = loop {
             let call = match &self.prior {
@@ -429,9 +428,9 @@ impl Phase {
                     break Ok(())
                 }
                 Err(e) if e.is_transient() => {
-                    warn!(error = %e, ?delay, "artifact rows not written; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
+                    warn!(error = %e, delay = ?backoff.delay(), "artifact rows not written; retrying");
+                    tokio::time::sleep(backoff.delay()).await;
+                    backoff.advance();
                     retried = true;
                 }
                 Err(e) => break Err(e),

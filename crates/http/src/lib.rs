@@ -85,6 +85,8 @@ mod pages;
 mod routes;
 mod server;
 mod view;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
 use std::sync::Arc;

@@ -28,7 +28,7 @@ use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use korvus_store::{Outbox, OutboxEvent, OutboxKind, OwnerId};
+use korvus_store::{Backoff, Outbox, OutboxEvent, OutboxKind, OwnerId};
 use serde_json::json;
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
@@ -118,9 +118,10 @@ pub struct WebhookConfig {
     pub timeout: Duration,
     /// How often the outbox is looked at when it was empty (default 1 s).
     pub poll: Duration,
-    /// The first retry delay, doubled per attempt (default 1 s).
+    /// The first retry delay's ceiling, doubled per attempt; each delay is
+    /// jittered between half its ceiling and the ceiling (default 1 s).
     pub backoff: Duration,
-    /// The longest retry delay (default 5 min).
+    /// The largest ceiling, so the longest retry delay (default 5 min).
     pub max_backoff: Duration,
 }
 
@@ -139,12 +140,11 @@ impl WebhookConfig {
         }
     }
 
-    /// The delay before attempt `attempts + 1`.
+    /// The delay before attempt `attempts + 1`: korvus's one
+    /// [`Backoff`] policy, from `backoff` doubling to `max_backoff`,
+    /// jittered.
     fn retry_in(&self, attempts: u32) -> Duration {
-        let doublings = attempts.saturating_sub(1).min(20);
-        self.backoff
-            .saturating_mul(1 << doublings)
-            .min(self.max_backoff)
+        Backoff::new(self.backoff, self.max_backoff).delay(attempts)
     }
 }
 
@@ -360,10 +360,16 @@ mod tests {
     #[test]
     fn retries_back_off_doubling_up_to_the_cap() {
         let config = WebhookConfig::new("http://127.0.0.1:1/", WebhookSecret(vec![0; 32]));
-        let delays: Vec<Duration> = (1..=12).map(|a| config.retry_in(a)).collect();
-        assert_eq!(delays[0], Duration::from_secs(1));
-        assert_eq!(delays[3], Duration::from_secs(8));
-        assert_eq!(delays[11], Duration::from_secs(300));
-        assert_eq!(config.retry_in(u32::MAX), Duration::from_secs(300));
+        let within = |attempt: u32, ceiling: u64| {
+            let d = config.retry_in(attempt);
+            assert!(
+                d >= Duration::from_secs(ceiling) / 2 && d <= Duration::from_secs(ceiling),
+                "attempt {attempt}: {d:?}"
+            );
+        };
+        within(1, 1);
+        within(4, 8);
+        within(12, 300);
+        within(u32::MAX, 300);
     }
 }

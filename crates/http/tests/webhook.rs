@@ -176,7 +176,11 @@ async fn a_refused_attempt_is_given_back_with_the_backoff_of_its_attempts() {
     outbox
         .expect_mark_failed()
         .withf(move |k, _, retry_in, error| {
-            *k == key && *retry_in == Duration::from_millis(40) && error.contains("503")
+            // The third attempt's ceiling is 40 ms; the wait is jittered
+            // between half of it and all of it.
+            let jittered =
+                (Duration::from_millis(20)..=Duration::from_millis(40)).contains(retry_in);
+            *k == key && jittered && error.contains("503")
         })
         .times(1)
         .returning(|_, _, _, _| Ok(()));

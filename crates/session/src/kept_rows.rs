@@ -93,7 +93,7 @@ impl Inner {
         kept: KeptOutput,
     ) -> std::result::Result<(Session, Report), StoreError> {
         let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
-        let mut delay = std::time::Duration::from_millis(25);
+        let mut backoff = korvus_store::Backoff::WRITES.start();
         let mut retried = false;
         loop {
             let attempt = self
@@ -107,10 +107,13 @@ impl Inner {
                 )),
             };
             match answer {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                Err(e)
+                    if e.is_transient()
+                        && tokio::time::Instant::now() + backoff.delay() < deadline =>
+                {
                     warn!(session_id = %row.id, error = %e, "kept output not attached; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                    tokio::time::sleep(backoff.delay()).await;
+                    backoff.advance();
                     retried = true;
                 }
                 // A retry refused by the fence the first attempt moved: that

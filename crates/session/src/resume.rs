@@ -58,12 +58,13 @@ pub(crate) fn attempt_note(row: &Session, taken: Option<&str>) -> String {
     )
 }
 
-/// The wait before attempt `attempt + 1` may start: `base` doubled per
-/// attempt already made past the first, at most a minute.
+/// The wait before attempt `attempt + 1` may start: at least `base`
+/// doubled per attempt already made past the first (at least a minute
+/// once that passes a minute), at most twice that — korvus's one
+/// jittered [`Backoff`](korvus_store::Backoff) with twice the base, so
+/// the jitter never shortens the wait below `base`.
 pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
-    let doublings = attempt.saturating_sub(1).min(16);
-    base.saturating_mul(1 << doublings)
-        .min(Duration::from_secs(60))
+    korvus_store::Backoff::new(base.saturating_mul(2), Duration::from_secs(120)).delay(attempt)
 }
 
 impl Inner {
@@ -189,12 +190,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_backoff_doubles_per_attempt_up_to_a_minute() {
+    fn the_backoff_doubles_per_attempt_up_to_a_minute_jittered_upwards() {
         let base = Duration::from_secs(1);
-        assert_eq!(backoff(base, 1), Duration::from_secs(1));
-        assert_eq!(backoff(base, 2), Duration::from_secs(2));
-        assert_eq!(backoff(base, 4), Duration::from_secs(8));
-        assert_eq!(backoff(base, 40), Duration::from_secs(60));
+        for (attempt, least) in [(1, 1), (2, 2), (4, 8), (40, 60)] {
+            let wait = backoff(base, attempt);
+            let least = Duration::from_secs(least);
+            assert!(wait >= least && wait <= least * 2, "{attempt}: {wait:?}");
+        }
         assert_eq!(backoff(Duration::ZERO, 3), Duration::ZERO);
     }
 }

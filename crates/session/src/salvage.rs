@@ -344,7 +344,7 @@ impl Inner {
         report: NewReport,
     ) -> Result<(Session, korvus_store::Report), StoreError> {
         let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
-        let mut delay = std::time::Duration::from_millis(25);
+        let mut backoff = korvus_store::Backoff::WRITES.start();
         let per_attempt = self.config.settle_timeout / 4;
         loop {
             let until = deadline.min(tokio::time::Instant::now() + per_attempt);
@@ -361,10 +361,13 @@ impl Inner {
                 )),
             };
             match answer {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                Err(e)
+                    if e.is_transient()
+                        && tokio::time::Instant::now() + backoff.delay() < deadline =>
+                {
                     warn!(session_id = %row.id, error = %e, "taken-over session not settled; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                    tokio::time::sleep(backoff.delay()).await;
+                    backoff.advance();
                 }
                 done => return done,
             }

@@ -250,7 +250,7 @@ where
 {
     let deadline = tokio::time::Instant::now() + bound;
     let per_attempt = bound / 4;
-    let mut delay = Duration::from_millis(25);
+    let mut backoff = korvus_store::Backoff::WRITES.start();
     loop {
         // In the caller's span (a run's `settle`, say): its store work
         // belongs to the run's trace.
@@ -267,11 +267,11 @@ where
                 warn!(?per_attempt, "store write did not answer in time; retrying");
             }
         }
-        if tokio::time::Instant::now() + delay >= deadline {
+        if tokio::time::Instant::now() + backoff.delay() >= deadline {
             return Write::GaveUp;
         }
         crate::metrics::write_retried(what);
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(backoff.delay()).await;
+        backoff.advance();
     }
 }

@@ -66,6 +66,7 @@
 #![deny(missing_docs)]
 
 mod admission;
+mod backoff;
 pub mod constraint;
 mod coordination;
 mod counters;
@@ -83,6 +84,7 @@ mod store;
 pub mod validate;
 
 pub use crate::admission::{Admission, Priority, QueueDepth, DEFAULT_POOL};
+pub use crate::backoff::{Backoff, Retries};
 pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};

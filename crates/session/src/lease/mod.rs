@@ -437,13 +437,16 @@ impl Inner {
     /// fence of the log is not given up for a writer caught mid-write.
     pub(crate) async fn claim_log_retried(&self, row: &Session) -> Result<(), LogError> {
         let deadline = tokio::time::Instant::now() + self.config.settle_timeout;
-        let mut delay = std::time::Duration::from_millis(25);
+        let mut backoff = korvus_store::Backoff::WRITES.start();
         loop {
             match self.claim_log(row).await {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
+                Err(e)
+                    if e.is_transient()
+                        && tokio::time::Instant::now() + backoff.delay() < deadline =>
+                {
                     debug!(session_id = %row.id, error = %e, "turn log not fenced yet; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(1));
+                    tokio::time::sleep(backoff.delay()).await;
+                    backoff.advance();
                 }
                 done => return done,
             }
