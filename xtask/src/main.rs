@@ -5,7 +5,8 @@
 //!   services again, also when tests fail or the run is interrupted.
 //! - `lint`: `cargo fmt --check`, `cargo clippy -D warnings` (and, on
 //!   library targets, `too_many_lines` at clippy.toml's threshold), rustdoc,
-//!   `cargo deny`, and `tidy`.
+//!   `cargo deny`, the package check, the semver and CHANGELOG check
+//!   (`semver.rs`), and `tidy`; each step says how long it took.
 //! - `tidy`: checks what the docs claim: the crate layering, the code map of
 //!   `docs/architecture.md`, the protocol names of `docs/command-runner.md`,
 //!   and that no doc refers outside the repository (see `tidy/mod.rs`).
@@ -23,6 +24,7 @@ mod bench;
 mod browser;
 mod postgres;
 mod s3;
+mod semver;
 mod services;
 mod tidy;
 
@@ -91,43 +93,57 @@ fn test(args: &[String]) -> Result<()> {
 }
 
 fn lint() -> Result<()> {
-    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
-    run_cmd(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--all-features",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    // Library functions at most 80 lines (the threshold is clippy.toml's).
-    run_cmd(cargo().args([
-        "clippy",
-        "--workspace",
-        "--lib",
-        "--all-features",
-        "--",
-        "-D",
-        "warnings",
-        "-D",
-        "clippy::too_many_lines",
-    ]))?;
-    run_cmd(
-        cargo()
-            .args(["doc", "--workspace", "--no-deps"])
-            .env("RUSTDOCFLAGS", "-D warnings"),
-    )?;
-    deny()?;
-    package()?;
-    tidy::check()
+    step("fmt", || run_cmd(cargo().args(["fmt", "--all", "--check"])))?;
+    step("clippy", || {
+        run_cmd(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        // Library functions at most 80 lines (the threshold is clippy.toml's).
+        run_cmd(cargo().args([
+            "clippy",
+            "--workspace",
+            "--lib",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+            "-D",
+            "clippy::too_many_lines",
+        ]))
+    })?;
+    step("rustdoc", || {
+        run_cmd(
+            cargo()
+                .args(["doc", "--workspace", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    })?;
+    step("deny", deny)?;
+    let publishable = publishable()?;
+    step("package", || package(&publishable))?;
+    step("semver", || semver::check(&workspace_root(), &publishable))?;
+    step("tidy", tidy::check)
 }
 
-/// Every publishable crate (a member without `publish = false`) packaged
-/// as crates.io would take it and built from its `.crate`: a file its
-/// build needs outside the package (a migration, say) fails here, and so
-/// does a dependency that is not on crates.io.
-fn package() -> Result<()> {
+/// Runs one lint step and says how long it took, so a slow step shows.
+fn step(name: &str, run: impl FnOnce() -> Result<()>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let result = run();
+    eprintln!(
+        "xtask: lint step {name} took {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// The workspace members crates.io would take (no `publish = false`).
+fn publishable() -> Result<Vec<String>> {
     let out = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .current_dir(workspace_root())
@@ -135,18 +151,29 @@ fn package() -> Result<()> {
         .context("cargo metadata")?;
     let meta: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("cargo metadata output")?;
+    Ok(meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        // `publish = false` is `[]`; publishable is `null`.
+        .filter(|p| !p["publish"].as_array().is_some_and(Vec::is_empty))
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// Every publishable crate (a member without `publish = false`) packaged
+/// as crates.io would take it and built from its `.crate`: a file its
+/// build needs outside the package (a migration, say) fails here, and so
+/// does a dependency that is not on crates.io.
+fn package(publishable: &[String]) -> Result<()> {
     let mut args = vec![
         "package".to_owned(),
-        "--workspace".into(),
         "--locked".into(),
         "--allow-dirty".into(),
     ];
-    for p in meta["packages"].as_array().into_iter().flatten() {
-        // `publish = false` is `[]`; publishable is `null`.
-        if p["publish"].as_array().is_some_and(Vec::is_empty) {
-            args.push("--exclude".into());
-            args.push(p["name"].as_str().unwrap_or_default().to_owned());
-        }
+    for name in publishable {
+        args.push("--package".into());
+        args.push(name.clone());
     }
     forget_unpacked_packages();
     // Its own target dir, from which korvus's builds are removed first:

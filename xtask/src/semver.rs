@@ -1,0 +1,209 @@
+//! The version policy, checked: `cargo semver-checks` against a baseline
+//! commit, and a `CHANGELOG.md` entry for every crate whose public items
+//! changed since it.
+//!
+//! The policy (README, "Versions"): a breaking change bumps the minor
+//! version (0.x) of every crate it breaks, with a CHANGELOG entry in the
+//! same change. `cargo semver-checks` finds breaking changes to public
+//! items the version does not allow; the CHANGELOG rule is cruder and
+//! wider: a line starting `pub ` added or removed under a publishable
+//! crate's `src/` since the baseline needs that crate named under
+//! `## [Unreleased]`, breaking or not.
+//!
+//! The baseline is the last release tag once there is one; until then it is
+//! [`BASELINE`], a commit recorded here when the public surface was settled.
+//! cargo-semver-checks builds it locally from this repository's history
+//! (`--baseline-rev`), so no network is needed, but a shallow clone lacks
+//! it: the check then fails and says so.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{cargo, run_cmd};
+
+/// The baseline commit: the public surface as wave 4 settled it (F28).
+/// Move it to the release tag at the first release.
+pub(crate) const BASELINE: &str = "2aceac2fd1c359fc8eae5d92218a86e31dd581de";
+
+/// Runs both checks from the workspace root `root`.
+pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
+    let known = Command::new("git")
+        .args(["cat-file", "-e", &format!("{BASELINE}^{{commit}}")])
+        .current_dir(root)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !known {
+        bail!(
+            "the semver baseline {BASELINE} is not in this clone's history \
+             (a shallow clone?); fetch it (`git fetch --unshallow`) and run lint again"
+        );
+    }
+    changelog(root, publishable)?;
+    let installed = cargo()
+        .args(["semver-checks", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("xtask: cargo-semver-checks is missing; installing it (once)");
+        run_cmd(cargo().args(["install", "--locked", "cargo-semver-checks"]))?;
+    }
+    let mut cmd = cargo();
+    cmd.args(["semver-checks", "check-release", "--baseline-rev", BASELINE])
+        .current_dir(root);
+    for name in publishable {
+        cmd.args(["--package", name]);
+    }
+    run_cmd(&mut cmd)
+}
+
+/// Fails when a publishable crate's public lines changed since the
+/// baseline and `CHANGELOG.md`'s Unreleased section does not name it.
+fn changelog(root: &Path, publishable: &[String]) -> Result<()> {
+    let out = Command::new("git")
+        .args([
+            "diff",
+            "--unified=0",
+            "--no-color",
+            BASELINE,
+            "--",
+            "crates",
+        ])
+        .current_dir(root)
+        .output()
+        .context("git diff against the semver baseline")?;
+    if !out.status.success() {
+        bail!(
+            "git diff {BASELINE} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let changed = public_changes(&String::from_utf8_lossy(&out.stdout));
+    let text = std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?;
+    let unreleased = unreleased(&text);
+    let missing: Vec<String> = changed
+        .iter()
+        .filter(|(name, _)| publishable.contains(name) && !names(unreleased, name))
+        .map(|(name, line)| format!("{name} (e.g. `{line}`)"))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "public items changed since the semver baseline {BASELINE} in crates \
+             CHANGELOG.md's `## [Unreleased]` section does not name: {}; say what \
+             changed for their users there (and bump the minor version if it breaks them)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The crates whose `src/` gained or lost a line starting `pub ` in a
+/// unified diff, each with one such line.
+fn public_changes(diff: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut krate: Option<String> = None;
+    for line in diff.lines() {
+        if let Some(path) = line
+            .strip_prefix("+++ b/")
+            .or_else(|| line.strip_prefix("--- a/"))
+        {
+            krate = crate_of(path);
+            continue;
+        }
+        if line.starts_with("+++ ") || line.starts_with("--- ") {
+            continue;
+        }
+        let Some(body) = line.strip_prefix('+').or_else(|| line.strip_prefix('-')) else {
+            continue;
+        };
+        if let Some(name) = &krate {
+            if body.trim_start().starts_with("pub ") {
+                out.entry(name.clone())
+                    .or_insert_with(|| body.trim().to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// `korvus-<dir>` for a path `crates/<dir>/src/…`.
+fn crate_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("crates/")?;
+    let (dir, inner) = rest.split_once('/')?;
+    inner.starts_with("src/").then(|| format!("korvus-{dir}"))
+}
+
+/// The text under `## [Unreleased]`, up to the next `## ` heading.
+fn unreleased(changelog: &str) -> &str {
+    let Some(start) = changelog.find("## [Unreleased]") else {
+        return "";
+    };
+    let body = &changelog[start + "## [Unreleased]".len()..];
+    let end = body.find("\n## ").unwrap_or(body.len());
+    &body[..end]
+}
+
+/// Whether `section` names the crate `name` (`korvus-store`, not as part of
+/// `korvus-store-sql`).
+fn names(section: &str, name: &str) -> bool {
+    section.match_indices(name).any(|(at, _)| {
+        let next = section[at + name.len()..].chars().next();
+        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIFF: &str = "\
+diff --git a/crates/store/src/lib.rs b/crates/store/src/lib.rs
+--- a/crates/store/src/lib.rs
++++ b/crates/store/src/lib.rs
+@@ -1 +1 @@
+-pub fn old() {}
++pub fn new() {}
+diff --git a/crates/store-sql/src/x.rs b/crates/store-sql/src/x.rs
+--- a/crates/store-sql/src/x.rs
++++ b/crates/store-sql/src/x.rs
+@@ -3 +3 @@
+-    let a = 1;
++    pub(crate) fn private() {}
+diff --git a/crates/paths/src/new.rs b/crates/paths/src/new.rs
+--- /dev/null
++++ b/crates/paths/src/new.rs
+@@ -0,0 +1 @@
++    pub field: u8,
+diff --git a/crates/log/tests/t.rs b/crates/log/tests/t.rs
+--- a/crates/log/tests/t.rs
++++ b/crates/log/tests/t.rs
+@@ -1 +1 @@
++pub fn helper() {}
+diff --git a/crates/blob/src/gone.rs b/crates/blob/src/gone.rs
+--- a/crates/blob/src/gone.rs
++++ /dev/null
+@@ -1 +0,0 @@
+-pub struct Gone;
+";
+
+    #[test]
+    fn public_lines_under_src_are_found_per_crate() {
+        let found = public_changes(DIFF);
+        let names: Vec<_> = found.keys().map(String::as_str).collect();
+        assert_eq!(names, ["korvus-blob", "korvus-paths", "korvus-store"]);
+        assert_eq!(found["korvus-store"], "pub fn old() {}");
+        assert_eq!(found["korvus-blob"], "pub struct Gone;");
+    }
+
+    #[test]
+    fn only_the_unreleased_section_counts_and_names_are_whole() {
+        let log = "# Changelog\n\n## [Unreleased]\n\n- `korvus-store-sql`: x\n\n\
+                   ## [0.1.0]\n\n- `korvus-store`: y\n";
+        let section = unreleased(log);
+        assert!(names(section, "korvus-store-sql"));
+        assert!(!names(section, "korvus-store"), "{section}");
+        assert_eq!(unreleased("# Changelog\n"), "");
+    }
+}
