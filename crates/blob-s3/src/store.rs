@@ -38,7 +38,7 @@ pub(crate) const SHA256_META: &str = "sha256";
 /// report); objects from the multipart threshold on go up in parts, each
 /// with its own server-checked SHA-256.
 ///
-/// # Cancellation
+/// # Cancel safety
 /// Dropping a multipart `put` midway leaves an incomplete upload behind: it
 /// is invisible to readers and costs storage until a bucket lifecycle rule
 /// (`AbortIncompleteMultipartUpload`) removes it. Failed uploads that are not

@@ -53,6 +53,9 @@ impl BlobBody {
     ///
     /// # Errors
     /// When the file's metadata cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads metadata; a dropped call closes `file`.
     pub async fn from_file(file: tokio::fs::File) -> io::Result<Self> {
         let len = file.metadata().await?.len();
         Ok(Self::new(file, len))
@@ -62,6 +65,9 @@ impl BlobBody {
     ///
     /// # Errors
     /// When the file cannot be opened or its metadata read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only opens and reads; a dropped call closes the file.
     pub async fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::from_file(tokio::fs::File::open(path).await?).await
     }
@@ -88,6 +94,11 @@ impl BlobBody {
     /// # Errors
     /// [`BlobError::ChecksumMismatch`] when the reader ends before `len`;
     /// [`BlobError::Body`] when it fails.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: bytes read before the drop are gone from the body
+    /// and not hashed, so a put that goes on with it ends in
+    /// `ChecksumMismatch` (nothing stored). Drop the body with the call.
     pub async fn next_chunk(&mut self, key: &BlobKey, max: usize) -> Result<Option<Bytes>> {
         let left = self.len - self.read;
         if left == 0 {
@@ -121,6 +132,9 @@ impl BlobBody {
     /// # Errors
     /// [`BlobError::ChecksumMismatch`] when not all `len` bytes were read or
     /// the reader has more; [`BlobError::Body`] when it fails.
+    ///
+    /// # Cancel safety
+    /// It consumes the body: a dropped call drops it, and nothing was stored.
     pub async fn finish(mut self, key: &BlobKey) -> Result<Sha256Digest> {
         let mut probe = [0u8; 1];
         let more = self
@@ -141,6 +155,9 @@ impl BlobBody {
     ///
     /// # Errors
     /// As [`next_chunk`](Self::next_chunk) and [`finish`](Self::finish).
+    ///
+    /// # Cancel safety
+    /// It consumes the body: a dropped call drops it and the bytes read so far.
     pub async fn into_bytes(mut self, key: &BlobKey) -> Result<(Bytes, Sha256Digest)> {
         let cap = usize::try_from(self.len).unwrap_or(usize::MAX);
         let mut all = BytesMut::with_capacity(cap.min(64 * 1024 * 1024));

@@ -150,6 +150,15 @@ impl Debug for BlobReader {
 ///   (every backend here; the default implementation buffers) and stores
 ///   nothing when the body does not match its length or digest or fails
 ///   half-way.
+///
+/// # Cancel safety
+/// Reads and listings change nothing. A dropped `put`, `put_stream` or
+/// `put_file` has stored the whole object or nothing (readers keep seeing
+/// the old one), and may leave backend leftovers no reader sees (an
+/// `FsBlobStore` temporary file, an S3 incomplete multipart upload). A dropped
+/// `delete` happened or not; a dropped `delete_many` may have removed some
+/// keys; a dropped `barrier` made nothing durable the caller can count on:
+/// call it again. Implementations must never make part of an object visible.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait BlobStore: Send + Sync + Debug + 'static {
@@ -346,6 +355,10 @@ pub trait BlobStore: Send + Sync + Debug + 'static {
 /// [`BlobError::ChecksumMismatch`](crate::BlobError::ChecksumMismatch)
 /// when the file does not hold exactly `len` bytes from there;
 /// [`BlobError::Body`](crate::BlobError::Body) when reading fails.
+///
+/// # Cancel safety
+/// Dropping it loses `file` (closed once the blocking hash, which runs to
+/// its end, finishes); nothing is written.
 pub async fn hash_then_rewind(
     key: &BlobKey,
     mut file: std::fs::File,

@@ -50,6 +50,10 @@ impl HeldRows {
     /// Its key is this salvage's own
     /// ([`salvage_manifest_key`](korvus_blob::salvage_manifest_key)): a
     /// salvage racing it for the same fence never overwrites it.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped, the manifest may be stored while the outcome
+    /// does not name it, so no row will; `sweep` removes such a blob later.
     pub async fn store_manifest(
         &mut self,
         blobs: &dyn BlobStore,
@@ -76,6 +80,11 @@ impl HeldRows {
 /// manifest (see [`HeldRows::store_manifest`]).
 ///
 /// `request.scratch: None` skips the phase (`attempted: false`).
+///
+/// # Cancel safety
+/// Dropping the future does not stop the phase's task, which then runs on
+/// without its timeout; the rows it holds are dropped with it, so the bytes it
+/// stores are referenced by no row and `sweep` removes them later.
 pub async fn persist_held(
     blobs: Arc<dyn BlobStore>,
     config: &PersistConfig,

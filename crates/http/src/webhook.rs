@@ -204,6 +204,10 @@ impl Deliverer {
     /// Delivers until `stop` is cancelled: a pass whenever events are due,
     /// a look every `poll` otherwise. Store failures are logged and tried
     /// again at the next look.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops delivery as cancelling `stop` does: a pass
+    /// cut short leaves its claims to expire, and those events are sent again.
     pub async fn run(self, stop: CancellationToken) {
         while !stop.is_cancelled() {
             // A pass cut short by `stop` leaves its claims to expire: the
@@ -235,6 +239,11 @@ impl Deliverer {
     /// # Errors
     /// The store's, when the claim fails (a failed attempt is not an
     /// error: the event is due again after its backoff).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: events it claimed whose outcome it had not recorded
+    /// stay claimed until `claim_ttl` passes, then are sent again — also one
+    /// the receiver already took (it can drop repeats by `webhook-id`).
     pub async fn deliver_due(&self) -> korvus_store::Result<usize> {
         let events = self
             .outbox

@@ -54,7 +54,9 @@ impl<H: Borrow<LogHandle>> JsonlExport<H> {
     /// Whatever [`LogHandle::read`] returns; the export cannot go on then.
     ///
     /// # Cancel safety
-    /// Cancel-safe: it only reads, and a cancelled call is simply repeated.
+    /// Not cancel safe: it only reads the log, but a call dropped after its
+    /// first read has moved the export past events it never returned. Start
+    /// a new export after a dropped call.
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
         let handle = self.handle.borrow();
         if !self.header_done {

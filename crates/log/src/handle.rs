@@ -4,11 +4,14 @@
 //! next append, bounded retries of transient failures, and a note in the
 //! log itself for events that could not be stored.
 
+mod writing;
+
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::writing::Writing;
 use crate::error::error_chain;
 use crate::seam::{Access, LogIo, WriterClaim};
 use crate::{Event, EventKind, LogError, LogHeader, LogId, Result};
@@ -58,37 +61,6 @@ pub struct LogHandle {
     hook: Option<AppendHook>,
     /// Whether appends try [`LogIo::append_now`] first.
     fast: bool,
-}
-
-/// The writer's side of a handle: appends are serialised through it.
-#[derive(Debug, Default)]
-struct Writing {
-    /// Where the next append starts; `None` until asked of the backend, and
-    /// again after an append whose outcome is unknown.
-    next: Option<u64>,
-    /// Events of failed appends not yet noted in the log.
-    lost: u64,
-    /// Why the last of them failed.
-    reason: String,
-    /// The epoch this writer claimed, stamped on every event it appends.
-    epoch: Option<u64>,
-}
-
-impl Writing {
-    /// `events` stamped with this writer's epoch, if it claimed one.
-    fn stamped<'a>(&self, events: &'a [Event]) -> std::borrow::Cow<'a, [Event]> {
-        match self.epoch {
-            None => events.into(),
-            Some(epoch) => events
-                .iter()
-                .map(|e| Event {
-                    epoch: Some(epoch),
-                    ..e.clone()
-                })
-                .collect::<Vec<_>>()
-                .into(),
-        }
-    }
 }
 
 impl Debug for LogHandle {
@@ -235,6 +207,9 @@ impl LogHandle {
     ///
     /// # Errors
     /// [`LogError::Closed`]; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn len(&self) -> Result<u64> {
         self.check_open()?;
         self.io.event_count().await
@@ -244,6 +219,9 @@ impl LogHandle {
     ///
     /// # Errors
     /// As [`LogHandle::len`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn is_empty(&self) -> Result<bool> {
         Ok(self.len().await? == 0)
     }
@@ -264,7 +242,8 @@ impl LogHandle {
     ///
     /// # Cancel safety
     /// Not cancel-safe: a dropped append may or may not have stored its events
-    /// (never a part of one event: backends discard torn tails).
+    /// (never a part of one event: backends discard torn tails). Its events
+    /// are not counted as lost, so no `dropped:` note is stored for them.
     pub async fn append(&self, events: &[Event]) -> Result<()> {
         self.check_writable()?;
         if events.is_empty() {
@@ -363,6 +342,11 @@ impl LogHandle {
     /// # Errors
     /// [`LogError::ReadOnly`] on a read handle; [`LogError::Closed`];
     /// `Fenced`; `NotFound`; `Backend`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the backend recorded the claim, the log
+    /// refuses older writers but this handle does not stamp its events with
+    /// the epoch. Claim the same epoch again (it is accepted).
     pub async fn claim_epoch(&self, epoch: u64) -> Result<()> {
         self.check_writable()?;
         let mut writing = self.writing.lock().await;
@@ -372,11 +356,17 @@ impl LogHandle {
     }
 
     /// The epoch this writer claimed, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the append lock, then reads.
     pub async fn epoch(&self) -> Option<u64> {
         self.writing.lock().await.epoch
     }
 
     /// Events of failed appends not yet noted in the log.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the append lock, then reads.
     pub async fn lost(&self) -> u64 {
         self.writing.lock().await.lost
     }
@@ -453,7 +443,8 @@ impl LogHandle {
     ///
     /// # Cancel safety
     /// The close runs on its own task: dropping this future does not stop it
-    /// half-way.
+    /// half-way. Dropped before that (while it waits for an append or stores
+    /// the note about lost events), the handle stays open: call it again.
     pub async fn close(&self) -> Result<()> {
         if self.access == Access::Write && !self.closing.load(Ordering::Acquire) {
             let mut writing = self.writing.lock().await;

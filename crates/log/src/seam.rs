@@ -73,6 +73,14 @@ pub struct LogStat {
 ///   ([`TurnLog::fence`]), with [`LogError::Fenced`].
 ///
 /// Crash repair of turn structure is not a storage concern: see the session layer.
+///
+/// # Cancel safety
+/// `stat` and `list` only read. A dropped `create` may leave the log created
+/// but no writer holding it; a dropped `open` holds no writer claim; a dropped
+/// `delete` or `fence` has happened whole or not at all and may be made again;
+/// a dropped `flush` may have flushed some writers and not others. An
+/// implementation must release a writer claim it took when the call is dropped
+/// before it returns the handle (a dropped [`WriterClaim`] does).
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait TurnLog: Send + Sync + Debug + 'static {
@@ -156,6 +164,13 @@ pub trait TurnLog: Send + Sync + Debug + 'static {
 /// The backend side of one open handle. Backends implement this; callers use
 /// [`LogHandle`], which adds the rules every backend shares (read-only checks,
 /// never-shrinking reads, idempotent uncancellable close).
+///
+/// # Cancel safety
+/// `read` and `event_count` must change nothing. A dropped `append` must have
+/// stored all of its events or none (a torn tail is never counted or read):
+/// the handle asks `event_count` again before its next append. A dropped
+/// `claim` or `flush` may have taken effect or not and is made again. `close`
+/// is called on a task of its own that [`LogHandle`] never drops.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait LogIo: Send + Sync + Debug + 'static {
@@ -271,6 +286,10 @@ impl Writers {
     ///
     /// # Errors
     /// [`FlushError`] naming each failed log.
+    ///
+    /// # Cancel safety
+    /// Dropping it aborts the per-log flush tasks (a backend's blocking
+    /// `fsync` already started still finishes); nothing is lost: call it again.
     pub async fn flush_all(&self) -> std::result::Result<(), FlushError> {
         // Collect strong references, then release the lock before awaiting.
         let ios: Vec<(LogId, Arc<dyn LogIo>)> = self

@@ -11,6 +11,12 @@ use korvus_store::WorkspaceRef;
 use crate::RunError;
 
 /// A documentation search client pinned to one commit.
+///
+/// # Cancel safety
+/// The manager never drops a search on its own: the runner that holds the
+/// client owns each call, and drops it only when the run itself is dropped.
+/// A search only reads; an implementation must hold nothing past a dropped
+/// call.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait DocsClient: Send + Sync + Debug + 'static {
@@ -43,6 +49,11 @@ impl Debug for DocsLease {
 }
 
 /// Pins documentation search at a session's commit.
+///
+/// # Cancel safety
+/// The manager drops a `pin` in progress when the run is cancelled: an
+/// implementation must then leave no pin behind (the lease's `release` is
+/// never called for a pin that did not return).
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait DocsSearch: Send + Sync + Debug + 'static {

@@ -117,6 +117,13 @@ impl RunError {
 /// `tokio::task::spawn_blocking`): the manager polls it inside the run's
 /// own task, so a runner that blocks also blocks its run's timeout, its
 /// cancellation and `Manager::stop`.
+///
+/// # Cancel safety
+/// The manager drops a `run` or `resume` future that does not return within
+/// the cancel grace once the run was cancelled or timed out. An implementation
+/// must release what it started (processes, connections) on drop; what it
+/// already appended to the turn log stays, and the manager still lands the
+/// scratch dir.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Runner: Send + Sync + Debug + 'static {

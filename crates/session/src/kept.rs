@@ -87,7 +87,9 @@ impl Manager {
     ///
     /// # Cancel safety
     /// Dropped midway, stored bytes may be left without rows (the blob
-    /// sweeper removes them) and the dir stays kept: nothing is lost.
+    /// sweeper removes them) and the dir stays kept: nothing is lost. An
+    /// orphan dropped while it is ended stays registered as a live run here,
+    /// as for [`cancel`](Manager::cancel).
     pub async fn salvage(&self, id: SessionId) -> Result<Salvage> {
         self.check_not_stopping()?;
         let inner = &self.inner;
@@ -131,6 +133,10 @@ impl Manager {
     ///
     /// # Errors
     /// `NotReady` when the scratch root cannot be listed.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the removal runs on a blocking task that finishes
+    /// anyway, and a dropped call neither logs nor counts what it removed.
     pub async fn prune_kept(&self, retention: KeptRetention) -> Result<Vec<PrunedKept>> {
         let Some(root) = self.inner.scratch.clone() else {
             return Ok(Vec::new());
@@ -166,6 +172,10 @@ impl Manager {
     ///
     /// # Errors
     /// `NotReady` when the scratch root cannot be listed.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped, the dir being removed is removed all the
+    /// same (a blocking task), without its warning or count; later dirs stay.
     pub async fn discard_kept(&self, id: SessionId) -> Result<Vec<KeptDir>> {
         let mut removed = Vec::new();
         for dir in self.inner.kept_dirs(id).await? {

@@ -40,6 +40,9 @@ impl Manager {
     /// # Errors
     /// `Log` when the log cannot be read; `Store` when the report row
     /// cannot be read for a reason other than its absence.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads (the log through a read handle).
     pub async fn progress(&self, session: &Session) -> Result<Progress> {
         let mut progress = Progress {
             counters: session.counters,

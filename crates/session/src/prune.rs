@@ -153,6 +153,11 @@ impl std::fmt::Debug for PruneTargets<'_> {
 /// [`PruneError`] when a listing or a row delete fails (sessions pruned
 /// before it stay pruned); a failed log or blob delete is counted in the
 /// report instead.
+///
+/// # Cancel safety
+/// Not cancel safe, but a dropped prune leaves what a crash leaves (see the
+/// module docs): each session's rows go in one step, and a log or blobs left
+/// after them are removed by the next prune or by `korvus sweep`.
 pub async fn prune(
     targets: PruneTargets<'_>,
     config: &PruneConfig,

@@ -61,7 +61,9 @@ impl Manager {
     ///
     /// # Cancel safety
     /// Cancel-safe in effect: the work runs on its own task, so dropping the
-    /// future cannot strand a reopened row without its run.
+    /// future cannot strand a reopened row without its run. Dropped before
+    /// that, while it stores kept output first, nothing is continued (see
+    /// [`salvage`](Manager::salvage)).
     pub async fn reopen(&self, id: SessionId, message: &str) -> Result<Session> {
         self.continue_with(id, message, Continue::Reopen).await
     }

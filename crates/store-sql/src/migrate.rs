@@ -9,6 +9,9 @@ mod sealed {
 
 /// A connection pool whose database korvus knows how to migrate:
 /// [`PgPool`](sqlx::PgPool) and [`SqlitePool`](sqlx::SqlitePool). Sealed.
+///
+/// # Cancel safety
+/// As [`migrate`](fn@migrate)'s, which is the only caller.
 #[async_trait]
 pub trait Migrations: sealed::Sealed + Send + Sync {
     /// Applies every pending migration of this database kind.
@@ -33,6 +36,9 @@ pub trait Migrations: sealed::Sealed + Send + Sync {
 /// # Cancel safety
 /// Each migration runs in its own transaction: a dropped call leaves the
 /// database at some migration boundary, and the next call continues from there.
+/// On PostgreSQL a call dropped while it holds the migration lock gives its
+/// connection back to the pool still holding it: until that connection
+/// closes, a `migrate` on another connection waits.
 pub async fn migrate(pool: &impl Migrations) -> Result<(), StoreError> {
     pool.apply_migrations().await
 }

@@ -137,7 +137,8 @@ fn create_private(path: &Path) -> std::io::Result<()> {
 /// not exist: create it first).
 ///
 /// # Cancel safety
-/// Cancel-safe: a dropped call opens nothing.
+/// Cancel-safe: a dropped call leaves no pool open; the database file may have
+/// been created (empty, 0600).
 pub async fn open_sqlite(path: &Path) -> Result<SqlitePool> {
     // A file that cannot be made here is reported by the open below.
     let _ = create_private(path);

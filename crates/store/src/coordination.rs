@@ -27,6 +27,15 @@ use crate::{
 /// operation (one statement or one transaction), errors are semantic, and
 /// a dropped call may or may not have committed. Lease expiry is judged by
 /// the store's own clock, never a replica's.
+///
+/// # Cancel safety
+/// As [`Store`]'s: reads are cancel safe; a dropped write has committed
+/// whole or not at all, and the caller does not learn which. A row a dropped
+/// `claim_next` or `take_over` committed is owned under the caller's lease
+/// but in no run: the owner's heartbeat does not list it, so once its claim
+/// expires it is an orphan again, which a reaper ends (or gives back to the
+/// queue when it is a first run that never started). An implementation must
+/// never leave part of one call's write behind when its future is dropped.
 #[async_trait]
 pub trait Coordination: Send + Sync + Debug + 'static {
     /// Records a request to cancel the current run of a running session,

@@ -95,6 +95,15 @@ pub struct OutboxEvent {
 /// Deliverers on any number of replicas claim events with a lease, so an
 /// event whose deliverer died is claimed again once its claim expires:
 /// delivery is at least once.
+///
+/// # Cancel safety
+/// Each method is one statement or transaction: a dropped call has
+/// committed whole or not at all. Events a dropped `claim_events` claimed
+/// are claimed again once `ttl` has passed; a dropped `mark_delivered` or
+/// `mark_failed` leaves the claim to expire the same way, so the event is
+/// sent again (at least once). `undelivered` only reads. An implementation
+/// must write each call in one step, so that a claim always carries its
+/// expiry and one nobody finishes lapses.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Outbox: Send + Sync {

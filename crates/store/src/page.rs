@@ -173,6 +173,9 @@ pub struct Paged<T> {
 ///
 /// # Errors
 /// The first error of `list`.
+///
+/// # Cancel safety
+/// As cancel safe as `list`: a dropped walk only drops the rows read so far.
 pub async fn walk<T, F, Fut>(mut list: F) -> Result<Vec<T>>
 where
     F: FnMut(Page) -> Fut,

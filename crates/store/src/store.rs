@@ -14,10 +14,7 @@ use crate::{
 /// context refs.
 ///
 /// Every method is one logical operation: it either happens completely or leaves
-/// nothing behind (backends use one transaction or one statement). Methods are
-/// *not* cancel-safe in the sense of "nothing happened when the future is
-/// dropped": a dropped call may or may not have committed. Callers that must
-/// know (the session layer's settle) run the call on a detached task.
+/// nothing behind (backends use one transaction or one statement).
 ///
 /// Errors are semantic ([`StoreError`](crate::StoreError)); a backend never
 /// panics on bad input and never leaks its driver's error type except as the
@@ -26,6 +23,18 @@ use crate::{
 /// Text fields are checked by [`validate`](crate::validate) in every backend, so
 /// a NUL byte or an over-long value is the same
 /// [`StoreError::InvalidInput`](crate::StoreError::InvalidInput) everywhere.
+///
+/// # Cancel safety
+/// Reads are cancel safe. Writes are *not* cancel safe in the sense of "nothing
+/// happened when the future is dropped": a dropped call has committed whole or
+/// not at all (the SQL backends roll back a dropped transaction), and the caller
+/// does not learn which. A retry meets what the first attempt committed:
+/// `settle_session` answers `Ok` with the row, `create_report`,
+/// `create_artifacts` and `replace_checkpoints` a `Conflict` or `NotFound`, and
+/// a second `create_incident` makes a second incident. Callers that must know
+/// (the session layer's settle) run the call on a detached task. An
+/// implementation must never leave part of one call's write behind when its
+/// future is dropped.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Store: Send + Sync + Debug + 'static {
@@ -381,6 +390,10 @@ pub enum ContinueFrom {
 }
 
 /// Conveniences built on [`Store`]; implemented for every store.
+///
+/// # Cancel safety
+/// Cancel safe: every method only reads, a page at a time; a dropped call
+/// leaves nothing behind.
 #[async_trait]
 pub trait StoreExt: Store {
     /// Reads one artifact.

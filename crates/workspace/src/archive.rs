@@ -118,6 +118,10 @@ impl WorkspaceArchive {
     ///
     /// # Errors
     /// [`WorkspaceError::Io`] when the temporary file cannot be reopened.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it writes nothing. The seek runs on a blocking task that
+    /// finishes anyway, so the shared read position may be moved to the start.
     pub async fn body(&self) -> Result<BlobBody> {
         let mut file = self
             .file

@@ -118,6 +118,9 @@ pub async fn reap(root: &Path) -> Result<Reaped> {
 ///
 /// # Errors
 /// [`WorkspaceError::Io`] when `root` cannot be listed.
+///
+/// # Cancel safety
+/// Cancel safe: it only lists `root`.
 pub async fn session_dirs(root: &Path) -> Result<Vec<SessionId>> {
     let root = root.to_path_buf();
     blocking(move || {
@@ -145,6 +148,10 @@ pub async fn session_dirs(root: &Path) -> Result<Vec<SessionId>> {
 ///
 /// # Errors
 /// As [`reap`]; failures to remove one directory are in [`Reaped::failed`].
+///
+/// # Cancel safety
+/// As [`reap`]: the removal runs on a blocking task that finishes even if
+/// this future is dropped, and the caller does not learn what it removed.
 pub async fn reap_sessions(root: &Path, sessions: Vec<SessionId>) -> Result<Reaped> {
     let root = root.to_path_buf();
     blocking(move || {

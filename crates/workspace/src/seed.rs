@@ -21,6 +21,11 @@ use korvus_paths::minimal_prefixes;
 ///
 /// One method, object-safe (`Arc<dyn Seeder>`). [`GitSeeder`] is the real
 /// implementation; the `mock` feature adds `MockSeeder`.
+///
+/// # Cancel safety
+/// A dropped `seed` must leave the scratch dir seeded whole or as it was,
+/// never half-seeded, as an error does. [`GitSeeder`] does its work on a
+/// blocking task that runs to its end even when the future is dropped.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Seeder: Send + Sync + Debug + 'static {

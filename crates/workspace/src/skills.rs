@@ -22,6 +22,9 @@ struct FrontMatter {
 /// Reads a [`SkillCatalog`] from a scratch dir: `SkillCatalog::load(dir)`
 /// and `SkillCatalog::after_seeding(dir, seeding)` with this trait in
 /// scope (the catalog type lives in korvus-paths, which reads no files).
+///
+/// # Cancel safety
+/// Cancel safe: both methods only read the scratch dir.
 #[allow(async_fn_in_trait)]
 pub trait LoadSkills: Sized {
     /// See [`load`](SkillCatalog::load) below.

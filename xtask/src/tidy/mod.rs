@@ -21,6 +21,8 @@
 //!   never through korvus-session's re-export.
 //! - [`msrv`]: the declared `rust-version` is at least every locked
 //!   dependency's, and clippy.toml's `msrv` is the same.
+//! - [`cancel`]: every public async method and every public trait with
+//!   async methods of the library crates documents its cancel safety.
 //!
 //! Each module's rules are pure functions over text, tested with synthetic
 //! input; [`check`] feeds them the real repository.
@@ -34,6 +36,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 mod audited;
+mod cancel;
 mod codefiles;
 mod codemap;
 mod cycles;
@@ -160,6 +163,32 @@ fn library_sources(root: &Path) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// Every Rust file of the `src/` folders of the crates the cancel-safety
+/// rule reads ([`cancel::CRATES`]), but test support
+/// ([`cancel::is_test_support`]): (path, text).
+fn cancel_sources(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for name in cancel::CRATES {
+        let src = root.join("crates").join(name).join("src");
+        if src.is_dir() {
+            outside::walk(&src, &mut files)?;
+        }
+    }
+    files
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .map(|f| {
+            let shown = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+            (f, shown)
+        })
+        .filter(|(_, shown)| !cancel::is_test_support(shown))
+        .map(|(f, shown)| {
+            let text = fs::read_to_string(&f).with_context(|| format!("read {}", f.display()))?;
+            Ok((shown, text))
+        })
+        .collect()
+}
+
 /// Every Rust file of the repository's crates and of xtask (path, text).
 fn all_rust_sources(root: &Path) -> Result<Vec<(String, String)>> {
     let mut files: Vec<PathBuf> = Vec::new();
@@ -204,6 +233,7 @@ pub(crate) fn violations(root: &Path) -> Result<Vec<String>> {
     let library = library_sources(root)?;
     found.extend(size::violations(&library));
     found.extend(cycles::violations(&library));
+    found.extend(cancel::violations(&cancel_sources(root)?));
     let all = all_rust_sources(root)?;
     found.extend(audited::violations(&all, &read("Cargo.toml")?));
     found.extend(paths::violations(&all));
@@ -246,7 +276,7 @@ pub(crate) fn check() -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: tidy: layering, code map, quoted calls, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module, one path per runner item and the MSRV hold"
+        "xtask: tidy: layering, code map, quoted calls, protocol names, doc references, file sizes, doc examples, import cycles, the one audited module, one path per runner item, cancel safety and the MSRV hold"
     );
     Ok(())
 }

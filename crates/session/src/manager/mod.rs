@@ -80,6 +80,9 @@ impl Manager {
     ///
     /// # Errors
     /// `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads the store, then sets the gauge.
     pub async fn observe_queue(&self) -> Result<u64> {
         let pool = &self.inner.config.pool;
         let depth = self
@@ -155,8 +158,9 @@ impl Manager {
     /// Cancel-safe for every row but an orphan's: each write is one store
     /// call or the in-process cancellation, made after the row was read.
     /// Dropped while it ends an orphan it took over, the salvage and
-    /// settlement stop; the row, no longer listed by this manager's
-    /// heartbeat, becomes an orphan again and a reaper ends it.
+    /// settlement stop half-way, but the orphan stays registered as a live
+    /// run here: this manager's heartbeat holds the row, `running`, while
+    /// the manager lives; a reaper ends it once its lease lapses.
     pub async fn cancel(&self, id: SessionId) -> Result<Session> {
         let row = self.inner.store.get_session(id).await?;
         if row.status.is_terminal() {
@@ -351,6 +355,12 @@ impl Manager {
     /// # Errors
     /// `Store` when the orphans cannot be listed; a takeover or settlement
     /// that fails is logged and left to the next reaper.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe. A row it took over but did not start to end is an
+    /// orphan again once its claim expires. Dropped while it ends one, that
+    /// orphan stays registered as a live run here, as for
+    /// [`cancel`](Manager::cancel): held `running` while the manager lives.
     pub async fn reap_orphans(&self) -> Result<Vec<Session>> {
         let mut taken = std::collections::HashMap::new();
         self.inner.take_over_orphans(&mut taken).await?;
@@ -397,7 +407,7 @@ impl Manager {
     /// # Cancel safety
     /// Dropping the future stops the waiting, not the shutdown: the runs
     /// stay cancelled and settle on their own; an owned scratch root is
-    /// then left for `reap`.
+    /// then not removed (a later `stop` does not remove it either).
     pub async fn stop(&self) {
         let inner = &self.inner;
         inner.claiming_stopped.store(true, Ordering::SeqCst);
