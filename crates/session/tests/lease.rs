@@ -390,3 +390,26 @@ async fn a_salvage_that_cannot_store_everything_keeps_the_dir_and_says_where() {
     env.assert_safe().await;
     manager.stop().await;
 }
+
+/// A `cancel` that ends an orphan inline and is dropped while the settle
+/// hangs leaves no live entry behind: the heartbeat would otherwise hold a
+/// row nothing runs, and reapers would pass it over while this manager
+/// lives.
+#[tokio::test]
+async fn a_dropped_cancel_of_an_orphan_leaves_no_live_run_behind() {
+    let env = Env::new().await;
+    let dead = orphan(&env).await;
+    env.store.fault(StoreOp::SettleWithReport, StoreFault::Hang);
+    let manager = env.builder(writing(&[])).build();
+    let cut = tokio::time::timeout(Duration::from_millis(500), manager.cancel(dead.id)).await;
+    assert!(
+        cut.is_err(),
+        "the settle hangs, so the cancel is still waiting"
+    );
+    assert!(
+        !manager.live_runs().contains(dead.id),
+        "the dropped cancel's live entry was removed"
+    );
+    env.store.heal();
+    manager.stop().await;
+}

@@ -335,6 +335,9 @@ impl Inner {
             .live
             .register(row.id, row.incident_id, row.fence)
             .ok()?;
+        // Unregistered and signalled on every way out, a dropped future
+        // included.
+        let run = Registered::new(self.live.clone(), row.id, run);
         let c = &self.config;
         let bound = c.persist.timeout
             + c.persist.manifest_timeout
@@ -353,8 +356,7 @@ impl Inner {
         if ended.is_err() {
             error!(session_id = %row.id, ?bound, "the orphan was not ended within its bound; it is released and ended again later");
         }
-        self.live.unregister(row.id, &run);
-        run.signal_settled();
+        drop(run);
         drop(member);
         ended.ok()
     }
@@ -451,5 +453,43 @@ impl Inner {
                 done => return done,
             }
         }
+    }
+}
+
+/// A run's entry in [`LiveRuns`](crate::live::LiveRuns), removed — and its settle signal fired —
+/// when this guard is dropped, however its owner ends: returning, or its
+/// future dropped at an `.await` (a caller of `cancel` or `reap_orphans`
+/// that gave up). Without it a dropped caller would leave the entry, and the
+/// heartbeat would hold a row nothing runs.
+#[derive(Debug)]
+struct Registered {
+    live: crate::live::LiveRuns,
+    session: korvus_store::SessionId,
+    run: crate::live::LiveRun,
+}
+
+impl Registered {
+    /// Guards `run`, the entry of `session` in `live`.
+    fn new(
+        live: crate::live::LiveRuns,
+        session: korvus_store::SessionId,
+        run: crate::live::LiveRun,
+    ) -> Self {
+        Self { live, session, run }
+    }
+}
+
+impl std::ops::Deref for Registered {
+    type Target = crate::live::LiveRun;
+
+    fn deref(&self) -> &crate::live::LiveRun {
+        &self.run
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.live.unregister(self.session, &self.run);
+        self.run.signal_settled();
     }
 }
