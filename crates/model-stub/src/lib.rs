@@ -3,12 +3,14 @@
 //!
 //! # Overview
 //!
-//! [`StubServer`] listens on `127.0.0.1` and answers just enough of two
-//! model APIs, streamed as Server-Sent Events:
+//! [`StubServer`] listens on `127.0.0.1` and answers just enough of three
+//! model APIs, streamed as Server-Sent Events when the request says
+//! `"stream": true` and as one JSON body otherwise:
 //!
 //! | API | route | used by |
 //! |---|---|---|
 //! | OpenAI Responses | `POST /v1/responses` | Codex (`wire_api = "responses"`) |
+//! | OpenAI Chat Completions | `POST /v1/chat/completions` | clients of the older API (usage in a stream only with `stream_options.include_usage`) |
 //! | Anthropic Messages | `POST /v1/messages` (and `/v1/messages/count_tokens`) | Claude Code (`ANTHROPIC_BASE_URL`) |
 //!
 //! The script is one agent turn: when the conversation ends with the
@@ -40,14 +42,20 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+mod chat;
+mod messages;
+mod responses;
+mod tls;
+
+pub use crate::tls::TestCa;
 
 /// The command the default script asks for: it writes `report.md`.
 pub const REPORT_COMMAND: &str =
@@ -99,6 +107,8 @@ pub enum Api {
     Responses,
     /// Anthropic Messages (`/v1/messages`).
     Messages,
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    ChatCompletions,
 }
 
 /// One request the server received.
@@ -140,6 +150,7 @@ struct Shared {
 #[derive(Debug)]
 pub struct StubServer {
     addr: SocketAddr,
+    tls: bool,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
 }
@@ -149,20 +160,31 @@ impl StubServer {
     pub async fn start(script: Script) -> std::io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            script,
-            requests: Mutex::new(Vec::new()),
-        });
-        let app = Router::new()
-            .route("/v1/responses", post(responses))
-            .route("/responses", post(responses))
-            .route("/v1/messages", post(messages))
-            .route("/v1/messages/count_tokens", post(count_tokens))
-            .with_state(Arc::clone(&shared));
+        let (shared, app) = router(script);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { addr, shared, task })
+        Ok(Self {
+            addr,
+            tls: false,
+            shared,
+            task,
+        })
+    }
+
+    /// As [`start`](Self::start), over HTTPS with `ca`'s server
+    /// certificate: a client must trust [`TestCa::ca_pem`].
+    pub async fn start_tls(script: Script, ca: &TestCa) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (shared, app) = router(script);
+        let task = tokio::spawn(tls::serve(listener, app, ca)?);
+        Ok(Self {
+            addr,
+            tls: true,
+            shared,
+            task,
+        })
     }
 
     /// The server's address.
@@ -170,9 +192,11 @@ impl StubServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port>` (Claude Code's `ANTHROPIC_BASE_URL`).
+    /// `http://127.0.0.1:<port>` (`https://` when started with TLS;
+    /// Claude Code's `ANTHROPIC_BASE_URL`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// `http://127.0.0.1:<port>/v1` (a Codex provider's `base_url`).
@@ -194,6 +218,22 @@ impl Drop for StubServer {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The stub's routes over the shared state of a new server.
+fn router(script: Script) -> (Arc<Shared>, Router) {
+    let shared = Arc::new(Shared {
+        script,
+        requests: Mutex::new(Vec::new()),
+    });
+    let app = Router::new()
+        .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .with_state(Arc::clone(&shared));
+    (shared, app)
 }
 
 /// Records a request and answers it as the mode says; `Ok` carries the
@@ -235,6 +275,11 @@ async fn admit(
     }
 }
 
+/// Whether a request asks for a streamed answer (`"stream": true`).
+fn streamed(request: &Value) -> bool {
+    request.get("stream").and_then(Value::as_bool) == Some(true)
+}
+
 /// A Server-Sent Events body of `(event, data)` pairs.
 fn sse(events: &[(&str, Value)]) -> Response {
     let mut text = String::new();
@@ -248,200 +293,5 @@ fn sse(events: &[(&str, Value)]) -> Response {
         .into_response()
 }
 
-/// The Responses API: a `function_call` of `exec_command` when the input
-/// ends with the user, else the reply.
-async fn responses(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (request, n) = match admit(&shared, Api::Responses, &headers, &body).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let script = &shared.script;
-    let id = format!("resp_{n}");
-    let answered = request
-        .get("input")
-        .and_then(Value::as_array)
-        .and_then(|items| items.last())
-        .and_then(|i| i.get("type"))
-        .and_then(Value::as_str)
-        == Some("function_call_output");
-    let item = if answered {
-        json!({"type": "message", "role": "assistant", "id": format!("msg_{n}"),
-               "content": [{"type": "output_text", "text": script.reply}]})
-    } else {
-        json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
-               "name": "exec_command",
-               "arguments": json!({"cmd": script.command}).to_string()})
-    };
-    let (input, output) = script.usage;
-    sse(&[
-        (
-            "response.created",
-            json!({"type": "response.created", "response": {"id": id}}),
-        ),
-        (
-            "response.output_item.done",
-            json!({"type": "response.output_item.done", "item": item}),
-        ),
-        (
-            "response.completed",
-            json!({"type": "response.completed", "response": {"id": id, "usage": {
-                "input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": input + output}}}),
-        ),
-    ])
-}
-
-/// The Messages API: a `tool_use` of `Bash` when the last message is the
-/// user's words (and tools are offered), else the reply.
-async fn messages(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (request, n) = match admit(&shared, Api::Messages, &headers, &body).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let script = &shared.script;
-    let answered = request
-        .get("messages")
-        .and_then(Value::as_array)
-        .and_then(|m| m.last())
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_array)
-        .is_some_and(|blocks| {
-            blocks
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-        });
-    let offers_tools = request
-        .get("tools")
-        .and_then(Value::as_array)
-        .is_some_and(|t| !t.is_empty());
-    let (block, delta, stop) = if answered || !offers_tools {
-        (
-            json!({"type": "text", "text": ""}),
-            json!({"type": "text_delta", "text": script.reply}),
-            "end_turn",
-        )
-    } else {
-        (
-            json!({"type": "tool_use", "id": format!("toolu_{n}"), "name": "Bash", "input": {}}),
-            json!({"type": "input_json_delta", "partial_json":
-                json!({"command": script.command, "description": "write the report"}).to_string()}),
-            "tool_use",
-        )
-    };
-    let (input, output) = script.usage;
-    let model = request.get("model").cloned().unwrap_or(Value::Null);
-    sse(&[
-        (
-            "message_start",
-            json!({"type": "message_start", "message": {"id": format!("msg_{n}"), "type": "message",
-                "role": "assistant", "content": [], "model": model, "stop_reason": null,
-                "stop_sequence": null, "usage": {"input_tokens": input, "output_tokens": 1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": block}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": 0}),
-        ),
-        (
-            "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-                   "usage": {"output_tokens": output}}),
-        ),
-        ("message_stop", json!({"type": "message_stop"})),
-    ])
-}
-
-async fn count_tokens() -> Response {
-    axum::Json(json!({"input_tokens": 10})).into_response()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    async fn post(stub: &StubServer, path: &str, body: &Value) -> String {
-        let mut s = tokio::net::TcpStream::connect(stub.addr()).await.unwrap();
-        let body = body.to_string();
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
-    }
-
-    #[tokio::test]
-    async fn a_responses_turn_asks_for_the_command_then_replies() {
-        let stub = StubServer::start(Script::default()).await.unwrap();
-        let first = post(
-            &stub,
-            "/v1/responses",
-            &json!({"input": [{"type": "message", "role": "user", "content": "go"}]}),
-        )
-        .await;
-        assert!(first.contains("exec_command"), "{first}");
-        assert!(first.contains("report.md"), "{first}");
-        let second = post(
-            &stub,
-            "/v1/responses",
-            &json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "written"}]}),
-        )
-        .await;
-        assert!(second.contains(REPLY), "{second}");
-        assert!(second.contains("\"input_tokens\":100"), "{second}");
-        assert_eq!(stub.requests().len(), 2);
-        assert!(stub.requests()[0].mentions("go"));
-    }
-
-    #[tokio::test]
-    async fn a_messages_turn_asks_for_bash_then_replies() {
-        let stub = StubServer::start(Script::default()).await.unwrap();
-        let tools = json!([{"name": "Bash"}]);
-        let first = post(
-            &stub,
-            "/v1/messages?beta=true",
-            &json!({"tools": tools, "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]}]}),
-        )
-        .await;
-        assert!(first.contains("\"name\":\"Bash\""), "{first}");
-        let second = post(
-            &stub,
-            "/v1/messages",
-            &json!({"tools": tools, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]}),
-        )
-        .await;
-        assert!(second.contains(REPLY), "{second}");
-    }
-
-    #[tokio::test]
-    async fn a_failing_stub_answers_500() {
-        let stub = StubServer::start(Script {
-            mode: Mode::ServerError,
-            ..Script::default()
-        })
-        .await
-        .unwrap();
-        let out = post(&stub, "/v1/responses", &json!({"input": []})).await;
-        assert!(out.starts_with("HTTP/1.1 500"), "{out}");
-    }
-}
+mod tests;
