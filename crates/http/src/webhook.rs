@@ -26,9 +26,8 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use korvus_store::{Backoff, Outbox, OutboxEvent, OutboxKind, OwnerId};
+use korvus_tls::{HttpsClient, Roots};
 use serde_json::json;
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
@@ -148,18 +147,13 @@ impl WebhookConfig {
     }
 }
 
-type HttpClient = Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Full<Bytes>,
->;
-
 /// Delivers the outbox's events to one URL; see the module docs.
 pub struct Deliverer {
     outbox: Arc<dyn Outbox>,
     config: WebhookConfig,
     uri: axum::http::Uri,
     claimer: OwnerId,
-    client: HttpClient,
+    client: HttpsClient,
 }
 
 impl std::fmt::Debug for Deliverer {
@@ -185,13 +179,8 @@ impl Deliverer {
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(WebhookError::Url(config.url.clone()));
         }
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| WebhookError::Tls(e.to_string()))?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new()).build(https);
+        let client =
+            HttpsClient::new(&Roots::native()).map_err(|e| WebhookError::Tls(e.to_string()))?;
         Ok(Self {
             outbox,
             config,
@@ -297,11 +286,7 @@ impl Deliverer {
             .body(Full::new(body))
             .map_err(|e| e.to_string())?;
         let answer = tokio::time::timeout(self.config.timeout, async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| e.to_string())?;
+            let response = self.client.send(request).await.map_err(|e| e.to_string())?;
             let status = response.status();
             // Read (and drop) the body so the connection can be reused.
             let _ = response.into_body().collect().await;

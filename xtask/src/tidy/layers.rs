@@ -31,7 +31,13 @@ pub(crate) const LAYERS: &[(Layer, &[&str])] = &[
     // The seams: no korvus dependency at all.
     (
         At(1),
-        &["korvus-store", "korvus-log", "korvus-blob", "korvus-paths"],
+        &[
+            "korvus-store",
+            "korvus-log",
+            "korvus-blob",
+            "korvus-paths",
+            "korvus-tls",
+        ],
     ),
     // What sits on the seams alone: scratch dirs, the contract suites, the
     // scripted model server real agents are tested against (no korvus

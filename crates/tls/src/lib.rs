@@ -1,0 +1,178 @@
+//! The one HTTPS client korvus reaches the outside with: [`HttpsClient`],
+//! rustls on ring over HTTP/1.1, trusting the system's root certificates
+//! plus any the embedder adds ([`Roots`]), or only those.
+//!
+//! Every korvus component that calls a server it does not run — the
+//! completion webhooks' deliverer (`korvus-http`), a run's model upstream —
+//! builds its client here, so there is one TLS stack in the build, one
+//! place that decides what is trusted, and one crate to audit. It sits at
+//! the bottom of the layers (no korvus dependency) so both the HTTP front
+//! and the agent adapter can use it. Not an API boundary of its own:
+//! embedders reach it through the crates that use it.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use korvus_tls::{HttpsClient, Roots};
+//!
+//! let client = HttpsClient::new(&Roots::native())?;
+//! let request = korvus_tls::http::Request::post("https://hooks.example.com/korvus")
+//!     .body(korvus_tls::Full::new(korvus_tls::Bytes::from_static(b"{}")))?;
+//! let answer = client.send(request).await?;
+//! println!("{}", answer.status());
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
+
+use std::sync::Arc;
+
+pub use bytes::Bytes;
+pub use http_body_util::Full;
+pub use hyper::body::Incoming;
+pub use hyper::http;
+pub use rustls::pki_types::CertificateDer;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// The certificate authorities a client trusts.
+#[derive(Debug, Clone, Default)]
+pub struct Roots {
+    native: bool,
+    extra: Vec<CertificateDer<'static>>,
+}
+
+impl Roots {
+    /// The system's root certificates (what a browser on this host would
+    /// trust).
+    pub fn native() -> Self {
+        Self {
+            native: true,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Only the authorities added with [`with`](Self::with): for a private
+    /// upstream, or a test's throwaway authority.
+    pub fn only() -> Self {
+        Self::default()
+    }
+
+    /// The same roots and `ca` (DER).
+    #[must_use]
+    pub fn with(mut self, ca: CertificateDer<'static>) -> Self {
+        self.extra.push(ca);
+        self
+    }
+}
+
+/// Why a client could not be built or a request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// No usable root certificate: the system has none (no CA bundle
+    /// installed) and none was added, or an added one is malformed.
+    #[error("no usable root certificates: {0}")]
+    Roots(String),
+    /// The request failed: connect, handshake (an untrusted certificate
+    /// included) or the exchange.
+    #[error("request failed: {0}")]
+    Request(String),
+}
+
+/// An HTTPS (and plain HTTP) client, cheap to clone: clones share one
+/// connection pool.
+#[derive(Clone)]
+pub struct HttpsClient {
+    inner: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for HttpsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpsClient").finish_non_exhaustive()
+    }
+}
+
+impl HttpsClient {
+    /// A client trusting `roots`, speaking HTTP/1.1 over TLS to `https://`
+    /// URLs and plainly to `http://` ones.
+    ///
+    /// # Errors
+    /// [`TlsError::Roots`] when `roots` end up empty or hold a malformed
+    /// certificate.
+    pub fn new(roots: &Roots) -> Result<Self, TlsError> {
+        let mut store = rustls::RootCertStore::empty();
+        if roots.native {
+            let found = rustls_native_roots();
+            for cert in found {
+                // A system bundle may hold certificates rustls cannot use;
+                // those are skipped, as browsers do.
+                let _ = store.add(cert);
+            }
+        }
+        for cert in &roots.extra {
+            store
+                .add(cert.clone())
+                .map_err(|e| TlsError::Roots(e.to_string()))?;
+        }
+        if store.is_empty() {
+            return Err(TlsError::Roots(
+                "neither the system nor the caller gave a root certificate".into(),
+            ));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Roots(e.to_string()))?
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            inner: Client::builder(TokioExecutor::new()).build(https),
+        })
+    }
+
+    /// Sends `request` and returns the answer with its body unread (read it
+    /// to the end, or drop it, to free the connection).
+    ///
+    /// # Errors
+    /// [`TlsError::Request`] when no answer came: the connection, the TLS
+    /// handshake (an untrusted certificate) or the exchange failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future abandons the request; a request
+    /// already sent may still have reached the server.
+    pub async fn send(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, TlsError> {
+        self.inner
+            .request(request)
+            .await
+            .map_err(|e| TlsError::Request(error_chain(&e)))
+    }
+}
+
+/// The system's root certificates (rustls-native-certs: the OpenSSL-style
+/// bundle and directory, `SSL_CERT_FILE` and `SSL_CERT_DIR` honoured).
+fn rustls_native_roots() -> Vec<CertificateDer<'static>> {
+    rustls_native_certs::load_native_certs().certs
+}
+
+/// An error and its sources, `: `-joined (the handshake's reason is a
+/// source of hyper's "client error (Connect)").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -1,0 +1,59 @@
+//! The client against the scripted model server over HTTPS, trusting
+//! exactly the server's throwaway authority, another one, or none.
+
+use http_body_util::BodyExt as _;
+use korvus_model_stub::{Script, StubServer, TestCa};
+use korvus_tls::{http, Bytes, Full, HttpsClient, Roots, TlsError};
+
+fn responses_request(base: &str) -> http::Request<Full<Bytes>> {
+    let body = r#"{"input": [{"type": "message", "role": "user", "content": "go"}]}"#;
+    http::Request::post(format!("{base}/v1/responses"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_client_trusting_the_servers_authority_gets_its_answer() {
+    let ca = TestCa::new().unwrap();
+    let stub = StubServer::start_tls(Script::default(), &ca).await.unwrap();
+    let client = HttpsClient::new(&Roots::only().with(ca.ca_der().clone())).unwrap();
+    let answer = client
+        .send(responses_request(&stub.base_url()))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("exec_command"), "{body}");
+    assert_eq!(stub.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_certificate_from_another_authority_is_refused_before_any_request() {
+    let ca = TestCa::new().unwrap();
+    let stub = StubServer::start_tls(Script::default(), &ca).await.unwrap();
+    let other = TestCa::new().unwrap();
+    let client = HttpsClient::new(&Roots::only().with(other.ca_der().clone())).unwrap();
+    let err = client
+        .send(responses_request(&stub.base_url()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TlsError::Request(_)), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(stub.requests().is_empty(), "nothing reached the server");
+}
+
+#[tokio::test]
+async fn no_roots_at_all_is_a_typed_error_and_plain_http_still_works() {
+    let err = HttpsClient::new(&Roots::only()).unwrap_err();
+    assert!(matches!(err, TlsError::Roots(_)), "{err}");
+    let ca = TestCa::new().unwrap();
+    let plain = StubServer::start(Script::default()).await.unwrap();
+    let client = HttpsClient::new(&Roots::only().with(ca.ca_der().clone())).unwrap();
+    let answer = client
+        .send(responses_request(&plain.base_url()))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+}
