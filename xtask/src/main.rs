@@ -175,6 +175,10 @@ fn package(publishable: &[String]) -> Result<()> {
         args.push("--package".into());
         args.push(name.clone());
     }
+    // The unpacked copies below live in the user's cargo home, shared by
+    // every checkout on the machine: one package check at a time, or one
+    // checkout's clean-up deletes sources another is verifying.
+    let _turn = package_lock()?;
     forget_unpacked_packages();
     // Its own target dir, from which korvus's builds are removed first:
     // cargo takes a registry package of an unchanged version for
@@ -188,6 +192,33 @@ fn package(publishable: &[String]) -> Result<()> {
             .env("CARGO_TARGET_DIR", &target)
             .current_dir(workspace_root()),
     )
+}
+
+/// The machine-wide turn of the package check: an exclusive lock on a file
+/// in the cargo home, released when the returned file is dropped.
+fn package_lock() -> Result<std::fs::File> {
+    let home = cargo_home().context("no cargo home (neither CARGO_HOME nor HOME is set)")?;
+    std::fs::create_dir_all(&home).with_context(|| format!("{}", home.display()))?;
+    let path = home.join(".korvus-package-check.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("{}", path.display()))?;
+    if file.try_lock().is_err() {
+        eprintln!("xtask: another checkout's package check is running; waiting for it");
+        file.lock()
+            .with_context(|| format!("lock {}", path.display()))?;
+    }
+    Ok(file)
+}
+
+/// The cargo home: `CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> Option<std::path::PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
 }
 
 /// Removes every build of a korvus crate under `profile` (a target dir's
@@ -218,10 +249,7 @@ fn forget_korvus_builds(profile: &std::path::Path) {
 /// version: with the version unchanged, a later run would build against
 /// the sources of the first (an item added since "does not exist").
 fn forget_unpacked_packages() {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
-    let Some(src) = home.map(|h| h.join("registry/src")) else {
+    let Some(src) = cargo_home().map(|h| h.join("registry/src")) else {
         return;
     };
     for registry in std::fs::read_dir(&src).into_iter().flatten().flatten() {
