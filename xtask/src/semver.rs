@@ -8,7 +8,9 @@
 //! items the version does not allow; the CHANGELOG rule is cruder and
 //! wider: a line starting `pub ` added or removed under a publishable
 //! crate's `src/` since the baseline needs that crate named under
-//! `## [Unreleased]`, breaking or not.
+//! `## [Unreleased]`, breaking or not. It reads the working tree against the
+//! baseline, so an uncommitted change counts; a new file counts once it is
+//! tracked (`git add`).
 //!
 //! The baseline is the last release tag once there is one; until then it is
 //! [`BASELINE`], a commit recorded here when the public surface was settled.
@@ -84,10 +86,17 @@ fn at_baseline(root: &Path, name: &str) -> bool {
 /// baseline and `CHANGELOG.md`'s Unreleased section does not name it.
 fn changelog(root: &Path, publishable: &[String]) -> Result<()> {
     let out = Command::new("git")
+        // Fixed prefixes, no renames, no external driver: the parsing below
+        // must not depend on the user's git configuration, and a file moved
+        // between crates counts as removed from one and added to the other.
         .args([
             "diff",
             "--unified=0",
             "--no-color",
+            "--no-ext-diff",
+            "--no-renames",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
             BASELINE,
             "--",
             "crates",

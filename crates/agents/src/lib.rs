@@ -27,7 +27,7 @@
 //! | `postgres` | `PgStore`, `PgLog`, `migrate` (and the `sql` module): replicas sharing PostgreSQL |
 //! | `s3` | `S3BlobStore` (and the `s3` module): blobs in any S3-compatible store |
 //! | `http` | the `http` module: the router (JSON API, event streams, web view) to mount in yours |
-//! | `webhooks` | `http::webhook`, the completion webhooks' deliverer (implies `http`; the only feature that brings a TLS stack) |
+//! | `webhooks` | `http::webhook`, the completion webhooks' deliverer (implies `http`; brings korvus's HTTPS client, `korvus-tls`) |
 //!
 //! # Example
 //!

@@ -143,7 +143,8 @@ impl WebhookConfig {
     /// [`Backoff`] policy, from `backoff` doubling to `max_backoff`,
     /// jittered.
     fn retry_in(&self, attempts: u32) -> Duration {
-        Backoff::new(self.backoff, self.max_backoff).delay(attempts)
+        // A first delay above the cap is cut to it: the cap is the longest.
+        Backoff::new(self.backoff.min(self.max_backoff), self.max_backoff).delay(attempts)
     }
 }
 
@@ -365,5 +366,10 @@ mod tests {
         within(4, 8);
         within(12, 300);
         within(u32::MAX, 300);
+        // A cap below the first delay is still the longest wait.
+        let mut capped = config.clone();
+        capped.backoff = Duration::from_secs(10);
+        capped.max_backoff = Duration::from_secs(2);
+        assert!(capped.retry_in(1) <= Duration::from_secs(2));
     }
 }

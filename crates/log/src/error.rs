@@ -194,6 +194,14 @@ pub struct FlushError {
     pub failures: Vec<(LogId, LogError)>,
 }
 
+impl FlushError {
+    /// The error of a flush in which the logs in `failures` failed (for a
+    /// `TurnLog` that wraps or merges others).
+    pub fn new(failures: Vec<(LogId, LogError)>) -> Self {
+        Self { failures }
+    }
+}
+
 impl fmt::Display for FlushError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "flushing {} turn log(s) failed: ", self.failures.len())?;

@@ -36,7 +36,7 @@ pub(crate) async fn chat_completions(
         .get("tools")
         .and_then(Value::as_array)
         .is_some_and(|t| !t.is_empty());
-    let call = json!({"id": format!("call_{n}"), "type": "function", "function": {
+    let call = json!({"index": 0, "id": format!("call_{n}"), "type": "function", "function": {
         "name": "exec_command", "arguments": json!({"cmd": script.command}).to_string()}});
     let (message, finish) = if last_role == Some("tool") || !offers_tools {
         (

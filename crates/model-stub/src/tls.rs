@@ -99,6 +99,8 @@ pub(crate) fn serve(
     Ok(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
+                // Out of descriptors, say: wait rather than spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
             let (acceptor, app) = (acceptor.clone(), app.clone());

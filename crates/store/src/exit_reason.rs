@@ -277,8 +277,10 @@ impl serde::Serialize for ExitReason {
     }
 }
 
-/// Strict: text that [`ExitReason::new`] refuses is an error, so a stored
-/// value never changes meaning on its way back in.
+/// Strict: text that [`ExitReason::new`] refuses is an error. (The SQL
+/// backends read their own rows with the lossy `From<String>` instead, so a
+/// row written before exit reasons were typed — longer than 128 bytes, or
+/// with a control character — still reads, as `invalid_exit_reason`.)
 impl<'de> serde::Deserialize<'de> for ExitReason {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;

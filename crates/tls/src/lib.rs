@@ -4,8 +4,10 @@
 //!
 //! Every korvus component that calls a server it does not run — the
 //! completion webhooks' deliverer (`korvus-http`), a run's model upstream —
-//! builds its client here, so there is one TLS stack in the build, one
-//! place that decides what is trusted, and one crate to audit. It sits at
+//! builds its client here, so korvus's own calls out share one TLS
+//! configuration, one place that decides what they trust, and one crate
+//! to audit. (The S3 backend's AWS SDK keeps its own client, also rustls
+//! on ring.) It sits at
 //! the bottom of the layers (no korvus dependency) so both the HTTP front
 //! and the agent adapter can use it. Not an API boundary of its own:
 //! embedders reach it through the crates that use it.
@@ -98,17 +100,25 @@ impl HttpsClient {
     /// A client trusting `roots`, speaking HTTP/1.1 over TLS to `https://`
     /// URLs and plainly to `http://` ones.
     ///
+    /// The system's certificates are read with rustls-native-certs (the
+    /// platform's bundle; `SSL_CERT_FILE` and `SSL_CERT_DIR` honoured);
+    /// ones rustls cannot use are skipped.
+    ///
     /// # Errors
-    /// [`TlsError::Roots`] when `roots` end up empty or hold a malformed
-    /// certificate.
+    /// [`TlsError::Roots`] when `roots` end up empty (with what went wrong
+    /// reading the system's) or an added one is malformed.
     pub fn new(roots: &Roots) -> Result<Self, TlsError> {
         let mut store = rustls::RootCertStore::empty();
+        // Why system certificates were not loaded, for the error when none was.
+        let mut problems = Vec::new();
         if roots.native {
-            let found = rustls_native_roots();
-            for cert in found {
-                // A system bundle may hold certificates rustls cannot use;
-                // those are skipped, as browsers do.
-                let _ = store.add(cert);
+            let found = rustls_native_certs::load_native_certs();
+            problems.extend(found.errors.iter().map(ToString::to_string));
+            // A system bundle may hold certificates rustls cannot use;
+            // those are skipped, as browsers do.
+            let (_, skipped) = store.add_parsable_certificates(found.certs);
+            if skipped > 0 {
+                problems.push(format!("{skipped} system certificate(s) unusable"));
             }
         }
         for cert in &roots.extra {
@@ -117,9 +127,11 @@ impl HttpsClient {
                 .map_err(|e| TlsError::Roots(e.to_string()))?;
         }
         if store.is_empty() {
-            return Err(TlsError::Roots(
-                "neither the system nor the caller gave a root certificate".into(),
-            ));
+            let mut why = "neither the system nor the caller gave a root certificate".to_owned();
+            if !problems.is_empty() {
+                why = format!("{why} ({})", problems.join("; "));
+            }
+            return Err(TlsError::Roots(why));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -156,12 +168,6 @@ impl HttpsClient {
             .await
             .map_err(|e| TlsError::Request(error_chain(&e)))
     }
-}
-
-/// The system's root certificates (rustls-native-certs: the OpenSSL-style
-/// bundle and directory, `SSL_CERT_FILE` and `SSL_CERT_DIR` honoured).
-fn rustls_native_roots() -> Vec<CertificateDer<'static>> {
-    rustls_native_certs::load_native_certs().certs
 }
 
 /// An error and its sources, `: `-joined (the handshake's reason is a

@@ -252,8 +252,9 @@ impl ManagerBuilder {
     /// queued session, restores the revision's last checkpoint into a
     /// fresh scratch dir and runs the agent again as a resume of the same
     /// revision (`KORVUS_RESUME=1`, `KORVUS_ATTEMPT`), with a message that
-    /// says it was interrupted. Attempts wait `backoff` (doubled per
-    /// attempt, at most a minute) before they may start; a session whose
+    /// says it was interrupted. Attempts wait at least `backoff` doubled
+    /// per attempt (at least a minute once that passes a minute), jittered
+    /// up to twice that, before they may start; a session whose
     /// every attempt lost its owner ends `owner_lost` with its output
     /// salvaged.
     pub fn resume_orphans(mut self, max_attempts: u32, backoff: Duration) -> Self {
