@@ -7,6 +7,7 @@
 //!   library targets, `too_many_lines` at clippy.toml's threshold), rustdoc,
 //!   `cargo deny`, the package check, the semver and CHANGELOG check
 //!   (`semver.rs`), and `tidy`; each step says how long it took.
+//! - `semver`: the semver and CHANGELOG step of `lint` alone.
 //! - `tidy`: checks what the docs claim: the crate layering, the code map of
 //!   `docs/architecture.md`, the protocol names of `docs/command-runner.md`,
 //!   and that no doc refers outside the repository (see `tidy/mod.rs`).
@@ -46,8 +47,11 @@ fn run() -> Result<()> {
         "test" => test(&rest),
         "lint" => lint(),
         "tidy" => tidy::check(),
+        "semver" => semver::check(&workspace_root(), &publishable()?),
         "bench" => bench::bench(&rest),
-        _ => bail!("usage: cargo xtask <test [cargo test args…] | lint | tidy | bench [--quick]>"),
+        _ => bail!(
+            "usage: cargo xtask <test [cargo test args…] | lint | tidy | semver | bench [--quick]>"
+        ),
     }
 }
 
