@@ -273,15 +273,22 @@ fn forget_unpacked_packages() {
     }
 }
 
-fn deny() -> Result<()> {
+/// Installs the cargo subcommand `sub` from crates.io (`krate`) unless
+/// `cargo <sub> --version` already answers.
+pub(crate) fn ensure_cargo_tool(sub: &str, krate: &str) -> Result<()> {
     let installed = cargo()
-        .args(["deny", "--version"])
+        .args([sub, "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !installed {
-        eprintln!("xtask: cargo-deny is missing; installing it (once)");
-        run_cmd(cargo().args(["install", "--locked", "cargo-deny"]))?;
+        eprintln!("xtask: {krate} is missing; installing it (once)");
+        run_cmd(cargo().args(["install", "--locked", krate]))?;
     }
+    Ok(())
+}
+
+fn deny() -> Result<()> {
+    ensure_cargo_tool("deny", "cargo-deny")?;
     // `--offline` keeps cargo-deny off the advisory database (no network
     // here); it still needs every crate of every target platform in the
     // local registry, which a build for this platform alone does not fetch.

@@ -22,7 +22,7 @@
 //! (`--baseline-rev`), so no network is needed, but a shallow clone lacks
 //! it: the check then fails and says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -48,15 +48,24 @@ pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
         );
     }
     changelog(root, publishable)?;
-    let installed = cargo()
-        .args(["semver-checks", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        eprintln!("xtask: cargo-semver-checks is missing; installing it (once)");
-        run_cmd(cargo().args(["install", "--locked", "cargo-semver-checks"]))?;
-    }
+    crate::ensure_cargo_tool("semver-checks", "cargo-semver-checks")?;
     let deps = crate::tidy::workspace_deps(root)?;
+    // One git call each, not one per crate and dependency.
+    let at_baseline = crate_dirs(&git(
+        root,
+        &["ls-tree", "--name-only", BASELINE, "crates/"],
+    )?);
+    let changed = crate_dirs(&git(
+        root,
+        &[
+            "diff",
+            "--name-only",
+            "--no-renames",
+            BASELINE,
+            "--",
+            "crates",
+        ],
+    )?);
     let mut cmd = cargo();
     cmd.args(["semver-checks", "check-release", "--baseline-rev", BASELINE])
         .current_dir(root);
@@ -64,9 +73,9 @@ pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
     for name in publishable {
         // A crate the baseline does not have has no earlier API to break;
         // the CHANGELOG rule above still wants it named.
-        if !at_baseline(root, name) {
+        if !at_baseline.contains(dir_of(name)) {
             eprintln!("xtask: {name} is new since the semver baseline; nothing to compare");
-        } else if !changed_with_deps(root, name, &deps) {
+        } else if !changed_with_deps(name, &deps, &changed) {
             // Building a crate's rustdoc twice is most of this step's time.
             eprintln!(
                 "xtask: {name} and its korvus dependencies are unchanged since the semver baseline"
@@ -84,15 +93,19 @@ pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
 
 /// Whether `name`'s directory, or that of a korvus crate it depends on
 /// (normal dependencies, transitively: a re-export changes with its
-/// source), differs from the baseline in the working tree.
-fn changed_with_deps(root: &Path, name: &str, deps: &BTreeMap<String, Vec<String>>) -> bool {
+/// source), is among the `changed` directories.
+fn changed_with_deps(
+    name: &str,
+    deps: &BTreeMap<String, Vec<String>>,
+    changed: &BTreeSet<String>,
+) -> bool {
     let mut todo = vec![name.to_owned()];
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen = BTreeSet::new();
     while let Some(next) = todo.pop() {
         if !seen.insert(next.clone()) {
             continue;
         }
-        if dir_changed(root, &next) {
+        if changed.contains(dir_of(&next)) {
             return true;
         }
         let korvus = deps.get(&next).into_iter().flatten();
@@ -101,42 +114,46 @@ fn changed_with_deps(root: &Path, name: &str, deps: &BTreeMap<String, Vec<String
     false
 }
 
-/// Whether `crates/<dir>` of `korvus-<dir>` differs from the baseline
-/// (committed or not; untracked files are not seen).
-fn dir_changed(root: &Path, name: &str) -> bool {
-    let dir = format!("crates/{}", name.strip_prefix("korvus-").unwrap_or(name));
-    // `--quiet` exits 1 on a difference; anything else (an error) counts
-    // as changed, so the check runs rather than being skipped.
-    !Command::new("git")
-        .args(["diff", "--quiet", "--no-ext-diff", BASELINE, "--", &dir])
-        .current_dir(root)
-        .status()
-        .is_ok_and(|s| s.success())
+/// The directory under `crates/` of the package `name` (`korvus-<dir>`).
+fn dir_of(name: &str) -> &str {
+    name.strip_prefix("korvus-").unwrap_or(name)
 }
 
-/// Whether the baseline commit has the crate `name` (`korvus-<dir>` in
-/// `crates/<dir>`).
-fn at_baseline(root: &Path, name: &str) -> bool {
-    let dir = name.strip_prefix("korvus-").unwrap_or(name);
-    Command::new("git")
-        .args([
-            "cat-file",
-            "-e",
-            &format!("{BASELINE}:crates/{dir}/Cargo.toml"),
-        ])
+/// The first path segment under `crates/` of each line of `paths`.
+fn crate_dirs(paths: &str) -> BTreeSet<String> {
+    paths
+        .lines()
+        .filter_map(|p| p.strip_prefix("crates/")?.split('/').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `git <args>`'s standard output; an error with git's words otherwise.
+fn git(root: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new("git")
+        .args(args)
         .current_dir(root)
-        .status()
-        .is_ok_and(|s| s.success())
+        .output()
+        .with_context(|| format!("git {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Fails when a publishable crate's public lines changed since the
 /// baseline and `CHANGELOG.md`'s Unreleased section does not name it.
 fn changelog(root: &Path, publishable: &[String]) -> Result<()> {
-    let out = Command::new("git")
-        // Fixed prefixes, no renames, no external driver: the parsing below
-        // must not depend on the user's git configuration, and a file moved
-        // between crates counts as removed from one and added to the other.
-        .args([
+    // Fixed prefixes, no renames, no external driver: the parsing below
+    // must not depend on the user's git configuration, and a file moved
+    // between crates counts as removed from one and added to the other.
+    let diff = git(
+        root,
+        &[
             "diff",
             "--unified=0",
             "--no-color",
@@ -147,17 +164,9 @@ fn changelog(root: &Path, publishable: &[String]) -> Result<()> {
             BASELINE,
             "--",
             "crates",
-        ])
-        .current_dir(root)
-        .output()
-        .context("git diff against the semver baseline")?;
-    if !out.status.success() {
-        bail!(
-            "git diff {BASELINE} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let changed = public_changes(&String::from_utf8_lossy(&out.stdout));
+        ],
+    )?;
+    let changed = public_changes(&diff);
     let text = std::fs::read_to_string(root.join("CHANGELOG.md")).context("CHANGELOG.md")?;
     let unreleased = unreleased(&text);
     let missing: Vec<String> = changed
@@ -272,6 +281,24 @@ diff --git a/crates/blob/src/gone.rs b/crates/blob/src/gone.rs
         assert_eq!(names, ["korvus-blob", "korvus-paths", "korvus-store"]);
         assert_eq!(found["korvus-store"], "pub fn old() {}");
         assert_eq!(found["korvus-blob"], "pub struct Gone;");
+    }
+
+    #[test]
+    fn a_crate_counts_as_changed_through_its_korvus_dependencies() {
+        let dirs = crate_dirs("crates/store/src/lib.rs\ncrates/store/Cargo.toml\nREADME.md\n");
+        assert_eq!(dirs.into_iter().collect::<Vec<_>>(), ["store"]);
+        let deps: BTreeMap<String, Vec<String>> = [
+            ("korvus-agents", vec!["korvus-session", "tokio"]),
+            ("korvus-session", vec!["korvus-store"]),
+            ("korvus-store", vec![]),
+            ("korvus-blob", vec![]),
+        ]
+        .into_iter()
+        .map(|(n, d)| (n.to_owned(), d.into_iter().map(str::to_owned).collect()))
+        .collect();
+        let changed = BTreeSet::from(["store".to_owned()]);
+        assert!(changed_with_deps("korvus-agents", &deps, &changed));
+        assert!(!changed_with_deps("korvus-blob", &deps, &changed));
     }
 
     #[test]
