@@ -560,6 +560,17 @@ pub(crate) fn render(event: &Event) -> String {
             input_tokens,
             output_tokens,
         } => format!("usage: {input_tokens} input / {output_tokens} output tokens"),
+        EventKind::MeteredUsage {
+            input_tokens,
+            output_tokens,
+            model,
+        } => {
+            let model = model
+                .as_deref()
+                .map(|m| format!(" ({})", clip(m, 80)))
+                .unwrap_or_default();
+            format!("metered: {input_tokens} input / {output_tokens} output tokens{model}")
+        }
         other => format!("{other:?}"),
     }
 }

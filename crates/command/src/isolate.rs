@@ -5,6 +5,7 @@
 //! which inherits the namespace — and ends. The embedding process's other
 //! threads are never touched.
 
+use std::net::{IpAddr, TcpListener as StdListener};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -64,23 +65,35 @@ pub(crate) enum Isolation {
     /// forwarders (running until this is dropped).
     Isolated {
         egress: Option<Egress>,
+        /// The model gateway's listener, bound inside the namespace.
+        gateway: Option<StdListener>,
         note: Option<String>,
         /// Less than asked is in force (`allow` became no network at all):
         /// why. A [`required`](Network::required) policy fails the run.
         short: Option<String>,
     },
     /// Not in force: the agent shares the host's network. Says why.
-    NotInForce(String),
+    NotInForce(String, Option<StdListener>),
 }
 
 impl Isolation {
     /// The note a run's log gets about its network at the start, if any.
     pub(crate) fn note(&self) -> Option<String> {
         match self {
-            Isolation::NotInForce(reason) => Some(format!(
+            Isolation::NotInForce(reason, _) => Some(format!(
                 "network policy not in force ({reason}): the agent shares the host's network"
             )),
             Isolation::Isolated { note, .. } => note.clone(),
+            Isolation::Host => None,
+        }
+    }
+
+    /// The model gateway's listener, bound where the agent's network is.
+    pub(crate) fn take_gateway(&mut self) -> Option<StdListener> {
+        match self {
+            Isolation::Isolated { gateway, .. } | Isolation::NotInForce(_, gateway) => {
+                gateway.take()
+            }
             Isolation::Host => None,
         }
     }
@@ -96,7 +109,11 @@ impl Isolation {
 
 /// Starts `cmd` (after `setup` in the child) isolated by `network` and
 /// confined by `policy` (writes allowed in `scratch`). Egress refusals are
-/// sent to `notes`.
+/// sent to `notes`. With `gateway`, the model gateway's port is bound
+/// where the agent's network is (not for [`Network::host`], whose gateway
+/// the runner binds itself); where it cannot be, the run fails before the
+/// agent starts.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     cmd: Command,
     mut setup: ChildSetup,
@@ -105,6 +122,7 @@ pub(crate) async fn start(
     scratch: &Path,
     program: &str,
     notes: mpsc::Sender<String>,
+    gateway: Option<u16>,
 ) -> Result<Started, CommandError> {
     let spawn_error = |source| CommandError::Spawn {
         program: program.to_owned(),
@@ -133,10 +151,19 @@ pub(crate) async fn start(
         .spawn(move || {
             let _runtime = runtime.enter();
             let mut cmd = cmd;
-            let isolation = enter_network(&network, &mut cmd, &mut setup, notes);
+            let isolation = enter_network(&network, &mut cmd, &mut setup, notes, gateway);
             let result = match isolation {
-                Isolation::NotInForce(reason) if network.is_required() => {
+                Isolation::NotInForce(reason, _) if network.is_required() => {
                     Err(CommandError::Network { reason })
+                }
+                Isolation::NotInForce(_, None) | Isolation::Isolated { gateway: None, .. }
+                    if gateway.is_some() =>
+                {
+                    Err(CommandError::Gateway {
+                        reason: "it could not listen where the agent's network is (see the \
+                                 network note); the agent was not started"
+                            .to_owned(),
+                    })
                 }
                 Isolation::Isolated {
                     short: Some(reason),
@@ -217,24 +244,32 @@ fn enter_network(
     cmd: &mut Command,
     setup: &mut ChildSetup,
     notes: mpsc::Sender<String>,
+    gateway: Option<u16>,
 ) -> Isolation {
     if network.is_host() {
         return Isolation::Host;
     }
     let thread_error = match spawn::unshare_thread_network() {
-        Ok(()) => return in_thread_namespace(network, cmd, notes),
+        Ok(()) => return in_thread_namespace(network, cmd, notes, gateway),
         Err(e) => e,
     };
     debug!(error = %thread_error, "no network namespace for the starting thread");
     match netns::user_namespaces() {
         Ok(()) => {
             setup.own_network = true;
-            let short = network.is_allow().then(|| {
-                format!(
-                    "network policy {network} needs root (the proxy listens inside the \
-                     agent's namespace)"
+            let short = if gateway.is_some() {
+                Some(
+                    "the model gateway needs root (it listens inside the agent's namespace)"
+                        .to_owned(),
                 )
-            });
+            } else {
+                network.is_allow().then(|| {
+                    format!(
+                        "network policy {network} needs root (the proxy listens inside the \
+                         agent's namespace)"
+                    )
+                })
+            };
             let note = short
                 .as_ref()
                 .map(|why| format!("{why}: the agent ran with no network at all (none) instead"));
@@ -244,14 +279,22 @@ fn enter_network(
             proxy_vars_removed(cmd);
             Isolation::Isolated {
                 egress: None,
+                gateway: None,
                 note,
                 short,
             }
         }
-        Err(userns) => Isolation::NotInForce(format!(
-            "no network namespace: as this user ({thread_error}), and {userns}"
-        )),
+        Err(userns) => Isolation::NotInForce(
+            format!("no network namespace: as this user ({thread_error}), and {userns}"),
+            gateway.and_then(|port| bind_gateway(port).ok()),
+        ),
     }
+}
+
+/// The gateway's listener at `127.0.0.1:port` in the calling thread's
+/// namespace.
+fn bind_gateway(port: u16) -> std::io::Result<StdListener> {
+    StdListener::bind((IpAddr::from([127, 0, 0, 1]), port))
 }
 
 /// In the starting thread's new namespace: loopback up and, for `allow`,
@@ -260,6 +303,7 @@ fn in_thread_namespace(
     network: &Network,
     cmd: &mut Command,
     notes: mpsc::Sender<String>,
+    gateway: Option<u16>,
 ) -> Isolation {
     // The namespace is made: a failure from here on leaves the agent with
     // no network at all, never the host's.
@@ -269,14 +313,30 @@ fn in_thread_namespace(
         proxy_vars_removed(cmd);
         return Isolation::Isolated {
             egress: None,
+            gateway: None,
             short: network.is_allow().then(|| note.clone()),
             note: Some(note),
         };
     }
+    let gateway = match gateway.map(bind_gateway).transpose() {
+        Ok(listener) => listener,
+        Err(e) => {
+            let note = format!("the model gateway could not listen in the namespace ({e})");
+            warn!("{note}");
+            proxy_vars_removed(cmd);
+            return Isolation::Isolated {
+                egress: None,
+                gateway: None,
+                short: Some(note.clone()),
+                note: Some(note),
+            };
+        }
+    };
     if !network.is_allow() {
         proxy_vars_removed(cmd);
         return Isolation::Isolated {
             egress: None,
+            gateway,
             note: None,
             short: None,
         };
@@ -305,6 +365,7 @@ fn in_thread_namespace(
             // nothing else: the policy is in force.
             Isolation::Isolated {
                 egress: Some(egress),
+                gateway,
                 note,
                 short: None,
             }
@@ -316,6 +377,7 @@ fn in_thread_namespace(
             proxy_vars_removed(cmd);
             Isolation::Isolated {
                 egress: None,
+                gateway,
                 short: Some(note.clone()),
                 note: Some(note),
             }

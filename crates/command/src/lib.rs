@@ -119,6 +119,7 @@ mod dialect;
 mod enforce;
 mod env;
 mod error;
+mod gateway;
 mod isolate;
 mod limits;
 mod manifest;
@@ -137,6 +138,7 @@ mod watch;
 pub use crate::dialect::Dialect;
 pub use crate::env::{EnvPolicy, Inherit, CORE_VARS, DEFAULT_EXCLUDES};
 pub use crate::error::CommandError;
+pub use crate::gateway::{ModelGateway, MODEL_TOKEN, MODEL_URL};
 pub use crate::limits::{
     Cpu, Limits, DEFAULT_MEMORY, DEFAULT_POLL, DEFAULT_SCRATCH, DEFAULT_STALL, DEFAULT_TASKS,
 };
@@ -154,3 +156,4 @@ pub use crate::sandbox::{Sandbox, CREDENTIAL_PATHS, WRITABLE_DEVICES};
 pub use crate::sink::OutputCaps;
 pub use crate::spawn::{raise_open_file_limit, OpenFileLimit};
 pub use crate::user::AgentUser;
+pub use korvus_tls::Roots;

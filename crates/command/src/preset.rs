@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 
 use crate::dialect::Dialect;
+use crate::gateway::{ModelGateway, MODEL_TOKEN, MODEL_URL};
 use crate::network::{Destination, Network};
 use crate::runner::CommandRunner;
 
@@ -35,11 +36,16 @@ pub struct ModelEndpoint {
     pub base_url: String,
     /// The model to ask for, when not the agent's default.
     pub model: Option<String>,
-    /// For Codex: the variable holding the endpoint's API key (Codex sends
-    /// a custom provider's key only from the variable its `env_key` names;
-    /// korvus passes that variable by name). `None`: no key is sent.
-    /// Claude Code always reads `ANTHROPIC_API_KEY`.
+    /// The variable of the embedding process holding the endpoint's API
+    /// key. With one, the agent is served through korvus's
+    /// [model gateway](crate::ModelGateway): korvus reads the key and
+    /// sends it upstream, the agent gets a per-run token instead and never
+    /// the key, and every call is metered. `None`: the agent calls the
+    /// endpoint itself, with no key (a keyless local endpoint).
     pub api_key_var: Option<String>,
+    /// The authorities the gateway trusts for the endpoint's certificate
+    /// (the system's roots when `None`).
+    pub roots: Option<korvus_tls::Roots>,
 }
 
 impl ModelEndpoint {
@@ -49,7 +55,32 @@ impl ModelEndpoint {
             base_url: base_url.into(),
             model: None,
             api_key_var: None,
+            roots: None,
         }
+    }
+
+    /// The same endpoint, its certificate checked against `roots` only
+    /// (a private endpoint, a test's authority).
+    #[must_use]
+    pub fn trusting(mut self, roots: korvus_tls::Roots) -> Self {
+        self.roots = Some(roots);
+        self
+    }
+
+    /// The gateway serving this endpoint to `preset`'s agent, when the
+    /// endpoint has a key variable.
+    pub fn gateway(&self, preset: Preset) -> Option<ModelGateway> {
+        let var = self.api_key_var.as_deref()?;
+        let gateway = match preset {
+            Preset::Codex => ModelGateway::openai(&self.base_url, var),
+            Preset::ClaudeCode => ModelGateway::anthropic(&self.base_url, var)
+                .agent_env("ANTHROPIC_BASE_URL", MODEL_URL)
+                .agent_env("ANTHROPIC_API_KEY", MODEL_TOKEN),
+        };
+        Some(match &self.roots {
+            Some(roots) => gateway.trusting(roots.clone()),
+            None => gateway,
+        })
     }
 
     /// The same endpoint asking for `model`.
@@ -59,7 +90,9 @@ impl ModelEndpoint {
         self
     }
 
-    /// The same endpoint, its key in the variable `name` (Codex).
+    /// The same endpoint, its key in the embedding process's variable
+    /// `name`, sent by korvus's gateway (see
+    /// [`api_key_var`](Self::api_key_var)).
     #[must_use]
     pub fn with_api_key_var(mut self, name: impl Into<String>) -> Self {
         self.api_key_var = Some(name.into());
@@ -103,12 +136,18 @@ impl Preset {
         }
     }
 
-    /// The egress policy a preset's runner starts with: only the model
-    /// endpoint (its host and port), or the provider's
+    /// The egress policy a preset's runner starts with: none at all when
+    /// the endpoint is served through the gateway (it listens on the
+    /// agent's own loopback); else only the model endpoint (its host and
+    /// port), or the provider's
     /// [public host](Self::public_host) when none is given. A base URL
     /// korvus cannot read a destination from gives `none`: the agent then
     /// reaches nothing, rather than everything.
     pub fn network(&self, endpoint: Option<&ModelEndpoint>) -> Network {
+        if endpoint.is_some_and(|e| e.api_key_var.is_some()) {
+            // Served through the gateway on the agent's own loopback.
+            return Network::none();
+        }
         let dest = match endpoint {
             Some(e) => Destination::from_url(&e.base_url),
             None => self.public_host().parse::<Destination>(),
@@ -121,17 +160,25 @@ impl Preset {
 
     /// A runner for this agent: `program` (see
     /// [`default_program`](Self::default_program)) with the flags of a
-    /// headless run, pointed at `endpoint` when one is given, its egress
-    /// limited to that endpoint ([`network`](Self::network); replace it
-    /// with [`CommandRunner::network`]).
+    /// headless run, pointed at `endpoint` when one is given — through
+    /// korvus's [model gateway](crate::ModelGateway) when the endpoint
+    /// has a key variable — its egress limited to what it needs
+    /// ([`network`](Self::network); replace it with
+    /// [`CommandRunner::network`]). Without a gateway the provider's key
+    /// variables ([`key_vars`](Self::key_vars)) are passed to the agent.
     pub fn runner(
         &self,
         program: impl Into<OsString>,
         endpoint: Option<&ModelEndpoint>,
     ) -> CommandRunner {
         let mut runner = CommandRunner::new(program).network(self.network(endpoint));
-        for var in self.key_vars() {
-            runner = runner.env_pass(*var);
+        match endpoint.and_then(|e| e.gateway(*self)) {
+            Some(gateway) => runner = runner.model_gateway(gateway),
+            None => {
+                for var in self.key_vars() {
+                    runner = runner.env_pass(*var);
+                }
+            }
         }
         match self {
             Preset::Codex => codex(runner, endpoint),
@@ -178,25 +225,31 @@ fn codex(runner: CommandRunner, endpoint: Option<&ModelEndpoint>) -> CommandRunn
         "--dangerously-bypass-approvals-and-sandbox",
     ]);
     if let Some(endpoint) = endpoint {
+        // Through the gateway: its URL and the run's token, filled in when
+        // the run starts.
+        let gateway = endpoint.api_key_var.is_some();
+        let base_url = if gateway {
+            MODEL_URL
+        } else {
+            endpoint.base_url.as_str()
+        };
         runner = runner.args([
             "-c".to_owned(),
             "model_provider=\"korvus\"".to_owned(),
             "-c".to_owned(),
             format!(
                 "model_providers.korvus={{name=\"korvus\",base_url={},wire_api=\"responses\"}}",
-                toml_string(&endpoint.base_url)
+                toml_string(base_url)
             ),
         ]);
         if let Some(model) = &endpoint.model {
             runner = runner.args(["-c".to_owned(), format!("model={}", toml_string(model))]);
         }
-        if let Some(var) = &endpoint.api_key_var {
-            runner = runner
-                .args([
-                    "-c".to_owned(),
-                    format!("model_providers.korvus.env_key={}", toml_string(var)),
-                ])
-                .env_pass(var.as_str());
+        if gateway {
+            runner = runner.args([
+                "-c".to_owned(),
+                "model_providers.korvus.env_key=\"KORVUS_MODEL_TOKEN\"".to_owned(),
+            ]);
         }
     }
     runner.arg("-")
@@ -220,7 +273,10 @@ fn claude_code(runner: CommandRunner, endpoint: Option<&ModelEndpoint>) -> Comma
         .env("DISABLE_AUTOUPDATER", "1")
         .env("DISABLE_TELEMETRY", "1");
     if let Some(endpoint) = endpoint {
-        runner = runner.env("ANTHROPIC_BASE_URL", &endpoint.base_url);
+        if endpoint.api_key_var.is_none() {
+            // Through the gateway, set by it when the run starts.
+            runner = runner.env("ANTHROPIC_BASE_URL", &endpoint.base_url);
+        }
         if let Some(model) = &endpoint.model {
             runner = runner.args(["--model", model.as_str()]);
         }
@@ -250,11 +306,7 @@ mod tests {
 
     #[test]
     fn presets_allow_only_their_endpoint_or_their_provider() {
-        let endpoint = |url: &str| ModelEndpoint {
-            base_url: url.into(),
-            model: None,
-            api_key_var: None,
-        };
+        let endpoint = |url: &str| ModelEndpoint::new(url);
         let local = endpoint("http://127.0.0.1:8080/v1");
         assert_eq!(
             Preset::Codex.runner("codex", Some(&local)).network_policy(),
@@ -276,11 +328,7 @@ mod tests {
 
     #[test]
     fn an_endpoint_becomes_a_codex_provider() {
-        let endpoint = ModelEndpoint {
-            base_url: "http://127.0.0.1:9/v1".into(),
-            model: Some("m\"1".into()),
-            api_key_var: Some("GATEWAY_KEY".into()),
-        };
+        let endpoint = ModelEndpoint::new("http://127.0.0.1:9/v1").with_model("m\"1");
         let runner = Preset::Codex.runner("codex", Some(&endpoint));
         let args: Vec<String> = runner
             .arguments()
@@ -291,14 +339,39 @@ mod tests {
             &"model_providers.korvus={name=\"korvus\",base_url=\"http://127.0.0.1:9/v1\",wire_api=\"responses\"}".to_owned()
         ), "{args:?}");
         assert!(args.contains(&"model=\"m\\\"1\"".to_owned()), "{args:?}");
-        assert!(
-            args.contains(&"model_providers.korvus.env_key=\"GATEWAY_KEY\"".to_owned()),
-            "{args:?}"
-        );
+        assert!(runner.gateway().is_none(), "no key: no gateway");
         assert_eq!(
             args.last().map(String::as_str),
             Some("-"),
             "the prompt comes on stdin"
         );
+    }
+
+    #[test]
+    fn an_endpoint_with_a_key_is_served_through_the_gateway() {
+        let endpoint = ModelEndpoint::new("https://api.example/v1").with_api_key_var("REAL_KEY");
+        let codex = Preset::Codex.runner("codex", Some(&endpoint));
+        let gateway = codex.gateway().expect("a key: a gateway");
+        assert_eq!(gateway.upstream(), "https://api.example/v1");
+        assert_eq!(gateway.key_var(), "REAL_KEY");
+        assert_eq!(codex.network_policy(), &Network::none());
+        let args: Vec<String> = codex
+            .arguments()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            args.iter()
+                .any(|a| a.contains("base_url=\"${KORVUS_MODEL_URL}\"")),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"model_providers.korvus.env_key=\"KORVUS_MODEL_TOKEN\"".to_owned()),
+            "{args:?}"
+        );
+        assert!(!args.iter().any(|a| a.contains("REAL_KEY")), "{args:?}");
+        let claude = Preset::ClaudeCode.runner("claude", Some(&endpoint));
+        assert_eq!(claude.gateway().unwrap().key_var(), "REAL_KEY");
+        assert_eq!(claude.network_policy(), &Network::none());
     }
 }

@@ -16,6 +16,8 @@ use tracing::{debug, info};
 use crate::dialect::{resume_args, state, Decoder, Dialect};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit, PrivateDirs};
+use crate::gateway::serve::{Serving, Totals};
+use crate::gateway::{ModelGateway, Placed};
 use crate::isolate::Isolation;
 use crate::limits::Limits;
 use crate::manifest::RunManifest;
@@ -65,6 +67,7 @@ pub struct CommandRunner {
     limits: Limits,
     dialect: Dialect,
     network: Network,
+    gateway: Option<ModelGateway>,
 }
 
 impl CommandRunner {
@@ -88,6 +91,7 @@ impl CommandRunner {
             limits: Limits::default(),
             dialect: Dialect::Korvus,
             network: Network::host(),
+            gateway: None,
         }
     }
 
@@ -254,6 +258,23 @@ impl CommandRunner {
         &self.args
     }
 
+    /// Serves the agent its model API through `gateway`: the agent gets a
+    /// per-run token and the gateway's URL ([`MODEL_URL`](crate::MODEL_URL)
+    /// and [`MODEL_TOKEN`](crate::MODEL_TOKEN) in arguments and gateway
+    /// variables), korvus keeps the real key and meters every call. The
+    /// gateway listens where the agent's [`Network`] is: inside its
+    /// namespace (which needs root; without it the run fails before the
+    /// agent starts), or on the host's loopback for [`Network::host`].
+    pub fn model_gateway(mut self, gateway: ModelGateway) -> Self {
+        self.gateway = Some(gateway);
+        self
+    }
+
+    /// The model gateway, if the runner has one.
+    pub fn gateway(&self) -> Option<&ModelGateway> {
+        self.gateway.as_ref()
+    }
+
     async fn execute(
         &self,
         ctx: RunContext,
@@ -273,19 +294,33 @@ impl CommandRunner {
             state::native_resume(self.dialect, &scratch, &private.home, message.is_some());
         user::hand_over_to(self.user.clone(), &scratch).await?;
         let thread = resume.as_ref().map(|r| r.thread.as_str());
+        let mut gateway = self.place_gateway()?;
         let cmd = self.command(
             &ctx,
             &scratch,
             &manifest,
             &private,
-            message.is_some(),
-            thread,
+            Launch {
+                resume: message.is_some(),
+                thread,
+                gateway: gateway.as_ref().map(|(_, placed)| placed),
+            },
         );
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         // Before the agent starts: nothing watches it yet.
         let decoder = Decoder::for_run(self.dialect, &ctx.log, resume.as_ref()).await;
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(64);
-        let (mut agent, notes, network) = self.start(&ctx, &scratch, cmd, input, notes_tx).await?;
+        let gateway_port = gateway
+            .as_ref()
+            .filter(|(_, placed)| placed.host_listener.is_none())
+            .map(|(_, placed)| placed.port);
+        let (mut agent, notes, mut network) = self
+            .start(&ctx, &scratch, cmd, input, notes_tx, gateway_port)
+            .await?;
+        let serving = match gateway.as_mut() {
+            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, &ctx)?),
+            None => None,
+        };
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
@@ -318,6 +353,12 @@ impl CommandRunner {
             debug!(error = %e, "agent record not removed");
         }
         output.drain(&mut sink, self.drain).await;
+        if let Some(serving) = serving {
+            let totals = serving.finish().await;
+            sink.note(gateway_summary(&totals)).await;
+            sink.measured(totals.calls, totals.input, totals.output)
+                .await;
+        }
         if let Some(egress) = network.egress() {
             sink.note(egress.summary()).await;
         }
@@ -338,6 +379,44 @@ impl CommandRunner {
         conclude(&scratch, sink, status, result, used).await
     }
 
+    /// The real key and where the gateway of this run listens, when the
+    /// runner has a gateway.
+    fn place_gateway(&self) -> Result<Option<(String, Placed)>, CommandError> {
+        let Some(gateway) = &self.gateway else {
+            return Ok(None);
+        };
+        let key = gateway.key(self.env_source.as_deref())?;
+        Ok(Some((key, gateway.place(&self.network)?)))
+    }
+
+    /// Starts serving the run's gateway on the listener placed for it.
+    fn serve_gateway(
+        &self,
+        key: &str,
+        placed: &mut Placed,
+        network: &mut Isolation,
+        ctx: &RunContext,
+    ) -> Result<Serving, CommandError> {
+        let (Some(gateway), Some(listener)) = (
+            &self.gateway,
+            placed
+                .host_listener
+                .take()
+                .or_else(|| network.take_gateway()),
+        ) else {
+            return Err(CommandError::Gateway {
+                reason: "it has no listener".to_owned(),
+            });
+        };
+        Serving::start(
+            gateway,
+            key,
+            placed.token.clone(),
+            listener,
+            Arc::clone(&ctx.log),
+        )
+    }
+
     /// Places the run in its cgroup, starts the program confined and
     /// isolated and records its group; returns the agent, the notes its
     /// start left (what of the sandbox, the network policy and the limits
@@ -349,6 +428,7 @@ impl CommandRunner {
         cmd: Command,
         input: String,
         notes: tokio::sync::mpsc::Sender<String>,
+        gateway: Option<u16>,
     ) -> Result<(Agent, Vec<String>, Isolation), CommandError> {
         let program = self.program.to_string_lossy().into_owned();
         let (cgroup, limits_note) = enforce::place(&self.limits, ctx).await?;
@@ -378,6 +458,7 @@ impl CommandRunner {
             network: &self.network,
             scratch,
             notes,
+            gateway,
         };
         let (agent, confinement, network, containment) =
             Agent::spawn(cmd, program, input, how, setup, cgroup).await?;
@@ -404,13 +485,28 @@ impl CommandRunner {
         scratch: &Path,
         manifest: &Path,
         private: &PrivateDirs,
-        resume: bool,
-        thread: Option<&str>,
+        launch: Launch<'_>,
     ) -> Command {
-        let env = match &self.env_source {
+        let Launch {
+            resume,
+            thread,
+            gateway,
+        } = launch;
+        let mut env = match &self.env_source {
             Some(vars) => self.env.resolve(vars.iter().cloned()),
             None => self.env.resolve(std::env::vars_os()),
         };
+        let mut args = match thread {
+            Some(thread) => resume_args(self.dialect, &self.args, thread),
+            None => self.args.clone(),
+        };
+        if let (Some(config), Some(placed)) = (&self.gateway, gateway) {
+            // The real key never reaches the agent, whatever the policy
+            // passed; the gateway's own variables come after.
+            env.retain(|(k, _)| k.as_os_str() != std::ffi::OsStr::new(config.key_var()));
+            env.extend(config.agent_vars(placed));
+            args = args.iter().map(|a| placed.fill_arg(a)).collect();
+        }
         let names: Vec<String> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
@@ -418,10 +514,7 @@ impl CommandRunner {
         // Names only: values may be secrets the embedder chose to pass.
         info!(?names, "agent environment (plus HOME, TMPDIR and KORVUS_*)");
         let mut cmd = Command::new(&self.program);
-        match thread {
-            Some(thread) => cmd.args(resume_args(self.dialect, &self.args, thread)),
-            None => cmd.args(&self.args),
-        };
+        cmd.args(args);
         cmd.current_dir(scratch)
             .env_clear()
             .envs(env)
@@ -489,4 +582,21 @@ impl Runner for CommandRunner {
         let result = self.execute(ctx, Some(message)).await;
         failed(&log, result).await
     }
+}
+
+/// How this run starts: resumed or not, in the agent's own thread, and
+/// through which gateway.
+struct Launch<'a> {
+    resume: bool,
+    thread: Option<&'a str>,
+    gateway: Option<&'a Placed>,
+}
+
+/// The run's gateway summary, for its log.
+fn gateway_summary(t: &Totals) -> String {
+    format!(
+        "model gateway: {} call(s) metered ({} input / {} output tokens), {} not metered, {} \
+         refused for a wrong token, {} could not reach the upstream",
+        t.calls, t.input, t.output, t.unmetered, t.refused, t.failed
+    )
 }

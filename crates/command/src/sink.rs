@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use korvus_log::{Author, Event, EventKind, Role, DROPPED_PREFIX};
+use korvus_log::{Author, Event, EventKind, Role, TokenTally, DROPPED_PREFIX};
 use korvus_runner::RunContext;
 use korvus_store::Counters;
 use tracing::{debug, warn};
@@ -58,6 +58,8 @@ pub(crate) struct Sink<'a> {
     /// Events and bytes of agent output dropped past a cap.
     dropped: (u64, u64),
     counters: Counters,
+    /// Tokens the agent reported, and those korvus measured.
+    tokens: TokenTally,
     stderr: VecDeque<String>,
     stderr_cap: usize,
     stderr_dropped: u64,
@@ -84,6 +86,7 @@ impl<'a> Sink<'a> {
             stored: (0, 0),
             dropped: (0, 0),
             counters: Counters::default(),
+            tokens: TokenTally::default(),
             stderr: VecDeque::new(),
             stderr_cap,
             stderr_dropped: 0,
@@ -104,9 +107,33 @@ impl<'a> Sink<'a> {
         self.decoder.as_ref()
     }
 
-    /// The counters gathered from the output.
+    /// The counters gathered from the output; the tokens korvus measured
+    /// when it measured any ([`TokenTally::tokens`]).
     pub(crate) fn into_counters(self) -> Counters {
-        self.counters
+        let mut counters = self.counters;
+        (counters.input_tokens, counters.output_tokens) = self.tokens.tokens();
+        counters
+    }
+
+    /// Takes what the model gateway measured (its events are in the log
+    /// already) and notes a disagreement with what the agent reported
+    /// beyond rounding: more than one token or 1 %, either way.
+    pub(crate) async fn measured(&mut self, calls: u64, input: u64, output: u64) {
+        if calls == 0 {
+            return;
+        }
+        self.tokens.measured = (input, output);
+        self.tokens.measured_calls = calls;
+        let (r_in, r_out) = self.tokens.reported;
+        let differs =
+            |reported: u64, measured: u64| reported.abs_diff(measured) > 1.max(measured / 100);
+        if differs(r_in, input) || differs(r_out, output) {
+            self.note(format!(
+                "usage: the agent reported {r_in} input / {r_out} output tokens; korvus measured \
+                 {input} input / {output} output tokens in {calls} model call(s) and counts those"
+            ))
+            .await;
+        }
     }
 
     /// Logs stdout lines as events, or keeps a stderr line in the tail.
@@ -144,14 +171,10 @@ impl<'a> Sink<'a> {
                     // Figures the agent reports: never trusted not to
                     // overflow. The event is logged, so the log's usage
                     // events sum to the counters.
-                    EventKind::Usage {
-                        input_tokens,
-                        output_tokens,
-                    } => {
-                        let c = &mut self.counters;
-                        c.input_tokens = c.input_tokens.saturating_add(*input_tokens);
-                        c.output_tokens = c.output_tokens.saturating_add(*output_tokens);
-                    }
+                    // Only the agent's own reports: an agent cannot
+                    // write korvus's measured events (its lines are
+                    // decoded as agent usage or as text).
+                    EventKind::Usage { .. } => self.tokens.add(event),
                     _ => {}
                 }
             }
@@ -206,8 +229,13 @@ impl<'a> Sink<'a> {
         }
         if line.text.trim_start().starts_with('{') {
             match serde_json::from_str::<Event>(&line.text) {
-                // A type korvus does not know is the agent's own text.
-                Ok(event) if event.kind == EventKind::Unknown => {}
+                // A type korvus does not know is the agent's own text, and
+                // so is a measured-usage event: only korvus measures.
+                Ok(event)
+                    if matches!(
+                        event.kind,
+                        EventKind::Unknown | EventKind::MeteredUsage { .. }
+                    ) => {}
                 Ok(mut event) => {
                     if event.at.is_none() {
                         event = Event::now(event.kind);
@@ -255,14 +283,12 @@ impl<'a> Sink<'a> {
         if grown.input == 0 && grown.output == 0 {
             return;
         }
-        let c = &mut self.counters;
-        c.input_tokens = c.input_tokens.saturating_add(grown.input);
-        c.output_tokens = c.output_tokens.saturating_add(grown.output);
-        self.append(&[Event::korvus(EventKind::Usage {
+        let usage = Event::korvus(EventKind::Usage {
             input_tokens: grown.input,
             output_tokens: grown.output,
-        })])
-        .await;
+        });
+        self.tokens.add(&usage);
+        self.append(&[usage]).await;
     }
 
     /// Appends one note to the log.

@@ -31,6 +31,7 @@ pub(crate) struct Harness {
     pub(crate) manager: Manager,
     pub(crate) store: Arc<MemoryStore>,
     pub(crate) incident: IncidentId,
+    pub(crate) blobs: Arc<MemoryBlobStore>,
     pub(crate) _root: tempfile::TempDir,
 }
 
@@ -49,9 +50,10 @@ pub(crate) async fn harness_with(
 ) -> Harness {
     let root = tempfile::tempdir().expect("temp dir");
     let store = Arc::new(MemoryStore::new());
+    let blobs = Arc::new(MemoryBlobStore::new());
     let manager = configure(
         Manager::builder(store.clone(), Arc::new(runner))
-            .blob_store(Arc::new(MemoryBlobStore::new()))
+            .blob_store(blobs.clone())
             .scratch_root(ScratchRoot::supplied(root.path()))
             .cancel_grace(Duration::from_secs(10)),
     )
@@ -67,6 +69,7 @@ pub(crate) async fn harness_with(
         manager,
         store,
         incident: incident.id,
+        blobs,
         _root: root,
     }
 }
@@ -178,5 +181,22 @@ impl Harness {
             .into_iter()
             .map(|a| a.path)
             .collect()
+    }
+
+    /// The stored bytes of `id`'s artifact at `path`, as text.
+    pub(crate) async fn artifact_text(&self, id: SessionId, path: &str) -> String {
+        use korvus_blob::BlobStore as _;
+        let artifacts = self
+            .store
+            .all_session_artifacts(id)
+            .await
+            .expect("artifacts");
+        let artifact = artifacts
+            .iter()
+            .find(|a| a.path == path)
+            .unwrap_or_else(|| panic!("no artifact {path}: {artifacts:#?}"));
+        let key = korvus_blob::BlobKey::new(artifact.blob_key.clone()).expect("key");
+        let blob = self.blobs.get(&key).await.expect("blob");
+        String::from_utf8_lossy(&blob.bytes).into_owned()
     }
 }

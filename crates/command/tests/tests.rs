@@ -7,6 +7,7 @@ mod blocking;
 mod dialects;
 mod drain;
 mod exit_codes;
+mod gateway;
 mod host;
 mod kill;
 mod limits;

@@ -238,9 +238,10 @@ pub enum EventKind {
         /// The text.
         text: String,
     },
-    /// Tokens the model used, as the agent (or the wire) reported them:
-    /// one event per report, so the log's usage events sum to the
-    /// session's token counters.
+    /// Tokens the model used, as the agent reported them: one event per
+    /// report. A run's token counters are the sum of its usage events —
+    /// unless korvus measured the run's model calls itself
+    /// ([`MeteredUsage`](EventKind::MeteredUsage)); see [`TokenTally`].
     Usage {
         /// Input (prompt) tokens.
         #[serde(default)]
@@ -248,6 +249,22 @@ pub enum EventKind {
         /// Output (completion) tokens.
         #[serde(default)]
         output_tokens: u64,
+    },
+    /// Tokens one model call used, as korvus's model gateway read them
+    /// from the upstream's answer (always written by korvus, never taken
+    /// from an agent's output). When a run has any, its token counters are
+    /// the sum of these and the agent's own usage events are kept beside
+    /// them for comparison.
+    MeteredUsage {
+        /// Input (prompt) tokens, cache reads and writes included.
+        #[serde(default)]
+        input_tokens: u64,
+        /// Output (completion) tokens.
+        #[serde(default)]
+        output_tokens: u64,
+        /// The model the answer named, when it named one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// An event of a type this release does not know, written by a newer
     /// one: read and skipped, never an error, so an older reader keeps

@@ -64,6 +64,7 @@ mod jsonl_read;
 mod latch;
 mod memory;
 mod seam;
+mod tally;
 
 pub use crate::error::{FlushError, LogError, Result};
 pub use crate::event::{Author, Event, EventKind, LogHeader, LogId, Role};
@@ -77,3 +78,4 @@ pub use crate::memory::MemoryLog;
 pub use crate::seam::{Access, LogIo, LogStat, Revision, TurnLog, WriterClaim, Writers};
 #[cfg(feature = "mock")]
 pub use crate::seam::{MockLogIo, MockTurnLog};
+pub use crate::tally::TokenTally;

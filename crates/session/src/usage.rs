@@ -1,10 +1,11 @@
 //! What a run used, as its turn log says: the turns it started, the tool
-//! calls it made and the tokens its usage events report, counted over the
+//! calls it made and the tokens its usage events report (korvus's
+//! measured ones, when it has any: [`TokenTally`]), counted over the
 //! events of its own epoch (its fence). A run that did not return an
 //! outcome — failed, timed out, cancelled past its grace, panicked — is
 //! counted this way, so it is never settled as having used nothing.
 
-use korvus_log::{EventKind, LogHandle};
+use korvus_log::{EventKind, LogHandle, TokenTally};
 use korvus_store::Counters;
 
 use crate::closers::{first_of_epoch, READ_PAGE};
@@ -44,6 +45,7 @@ async fn count(
     mine: impl Fn(&korvus_log::Event) -> bool,
 ) -> korvus_log::Result<Counters> {
     let mut counters = Counters::default();
+    let mut tokens = TokenTally::default();
     let mut at = from;
     while at < len {
         let page = log.read(at, Some(READ_PAGE.min(len - at))).await?;
@@ -57,17 +59,11 @@ async fn count(
                 EventKind::ToolCall { .. } => {
                     counters.tool_calls = counters.tool_calls.saturating_add(1);
                 }
-                EventKind::Usage {
-                    input_tokens,
-                    output_tokens,
-                } => {
-                    counters.input_tokens = counters.input_tokens.saturating_add(*input_tokens);
-                    counters.output_tokens = counters.output_tokens.saturating_add(*output_tokens);
-                }
-                _ => {}
+                _ => tokens.add(event),
             }
         }
     }
+    (counters.input_tokens, counters.output_tokens) = tokens.tokens();
     Ok(counters)
 }
 

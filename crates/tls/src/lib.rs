@@ -39,7 +39,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 /// The certificate authorities a client trusts.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roots {
     native: bool,
     extra: Vec<CertificateDer<'static>>,

@@ -243,6 +243,9 @@ fn event() -> Value {
             event_kind("usage", "tokens the model used, as reported",
                 json!({"input_tokens": count(), "output_tokens": count()}),
                 &["input_tokens", "output_tokens"]),
+            event_kind("metered_usage", "tokens one model call used, as korvus's model gateway measured them on the wire; counters use these when a run has any",
+                json!({"input_tokens": count(), "output_tokens": count(), "model": text()}),
+                &["input_tokens", "output_tokens"]),
         ],
     })
 }

@@ -1,0 +1,465 @@
+//! One run's gateway server: HTTP/1.1 on the listener placed for it
+//! (hyper), each call checked for the run's token, forwarded to the
+//! upstream with the real key (korvus-tls), and its answer streamed back
+//! through a [`Meter`]; what each call used goes to the turn log.
+
+use std::convert::Infallible;
+use std::net::TcpListener as StdListener;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use korvus_log::{Event, EventKind, LogHandle};
+use korvus_tls::HttpsClient;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, warn};
+
+use super::meter::{Api, Meter, Used};
+use super::{ModelGateway, UpstreamAuth};
+
+/// The largest request body the gateway forwards (a long conversation
+/// with images stays well under it).
+const MAX_REQUEST: usize = 64 * 1024 * 1024;
+/// Connections served at once, per run.
+const MAX_CONNECTIONS: usize = 64;
+/// How long the end of a run waits for the last measurements to be logged.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
+/// Headers never forwarded either way: the hop's own, and the agent's key.
+const DROPPED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "authorization",
+    "x-api-key",
+    "accept-encoding",
+];
+
+/// What one model call measured, for the logger.
+#[derive(Debug)]
+enum Measured {
+    /// The answer said what the call used.
+    Used(Used),
+    /// A successful answer the gateway could not meter (cut, or without
+    /// usage): what it saw of it, and why.
+    Unmetered { path: String, why: &'static str },
+}
+
+/// What one run's gateway measured.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) calls: u64,
+    pub(crate) input: u64,
+    pub(crate) output: u64,
+    pub(crate) unmetered: u64,
+    pub(crate) refused: u64,
+    pub(crate) failed: u64,
+}
+
+/// Shared by the connections of one run.
+struct State {
+    upstream: String,
+    auth: UpstreamAuth,
+    key: HeaderValue,
+    token: String,
+    client: HttpsClient,
+    measured: mpsc::UnboundedSender<Measured>,
+    totals: Arc<Mutex<Totals>>,
+}
+
+/// A run's running gateway; [`finish`](Self::finish) stops it.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    accept: JoinHandle<()>,
+    logger: JoinHandle<()>,
+    totals: Arc<Mutex<Totals>>,
+}
+
+impl Serving {
+    /// Serves `listener` (already bound) on the current runtime for one
+    /// run whose agent presents `token`; the real key is `key`.
+    pub(crate) fn start(
+        config: &ModelGateway,
+        key: &str,
+        token: String,
+        listener: StdListener,
+        log: Arc<LogHandle>,
+    ) -> Result<Self, crate::CommandError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| crate::CommandError::Gateway {
+            reason: format!("{what}: {e}"),
+        };
+        let client =
+            HttpsClient::new(&config.roots).map_err(|e| fail("no client for the upstream", &e))?;
+        let key = match config.auth {
+            UpstreamAuth::Bearer => HeaderValue::try_from(format!("Bearer {key}")),
+            UpstreamAuth::XApiKey => HeaderValue::try_from(key),
+        }
+        .map_err(|e| fail("the model key is not a valid header value", &e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| fail("the listener", &e))?;
+        let listener = TcpListener::from_std(listener).map_err(|e| fail("the listener", &e))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let totals = Arc::new(Mutex::new(Totals::default()));
+        let state = Arc::new(State {
+            upstream: config.upstream.clone(),
+            auth: config.auth,
+            key,
+            token,
+            client,
+            measured: tx,
+            totals: Arc::clone(&totals),
+        });
+        Ok(Self {
+            accept: tokio::spawn(accept(listener, state)),
+            logger: tokio::spawn(logger(rx, log, Arc::clone(&totals))),
+            totals,
+        })
+    }
+
+    /// Stops serving (a call still streaming is cut, and counted so),
+    /// waits for the last measurements to reach the log, and returns the
+    /// run's totals.
+    pub(crate) async fn finish(self) -> Totals {
+        self.accept.abort();
+        let _ = self.accept.await;
+        if tokio::time::timeout(FINISH_WAIT, self.logger)
+            .await
+            .is_err()
+        {
+            warn!("the model gateway's last measurements were not all logged");
+        }
+        *lock(&self.totals)
+    }
+}
+
+fn lock(totals: &Mutex<Totals>) -> std::sync::MutexGuard<'_, Totals> {
+    totals
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Accepts connections until aborted; aborting drops every connection.
+async fn accept(listener: TcpListener, state: Arc<State>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "gateway accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= MAX_CONNECTIONS {
+            debug!("gateway connection dropped: too many at once");
+            continue;
+        }
+        let state = Arc::clone(&state);
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, Infallible>(handle(&state, request).await) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                debug!(error = %e, "gateway connection ended");
+            }
+        });
+    }
+}
+
+/// Writes each measurement to the log as it comes, and keeps the totals.
+async fn logger(
+    mut rx: mpsc::UnboundedReceiver<Measured>,
+    log: Arc<LogHandle>,
+    totals: Arc<Mutex<Totals>>,
+) {
+    let mut failures = 0u64;
+    while let Some(measured) = rx.recv().await {
+        let event = match measured {
+            Measured::Used(used) => {
+                {
+                    let mut t = lock(&totals);
+                    t.calls += 1;
+                    t.input = t.input.saturating_add(used.input);
+                    t.output = t.output.saturating_add(used.output);
+                }
+                EventKind::MeteredUsage {
+                    input_tokens: used.input,
+                    output_tokens: used.output,
+                    model: used.model,
+                }
+            }
+            Measured::Unmetered { path, why } => {
+                lock(&totals).unmetered += 1;
+                EventKind::Note {
+                    text: format!("model gateway: a call to {path} could not be metered ({why})"),
+                }
+            }
+        };
+        if let Err(e) = log.append(&[Event::korvus(event)]).await {
+            if failures == 0 {
+                warn!(error = %e, "a gateway measurement was not logged");
+            }
+            failures += 1;
+        }
+    }
+}
+
+type Answer = Response<Either<Full<Bytes>, MeteredBody>>;
+
+/// One call: the token checked, the body read, forwarded, answered.
+async fn handle(state: &State, request: Request<Incoming>) -> Answer {
+    if !presents_token(request.headers(), &state.token) {
+        lock(&state.totals).refused += 1;
+        return refusal(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "korvus model gateway: the run's token is missing or wrong",
+        );
+    }
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let body = match Limited::new(body, MAX_REQUEST).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                &format!("korvus model gateway: the request body could not be read ({e})"),
+            )
+        }
+    };
+    let api = Api::of_path(&path);
+    let body = match api {
+        Some(Api::Chat) => ask_chat_usage(body),
+        _ => body,
+    };
+    let mut upstream = Request::builder()
+        .method(parts.method)
+        .uri(format!("{}{}", state.upstream, path));
+    if let Some(headers) = upstream.headers_mut() {
+        copy_headers(&parts.headers, headers);
+        let name = match state.auth {
+            UpstreamAuth::Bearer => header::AUTHORIZATION,
+            UpstreamAuth::XApiKey => HeaderName::from_static("x-api-key"),
+        };
+        headers.insert(name, state.key.clone());
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let upstream = match upstream.body(Full::new(body)) {
+        Ok(r) => r,
+        Err(e) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &format!("korvus model gateway: {e}"),
+            )
+        }
+    };
+    let answer = match state.client.send(upstream).await {
+        Ok(a) => a,
+        Err(e) => {
+            lock(&state.totals).failed += 1;
+            warn!(error = %e, "the model upstream could not be reached");
+            return refusal(
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                "korvus model gateway: the upstream could not be reached",
+            );
+        }
+    };
+    let (parts, body) = answer.into_parts();
+    let streamed = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    let meter = api
+        .filter(|_| parts.status.is_success())
+        .map(|api| Meter::new(api, streamed));
+    let mut response = Response::builder().status(parts.status);
+    if let Some(headers) = response.headers_mut() {
+        copy_headers(&parts.headers, headers);
+    }
+    let body = MeteredBody {
+        inner: body,
+        meter,
+        path,
+        to: state.measured.clone(),
+    };
+    response
+        .body(Either::Right(body))
+        .unwrap_or_else(|_| refusal(StatusCode::BAD_GATEWAY, "api_error", "bad answer"))
+}
+
+/// Whether the call carries the run's token as a bearer token or an
+/// `x-api-key`, compared in constant time.
+fn presents_token(headers: &HeaderMap, token: &str) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    [bearer, api_key]
+        .into_iter()
+        .flatten()
+        .any(|given| same(given.trim().as_bytes(), token.as_bytes()))
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A streamed Chat Completions request asks for its usage in the stream
+/// (`stream_options.include_usage`), which the API sends only when asked.
+fn ask_chat_usage(body: Bytes) -> Bytes {
+    let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return body;
+    };
+    if json.get("stream").and_then(serde_json::Value::as_bool) != Some(true) {
+        return body;
+    }
+    let Some(object) = json.as_object_mut() else {
+        return body;
+    };
+    let options = object
+        .entry("stream_options")
+        .or_insert_with(|| serde_json::json!({}));
+    match options.as_object_mut() {
+        Some(options) => {
+            options.insert("include_usage".to_owned(), serde_json::Value::Bool(true));
+        }
+        None => *options = serde_json::json!({"include_usage": true}),
+    }
+    serde_json::to_vec(&json).map_or(body, Bytes::from)
+}
+
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if !DROPPED.contains(&name.as_str()) {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// An answer of the gateway's own, in the shape both SDKs read as an API
+/// error.
+fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {"type": kind, "message": message},
+    });
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The upstream's answer on its way to the agent, read by a meter; what
+/// it measured is sent when the answer ends, fails or is dropped.
+pub(crate) struct MeteredBody {
+    inner: Incoming,
+    meter: Option<Meter>,
+    path: String,
+    to: mpsc::UnboundedSender<Measured>,
+}
+
+impl MeteredBody {
+    fn done(&mut self, complete: bool) {
+        let Some(meter) = self.meter.take() else {
+            return;
+        };
+        let measured = match (meter.finish(), complete) {
+            (Some(used), _) => Measured::Used(used),
+            (None, true) => Measured::Unmetered {
+                path: std::mem::take(&mut self.path),
+                why: "the answer had no usage",
+            },
+            (None, false) => Measured::Unmetered {
+                path: std::mem::take(&mut self.path),
+                why: "the answer was cut before its usage",
+            },
+        };
+        let _ = self.to.send(measured);
+    }
+}
+
+impl Body for MeteredBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(meter), Some(data)) = (self.meter.as_mut(), frame.data_ref()) {
+                    meter.feed(data);
+                }
+                // A body of known length ends with its last frame: hyper
+                // asks no further.
+                if self.inner.is_end_stream() {
+                    self.done(true);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.done(false),
+            Poll::Ready(None) => self.done(true),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for MeteredBody {
+    fn drop(&mut self) {
+        self.done(false);
+    }
+}
+
+impl std::fmt::Debug for MeteredBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredBody")
+            .field("path", &self.path)
+            .finish()
+    }
+}

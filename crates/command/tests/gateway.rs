@@ -1,0 +1,170 @@
+//! The model gateway: an agent calls its model API on its own loopback
+//! with the run's token; the scripted upstream (over TLS, trusting a test
+//! authority) sees the real key on every call, the agent never does, and
+//! every answer's usage — streamed or whole, Responses, Chat Completions
+//! and Messages — is metered into the log and the counters.
+
+use std::ffi::OsString;
+
+use korvus_command::{CommandRunner, ModelGateway, Network, Roots};
+use korvus_log::EventKind;
+use korvus_model_stub::{Api, Script, StubServer, TestCa};
+use korvus_store::SessionStatus;
+
+use crate::support::{harness, sh};
+
+const REAL_KEY: &str = "sk-real-4c1e9f0b7d2a";
+const KEY_VAR: &str = "KORVUS_TEST_MODEL_KEY";
+
+/// Six model calls (two per API, streamed and whole), one with a wrong
+/// token, a false usage line, and the environment kept for the test.
+const AGENT: &str = r#"
+    env > env.txt
+    cat /proc/self/environ | tr '\0' '\n' > proc-environ.txt
+    call() {
+        curl -s --max-time 20 -H "$1: $2$KORVUS_MODEL_TOKEN" -H 'content-type: application/json' \
+            -d "$4" "$KORVUS_MODEL_URL$3" >> answers.txt
+        echo >> answers.txt
+    }
+    call Authorization 'Bearer ' /v1/responses '{"stream":true,"input":"hi"}'
+    call Authorization 'Bearer ' /v1/responses '{"input":"hi"}'
+    call Authorization 'Bearer ' /v1/chat/completions '{"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    call Authorization 'Bearer ' /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}]}'
+    call x-api-key '' /v1/messages '{"stream":true,"max_tokens":9,"messages":[{"role":"user","content":"hi"}]}'
+    call x-api-key '' /v1/messages '{"max_tokens":9,"messages":[{"role":"user","content":"hi"}]}'
+    wrong=$(curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: guessed' -d '{}' "$KORVUS_MODEL_URL/v1/messages")
+    echo "wrong token: $wrong"
+    echo '{"type":"usage","input_tokens":3,"output_tokens":3}'
+    echo '{"type":"metered_usage","input_tokens":99999,"output_tokens":99999}'
+    echo '# R' > report.md
+"#;
+
+async fn metered_run(network: Network) {
+    let ca = TestCa::new().unwrap();
+    let script = Script {
+        usage: (123, 45),
+        ..Script::default()
+    };
+    let stub = StubServer::start_tls(script, &ca).await.unwrap();
+    let gateway = ModelGateway::openai(stub.base_url(), KEY_VAR)
+        .trusting(Roots::only().with(ca.ca_der().clone()));
+    let source: Vec<(OsString, OsString)> = std::env::vars_os()
+        .chain([(KEY_VAR.into(), REAL_KEY.into())])
+        .collect();
+    let runner: CommandRunner = sh(AGENT)
+        .network(network)
+        .env_source(source)
+        // Passed by the policy, and still removed.
+        .env_pass(KEY_VAR)
+        .model_gateway(gateway);
+    let h = harness(runner).await;
+    let row = h.run("meter me").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    for (r, api) in requests.iter().zip([
+        Api::Responses,
+        Api::Responses,
+        Api::ChatCompletions,
+        Api::ChatCompletions,
+        Api::Messages,
+        Api::Messages,
+    ]) {
+        assert_eq!(r.api, api);
+        let key = r.key.as_deref().unwrap_or_default();
+        assert!(
+            key.ends_with(REAL_KEY),
+            "the upstream saw the real key: {key}"
+        );
+    }
+    assert_eq!(
+        requests[2].body["stream_options"]["include_usage"], true,
+        "a streamed chat call asks for its usage"
+    );
+
+    let events = h.events(row.id).await;
+    let metered: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MeteredUsage {
+                input_tokens,
+                output_tokens,
+                ..
+            } => Some((*input_tokens, *output_tokens)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(metered, vec![(123, 45); 6], "{events:#?}");
+    assert_eq!(
+        (row.counters.input_tokens, row.counters.output_tokens),
+        (738, 270)
+    );
+    let texts = h.texts(row.id).await;
+    assert!(texts.iter().any(|t| t == "wrong token: 401"), "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t.starts_with("usage: the agent reported 3 input / 3 output tokens; korvus measured 738 input / 270 output tokens in 6 model call(s)")),
+        "{texts:#?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with("model gateway: 6 call(s) metered (738 input / 270 output tokens), 0 not metered, 1 refused")),
+        "{texts:#?}"
+    );
+    // The agent's forged measured event is its text, not a measurement.
+    assert!(
+        texts.iter().any(|t| t.contains("metered_usage")),
+        "{texts:#?}"
+    );
+
+    for file in ["env.txt", "proc-environ.txt", "answers.txt"] {
+        let text = h.artifact_text(row.id, file).await;
+        assert!(
+            !text.contains(REAL_KEY),
+            "{file} holds the real key:\n{text}"
+        );
+        assert!(
+            !text.contains(KEY_VAR),
+            "{file} names the key variable:\n{text}"
+        );
+    }
+    let env = h.artifact_text(row.id, "env.txt").await;
+    assert!(env.contains("KORVUS_MODEL_TOKEN=korvus-gw-"), "{env}");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_inside_the_agents_namespace_are_forwarded_with_the_real_key_and_metered() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests run as root (cargo xtask test)"
+    );
+    metered_run(Network::none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_the_hosts_loopback_are_forwarded_with_the_real_key_and_metered() {
+    metered_run(Network::host()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_fails_the_run_before_the_agent_starts() {
+    let runner = sh("touch started; echo '# R' > report.md")
+        .env_source(std::env::vars_os().filter(|(k, _)| k != KEY_VAR))
+        .model_gateway(ModelGateway::anthropic("https://127.0.0.1:9", KEY_VAR));
+    let h = harness(runner).await;
+    let row = h.run("no key").await;
+    assert_eq!(row.status, SessionStatus::Failed, "{row:?}");
+    let texts = h.all_texts(row.id).await;
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("KORVUS_TEST_MODEL_KEY is not set")),
+        "{texts:#?}"
+    );
+    assert!(h
+        .store_artifacts(row.id)
+        .await
+        .iter()
+        .all(|a| a != "started"));
+    h.stop().await;
+}
