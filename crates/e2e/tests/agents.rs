@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use korvus_blob::FsBlobStore;
-use korvus_command::{AgentUser, CommandRunner, Destination, ModelEndpoint, Network, Preset};
+use korvus_command::{AgentUser, CommandRunner, ModelEndpoint, Network, Preset, Roots};
 use korvus_log::{Access, Event, EventKind, LogId, Role, TurnLog};
-use korvus_model_stub::{Api, Mode, Script, StubServer, REPLY};
+use korvus_model_stub::{Api, Mode, Script, StubServer, TestCa, REPLY, REPORT_COMMAND};
 use korvus_session::{CreateSession, Manager};
 use korvus_store::{ArtifactKind, CoordinatedStore, NewIncident, Session, SessionStatus};
 use korvus_store_sql::testing::SqliteDb;
@@ -118,6 +118,12 @@ impl Rig {
     }
 
     async fn run(&self, prompt: &str) -> Session {
+        let session = self.start(prompt).await;
+        self.settled(&session).await
+    }
+
+    /// Creates a session in a new incident; does not wait for it.
+    async fn start(&self, prompt: &str) -> Session {
         let incident = korvus_store::Store::create_incident(
             &*self.store,
             NewIncident {
@@ -127,12 +133,10 @@ impl Rig {
         )
         .await
         .unwrap();
-        let session = self
-            .manager
+        self.manager
             .create(CreateSession::new(incident.id, prompt))
             .await
-            .unwrap();
-        self.settled(&session).await
+            .unwrap()
     }
 
     pub(crate) async fn settled(&self, session: &Session) -> Session {
@@ -227,41 +231,77 @@ async fn assert_only_the_thread_kept(rig: &Rig, row: &Session) {
     }
 }
 
-/// The run's egress summary: the agent, in a namespace of its own, reached
-/// the stub through korvus's proxy (both agents honour `HTTP_PROXY`, so
-/// the loopback forwarder is not needed), and nothing was refused.
-async fn assert_reached_through_egress(rig: &Rig, row: &Session, stub: &Destination) {
-    let events = rig.events(row).await;
-    let prefix = format!("egress allow={stub}: ");
-    let summary = events
-        .iter()
-        .find_map(|e| match &e.kind {
-            EventKind::Note { text } => text.strip_prefix(&prefix).map(str::to_owned),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no egress summary: {events:#?}"));
-    eprintln!("egress: {summary}");
-    let count = |what: &str| -> u64 {
-        summary
-            .split(", ")
-            .find(|part| part.contains(what))
-            .and_then(|part| part.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{what} in {summary:?}"))
-    };
-    assert!(
-        count("admitted") >= 1,
-        "the agent reached the stub through the proxy: {summary}"
-    );
-    assert_eq!(count("forwarded"), 0, "{summary}");
-    assert_eq!(count("refused"), 0, "{summary}");
-}
-
 async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
     real_agent_session_in(preset, var, api, tool, tempfile::tempdir().unwrap()).await;
 }
 
-/// [`real_agent_session`] with `scratch` as the scratch root.
+/// The real key the scripted upstream expects, which only korvus holds.
+const REAL_KEY: &str = "sk-korvus-real-7f3a9c2e51d4";
+/// The embedding process's variable korvus reads it from.
+const KEY_VAR: &str = "KORVUS_E2E_MODEL_KEY";
+
+/// Files under `root` (recursively) holding `needle`.
+fn files_holding(root: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(path),
+                Ok(t) if t.is_file() => {
+                    let bytes = std::fs::read(&path).unwrap_or_default();
+                    if bytes.windows(needle.len()).any(|w| w == needle) {
+                        found.push(path);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// While `done` is unset: every process whose environment names the
+/// session (the agent and everything it starts), read from
+/// `/proc/<pid>/environ` as root, and the scratch root's files; returns
+/// how many agent processes were seen and what held the real key.
+async fn watch_for_the_key(
+    session: String,
+    scratch: PathBuf,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> (usize, Vec<String>) {
+    let marker = format!("KORVUS_SESSION_ID={session}");
+    let mut seen = std::collections::HashSet::new();
+    let mut leaks = Vec::new();
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&environ);
+            if !text.split('\0').any(|v| v == marker) {
+                continue;
+            }
+            seen.insert(entry.file_name());
+            if text.contains(REAL_KEY) || text.contains(KEY_VAR) {
+                leaks.push(format!("/proc/{:?}/environ", entry.file_name()));
+            }
+        }
+        for path in files_holding(&scratch, REAL_KEY.as_bytes()) {
+            leaks.push(path.display().to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (seen.len(), leaks)
+}
+
+/// [`real_agent_session`] with `scratch` as the scratch root: the agent
+/// reaches the scripted upstream (over TLS, with a test authority the
+/// gateway trusts) only through korvus's model gateway.
 async fn real_agent_session_in(
     preset: Preset,
     var: &str,
@@ -272,36 +312,75 @@ async fn real_agent_session_in(
     let Some(bin) = agent_bin(var) else {
         return;
     };
-    let stub = StubServer::start(Script::default()).await.unwrap();
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the key is looked for in the agent's /proc environ as root (cargo xtask test)"
+    );
+    let ca = TestCa::new().unwrap();
+    // The command sleeps a little: the agent's processes are watched
+    // while it runs.
+    let script = Script {
+        command: format!("sleep 1 && {REPORT_COMMAND}"),
+        ..Script::default()
+    };
+    let stub = StubServer::start_tls(script, &ca).await.unwrap();
     let endpoint = ModelEndpoint::new(match preset {
         Preset::Codex => stub.openai_base_url(),
         _ => stub.base_url(),
     })
-    .with_api_key_var("OPENAI_API_KEY");
-    // The keys reach the endpoint (the stub takes any).
+    .with_api_key_var(KEY_VAR)
+    .trusting(Roots::only().with(ca.ca_der().clone()));
     let runner = preset
         .runner(&bin, Some(&endpoint))
-        .env("OPENAI_API_KEY", "korvus-stub-key")
-        .env("ANTHROPIC_API_KEY", "korvus-stub-key");
-    // The preset's egress policy: only the endpoint.
-    let stub_dest = Destination::from_url(&endpoint.base_url).unwrap();
-    assert_eq!(
-        runner.network_policy(),
-        &Network::allow([stub_dest.clone()])
-    );
+        .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]));
+    // Served on the agent's own loopback: no egress at all.
+    assert_eq!(runner.network_policy(), &Network::none());
     let rig = Rig::with_scratch(runner, scratch).await;
-    let row = rig.run("Why is db-1's disk full?").await;
+    let session = rig.start("Why is db-1's disk full?").await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_for_the_key(
+        session.id.to_string(),
+        rig.scratch().to_path_buf(),
+        Arc::clone(&done),
+    ));
+    let row = rig.settled(&session).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (processes, leaks) = watcher.await.unwrap();
+    assert!(
+        processes >= 2,
+        "the agent and its command were watched: {processes}"
+    );
+    assert!(
+        leaks.is_empty(),
+        "the real key reached the agent: {leaks:?}"
+    );
     assert_one_scripted_turn(&rig, &row, tool).await;
-    assert_reached_through_egress(&rig, &row, &stub_dest).await;
+    let events = rig.events(&row).await;
+    let metered = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::MeteredUsage {
+                    input_tokens: 100,
+                    output_tokens: 10,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(metered, 2, "both answers metered: {events:#?}");
     let requests = stub.requests();
     assert_eq!(requests.len(), 2, "{requests:#?}");
     assert!(requests.iter().all(|r| r.api == api));
     assert!(requests[0].mentions("Why is db-1's disk full?"));
-    let key = requests[0].key.as_deref().unwrap_or_default();
-    assert!(
-        key.ends_with("korvus-stub-key"),
-        "the API key was sent: {key:?}"
-    );
+    for r in &requests {
+        let key = r.key.as_deref().unwrap_or_default();
+        assert!(
+            key.ends_with(REAL_KEY),
+            "the upstream saw the real key: {key:?}"
+        );
+    }
 
     // A reopen resumes the agent's own thread: the model's next request
     // carries the first turn (the first prompt, the command's output), and
@@ -342,6 +421,17 @@ async fn real_agent_session_in(
         "revision 2 counts its own usage only"
     );
     assert_only_the_thread_kept(&rig, &row).await;
+    assert!(
+        stub.requests()
+            .iter()
+            .all(|r| r.key.as_deref().is_some_and(|k| k.ends_with(REAL_KEY))),
+        "every call carried the real key upstream"
+    );
+    // Nothing korvus stored holds the key: not a blob, not an event.
+    let stored = files_holding(rig._dirs.1.path(), REAL_KEY.as_bytes());
+    assert!(stored.is_empty(), "blobs holding the real key: {stored:?}");
+    let log = serde_json::to_string(&rig.events(&row).await).unwrap();
+    assert!(!log.contains(REAL_KEY), "the turn log holds the real key");
     rig.manager.stop().await;
 }
 
