@@ -68,10 +68,15 @@ pub(crate) struct ServeArgs {
     /// With a preset: the model to ask for.
     #[arg(long, value_name = "NAME", requires = "agent")]
     model: Option<String>,
-    /// With `--agent codex --model-endpoint`: the variable holding the
-    /// endpoint's API key (see `korvus run --help`).
+    /// With a preset and `--model-endpoint`: the variable holding the
+    /// endpoint's API key, read by korvus's model gateway only (see
+    /// `korvus run --help`).
     #[arg(long = "model-key-var", value_name = "NAME", requires = "agent")]
     model_key_var: Option<String>,
+    /// With `--model-key-var`: a PEM file of the authorities the gateway
+    /// trusts for the endpoint (see `korvus run --help`).
+    #[arg(long = "model-ca", value_name = "PEM", requires = "model_key_var")]
+    model_ca: Option<PathBuf>,
     /// Serve everything under this path (e.g. `/korvus`, behind a proxy
     /// that forwards that prefix): the view at `<path>/`, the API at
     /// `<path>/api/…`.
@@ -300,6 +305,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
             model_endpoint: args.model_endpoint,
             model: args.model,
             model_key_var: args.model_key_var,
+            model_ca: args.model_ca,
             dialect: args.dialect,
             timeout: args.timeout,
             env_inherit: Inherit::Core,

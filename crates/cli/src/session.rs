@@ -52,11 +52,16 @@ pub(crate) struct AgentArgs {
     /// With a preset: the model to ask for.
     #[arg(long, value_name = "NAME")]
     pub(crate) model: Option<String>,
-    /// With `--agent codex --model-endpoint`: korvus's variable holding the
-    /// endpoint's API key, passed to the agent by name (Claude Code reads
-    /// `ANTHROPIC_API_KEY`, passed by name already).
+    /// With a preset and `--model-endpoint`: korvus's variable holding the
+    /// endpoint's API key. korvus reads it and serves the agent through
+    /// its model gateway (a per-run token as the agent's key, every call
+    /// metered); the agent never sees the key.
     #[arg(long = "model-key-var", value_name = "NAME")]
     pub(crate) model_key_var: Option<String>,
+    /// With `--model-key-var`: a PEM file of the authorities the gateway
+    /// trusts for the endpoint's certificate, instead of the system's.
+    #[arg(long = "model-ca", value_name = "PEM", requires = "model_key_var")]
+    pub(crate) model_ca: Option<PathBuf>,
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
@@ -130,7 +135,7 @@ impl AgentArgs {
                     || self.model.is_some()
                     || self.model_key_var.is_some()
                 {
-                    bail!("--agent-program, --model-endpoint, --model and --model-key-var go with --agent codex or claude-code");
+                    bail!("--agent-program, --model-endpoint, --model, --model-key-var and --model-ca go with --agent codex or claude-code");
                 }
                 CommandRunner::new(program(agent)?).dialect(self.dialect.unwrap_or_default())
             }
@@ -157,10 +162,19 @@ impl AgentArgs {
             bail!("--agent {preset} speaks its own dialect; drop --agent-dialect");
         }
         let program = preset_program(preset, self.agent_program.as_deref())?;
+        let roots = match &self.model_ca {
+            Some(pem) => Some(
+                korvus_command::Roots::only()
+                    .with_pem_file(pem)
+                    .with_context(|| format!("--model-ca {}", pem.display()))?,
+            ),
+            None => None,
+        };
         let endpoint = self.model_endpoint.as_ref().map(|url| {
             let mut endpoint = ModelEndpoint::new(url);
             endpoint.model = self.model.clone();
             endpoint.api_key_var = self.model_key_var.clone();
+            endpoint.roots = roots;
             endpoint
         });
         if endpoint.is_none() && self.model_key_var.is_some() {

@@ -168,3 +168,58 @@ async fn a_missing_key_fails_the_run_before_the_agent_starts() {
         .all(|a| a != "started"));
     h.stop().await;
 }
+
+/// An upstream that starts a streamed answer and drops the connection
+/// before its usage: the call is counted as not metered, with a note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = conn.read(&mut buf).await;
+            let event = "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
+                event.len()
+            );
+            let _ = conn.write_all(head.as_bytes()).await;
+            // Cut: no last chunk, no usage.
+        }
+    });
+    let runner = sh(r#"
+        curl -s --max-time 20 -H "Authorization: Bearer $KORVUS_MODEL_TOKEN" \
+            -d '{"stream":true}' "$KORVUS_MODEL_URL/v1/responses" > answer.txt
+        echo '{"type":"usage","input_tokens":5,"output_tokens":2}'
+        echo '# R' > report.md
+    "#)
+    .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]))
+    .model_gateway(ModelGateway::openai(upstream, KEY_VAR));
+    let h = harness(runner).await;
+    let row = h.run("cut").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let texts = h.texts(row.id).await;
+    assert!(
+        texts.iter().any(|t| t
+            == "model gateway: a call to /v1/responses could not be metered (the answer was cut before its usage)"),
+        "{texts:#?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with(
+            "model gateway: 0 call(s) metered (0 input / 0 output tokens), 1 not metered"
+        )),
+        "{texts:#?}"
+    );
+    // Nothing measured: the agent's own figures are what is counted.
+    assert_eq!(
+        (row.counters.input_tokens, row.counters.output_tokens),
+        (5, 2)
+    );
+    assert!(h
+        .artifact_text(row.id, "answer.txt")
+        .await
+        .contains("response.created"));
+    h.stop().await;
+}

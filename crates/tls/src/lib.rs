@@ -67,6 +67,26 @@ impl Roots {
         self.extra.push(ca);
         self
     }
+
+    /// The same roots and every certificate of the PEM file at `path`
+    /// (a private authority's bundle).
+    ///
+    /// # Errors
+    /// [`TlsError::Roots`] when the file cannot be read, is not PEM, or
+    /// holds no certificate.
+    pub fn with_pem_file(mut self, path: &std::path::Path) -> Result<Self, TlsError> {
+        use rustls::pki_types::pem::PemObject as _;
+        let bad = |e: &dyn std::fmt::Display| TlsError::Roots(format!("{}: {e}", path.display()));
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(&e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(&e))?;
+        if certs.is_empty() {
+            return Err(bad(&"no certificate in the file"));
+        }
+        self.extra.extend(certs);
+        Ok(self)
+    }
 }
 
 /// Why a client could not be built or a request failed.

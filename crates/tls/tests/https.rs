@@ -57,3 +57,21 @@ async fn no_roots_at_all_is_a_typed_error_and_plain_http_still_works() {
         .unwrap();
     assert_eq!(answer.status(), 200);
 }
+
+#[test]
+fn roots_read_a_pem_bundle_and_refuse_what_is_not_one() {
+    let ca = TestCa::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("ca.pem");
+    std::fs::write(&pem, ca.ca_pem()).unwrap();
+    let roots = Roots::only().with_pem_file(&pem).unwrap();
+    assert_eq!(roots, Roots::only().with(ca.ca_der().clone()));
+    std::fs::write(&pem, "not a certificate").unwrap();
+    assert!(matches!(
+        Roots::only().with_pem_file(&pem),
+        Err(TlsError::Roots(why)) if why.contains("no certificate")
+    ));
+    assert!(Roots::only()
+        .with_pem_file(&dir.path().join("absent.pem"))
+        .is_err());
+}
