@@ -16,7 +16,7 @@ use tracing::{debug, info};
 use crate::dialect::{resume_args, state, Decoder, Dialect};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit, PrivateDirs};
-use crate::gateway::serve::{Serving, Totals};
+use crate::gateway::serve::Serving;
 use crate::gateway::{ModelGateway, Placed};
 use crate::isolate::Isolation;
 use crate::limits::Limits;
@@ -310,17 +310,9 @@ impl CommandRunner {
         // Before the agent starts: nothing watches it yet.
         let decoder = Decoder::for_run(self.dialect, &ctx.log, resume.as_ref()).await;
         let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(64);
-        let gateway_port = gateway
-            .as_ref()
-            .filter(|(_, placed)| placed.host_listener.is_none())
-            .map(|(_, placed)| placed.port);
-        let (mut agent, notes, mut network) = self
-            .start(&ctx, &scratch, cmd, input, notes_tx, gateway_port)
+        let (mut agent, notes, network, serving) = self
+            .start_served(&ctx, &scratch, cmd, input, notes_tx, gateway.as_mut())
             .await?;
-        let serving = match gateway.as_mut() {
-            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, &ctx)?),
-            None => None,
-        };
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
@@ -354,10 +346,7 @@ impl CommandRunner {
         }
         output.drain(&mut sink, self.drain).await;
         if let Some(serving) = serving {
-            let totals = serving.finish().await;
-            sink.note(gateway_summary(&totals)).await;
-            sink.measured(totals.calls, totals.input, totals.output)
-                .await;
+            sink.gateway(serving.finish().await).await;
         }
         if let Some(egress) = network.egress() {
             sink.note(egress.summary()).await;
@@ -368,13 +357,7 @@ impl CommandRunner {
         let program = agent.release().await;
         let status = status?;
         let result = process::classify(stop, status, self.timeout, program);
-        let result = match (result, sink.decoder().and_then(Decoder::failure)) {
-            (Err(CommandError::Exited { code }), Some(message)) => Err(CommandError::AgentFailed {
-                code,
-                message: message.to_owned(),
-            }),
-            (result, _) => result,
-        };
+        let result = with_agent_failure(result, sink.decoder());
         state::keep_thread(&mut sink, &scratch, &private.home, &ctx.checkpoint).await;
         conclude(&scratch, sink, status, result, used).await
     }
@@ -387,6 +370,29 @@ impl CommandRunner {
         };
         let key = gateway.key(self.env_source.as_deref())?;
         Ok(Some((key, gateway.place(&self.network)?)))
+    }
+
+    /// [`start`](Self::start)s the agent with its gateway (when it has
+    /// one) listening where the agent's network is, and serves it.
+    async fn start_served(
+        &self,
+        ctx: &RunContext,
+        scratch: &Path,
+        cmd: Command,
+        input: String,
+        notes: tokio::sync::mpsc::Sender<String>,
+        gateway: Option<&mut (String, Placed)>,
+    ) -> Result<(Agent, Vec<String>, Isolation, Option<Serving>), CommandError> {
+        let port = gateway
+            .as_ref()
+            .filter(|(_, placed)| placed.host_listener.is_none())
+            .map(|(_, placed)| placed.port);
+        let (agent, notes, mut network) = self.start(ctx, scratch, cmd, input, notes, port).await?;
+        let serving = match gateway {
+            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, ctx)?),
+            None => None,
+        };
+        Ok((agent, notes, network, serving))
     }
 
     /// Starts serving the run's gateway on the listener placed for it.
@@ -592,11 +598,17 @@ struct Launch<'a> {
     gateway: Option<&'a Placed>,
 }
 
-/// The run's gateway summary, for its log.
-fn gateway_summary(t: &Totals) -> String {
-    format!(
-        "model gateway: {} call(s) metered ({} input / {} output tokens), {} not metered, {} \
-         refused for a wrong token, {} could not reach the upstream",
-        t.calls, t.input, t.output, t.unmetered, t.refused, t.failed
-    )
+/// A failing exit whose agent reported why (its dialect's failure) is
+/// that failure.
+fn with_agent_failure(
+    result: Result<&'static str, CommandError>,
+    decoder: Option<&Decoder>,
+) -> Result<&'static str, CommandError> {
+    match (result, decoder.and_then(Decoder::failure)) {
+        (Err(CommandError::Exited { code }), Some(message)) => Err(CommandError::AgentFailed {
+            code,
+            message: message.to_owned(),
+        }),
+        (result, _) => result,
+    }
 }

@@ -116,9 +116,16 @@ impl<'a> Sink<'a> {
     }
 
     /// Takes what the model gateway measured (its events are in the log
-    /// already) and notes a disagreement with what the agent reported
-    /// beyond rounding: more than one token or 1 %, either way.
-    pub(crate) async fn measured(&mut self, calls: u64, input: u64, output: u64) {
+    /// already): notes its summary, and a disagreement with what the agent
+    /// reported beyond rounding — more than one token or 1 %, either way.
+    pub(crate) async fn gateway(&mut self, t: crate::gateway::serve::Totals) {
+        self.note(format!(
+            "model gateway: {} call(s) metered ({} input / {} output tokens), {} not metered, {} \
+             refused for a wrong token, {} could not reach the upstream",
+            t.calls, t.input, t.output, t.unmetered, t.refused, t.failed
+        ))
+        .await;
+        let (calls, input, output) = (t.calls, t.input, t.output);
         if calls == 0 {
             return;
         }

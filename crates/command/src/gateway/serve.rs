@@ -258,6 +258,39 @@ async fn handle(state: &State, request: Request<Incoming>) -> Answer {
         Some(Api::Chat) => ask_chat_usage(body),
         _ => body,
     };
+    let upstream = match upstream_request(state, parts, &path, body) {
+        Ok(r) => r,
+        Err(e) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &format!("korvus model gateway: {e}"),
+            )
+        }
+    };
+    match state.client.send(upstream).await {
+        Ok(answer) => metered(state, api, path, answer),
+        Err(e) => {
+            lock(&state.totals).failed += 1;
+            warn!(error = %e, "the model upstream could not be reached");
+            refusal(
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                "korvus model gateway: the upstream could not be reached",
+            )
+        }
+    }
+}
+
+/// The call as the upstream gets it: the same method, path and headers,
+/// the real key instead of the token, no compression (the meter reads the
+/// answer).
+fn upstream_request(
+    state: &State,
+    parts: hyper::http::request::Parts,
+    path: &str,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
     let mut upstream = Request::builder()
         .method(parts.method)
         .uri(format!("{}{}", state.upstream, path));
@@ -273,28 +306,12 @@ async fn handle(state: &State, request: Request<Incoming>) -> Answer {
             HeaderValue::from_static("identity"),
         );
     }
-    let upstream = match upstream.body(Full::new(body)) {
-        Ok(r) => r,
-        Err(e) => {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &format!("korvus model gateway: {e}"),
-            )
-        }
-    };
-    let answer = match state.client.send(upstream).await {
-        Ok(a) => a,
-        Err(e) => {
-            lock(&state.totals).failed += 1;
-            warn!(error = %e, "the model upstream could not be reached");
-            return refusal(
-                StatusCode::BAD_GATEWAY,
-                "api_error",
-                "korvus model gateway: the upstream could not be reached",
-            );
-        }
-    };
+    upstream.body(Full::new(body))
+}
+
+/// The upstream's answer for the agent, a successful model call's read by
+/// a meter on its way.
+fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incoming>) -> Answer {
     let (parts, body) = answer.into_parts();
     let streamed = parts
         .headers
