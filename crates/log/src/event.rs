@@ -241,7 +241,7 @@ pub enum EventKind {
     /// Tokens the model used, as the agent reported them: one event per
     /// report. A run's token counters are the sum of its usage events —
     /// unless korvus measured the run's model calls itself
-    /// ([`MeteredUsage`](EventKind::MeteredUsage)); see [`TokenTally`].
+    /// ([`MeteredUsage`](EventKind::MeteredUsage)); see [`TokenTally`](crate::TokenTally).
     Usage {
         /// Input (prompt) tokens.
         #[serde(default)]
