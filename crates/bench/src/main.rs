@@ -35,7 +35,11 @@
 //! 25. a checkpoint of an unchanged tree of 10,000 files against a bare
 //!     `stat` walk of it;
 //! 26. checkpoints every 5 s while an agent writes 1,000 files over 60 s,
-//!     against the same run without: wall time and CPU.
+//!     against the same run without: wall time and CPU;
+//! 27. resuming a lost session's run on another replica (see `resume.rs`);
+//! 28. a streamed 1 MiB model answer through the model gateway against the
+//!     same answer fetched directly: latency to the first and last byte,
+//!     CPU per MiB.
 //!
 //! It writes `report.md` and `report.json` to `--out` (default
 //! `target/bench`). PostgreSQL and S3 come from `KORVUS_TEST_DATABASE_URL`
@@ -58,6 +62,7 @@ mod export;
 mod fanout;
 mod files;
 mod fixtures;
+mod gateway;
 mod history;
 mod large;
 mod lease;
@@ -201,7 +206,7 @@ async fn all(
     let wanted = |n: u32| only.as_ref().is_none_or(|o| o.contains(&n));
     let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for n in 1..=27u32 {
+    for n in 1..=28u32 {
         if !wanted(n) {
             continue;
         }
@@ -234,7 +239,8 @@ async fn all(
             24 => command::command_sessions(&mut b).await,
             25 => checkpoint::unchanged_tree(&mut b).await,
             26 => checkpoint_run::running_agent(&mut b).await,
-            _ => resume::resume_latency(&mut b).await,
+            27 => resume::resume_latency(&mut b).await,
+            _ => gateway::gateway(&mut b).await,
         };
         match result {
             Ok(r) => {

@@ -62,14 +62,6 @@ pub enum CommandError {
         /// Why it is not in force.
         reason: String,
     },
-    /// The [`ModelGateway`](crate::ModelGateway) could not be set up for
-    /// the run (its key variable is unset, or it could not listen); the
-    /// program was not started.
-    #[error("the model gateway could not be set up: {reason}")]
-    Gateway {
-        /// What went wrong.
-        reason: String,
-    },
     /// The [`Limits`](crate::Limits) are
     /// [`required`](crate::Limits::required) but the memory, task or CPU
     /// limits could not be put in force (no writable cgroup); the program
@@ -157,6 +149,14 @@ pub enum CommandError {
     TimedOut {
         /// The configured timeout.
         after: Duration,
+    },
+    /// The [`ModelGateway`](crate::ModelGateway) could not be set up for
+    /// the run (its key variable is unset, or it could not listen); the
+    /// program was not started.
+    #[error("the model gateway could not be set up: {reason}")]
+    Gateway {
+        /// What went wrong.
+        reason: String,
     },
 }
 
