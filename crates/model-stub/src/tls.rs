@@ -38,6 +38,16 @@ impl TestCa {
     /// When the certificates cannot be generated (never, short of a broken
     /// build of the crypto library).
     pub fn new() -> Result<Self, rcgen::Error> {
+        Self::with_names(&["127.0.0.1", "::1", "localhost"])
+    }
+
+    /// A new authority and a server certificate for `names` (host names
+    /// or IP addresses), e.g. a test's `api.example.test` reached at
+    /// `127.0.0.1` by a client told so.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_names(names: &[&str]) -> Result<Self, rcgen::Error> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params
             .distinguished_name
@@ -46,11 +56,8 @@ impl TestCa {
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca_key = KeyPair::generate()?;
         let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-        let server_params = CertificateParams::new(vec![
-            "127.0.0.1".to_owned(),
-            "::1".to_owned(),
-            "localhost".to_owned(),
-        ])?;
+        let server_params =
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
         let server_key = KeyPair::generate()?;
         let server = server_params.signed_by(&server_key, &ca)?;
         Ok(Self {

@@ -34,6 +34,12 @@ pub use hyper::body::Incoming;
 pub use hyper::http;
 pub use rustls::pki_types::CertificateDer;
 
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -107,7 +113,42 @@ pub enum TlsError {
 /// connection pool.
 #[derive(Clone)]
 pub struct HttpsClient {
-    inner: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    inner: Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>,
+}
+
+/// The system's resolver, except for the host names given an address.
+#[derive(Clone)]
+struct Resolver {
+    hosts: Arc<[(String, IpAddr)]>,
+    system: GaiResolver,
+}
+
+type Resolved = std::vec::IntoIter<SocketAddr>;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = Resolved;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Resolved, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let given = self
+            .hosts
+            .iter()
+            .find(|(host, _)| host.eq_ignore_ascii_case(name.as_str()))
+            .map(|(_, ip)| *ip);
+        if let Some(ip) = given {
+            // Port 0: the connector puts the URL's port in.
+            return Box::pin(std::future::ready(Ok(
+                vec![SocketAddr::new(ip, 0)].into_iter()
+            )));
+        }
+        let lookup = self.system.call(name);
+        Box::pin(async move { Ok(lookup.await?.collect::<Vec<_>>().into_iter()) })
+    }
 }
 
 impl std::fmt::Debug for HttpsClient {
@@ -128,6 +169,17 @@ impl HttpsClient {
     /// [`TlsError::Roots`] when `roots` end up empty (with what went wrong
     /// reading the system's) or an added one is malformed.
     pub fn new(roots: &Roots) -> Result<Self, TlsError> {
+        Self::resolving(roots, &[])
+    }
+
+    /// As [`new`](Self::new), with `hosts` reached at the address given
+    /// instead of the one the system's resolver would give (as curl's
+    /// `--resolve`): for a host without a DNS name, or a test's. The
+    /// certificate is still checked against the host's name.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn resolving(roots: &Roots, hosts: &[(String, IpAddr)]) -> Result<Self, TlsError> {
         let mut store = rustls::RootCertStore::empty();
         // Why system certificates were not loaded, for the error when none was.
         let mut problems = Vec::new();
@@ -159,11 +211,16 @@ impl HttpsClient {
             .map_err(|e| TlsError::Roots(e.to_string()))?
             .with_root_certificates(store)
             .with_no_client_auth();
+        let mut http = HttpConnector::new_with_resolver(Resolver {
+            hosts: hosts.into(),
+            system: GaiResolver::new(),
+        });
+        http.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config)
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         Ok(Self {
             inner: Client::builder(TokioExecutor::new()).build(https),
         })

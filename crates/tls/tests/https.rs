@@ -75,3 +75,26 @@ fn roots_read_a_pem_bundle_and_refuse_what_is_not_one() {
         .with_pem_file(&dir.path().join("absent.pem"))
         .is_err());
 }
+
+#[tokio::test]
+async fn a_host_given_an_address_is_reached_there_and_checked_by_its_name() {
+    let ca = TestCa::new().unwrap();
+    let stub = StubServer::start_tls(Script::default(), &ca).await.unwrap();
+    let port = stub.addr().port();
+    let roots = Roots::only().with(ca.ca_der().clone());
+    // The stub's certificate names 127.0.0.1 and localhost: a name it
+    // does not carry is refused even at the right address.
+    let named =
+        HttpsClient::resolving(&roots, &[("localhost".into(), [127, 0, 0, 1].into())]).unwrap();
+    let answer = named
+        .send(responses_request(&format!("https://localhost:{port}")))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let wrong =
+        HttpsClient::resolving(&roots, &[("other.test".into(), [127, 0, 0, 1].into())]).unwrap();
+    assert!(wrong
+        .send(responses_request(&format!("https://other.test:{port}")))
+        .await
+        .is_err());
+}
