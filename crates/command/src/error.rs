@@ -158,6 +158,15 @@ pub enum CommandError {
         /// What went wrong.
         reason: String,
     },
+    /// The credential [`Vault`](crate::Vault) could not be armed for the
+    /// run: a credential bound to a destination the network policy does
+    /// not allow, a value that could not be read, or no authority; the
+    /// program was not started.
+    #[error("the credential vault could not be set up: {reason}")]
+    Vault {
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl CommandError {

@@ -8,12 +8,14 @@
 use std::net::{IpAddr, TcpListener as StdListener};
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::Arc;
 
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::network::proxy::{self, Egress};
+use crate::network::vault::Armed;
 use crate::network::{netns, Network};
 use crate::sandbox::{self, Confinement, Sandbox};
 use crate::spawn::contain::{Contain, MountRules};
@@ -107,12 +109,20 @@ impl Isolation {
     }
 }
 
+/// What korvus serves the agent's network besides the egress proxy.
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    /// The model gateway's port, bound where the agent's network is (not
+    /// for [`Network::host`], whose gateway the runner binds itself).
+    pub(crate) gateway: Option<u16>,
+    /// The run's credentials, for the egress proxy.
+    pub(crate) vault: Option<Arc<Armed>>,
+}
+
 /// Starts `cmd` (after `setup` in the child) isolated by `network` and
 /// confined by `policy` (writes allowed in `scratch`). Egress refusals are
-/// sent to `notes`. With `gateway`, the model gateway's port is bound
-/// where the agent's network is (not for [`Network::host`], whose gateway
-/// the runner binds itself); where it cannot be, the run fails before the
-/// agent starts.
+/// sent to `notes`. Where `served`'s gateway cannot listen, the run fails
+/// before the agent starts.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     cmd: Command,
@@ -122,8 +132,9 @@ pub(crate) async fn start(
     scratch: &Path,
     program: &str,
     notes: mpsc::Sender<String>,
-    gateway: Option<u16>,
+    served: Served,
 ) -> Result<Started, CommandError> {
+    let gateway = served.gateway;
     let spawn_error = |source| CommandError::Spawn {
         program: program.to_owned(),
         source,
@@ -151,7 +162,7 @@ pub(crate) async fn start(
         .spawn(move || {
             let _runtime = runtime.enter();
             let mut cmd = cmd;
-            let isolation = enter_network(&network, &mut cmd, &mut setup, notes, gateway);
+            let isolation = enter_network(&network, &mut cmd, &mut setup, notes, served);
             let result = match isolation {
                 Isolation::NotInForce(reason, _) if network.is_required() => {
                     Err(CommandError::Network { reason })
@@ -244,13 +255,14 @@ fn enter_network(
     cmd: &mut Command,
     setup: &mut ChildSetup,
     notes: mpsc::Sender<String>,
-    gateway: Option<u16>,
+    served: Served,
 ) -> Isolation {
     if network.is_host() {
         return Isolation::Host;
     }
+    let gateway = served.gateway;
     let thread_error = match spawn::unshare_thread_network() {
-        Ok(()) => return in_thread_namespace(network, cmd, notes, gateway),
+        Ok(()) => return in_thread_namespace(network, cmd, notes, served),
         Err(e) => e,
     };
     debug!(error = %thread_error, "no network namespace for the starting thread");
@@ -303,8 +315,9 @@ fn in_thread_namespace(
     network: &Network,
     cmd: &mut Command,
     notes: mpsc::Sender<String>,
-    gateway: Option<u16>,
+    served: Served,
 ) -> Isolation {
+    let Served { gateway, vault } = served;
     // The namespace is made: a failure from here on leaves the agent with
     // no network at all, never the host's.
     if let Err(e) = netns::loopback_up() {
@@ -344,7 +357,7 @@ fn in_thread_namespace(
     let mut skipped = Vec::new();
     let egress = proxy::bind(network.destinations()).and_then(|mut listeners| {
         skipped = std::mem::take(&mut listeners.skipped);
-        Egress::start(listeners, network.destinations(), notes)
+        Egress::start(listeners, network.destinations(), notes, vault)
     });
     match egress {
         Ok(egress) => {

@@ -145,6 +145,7 @@ pub use crate::limits::{
 pub use crate::manifest::{
     ManifestContext, ManifestSkill, ManifestWorkspace, RunManifest, PROTOCOL_VERSION,
 };
+pub use crate::network::vault::{Credential, Vault, PLACEHOLDER};
 pub use crate::network::{Destination, DestinationError, Network};
 pub use crate::output::{ExitDrain, DEFAULT_DRAIN_IDLE, DEFAULT_DRAIN_MAX, STDERR_LINE_BYTES};
 pub use crate::preset::{ModelEndpoint, Preset};

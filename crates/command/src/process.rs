@@ -64,8 +64,8 @@ pub(crate) struct Isolate<'a> {
     pub(crate) network: &'a Network,
     pub(crate) scratch: &'a Path,
     pub(crate) notes: tokio::sync::mpsc::Sender<String>,
-    /// The model gateway's port, to be bound where the agent's network is.
-    pub(crate) gateway: Option<u16>,
+    /// The model gateway and the vault, served on the agent's network.
+    pub(crate) served: crate::isolate::Served,
 }
 
 /// A started agent: its process, its process group, and the tasks that feed
@@ -115,7 +115,7 @@ impl Agent {
             how.scratch,
             &program,
             how.notes,
-            how.gateway,
+            how.served,
         )
         .await?;
         let containment = started.containment_note();

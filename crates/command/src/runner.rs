@@ -18,9 +18,10 @@ use crate::enforce;
 use crate::env::{EnvPolicy, Inherit, PrivateDirs};
 use crate::gateway::serve::Serving;
 use crate::gateway::{ModelGateway, Placed};
-use crate::isolate::Isolation;
+use crate::isolate::{Isolation, Served};
 use crate::limits::Limits;
 use crate::manifest::RunManifest;
+use crate::network::vault::{Armed, Vault};
 use crate::network::Network;
 use crate::outcome::{conclude, failed, report_exists};
 use crate::output::{ExitDrain, Output};
@@ -68,6 +69,7 @@ pub struct CommandRunner {
     dialect: Dialect,
     network: Network,
     gateway: Option<ModelGateway>,
+    vault: Vault,
 }
 
 impl CommandRunner {
@@ -92,6 +94,7 @@ impl CommandRunner {
             dialect: Dialect::Korvus,
             network: Network::host(),
             gateway: None,
+            vault: Vault::new(),
         }
     }
 
@@ -270,6 +273,17 @@ impl CommandRunner {
         self
     }
 
+    /// Puts `vault`'s credentials on the agent's requests to their
+    /// destinations at the egress proxy (an [`allow`](Network::allow)
+    /// policy listing each of them is needed; without root it does not
+    /// run, see [`Network`]): the agent holds a placeholder at most, and
+    /// its TLS clients are pointed at the run's authority
+    /// (`docs/operations.md`, "The credential vault").
+    pub fn vault(mut self, vault: Vault) -> Self {
+        self.vault = vault;
+        self
+    }
+
     /// The model gateway, if the runner has one.
     pub fn gateway(&self) -> Option<&ModelGateway> {
         self.gateway.as_ref()
@@ -281,10 +295,8 @@ impl CommandRunner {
         message: Option<String>,
     ) -> Result<RunOutcome, CommandError> {
         let scratch = ctx.scratch.clone().ok_or(CommandError::NoScratchDir)?;
-        if ctx.cancel.is_cancelled() {
-            // Cancelled before it started: nothing to stop, nothing written.
-            return Ok(RunOutcome::new(ExitReason::CANCELLED, Counters::default())
-                .with_author_finished(report_exists(&scratch).await));
+        if let Some(outcome) = cancelled_before_start(&ctx, &scratch).await {
+            return Ok(outcome);
         }
         let manifest = RunManifest::for_run(&ctx, message.as_deref())
             .write(&scratch)
@@ -293,25 +305,27 @@ impl CommandRunner {
         let (resume, resume_note) =
             state::native_resume(self.dialect, &scratch, &private.home, message.is_some());
         user::hand_over_to(self.user.clone(), &scratch).await?;
+        let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(64);
         let thread = resume.as_ref().map(|r| r.thread.as_str());
-        let mut gateway = self.place_gateway()?;
-        let cmd = self.command(
+        let (cmd, mut gateway, vault) = self.prepare(
             &ctx,
-            &scratch,
-            &manifest,
-            &private,
-            Launch {
-                resume: message.is_some(),
-                thread,
-                gateway: gateway.as_ref().map(|(_, placed)| placed),
-            },
-        );
+            (&scratch, &manifest, &private),
+            (message.is_some(), thread),
+            notes_tx.clone(),
+        )?;
         let input = message.unwrap_or_else(|| ctx.session.prompt.clone());
         // Before the agent starts: nothing watches it yet.
         let decoder = Decoder::for_run(self.dialect, &ctx.log, resume.as_ref()).await;
-        let (notes_tx, notes_rx) = tokio::sync::mpsc::channel(64);
         let (mut agent, notes, network, serving) = self
-            .start_served(&ctx, &scratch, cmd, input, notes_tx, gateway.as_mut())
+            .start_served(
+                &ctx,
+                &scratch,
+                cmd,
+                input,
+                notes_tx,
+                gateway.as_mut(),
+                vault.clone(),
+            )
             .await?;
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
@@ -345,13 +359,7 @@ impl CommandRunner {
             debug!(error = %e, "agent record not removed");
         }
         output.drain(&mut sink, self.drain).await;
-        if let Some(serving) = serving {
-            sink.gateway(serving.finish().await).await;
-        }
-        if let Some(egress) = network.egress() {
-            sink.note(egress.summary()).await;
-        }
-        drop(network);
+        summarise(&mut sink, serving, network, vault.as_deref()).await;
         let peaks = agent.finish_cgroup().await;
         let used = peaks.and_then(|p| enforce::peaks_note(p, &self.limits));
         let program = agent.release().await;
@@ -372,8 +380,56 @@ impl CommandRunner {
         Ok(Some((key, gateway.place(&self.network)?)))
     }
 
+    /// The agent's command, its gateway placed and its vault armed.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &self,
+        ctx: &RunContext,
+        (scratch, manifest, private): (&Path, &Path, &PrivateDirs),
+        (resume, thread): (bool, Option<&str>),
+        notes: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<(Command, Option<(String, Placed)>, Option<Arc<Armed>>), CommandError> {
+        let gateway = self.place_gateway()?;
+        let vault = self.arm_vault(private, notes)?;
+        let launch = Launch {
+            resume,
+            thread,
+            gateway: gateway.as_ref().map(|(_, placed)| placed),
+            vault: vault.as_ref().map(|(_, vars)| vars.as_slice()),
+        };
+        let cmd = self.command(ctx, scratch, manifest, private, launch);
+        Ok((cmd, gateway, vault.map(|(armed, _)| armed)))
+    }
+
+    /// The run's vault, armed, and the agent's variables for it (its
+    /// trust store pointed at the run's authority, placeholders): `None`
+    /// without credentials.
+    #[allow(clippy::type_complexity)]
+    fn arm_vault(
+        &self,
+        private: &PrivateDirs,
+        notes: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<Option<(Arc<Armed>, Vec<(OsString, OsString)>)>, CommandError> {
+        if self.vault.is_empty() {
+            return Ok(None);
+        }
+        let armed = self.vault.arm(
+            self.network.destinations(),
+            self.env_source.as_deref(),
+            notes,
+        )?;
+        let mut vars = armed
+            .trust(&private.tmp.join("korvus-vault"))
+            .map_err(|e| CommandError::Vault {
+                reason: format!("the run's authority could not be written: {e}"),
+            })?;
+        vars.extend(self.vault.placeholders());
+        Ok(Some((Arc::new(armed), vars)))
+    }
+
     /// [`start`](Self::start)s the agent with its gateway (when it has
     /// one) listening where the agent's network is, and serves it.
+    #[allow(clippy::too_many_arguments)]
     async fn start_served(
         &self,
         ctx: &RunContext,
@@ -382,12 +438,17 @@ impl CommandRunner {
         input: String,
         notes: tokio::sync::mpsc::Sender<String>,
         gateway: Option<&mut (String, Placed)>,
+        vault: Option<Arc<Armed>>,
     ) -> Result<(Agent, Vec<String>, Isolation, Option<Serving>), CommandError> {
-        let port = gateway
-            .as_ref()
-            .filter(|(_, placed)| placed.host_listener.is_none())
-            .map(|(_, placed)| placed.port);
-        let (agent, notes, mut network) = self.start(ctx, scratch, cmd, input, notes, port).await?;
+        let served = Served {
+            gateway: gateway
+                .as_ref()
+                .filter(|(_, placed)| placed.host_listener.is_none())
+                .map(|(_, placed)| placed.port),
+            vault,
+        };
+        let (agent, notes, mut network) =
+            self.start(ctx, scratch, cmd, input, notes, served).await?;
         let serving = match gateway {
             Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, ctx)?),
             None => None,
@@ -434,7 +495,7 @@ impl CommandRunner {
         cmd: Command,
         input: String,
         notes: tokio::sync::mpsc::Sender<String>,
-        gateway: Option<u16>,
+        served: Served,
     ) -> Result<(Agent, Vec<String>, Isolation), CommandError> {
         let program = self.program.to_string_lossy().into_owned();
         let (cgroup, limits_note) = enforce::place(&self.limits, ctx).await?;
@@ -464,7 +525,7 @@ impl CommandRunner {
             network: &self.network,
             scratch,
             notes,
-            gateway,
+            served,
         };
         let (agent, confinement, network, containment) =
             Agent::spawn(cmd, program, input, how, setup, cgroup).await?;
@@ -497,6 +558,7 @@ impl CommandRunner {
             resume,
             thread,
             gateway,
+            vault,
         } = launch;
         let mut env = match &self.env_source {
             Some(vars) => self.env.resolve(vars.iter().cloned()),
@@ -512,6 +574,17 @@ impl CommandRunner {
             env.retain(|(k, _)| k.as_os_str() != std::ffi::OsStr::new(config.key_var()));
             env.extend(config.agent_vars(placed));
             args = args.iter().map(|a| placed.fill_arg(a)).collect();
+        }
+        if let Some(vars) = vault {
+            // Credentials are korvus's: their variables never reach the
+            // agent; placeholders and the trust store's variables do.
+            let secret: Vec<&str> = self.vault.secret_vars().collect();
+            env.retain(|(k, _)| {
+                !secret
+                    .iter()
+                    .any(|s| k.as_os_str() == std::ffi::OsStr::new(s))
+            });
+            env.extend(vars.iter().cloned());
         }
         let names: Vec<String> = env
             .iter()
@@ -596,6 +669,8 @@ struct Launch<'a> {
     resume: bool,
     thread: Option<&'a str>,
     gateway: Option<&'a Placed>,
+    /// The vault's variables for the agent, when the runner has one.
+    vault: Option<&'a [(OsString, OsString)]>,
 }
 
 /// A failing exit whose agent reported why (its dialect's failure) is
@@ -611,4 +686,32 @@ fn with_agent_failure(
         }),
         (result, _) => result,
     }
+}
+
+/// The network's last notes of a run (its gateway's measurements, its
+/// egress and its vault); the network's listeners end here.
+async fn summarise(
+    sink: &mut Sink<'_>,
+    serving: Option<Serving>,
+    network: Isolation,
+    vault: Option<&Armed>,
+) {
+    if let Some(serving) = serving {
+        sink.gateway(serving.finish().await).await;
+    }
+    if let Some(egress) = network.egress() {
+        sink.note(egress.summary()).await;
+    }
+    if let Some(vault) = vault {
+        sink.note(vault.summary()).await;
+    }
+}
+
+/// A run cancelled before it started: nothing to stop, nothing written.
+async fn cancelled_before_start(ctx: &RunContext, scratch: &Path) -> Option<RunOutcome> {
+    ctx.cancel.is_cancelled().then_some(())?;
+    Some(
+        RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+            .with_author_finished(report_exists(scratch).await),
+    )
 }

@@ -14,3 +14,4 @@ mod limits;
 mod network;
 mod protocol;
 mod sandbox;
+mod vault;

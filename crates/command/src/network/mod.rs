@@ -5,6 +5,8 @@
 
 pub(crate) mod netns;
 pub(crate) mod proxy;
+pub(crate) mod vault;
+mod vault_ca;
 
 use std::fmt;
 use std::net::IpAddr;

@@ -17,14 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt as _;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
 use self::http::{Ask, Input, Request};
+use super::vault::Armed;
 use super::Destination;
 
 mod http;
@@ -108,6 +110,7 @@ impl Egress {
         listeners: Listeners,
         allow: &[Destination],
         notes: mpsc::Sender<String>,
+        vault: Option<Arc<Armed>>,
     ) -> std::io::Result<Self> {
         let proxy_addr = listeners.proxy.local_addr()?;
         // Every listener registered before any task starts: an error leaves
@@ -129,6 +132,7 @@ impl Egress {
         let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let proxy = Arc::new(Proxy {
             allow,
+            vault,
             notes,
             stats: Arc::clone(&egress.stats),
             policy,
@@ -249,6 +253,8 @@ async fn forward(mut conn: TcpStream, addr: SocketAddr, stats: &Stats) {
 
 struct Proxy {
     allow: Arc<[Destination]>,
+    /// The run's credentials, put on requests to their destinations.
+    vault: Option<Arc<Armed>>,
     notes: mpsc::Sender<String>,
     stats: Arc<Stats>,
     policy: String,
@@ -263,6 +269,9 @@ enum Back {
     Established(OwnedReadHalf),
     /// Write the proxy's own answer and close.
     Refusal(Vec<u8>),
+    /// Confirm a `CONNECT` the vault intercepts, then hand the client's
+    /// writing half over to it.
+    Intercept(oneshot::Sender<OwnedWriteHalf>),
 }
 
 impl Proxy {
@@ -293,7 +302,7 @@ impl Proxy {
             first = false;
             let Ok(Ok(Some(head))) = head else { break };
             let request = match Request::parse(&head) {
-                Ok(r) => r,
+                Ok(r) => self.with_credential(r),
                 Err(why) => {
                     self.refused(&format!("a request the proxy does not take ({why})"));
                     let _ = back
@@ -310,6 +319,12 @@ impl Proxy {
                     .send(Back::Refusal(refusal("403 Forbidden", why)))
                     .await;
                 break;
+            }
+            if let Some(vault) = self.intercepted(&request) {
+                if let Some((_, mut to)) = upstream.take() {
+                    let _ = to.shutdown().await;
+                }
+                return intercept(vault, input, &back, request.dest).await;
             }
             let same = matches!(request.ask, Ask::Forward { .. })
                 && upstream.as_ref().is_some_and(|(d, _)| *d == request.dest);
@@ -356,6 +371,40 @@ impl Proxy {
         }
     }
 
+    /// The vault, when `request` is a `CONNECT` to a destination it holds
+    /// a credential for (counted as admitted).
+    fn intercepted(&self, request: &Request) -> Option<Arc<Armed>> {
+        let vault = self.vault.as_ref()?;
+        let bound = matches!(request.ask, Ask::Connect) && vault.bound(&request.dest).is_some();
+        if bound {
+            self.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        bound.then(|| Arc::clone(vault))
+    }
+
+    /// A plain request to a bound destination, its credential set.
+    fn with_credential(&self, request: Request) -> Request {
+        let Some(vault) = &self.vault else {
+            return request;
+        };
+        let Some(bound) = vault.bound(&request.dest) else {
+            return request;
+        };
+        let ask = match request.ask {
+            Ask::Forward {
+                head,
+                body,
+                upgrade,
+            } => Ask::Forward {
+                head: vault.rewrite_head(&head, bound),
+                body,
+                upgrade,
+            },
+            Ask::Connect => Ask::Connect,
+        };
+        Request { ask, ..request }
+    }
+
     /// Connects to the request's destination and hands its way back to
     /// [`back`]; `None` when that failed (and the client is told).
     async fn connect(
@@ -395,6 +444,24 @@ impl Proxy {
     }
 }
 
+/// Hands the rest of the connection to the vault, once the client was
+/// told its `CONNECT` succeeded (after every answer before it).
+async fn intercept(
+    vault: Arc<Armed>,
+    input: Input<OwnedReadHalf>,
+    back: &mpsc::Sender<Back>,
+    dest: Destination,
+) {
+    let (give, take) = oneshot::channel();
+    if back.send(Back::Intercept(give)).await.is_err() {
+        return;
+    }
+    let Ok(write) = take.await else { return };
+    let (read, seen) = input.into_parts();
+    let stream = tokio::io::join(std::io::Cursor::new(seen).chain(read), write);
+    vault.intercept(stream, dest).await;
+}
+
 /// The half writing to the client: each [`Back`] in turn, then the close.
 async fn back(mut client: OwnedWriteHalf, mut next: mpsc::Receiver<Back>) {
     while let Some(step) = next.recv().await {
@@ -409,6 +476,15 @@ async fn back(mut client: OwnedWriteHalf, mut next: mpsc::Receiver<Back>) {
             Back::Refusal(text) => {
                 let _ = client.write_all(&text).await;
                 true
+            }
+            Back::Intercept(give) => {
+                let confirmed = client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                if confirmed.is_ok() {
+                    let _ = give.send(client);
+                }
+                return;
             }
         };
         if stop {

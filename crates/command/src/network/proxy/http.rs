@@ -275,6 +275,11 @@ impl<R: AsyncRead + Unpin> Input<R> {
         }
     }
 
+    /// The reader and what was read from it and not used yet.
+    pub(super) fn into_parts(self) -> (R, Vec<u8>) {
+        (self.read, self.buf)
+    }
+
     /// Copies everything that is left to `to` (a tunnel).
     pub(super) async fn rest<W: AsyncWrite + Unpin>(mut self, to: &mut W) -> io::Result<()> {
         to.write_all(&self.buf).await?;

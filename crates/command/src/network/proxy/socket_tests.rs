@@ -74,7 +74,7 @@ fn proxy(port: u16) -> (Egress, String, mpsc::Receiver<String>) {
     let allow = [Destination::new("127.0.0.1", port)];
     let listeners = bind(&allow).unwrap();
     let (notes, noted) = mpsc::channel(16);
-    let egress = Egress::start(listeners, &allow, notes).unwrap();
+    let egress = Egress::start(listeners, &allow, notes, None).unwrap();
     let addr = egress.proxy_url().trim_start_matches("http://").to_owned();
     (egress, addr, noted)
 }
