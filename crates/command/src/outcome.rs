@@ -6,10 +6,12 @@ use std::path::Path;
 use std::process::ExitStatus;
 
 use korvus_log::{Event, EventKind, LogHandle};
-use korvus_runner::{RunError, RunOutcome};
+use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome};
+use korvus_store::Counters;
 use korvus_workspace::REPORT_FILE;
 use tracing::{info, warn};
 
+use crate::dialect::Decoder;
 use crate::sink::Sink;
 use crate::CommandError;
 
@@ -94,4 +96,28 @@ pub(crate) async fn report_exists(scratch: &Path) -> bool {
     tokio::fs::symlink_metadata(scratch.join(REPORT_FILE))
         .await
         .is_ok_and(|m| m.is_file())
+}
+
+/// A failing exit whose agent reported why (its dialect's failure) is
+/// that failure.
+pub(crate) fn with_agent_failure(
+    result: Result<&'static str, CommandError>,
+    decoder: Option<&Decoder>,
+) -> Result<&'static str, CommandError> {
+    match (result, decoder.and_then(Decoder::failure)) {
+        (Err(CommandError::Exited { code }), Some(message)) => Err(CommandError::AgentFailed {
+            code,
+            message: message.to_owned(),
+        }),
+        (result, _) => result,
+    }
+}
+
+/// A run cancelled before it started: nothing to stop, nothing written.
+pub(crate) async fn cancelled_before_start(ctx: &RunContext, scratch: &Path) -> Option<RunOutcome> {
+    ctx.cancel.is_cancelled().then_some(())?;
+    Some(
+        RunOutcome::new(ExitReason::CANCELLED, Counters::default())
+            .with_author_finished(report_exists(scratch).await),
+    )
 }

@@ -8,22 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use korvus_runner::{ExitReason, RunContext, RunError, RunOutcome, Runner};
-use korvus_store::Counters;
+use korvus_runner::{RunContext, RunError, RunOutcome, Runner};
 use tokio::process::Command;
-use tracing::{debug, info};
+use tracing::debug;
 
-use crate::dialect::{resume_args, state, Decoder, Dialect};
+use crate::dialect::{state, Decoder, Dialect};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit, PrivateDirs};
-use crate::gateway::serve::Serving;
-use crate::gateway::{ModelGateway, Placed};
+use crate::gateway::ModelGateway;
 use crate::isolate::{Isolation, Served};
 use crate::limits::Limits;
 use crate::manifest::RunManifest;
-use crate::network::vault::{Armed, Vault};
+use crate::network::vault::Vault;
 use crate::network::Network;
-use crate::outcome::{conclude, failed, report_exists};
+use crate::outcome::{cancelled_before_start, conclude, failed, with_agent_failure};
 use crate::output::{ExitDrain, Output};
 use crate::process::{self, Agent, Deadlines, Isolate, Stop};
 use crate::sandbox::Sandbox;
@@ -32,6 +30,9 @@ use crate::spawn::ChildSetup;
 use crate::user::{self, AgentUser};
 use crate::watch::{Hit, Watch};
 use crate::CommandError;
+
+mod launch;
+use self::launch::summarise;
 
 /// Default number of stderr lines kept (the last ones) and logged as notes.
 pub const DEFAULT_STDERR_LINES: usize = 64;
@@ -370,120 +371,6 @@ impl CommandRunner {
         conclude(&scratch, sink, status, result, used).await
     }
 
-    /// The real key and where the gateway of this run listens, when the
-    /// runner has a gateway.
-    fn place_gateway(&self) -> Result<Option<(String, Placed)>, CommandError> {
-        let Some(gateway) = &self.gateway else {
-            return Ok(None);
-        };
-        let key = gateway.key(self.env_source.as_deref())?;
-        Ok(Some((key, gateway.place(&self.network)?)))
-    }
-
-    /// The agent's command, its gateway placed and its vault armed.
-    #[allow(clippy::type_complexity)]
-    fn prepare(
-        &self,
-        ctx: &RunContext,
-        (scratch, manifest, private): (&Path, &Path, &PrivateDirs),
-        (resume, thread): (bool, Option<&str>),
-        notes: tokio::sync::mpsc::Sender<String>,
-    ) -> Result<(Command, Option<(String, Placed)>, Option<Arc<Armed>>), CommandError> {
-        let gateway = self.place_gateway()?;
-        let vault = self.arm_vault(private, notes)?;
-        let launch = Launch {
-            resume,
-            thread,
-            gateway: gateway.as_ref().map(|(_, placed)| placed),
-            vault: vault.as_ref().map(|(_, vars)| vars.as_slice()),
-        };
-        let cmd = self.command(ctx, scratch, manifest, private, launch);
-        Ok((cmd, gateway, vault.map(|(armed, _)| armed)))
-    }
-
-    /// The run's vault, armed, and the agent's variables for it (its
-    /// trust store pointed at the run's authority, placeholders): `None`
-    /// without credentials.
-    #[allow(clippy::type_complexity)]
-    fn arm_vault(
-        &self,
-        private: &PrivateDirs,
-        notes: tokio::sync::mpsc::Sender<String>,
-    ) -> Result<Option<(Arc<Armed>, Vec<(OsString, OsString)>)>, CommandError> {
-        if self.vault.is_empty() {
-            return Ok(None);
-        }
-        let armed = self.vault.arm(
-            self.network.destinations(),
-            self.env_source.as_deref(),
-            notes,
-        )?;
-        let mut vars = armed
-            .trust(&private.tmp.join("korvus-vault"))
-            .map_err(|e| CommandError::Vault {
-                reason: format!("the run's authority could not be written: {e}"),
-            })?;
-        vars.extend(self.vault.placeholders());
-        Ok(Some((Arc::new(armed), vars)))
-    }
-
-    /// [`start`](Self::start)s the agent with its gateway (when it has
-    /// one) listening where the agent's network is, and serves it.
-    #[allow(clippy::too_many_arguments)]
-    async fn start_served(
-        &self,
-        ctx: &RunContext,
-        scratch: &Path,
-        cmd: Command,
-        input: String,
-        notes: tokio::sync::mpsc::Sender<String>,
-        gateway: Option<&mut (String, Placed)>,
-        vault: Option<Arc<Armed>>,
-    ) -> Result<(Agent, Vec<String>, Isolation, Option<Serving>), CommandError> {
-        let served = Served {
-            gateway: gateway
-                .as_ref()
-                .filter(|(_, placed)| placed.host_listener.is_none())
-                .map(|(_, placed)| placed.port),
-            vault,
-        };
-        let (agent, notes, mut network) =
-            self.start(ctx, scratch, cmd, input, notes, served).await?;
-        let serving = match gateway {
-            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, ctx)?),
-            None => None,
-        };
-        Ok((agent, notes, network, serving))
-    }
-
-    /// Starts serving the run's gateway on the listener placed for it.
-    fn serve_gateway(
-        &self,
-        key: &str,
-        placed: &mut Placed,
-        network: &mut Isolation,
-        ctx: &RunContext,
-    ) -> Result<Serving, CommandError> {
-        let (Some(gateway), Some(listener)) = (
-            &self.gateway,
-            placed
-                .host_listener
-                .take()
-                .or_else(|| network.take_gateway()),
-        ) else {
-            return Err(CommandError::Gateway {
-                reason: "it has no listener".to_owned(),
-            });
-        };
-        Serving::start(
-            gateway,
-            key,
-            placed.token.clone(),
-            listener,
-            Arc::clone(&ctx.log),
-        )
-    }
-
     /// Places the run in its cgroup, starts the program confined and
     /// isolated and records its group; returns the agent, the notes its
     /// start left (what of the sandbox, the network policy and the limits
@@ -545,77 +432,6 @@ impl CommandRunner {
         Ok((agent, notes, network))
     }
 
-    /// The program, its arguments and its environment, in the scratch dir.
-    fn command(
-        &self,
-        ctx: &RunContext,
-        scratch: &Path,
-        manifest: &Path,
-        private: &PrivateDirs,
-        launch: Launch<'_>,
-    ) -> Command {
-        let Launch {
-            resume,
-            thread,
-            gateway,
-            vault,
-        } = launch;
-        let mut env = match &self.env_source {
-            Some(vars) => self.env.resolve(vars.iter().cloned()),
-            None => self.env.resolve(std::env::vars_os()),
-        };
-        let mut args = match thread {
-            Some(thread) => resume_args(self.dialect, &self.args, thread),
-            None => self.args.clone(),
-        };
-        if let (Some(config), Some(placed)) = (&self.gateway, gateway) {
-            // The real key never reaches the agent, whatever the policy
-            // passed; the gateway's own variables come after.
-            env.retain(|(k, _)| k.as_os_str() != std::ffi::OsStr::new(config.key_var()));
-            env.extend(config.agent_vars(placed));
-            args = args.iter().map(|a| placed.fill_arg(a)).collect();
-        }
-        if let Some(vars) = vault {
-            // Credentials are korvus's: their variables never reach the
-            // agent; placeholders and the trust store's variables do.
-            let secret: Vec<&str> = self.vault.secret_vars().collect();
-            env.retain(|(k, _)| {
-                !secret
-                    .iter()
-                    .any(|s| k.as_os_str() == std::ffi::OsStr::new(s))
-            });
-            env.extend(vars.iter().cloned());
-        }
-        let names: Vec<String> = env
-            .iter()
-            .map(|(k, _)| k.to_string_lossy().into_owned())
-            .collect();
-        // Names only: values may be secrets the embedder chose to pass.
-        info!(?names, "agent environment (plus HOME, TMPDIR and KORVUS_*)");
-        let mut cmd = Command::new(&self.program);
-        cmd.args(args);
-        cmd.current_dir(scratch)
-            .env_clear()
-            .envs(env)
-            .env("HOME", &private.home)
-            .env("TMPDIR", &private.tmp)
-            .env("KORVUS_SESSION_ID", ctx.session.id.to_string())
-            .env("KORVUS_INCIDENT_ID", ctx.incident.id.to_string())
-            .env("KORVUS_REVISION", ctx.revision.to_string())
-            .env("KORVUS_RESUME", if resume { "1" } else { "0" })
-            .env("KORVUS_ATTEMPT", ctx.session.attempt.to_string())
-            .env("KORVUS_MANIFEST", manifest)
-            .env("KORVUS_WORKSPACE", scratch);
-        if let Some(user) = &self.user {
-            // The uid and gid are switched to in the child (`ChildSetup::user`).
-            cmd.env("USER", user.name()).env("LOGNAME", user.name());
-        }
-        if let Some(template) = &ctx.report_template {
-            cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));
-        }
-        cmd
-    }
-
     /// The uid the agent runs as.
     fn agent_uid(&self) -> u32 {
         self.user
@@ -661,57 +477,4 @@ impl Runner for CommandRunner {
         let result = self.execute(ctx, Some(message)).await;
         failed(&log, result).await
     }
-}
-
-/// How this run starts: resumed or not, in the agent's own thread, and
-/// through which gateway.
-struct Launch<'a> {
-    resume: bool,
-    thread: Option<&'a str>,
-    gateway: Option<&'a Placed>,
-    /// The vault's variables for the agent, when the runner has one.
-    vault: Option<&'a [(OsString, OsString)]>,
-}
-
-/// A failing exit whose agent reported why (its dialect's failure) is
-/// that failure.
-fn with_agent_failure(
-    result: Result<&'static str, CommandError>,
-    decoder: Option<&Decoder>,
-) -> Result<&'static str, CommandError> {
-    match (result, decoder.and_then(Decoder::failure)) {
-        (Err(CommandError::Exited { code }), Some(message)) => Err(CommandError::AgentFailed {
-            code,
-            message: message.to_owned(),
-        }),
-        (result, _) => result,
-    }
-}
-
-/// The network's last notes of a run (its gateway's measurements, its
-/// egress and its vault); the network's listeners end here.
-async fn summarise(
-    sink: &mut Sink<'_>,
-    serving: Option<Serving>,
-    network: Isolation,
-    vault: Option<&Armed>,
-) {
-    if let Some(serving) = serving {
-        sink.gateway(serving.finish().await).await;
-    }
-    if let Some(egress) = network.egress() {
-        sink.note(egress.summary()).await;
-    }
-    if let Some(vault) = vault {
-        sink.note(vault.summary()).await;
-    }
-}
-
-/// A run cancelled before it started: nothing to stop, nothing written.
-async fn cancelled_before_start(ctx: &RunContext, scratch: &Path) -> Option<RunOutcome> {
-    ctx.cancel.is_cancelled().then_some(())?;
-    Some(
-        RunOutcome::new(ExitReason::CANCELLED, Counters::default())
-            .with_author_finished(report_exists(scratch).await),
-    )
 }

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt as _;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -25,10 +24,12 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
+use self::credentials::intercept;
 use self::http::{Ask, Input, Request};
 use super::vault::Armed;
 use super::Destination;
 
+mod credentials;
 mod http;
 
 /// How long a client may take to send its request head.
@@ -371,40 +372,6 @@ impl Proxy {
         }
     }
 
-    /// The vault, when `request` is a `CONNECT` to a destination it holds
-    /// a credential for (counted as admitted).
-    fn intercepted(&self, request: &Request) -> Option<Arc<Armed>> {
-        let vault = self.vault.as_ref()?;
-        let bound = matches!(request.ask, Ask::Connect) && vault.bound(&request.dest).is_some();
-        if bound {
-            self.stats.admitted.fetch_add(1, Ordering::Relaxed);
-        }
-        bound.then(|| Arc::clone(vault))
-    }
-
-    /// A plain request to a bound destination, its credential set.
-    fn with_credential(&self, request: Request) -> Request {
-        let Some(vault) = &self.vault else {
-            return request;
-        };
-        let Some(bound) = vault.bound(&request.dest) else {
-            return request;
-        };
-        let ask = match request.ask {
-            Ask::Forward {
-                head,
-                body,
-                upgrade,
-            } => Ask::Forward {
-                head: vault.rewrite_head(&head, bound),
-                body,
-                upgrade,
-            },
-            Ask::Connect => Ask::Connect,
-        };
-        Request { ask, ..request }
-    }
-
     /// Connects to the request's destination and hands its way back to
     /// [`back`]; `None` when that failed (and the client is told).
     async fn connect(
@@ -442,24 +409,6 @@ impl Proxy {
                 .try_send(format!("egress refused: {what} ({})", self.policy));
         }
     }
-}
-
-/// Hands the rest of the connection to the vault, once the client was
-/// told its `CONNECT` succeeded (after every answer before it).
-async fn intercept(
-    vault: Arc<Armed>,
-    input: Input<OwnedReadHalf>,
-    back: &mpsc::Sender<Back>,
-    dest: Destination,
-) {
-    let (give, take) = oneshot::channel();
-    if back.send(Back::Intercept(give)).await.is_err() {
-        return;
-    }
-    let Ok(write) = take.await else { return };
-    let (read, seen) = input.into_parts();
-    let stream = tokio::io::join(std::io::Cursor::new(seen).chain(read), write);
-    vault.intercept(stream, dest).await;
 }
 
 /// The half writing to the client: each [`Back`] in turn, then the close.

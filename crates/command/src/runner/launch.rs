@@ -1,0 +1,240 @@
+//! How a run's agent starts: its command (arguments, environment), and
+//! what the run serves it besides the process: the model gateway
+//! (placed before the command is built, served once the agent's network
+//! exists) and the credential vault (armed before the agent starts, its
+//! trust store variables in the command).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+
+use korvus_runner::RunContext;
+use tokio::process::Command;
+use tracing::info;
+
+use super::CommandRunner;
+use crate::dialect::resume_args;
+use crate::env::PrivateDirs;
+use crate::gateway::serve::Serving;
+use crate::gateway::Placed;
+use crate::isolate::{Isolation, Served};
+use crate::network::vault::Armed;
+use crate::process::Agent;
+use crate::sink::Sink;
+use crate::CommandError;
+
+impl CommandRunner {
+    /// The program, its arguments and its environment, in the scratch dir.
+    pub(super) fn command(
+        &self,
+        ctx: &RunContext,
+        scratch: &Path,
+        manifest: &Path,
+        private: &PrivateDirs,
+        launch: Launch<'_>,
+    ) -> Command {
+        let Launch {
+            resume,
+            thread,
+            gateway,
+            vault,
+        } = launch;
+        let mut env = match &self.env_source {
+            Some(vars) => self.env.resolve(vars.iter().cloned()),
+            None => self.env.resolve(std::env::vars_os()),
+        };
+        let mut args = match thread {
+            Some(thread) => resume_args(self.dialect, &self.args, thread),
+            None => self.args.clone(),
+        };
+        if let (Some(config), Some(placed)) = (&self.gateway, gateway) {
+            // The real key never reaches the agent, whatever the policy
+            // passed; the gateway's own variables come after.
+            env.retain(|(k, _)| k.as_os_str() != std::ffi::OsStr::new(config.key_var()));
+            env.extend(config.agent_vars(placed));
+            args = args.iter().map(|a| placed.fill_arg(a)).collect();
+        }
+        if let Some(vars) = vault {
+            // Credentials are korvus's: their variables never reach the
+            // agent; placeholders and the trust store's variables do.
+            let secret: Vec<&str> = self.vault.secret_vars().collect();
+            env.retain(|(k, _)| {
+                !secret
+                    .iter()
+                    .any(|s| k.as_os_str() == std::ffi::OsStr::new(s))
+            });
+            env.extend(vars.iter().cloned());
+        }
+        let names: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        // Names only: values may be secrets the embedder chose to pass.
+        info!(?names, "agent environment (plus HOME, TMPDIR and KORVUS_*)");
+        let mut cmd = Command::new(&self.program);
+        cmd.args(args);
+        cmd.current_dir(scratch)
+            .env_clear()
+            .envs(env)
+            .env("HOME", &private.home)
+            .env("TMPDIR", &private.tmp)
+            .env("KORVUS_SESSION_ID", ctx.session.id.to_string())
+            .env("KORVUS_INCIDENT_ID", ctx.incident.id.to_string())
+            .env("KORVUS_REVISION", ctx.revision.to_string())
+            .env("KORVUS_RESUME", if resume { "1" } else { "0" })
+            .env("KORVUS_ATTEMPT", ctx.session.attempt.to_string())
+            .env("KORVUS_MANIFEST", manifest)
+            .env("KORVUS_WORKSPACE", scratch);
+        if let Some(user) = &self.user {
+            // The uid and gid are switched to in the child (`ChildSetup::user`).
+            cmd.env("USER", user.name()).env("LOGNAME", user.name());
+        }
+        if let Some(template) = &ctx.report_template {
+            cmd.env("KORVUS_REPORT_TEMPLATE", scratch.join(template.as_str()));
+        }
+        cmd
+    }
+
+    /// The real key and where the gateway of this run listens, when the
+    /// runner has a gateway.
+    pub(super) fn place_gateway(&self) -> Result<Option<(String, Placed)>, CommandError> {
+        let Some(gateway) = &self.gateway else {
+            return Ok(None);
+        };
+        let key = gateway.key(self.env_source.as_deref())?;
+        Ok(Some((key, gateway.place(&self.network)?)))
+    }
+
+    /// The agent's command, its gateway placed and its vault armed.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn prepare(
+        &self,
+        ctx: &RunContext,
+        (scratch, manifest, private): (&Path, &Path, &PrivateDirs),
+        (resume, thread): (bool, Option<&str>),
+        notes: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<(Command, Option<(String, Placed)>, Option<Arc<Armed>>), CommandError> {
+        let gateway = self.place_gateway()?;
+        let vault = self.arm_vault(private, notes)?;
+        let launch = Launch {
+            resume,
+            thread,
+            gateway: gateway.as_ref().map(|(_, placed)| placed),
+            vault: vault.as_ref().map(|(_, vars)| vars.as_slice()),
+        };
+        let cmd = self.command(ctx, scratch, manifest, private, launch);
+        Ok((cmd, gateway, vault.map(|(armed, _)| armed)))
+    }
+
+    /// The run's vault, armed, and the agent's variables for it (its
+    /// trust store pointed at the run's authority, placeholders): `None`
+    /// without credentials.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn arm_vault(
+        &self,
+        private: &PrivateDirs,
+        notes: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<Option<(Arc<Armed>, Vec<(OsString, OsString)>)>, CommandError> {
+        if self.vault.is_empty() {
+            return Ok(None);
+        }
+        let armed = self.vault.arm(
+            self.network.destinations(),
+            self.env_source.as_deref(),
+            notes,
+        )?;
+        let mut vars = armed
+            .trust(&private.tmp.join("korvus-vault"))
+            .map_err(|e| CommandError::Vault {
+                reason: format!("the run's authority could not be written: {e}"),
+            })?;
+        vars.extend(self.vault.placeholders());
+        Ok(Some((Arc::new(armed), vars)))
+    }
+
+    /// [`start`](Self::start)s the agent with its gateway (when it has
+    /// one) listening where the agent's network is, and serves it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_served(
+        &self,
+        ctx: &RunContext,
+        scratch: &Path,
+        cmd: Command,
+        input: String,
+        notes: tokio::sync::mpsc::Sender<String>,
+        gateway: Option<&mut (String, Placed)>,
+        vault: Option<Arc<Armed>>,
+    ) -> Result<(Agent, Vec<String>, Isolation, Option<Serving>), CommandError> {
+        let served = Served {
+            gateway: gateway
+                .as_ref()
+                .filter(|(_, placed)| placed.host_listener.is_none())
+                .map(|(_, placed)| placed.port),
+            vault,
+        };
+        let (agent, notes, mut network) =
+            self.start(ctx, scratch, cmd, input, notes, served).await?;
+        let serving = match gateway {
+            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, ctx)?),
+            None => None,
+        };
+        Ok((agent, notes, network, serving))
+    }
+
+    /// Starts serving the run's gateway on the listener placed for it.
+    pub(super) fn serve_gateway(
+        &self,
+        key: &str,
+        placed: &mut Placed,
+        network: &mut Isolation,
+        ctx: &RunContext,
+    ) -> Result<Serving, CommandError> {
+        let (Some(gateway), Some(listener)) = (
+            &self.gateway,
+            placed
+                .host_listener
+                .take()
+                .or_else(|| network.take_gateway()),
+        ) else {
+            return Err(CommandError::Gateway {
+                reason: "it has no listener".to_owned(),
+            });
+        };
+        Serving::start(
+            gateway,
+            key,
+            placed.token.clone(),
+            listener,
+            Arc::clone(&ctx.log),
+        )
+    }
+}
+
+/// How this run starts: resumed or not, in the agent's own thread, and
+/// through which gateway.
+pub(super) struct Launch<'a> {
+    pub(super) resume: bool,
+    pub(super) thread: Option<&'a str>,
+    pub(super) gateway: Option<&'a Placed>,
+    /// The vault's variables for the agent, when the runner has one.
+    pub(super) vault: Option<&'a [(OsString, OsString)]>,
+}
+
+/// The network's last notes of a run (its gateway's measurements, its
+/// egress and its vault); the network's listeners end here.
+pub(super) async fn summarise(
+    sink: &mut Sink<'_>,
+    serving: Option<Serving>,
+    network: Isolation,
+    vault: Option<&Armed>,
+) {
+    if let Some(serving) = serving {
+        sink.gateway(serving.finish().await).await;
+    }
+    if let Some(egress) = network.egress() {
+        sink.note(egress.summary()).await;
+    }
+    if let Some(vault) = vault {
+        sink.note(vault.summary()).await;
+    }
+}
