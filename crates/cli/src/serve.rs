@@ -77,6 +77,10 @@ pub(crate) struct ServeArgs {
     /// trusts for the endpoint (see `korvus run --help`).
     #[arg(long = "model-ca", value_name = "PEM", requires = "model_key_var")]
     model_ca: Option<PathBuf>,
+    /// With a program of your own: the API the endpoint speaks (see
+    /// `korvus run --help`).
+    #[arg(long = "model-api", value_enum, default_value_t = crate::session::ModelApi::Openai)]
+    model_api: crate::session::ModelApi,
     /// Serve everything under this path (e.g. `/korvus`, behind a proxy
     /// that forwards that prefix): the view at `<path>/`, the API at
     /// `<path>/api/…`.
@@ -306,6 +310,7 @@ async fn runner(backends: &Backends, args: ServeArgs) -> Result<CommandRunner> {
             model: args.model,
             model_key_var: args.model_key_var,
             model_ca: args.model_ca,
+            model_api: args.model_api,
             dialect: args.dialect,
             timeout: args.timeout,
             env_inherit: Inherit::Core,

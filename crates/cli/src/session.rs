@@ -29,6 +29,15 @@ const SETTLE_WAIT: Duration = Duration::from_secs(120);
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// The agent a session runs.
+/// The API a model endpoint served through the gateway speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModelApi {
+    /// OpenAI's (Responses, Chat Completions): `Authorization: Bearer`.
+    Openai,
+    /// Anthropic's Messages: `x-api-key`.
+    Anthropic,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
     /// The agent: `codex` or `claude-code` (a preset: the installed agent
@@ -62,6 +71,12 @@ pub(crate) struct AgentArgs {
     /// trusts for the endpoint's certificate, instead of the system's.
     #[arg(long = "model-ca", value_name = "PEM", requires = "model_key_var")]
     pub(crate) model_ca: Option<PathBuf>,
+    /// With a program of your own, `--model-endpoint` and
+    /// `--model-key-var`: the API the endpoint speaks, which decides how
+    /// korvus sends the key (`openai`: `Authorization: Bearer`;
+    /// `anthropic`: `x-api-key`).
+    #[arg(long = "model-api", value_enum, default_value_t = ModelApi::Openai)]
+    pub(crate) model_api: ModelApi,
     /// An argument for the agent (repeat for more).
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) agent_args: Vec<String>,
@@ -129,16 +144,7 @@ impl AgentArgs {
         };
         let mut runner = match agent.parse::<Preset>() {
             Ok(preset) => self.preset(preset)?,
-            Err(_) => {
-                if self.agent_program.is_some()
-                    || self.model_endpoint.is_some()
-                    || self.model.is_some()
-                    || self.model_key_var.is_some()
-                {
-                    bail!("--agent-program, --model-endpoint, --model, --model-key-var and --model-ca go with --agent codex or claude-code");
-                }
-                CommandRunner::new(program(agent)?).dialect(self.dialect.unwrap_or_default())
-            }
+            Err(_) => self.own_program(agent)?,
         };
         runner = runner.args(&self.agent_args).env_inherit(self.env_inherit);
         for pair in &self.env_set {
@@ -156,20 +162,51 @@ impl AgentArgs {
         self.confine.apply(runner, backends)
     }
 
+    /// A program of the user's own; with `--model-endpoint` and
+    /// `--model-key-var`, served its model API through korvus's gateway
+    /// (`KORVUS_MODEL_URL`, `KORVUS_MODEL_TOKEN`).
+    fn own_program(&self, agent: &str) -> Result<CommandRunner> {
+        if self.agent_program.is_some() || self.model.is_some() {
+            bail!("--agent-program and --model go with --agent codex or claude-code");
+        }
+        let runner = CommandRunner::new(program(agent)?).dialect(self.dialect.unwrap_or_default());
+        let (endpoint, var) = match (&self.model_endpoint, &self.model_key_var) {
+            (None, None) => return Ok(runner),
+            (Some(endpoint), Some(var)) => (endpoint, var),
+            _ => bail!(
+                "with a program of your own, --model-endpoint and --model-key-var go together: \
+                 korvus serves the endpoint to it through its model gateway"
+            ),
+        };
+        let mut gateway = match self.model_api {
+            ModelApi::Openai => korvus_command::ModelGateway::openai(endpoint, var),
+            ModelApi::Anthropic => korvus_command::ModelGateway::anthropic(endpoint, var),
+        };
+        if let Some(roots) = self.model_roots()? {
+            gateway = gateway.trusting(roots);
+        }
+        Ok(runner.model_gateway(gateway))
+    }
+
+    /// The authorities of `--model-ca`, if given.
+    fn model_roots(&self) -> Result<Option<korvus_command::Roots>> {
+        self.model_ca
+            .as_ref()
+            .map(|pem| {
+                korvus_command::Roots::only()
+                    .with_pem_file(pem)
+                    .with_context(|| format!("--model-ca {}", pem.display()))
+            })
+            .transpose()
+    }
+
     /// The preset's runner: its binary, pointed at the endpoint given.
     fn preset(&self, preset: Preset) -> Result<CommandRunner> {
         if self.dialect.is_some_and(|d| d.name() != preset.name()) {
             bail!("--agent {preset} speaks its own dialect; drop --agent-dialect");
         }
         let program = preset_program(preset, self.agent_program.as_deref())?;
-        let roots = match &self.model_ca {
-            Some(pem) => Some(
-                korvus_command::Roots::only()
-                    .with_pem_file(pem)
-                    .with_context(|| format!("--model-ca {}", pem.display()))?,
-            ),
-            None => None,
-        };
+        let roots = self.model_roots()?;
         let endpoint = self.model_endpoint.as_ref().map(|url| {
             let mut endpoint = ModelEndpoint::new(url);
             endpoint.model = self.model.clone();

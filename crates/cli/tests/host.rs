@@ -358,3 +358,85 @@ echo '# R' > report.md
     assert!(log.contains("needs root"), "the cause is named:\n{log}");
     assert!(!log.contains("iface="), "the agent never started:\n{log}");
 }
+
+/// A model server on the host's loopback for one call: records the
+/// request head, answers with usage.
+fn one_call_model_server() -> (u16, std::thread::JoinHandle<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("a call");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let body = r#"{"model":"m","usage":{"input_tokens":7,"output_tokens":3}}"#;
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(answer.as_bytes()).expect("answer");
+        String::from_utf8_lossy(&got).into_owned()
+    });
+    (port, served)
+}
+
+/// korvus not root: the model gateway listens inside the agent's own
+/// network namespace (the agent's child opens the socket there and sends
+/// it back), so an agent with no network at all reaches its model, with
+/// the run's token; the server gets the real key, which the agent never
+/// sees, and the call is metered.
+#[test]
+fn not_root_the_model_gateway_listens_inside_the_agents_namespace() {
+    if !can_make_users() {
+        return;
+    }
+    let user = ThrowawayUser::make();
+    let data = tempfile::tempdir().expect("temp dir");
+    let (port, served) = one_call_model_server();
+    let agent = script(
+        data.path(),
+        "model.sh",
+        r#"
+echo "key=${KORVUS_HOST_TEST_KEY:-unset}"
+curl -s -m 10 -H "Authorization: Bearer $KORVUS_MODEL_TOKEN" -d '{"input":"hi"}' "$KORVUS_MODEL_URL/v1/responses" > answer.txt
+echo "url=$KORVUS_MODEL_URL"
+echo '# R' > report.md
+"#,
+    );
+    user.own(data.path());
+    let mut run = korvus(data.path());
+    run.args(["run", "--network", "none", "--network-required"])
+        .args(["--agent", "sh", "--agent-arg"])
+        .arg(&agent)
+        .args(["--model-endpoint", &format!("http://127.0.0.1:{port}")])
+        .args(["--model-key-var", "KORVUS_HOST_TEST_KEY"])
+        .arg("call the model")
+        .env("KORVUS_HOST_TEST_KEY", "sk-host-real-51f0");
+    let out = ok(&mut through(&["runuser", "-u", &user.name, "--"], &run));
+    let head = served.join().expect("the server");
+    assert!(
+        head.contains("authorization: Bearer sk-host-real-51f0"),
+        "the server got the real key:\n{head}"
+    );
+    let log = ok(korvus(data.path()).args(["export", &session_id(&out)]));
+    assert!(log.contains("url=http://127.0.0.1:"), "{log}");
+    assert!(
+        log.contains("\"type\":\"metered_usage\",\"input_tokens\":7,\"output_tokens\":3"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("sk-host-real"),
+        "the key is not in the log:\n{log}"
+    );
+    assert!(
+        log.contains("key=unset"),
+        "the agent has no key variable:\n{log}"
+    );
+}

@@ -6,7 +6,7 @@
 //! threads are never touched.
 
 use std::net::{IpAddr, TcpListener as StdListener};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -69,6 +69,9 @@ pub(crate) enum Isolation {
         egress: Option<Egress>,
         /// The model gateway's listener, bound inside the namespace.
         gateway: Option<StdListener>,
+        /// Without root: korvus's end of the channel the agent's child
+        /// sends the gateway's listener over, from the namespace it made.
+        gateway_sent: Option<OwnedFd>,
         note: Option<String>,
         /// Less than asked is in force (`allow` became no network at all):
         /// why. A [`required`](Network::required) policy fails the run.
@@ -93,9 +96,17 @@ impl Isolation {
     /// The model gateway's listener, bound where the agent's network is.
     pub(crate) fn take_gateway(&mut self) -> Option<StdListener> {
         match self {
-            Isolation::Isolated { gateway, .. } | Isolation::NotInForce(_, gateway) => {
-                gateway.take()
-            }
+            Isolation::Isolated {
+                gateway,
+                gateway_sent,
+                ..
+            } => gateway.take().or_else(|| {
+                let channel = gateway_sent.take()?;
+                netns::receive_listener(&channel)
+                    .map_err(|e| warn!(error = %e, "the model gateway's listener did not come"))
+                    .ok()
+            }),
+            Isolation::NotInForce(_, gateway) => gateway.take(),
             Isolation::Host => None,
         }
     }
@@ -167,15 +178,16 @@ pub(crate) async fn start(
                 Isolation::NotInForce(reason, _) if network.is_required() => {
                     Err(CommandError::Network { reason })
                 }
-                Isolation::NotInForce(_, None) | Isolation::Isolated { gateway: None, .. }
-                    if gateway.is_some() =>
-                {
-                    Err(CommandError::Gateway {
-                        reason: "it could not listen where the agent's network is (see the \
+                Isolation::NotInForce(_, None)
+                | Isolation::Isolated {
+                    gateway: None,
+                    gateway_sent: None,
+                    ..
+                } if gateway.is_some() => Err(CommandError::Gateway {
+                    reason: "it could not listen where the agent's network is (see the \
                                  network note); the agent was not started"
-                            .to_owned(),
-                    })
-                }
+                        .to_owned(),
+                }),
                 Isolation::Isolated {
                     short: Some(reason),
                     ..
@@ -269,19 +281,25 @@ fn enter_network(
     match netns::user_namespaces() {
         Ok(()) => {
             setup.own_network = true;
-            let short = if gateway.is_some() {
-                Some(
-                    "the model gateway needs root (it listens inside the agent's namespace)"
-                        .to_owned(),
-                )
-            } else {
-                network.is_allow().then(|| {
-                    format!(
-                        "network policy {network} needs root (the proxy listens inside the \
-                         agent's namespace)"
-                    )
-                })
+            // The gateway listens inside the namespace the child makes:
+            // the child opens the socket there and sends it back.
+            let gateway_sent = match gateway.map(|port| (port, netns::listener_channel())) {
+                Some((port, Ok((ours, theirs)))) => {
+                    setup.gateway = Some((theirs, port));
+                    Some(ours)
+                }
+                Some((_, Err(e))) => {
+                    warn!(error = %e, "no channel for the model gateway's listener");
+                    None
+                }
+                None => None,
             };
+            let short = network.is_allow().then(|| {
+                format!(
+                    "network policy {network} needs root (the proxy listens inside the \
+                     agent's namespace)"
+                )
+            });
             let note = short
                 .as_ref()
                 .map(|why| format!("{why}: the agent ran with no network at all (none) instead"));
@@ -292,6 +310,7 @@ fn enter_network(
             Isolation::Isolated {
                 egress: None,
                 gateway: None,
+                gateway_sent,
                 note,
                 short,
             }
@@ -327,6 +346,7 @@ fn in_thread_namespace(
         return Isolation::Isolated {
             egress: None,
             gateway: None,
+            gateway_sent: None,
             short: network.is_allow().then(|| note.clone()),
             note: Some(note),
         };
@@ -340,6 +360,7 @@ fn in_thread_namespace(
             return Isolation::Isolated {
                 egress: None,
                 gateway: None,
+                gateway_sent: None,
                 short: Some(note.clone()),
                 note: Some(note),
             };
@@ -350,6 +371,7 @@ fn in_thread_namespace(
         return Isolation::Isolated {
             egress: None,
             gateway,
+            gateway_sent: None,
             note: None,
             short: None,
         };
@@ -379,6 +401,7 @@ fn in_thread_namespace(
             Isolation::Isolated {
                 egress: Some(egress),
                 gateway,
+                gateway_sent: None,
                 note,
                 short: None,
             }
@@ -391,6 +414,7 @@ fn in_thread_namespace(
             Isolation::Isolated {
                 egress: None,
                 gateway,
+                gateway_sent: None,
                 short: Some(note.clone()),
                 note: Some(note),
             }

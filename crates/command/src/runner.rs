@@ -267,8 +267,10 @@ impl CommandRunner {
     /// and [`MODEL_TOKEN`](crate::MODEL_TOKEN) in arguments and gateway
     /// variables), korvus keeps the real key and meters every call. The
     /// gateway listens where the agent's [`Network`] is: inside its
-    /// namespace (which needs root; without it the run fails before the
-    /// agent starts), or on the host's loopback for [`Network::host`].
+    /// namespace (without root the agent's child opens the socket there
+    /// and sends it back), or on the host's loopback for
+    /// [`Network::host`]; where it cannot, the run fails before the agent
+    /// starts.
     pub fn model_gateway(mut self, gateway: ModelGateway) -> Self {
         self.gateway = Some(gateway);
         self

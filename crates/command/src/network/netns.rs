@@ -2,10 +2,17 @@
 //! or by the agent's child process together with a user namespace (not
 //! root), and its loopback brought up.
 
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+};
 
 /// `RTM_NEWLINK`: change a link.
 const RTM_NEWLINK: u16 = 16;
@@ -64,6 +71,74 @@ pub(crate) fn loopback_up() -> Result<(), Errno> {
     }
 }
 
+/// A listening TCP socket at `127.0.0.1:port` of the calling process's
+/// network namespace, sent over `channel` (one end of a Unix socket pair)
+/// with `SCM_RIGHTS` and closed here: how the model gateway listens
+/// inside a namespace the agent's child made, which korvus itself cannot
+/// enter without root.
+///
+/// Async-signal-safe: a fixed buffer on the stack for the control message,
+/// and only the `socket`, `setsockopt`, `bind`, `listen`, `sendmsg` and
+/// `close` system calls, so the agent's child may call it between `fork`
+/// and `exec`.
+pub(crate) fn send_listener(channel: BorrowedFd<'_>, port: u16) -> Result<(), Errno> {
+    let socket = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::bind(&socket, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
+    rustix::net::listen(&socket, 128)?;
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [socket.as_fd()];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Errno::NOBUFS);
+    }
+    rustix::net::sendmsg(
+        channel,
+        &[IoSlice::new(b"L")],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// The listener [`send_listener`] sent over `channel`, if it was sent
+/// (the message waits in the socket: it is read without blocking).
+pub(crate) fn receive_listener(channel: &OwnedFd) -> std::io::Result<TcpListener> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(
+        channel,
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    )?;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = message {
+            if let Some(fd) = fds.next() {
+                return Ok(TcpListener::from(fd));
+            }
+        }
+    }
+    Err(std::io::Error::other(
+        "no listener came from the agent's namespace",
+    ))
+}
+
+/// A Unix socket pair for [`send_listener`]: (korvus's end, the child's).
+pub(crate) fn listener_channel() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 /// Whether this process may give an agent a user and network namespace of
 /// its own (tried once per process, with `/bin/sh -c 'exit 0'`); the error
 /// says why not.
@@ -111,6 +186,35 @@ mod tests {
         assert!(
             loopback_answers(),
             "the test's other threads kept the host's network"
+        );
+    }
+
+    #[test]
+    fn a_listener_made_in_another_namespace_arrives_and_accepts() {
+        let (ours, theirs) = super::listener_channel().unwrap();
+        // A thread in a new namespace when root; this one's otherwise.
+        let sent = std::thread::spawn(move || {
+            if rustix::process::geteuid().is_root() {
+                crate::spawn::unshare_thread_network().unwrap();
+                super::loopback_up().unwrap();
+            }
+            super::send_listener(std::os::fd::AsFd::as_fd(&theirs), 0)
+        })
+        .join()
+        .unwrap();
+        sent.unwrap();
+        let listener = super::receive_listener(&ours).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(addr.ip().is_loopback());
+        if rustix::process::geteuid().is_root() {
+            // Another namespace's loopback: unreachable from here.
+            assert!(TcpStream::connect(addr).is_err());
+        } else {
+            assert!(TcpStream::connect(addr).is_ok());
+        }
+        assert!(
+            super::receive_listener(&ours).is_err(),
+            "one listener per message"
         );
     }
 

@@ -133,7 +133,11 @@ pub(crate) fn lifeline() -> std::io::Result<RawFd> {
 /// In the forked child: the namespaces, the mounts and the split into
 /// keeper, init and agent. Returns only in the agent's process; the keeper
 /// and the init end inside.
-pub(super) fn enter(contain: Contain, own_network: bool) -> std::io::Result<()> {
+pub(super) fn enter(
+    contain: Contain,
+    own_network: bool,
+    gateway: Option<(std::os::fd::BorrowedFd<'_>, u16)>,
+) -> std::io::Result<()> {
     // An embedding process that ignores `SIGCHLD` would have the kernel
     // reap the init and the agent before the keeper and the init could.
     // SAFETY: resetting one signal's disposition is a system call.
@@ -154,6 +158,7 @@ pub(super) fn enter(contain: Contain, own_network: bool) -> std::io::Result<()> 
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(errno)?;
     if own_network {
         loopback_up().map_err(errno)?;
+        super::gateway_listener(gateway);
     }
     mount_change(
         c"/",

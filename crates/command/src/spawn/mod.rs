@@ -60,7 +60,7 @@
 pub(crate) mod contain;
 mod sys;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 
 use rustix::process::{Resource, Rlimit};
@@ -80,6 +80,10 @@ pub(crate) struct ChildSetup {
     /// Create a user and a network namespace (after joining the cgroups
     /// and `setsid`) and bring up the new loopback.
     pub(crate) own_network: bool,
+    /// With `own_network`: the child's end of the channel the model
+    /// gateway's listener is sent over, and its port (see
+    /// `netns::send_listener`).
+    pub(crate) gateway: Option<(OwnedFd, u16)>,
     /// Capabilities removed from the bounding set before `exec`
     /// ([`root_agent_drops`] for an agent running as root).
     pub(crate) drop_caps: CapabilitySet,
@@ -98,6 +102,7 @@ impl Default for ChildSetup {
             new_session: false,
             join: Vec::new(),
             own_network: false,
+            gateway: None,
             drop_caps: CapabilitySet::empty(),
             contain: None,
             user: None,
@@ -185,6 +190,7 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         new_session,
         join,
         own_network,
+        gateway,
         drop_caps,
         contain,
         user,
@@ -205,10 +211,11 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
         if let Some(limit) = nofile {
             rustix::process::setrlimit(Resource::Nofile, limit).map_err(errno)?;
         }
+        let gateway = gateway.as_ref().map(|(fd, port)| (fd.as_fd(), *port));
         match contain {
             // Returns in the agent's process only.
-            Some(c) => contain::enter(c, own_network)?,
-            None if own_network => own_network_namespace()?,
+            Some(c) => contain::enter(c, own_network, gateway)?,
+            None if own_network => own_network_namespace(gateway)?,
             None => {}
         }
         // One flag at a time (the iterator allocates nothing).
@@ -273,14 +280,25 @@ fn restrict_self(ruleset: &OwnedFd) -> std::io::Result<()> {
 /// writing to `/proc`, which the agent's Landlock domain forbids), so the
 /// agent sees its uid as the overflow uid; the kernel still checks files
 /// against its real one.
-fn own_network_namespace() -> std::io::Result<()> {
+fn own_network_namespace(gateway: Option<(BorrowedFd<'_>, u16)>) -> std::io::Result<()> {
     // SAFETY: `unshare` of `CLONE_NEWUSER | CLONE_NEWNET` changes only the
     // namespaces of this (single-threaded, about to `exec`) process; it
     // shares or unshares no memory, descriptor table or filesystem state,
     // which is what makes `unshare` unsafe in general.
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
         .map_err(errno)?;
-    loopback_up().map_err(errno)
+    loopback_up().map_err(errno)?;
+    gateway_listener(gateway);
+    Ok(())
+}
+
+/// Sends the model gateway its listener from the namespace just made. A
+/// failure sends nothing: korvus then finds no listener and fails the run
+/// with its own reason, rather than the agent's start failing blindly.
+pub(crate) fn gateway_listener(gateway: Option<(BorrowedFd<'_>, u16)>) {
+    if let Some((channel, port)) = gateway {
+        let _ = crate::network::netns::send_listener(channel, port);
+    }
 }
 
 /// Moves the calling thread (only it) into a new network namespace; needs
@@ -306,7 +324,7 @@ pub(crate) fn probe_own_network() -> std::io::Result<()> {
     // SAFETY: as in `install`: the hook makes only async-signal-safe
     // system calls and allocates nothing.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, own_network_namespace);
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || own_network_namespace(None));
     }
     let status = cmd.status()?;
     if status.success() {
@@ -341,7 +359,7 @@ pub(crate) fn probe_contain() -> Result<contain::Contain, String> {
             // allocates nothing.
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                    contain::enter(c, false)
+                    contain::enter(c, false, None)
                 });
             }
             match cmd.status() {
