@@ -615,12 +615,18 @@ pub(crate) fn render(event: &Event) -> String {
             input_tokens,
             output_tokens,
             model,
+            unmetered,
         } => {
             let model = model
                 .as_deref()
                 .map(|m| format!(" ({})", clip(m, 80)))
                 .unwrap_or_default();
-            format!("metered: {input_tokens} input / {output_tokens} output tokens{model}")
+            let whole = if *unmetered {
+                " at least (not metered whole)"
+            } else {
+                ""
+            };
+            format!("metered: {input_tokens} input / {output_tokens} output tokens{whole}{model}")
         }
         other => format!("{other:?}"),
     }

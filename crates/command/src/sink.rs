@@ -126,11 +126,12 @@ impl<'a> Sink<'a> {
         ))
         .await;
         let (calls, input, output) = (t.calls, t.input, t.output);
-        if calls == 0 {
+        if calls + t.unmetered == 0 {
             return;
         }
         self.tokens.measured = (input, output);
         self.tokens.measured_calls = calls;
+        self.tokens.unmetered_calls = t.unmetered;
         let (r_in, r_out) = self.tokens.reported;
         let differs =
             |reported: u64, measured: u64| reported.abs_diff(measured) > 1.max(measured / 100);

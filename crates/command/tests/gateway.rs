@@ -49,13 +49,17 @@ async fn metered_run(network: Network) {
     let gateway = ModelGateway::openai(stub.base_url(), KEY_VAR)
         .trusting(Roots::only().with(ca.ca_der().clone()));
     let source: Vec<(OsString, OsString)> = std::env::vars_os()
-        .chain([(KEY_VAR.into(), REAL_KEY.into())])
+        .chain([
+            (KEY_VAR.into(), REAL_KEY.into()),
+            ("KORVUS_TEST_COPY".into(), format!("x{REAL_KEY}").into()),
+        ])
         .collect();
     let runner: CommandRunner = sh(AGENT)
         .network(network)
         .env_source(source)
-        // Passed by the policy, and still removed.
+        // Passed by the policy, and still removed: by name, and by value.
         .env_pass(KEY_VAR)
+        .env_pass("KORVUS_TEST_COPY")
         .model_gateway(gateway);
     let h = harness(runner).await;
     let row = h.run("meter me").await;
@@ -203,7 +207,7 @@ async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
     let texts = h.texts(row.id).await;
     assert!(
         texts.iter().any(|t| t
-            == "model gateway: a call to /v1/responses could not be metered (the answer was cut before its usage)"),
+            == "model gateway: a call to /v1/responses could not be metered (the answer was cut before it ended; what it said so far is counted)"),
         "{texts:#?}"
     );
     assert!(
@@ -212,7 +216,8 @@ async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
         )),
         "{texts:#?}"
     );
-    // Nothing measured: the agent's own figures are what is counted.
+    // Nothing measured whole: the larger of what was read and what the
+    // agent reported is counted.
     assert_eq!(
         (row.counters.input_tokens, row.counters.output_tokens),
         (5, 2)

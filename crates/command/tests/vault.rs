@@ -56,11 +56,10 @@ async fn bound_destinations_get_the_real_credential_and_others_pass_untouched() 
             Credential::from_env(bound_dest.clone(), "Authorization", VAR)
                 .placeholder_in("API_TOKEN"),
         )
-        .credential(Credential::from_file(
-            plain_dest.clone(),
-            "authorization",
-            &secret_file,
-        ))
+        .credential(
+            Credential::from_file(plain_dest.clone(), "authorization", &secret_file)
+                .over_plain_http(),
+        )
         .trusting(Roots::only().with(bound_ca.ca_der().clone()))
         .resolve("api.example.test", [127, 0, 0, 1].into());
     let source: Vec<(OsString, OsString)> = std::env::vars_os()

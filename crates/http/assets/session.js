@@ -24,7 +24,7 @@ function describe(event) {
     case 'note': return (event.by === 'korvus' ? 'korvus: ' : event.by === 'agent' ? 'agent note: ' : '') + event.text;
     case 'turn_start': case 'turn_end': return 'turn ' + event.turn + (event.interrupted ? ' (interrupted)' : '');
     case 'usage': return event.input_tokens + ' input, ' + event.output_tokens + ' output tokens (as the agent reported)';
-    case 'metered_usage': return event.input_tokens + ' input, ' + event.output_tokens + ' output tokens (measured by korvus' + (event.model ? ', ' + event.model : '') + ')';
+    case 'metered_usage': return (event.unmetered ? 'at least ' : '') + event.input_tokens + ' input, ' + event.output_tokens + ' output tokens (measured by korvus' + (event.unmetered ? ', not whole' : '') + (event.model ? ', ' + event.model : '') + ')';
     default: return JSON.stringify(event);
   }
 }

@@ -265,6 +265,11 @@ pub enum EventKind {
         /// The model the answer named, when it named one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// The call could not be metered whole (its answer was cut, or
+        /// said no usage): the figures are what was read of it, a lower
+        /// bound.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unmetered: bool,
     },
     /// An event of a type this release does not know, written by a newer
     /// one: read and skipped, never an error, so an older reader keeps

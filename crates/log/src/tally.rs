@@ -8,15 +8,21 @@ use crate::event::{Author, Event, EventKind};
 /// on the wire ([`EventKind::MeteredUsage`]).
 ///
 /// [`tokens`](Self::tokens) is what counters hold: the measured sums when
-/// any call was measured, the reported ones otherwise. Sums saturate.
+/// calls were measured and every one whole; the larger of measured and
+/// reported, per direction, when some call could not be metered whole (its
+/// figures are only a lower bound, and the agent may know more); the
+/// reported ones when nothing was measured. Sums saturate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenTally {
     /// Input and output tokens the agent reported.
     pub reported: (u64, u64),
     /// Input and output tokens korvus measured.
     pub measured: (u64, u64),
-    /// Model calls korvus measured.
+    /// Model calls korvus measured whole.
     pub measured_calls: u64,
+    /// Model calls korvus could not meter whole (their partial figures are
+    /// in `measured`).
+    pub unmetered_calls: u64,
 }
 
 impl TokenTally {
@@ -32,10 +38,16 @@ impl TokenTally {
             EventKind::MeteredUsage {
                 input_tokens,
                 output_tokens,
+                unmetered,
                 ..
             } if event.by == Some(Author::Korvus) => {
                 add(&mut self.measured, *input_tokens, *output_tokens);
-                self.measured_calls = self.measured_calls.saturating_add(1);
+                let calls = if *unmetered {
+                    &mut self.unmetered_calls
+                } else {
+                    &mut self.measured_calls
+                };
+                *calls = calls.saturating_add(1);
             }
             _ => {}
         }
@@ -43,10 +55,13 @@ impl TokenTally {
 
     /// Input and output tokens to count: measured when anything was.
     pub fn tokens(&self) -> (u64, u64) {
-        if self.measured_calls > 0 {
-            self.measured
-        } else {
-            self.reported
+        match (self.measured_calls, self.unmetered_calls) {
+            (0, 0) => self.reported,
+            (_, 0) => self.measured,
+            _ => (
+                self.measured.0.max(self.reported.0),
+                self.measured.1.max(self.reported.1),
+            ),
         }
     }
 }
@@ -113,9 +128,47 @@ mod tests {
             input_tokens: 1,
             output_tokens: 1,
             model: None,
+            unmetered: false,
         };
         t.add(&Event::now(forged.clone()).by(Author::Agent));
         t.add(&Event::now(forged));
         assert_eq!(t, TokenTally::default());
+    }
+
+    #[test]
+    fn a_call_not_metered_whole_keeps_the_larger_figures() {
+        let mut t = TokenTally::default();
+        let add = |t: &mut TokenTally, kind| t.add(&Event::korvus(kind));
+        add(
+            &mut t,
+            EventKind::MeteredUsage {
+                input_tokens: 100,
+                output_tokens: 10,
+                model: None,
+                unmetered: false,
+            },
+        );
+        add(
+            &mut t,
+            EventKind::Usage {
+                input_tokens: 50,
+                output_tokens: 900,
+            },
+        );
+        assert_eq!(t.tokens(), (100, 10), "every call metered whole: measured");
+        add(
+            &mut t,
+            EventKind::MeteredUsage {
+                input_tokens: 20,
+                output_tokens: 1,
+                model: None,
+                unmetered: true,
+            },
+        );
+        assert_eq!(
+            t.tokens(),
+            (120, 900),
+            "a lower bound: the larger per direction"
+        );
     }
 }

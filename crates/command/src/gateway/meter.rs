@@ -1,6 +1,9 @@
 //! Reading a model call's usage from its answer: the last usage figures of
-//! a streamed answer (server-sent events) or the `usage` of a JSON body,
-//! for the three APIs the gateway serves. Pure: bytes in, figures out.
+//! a streamed answer (server-sent events) or the `usage` of a JSON body.
+//! One meter reads the shapes of all three APIs the gateway serves
+//! (Responses, Chat Completions, Messages), whatever path the call took:
+//! an agent cannot dodge it by calling a path korvus does not know. Pure:
+//! bytes in, figures out.
 
 use serde_json::Value;
 
@@ -19,11 +22,8 @@ impl Api {
     /// The API a request path calls, if it is a model call (`count_tokens`
     /// and model lists are not).
     pub(crate) fn of_path(path: &str) -> Option<Self> {
-        let path = path
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .trim_end_matches('/');
+        let path = decoded(path.split('?').next().unwrap_or_default());
+        let path = path.trim_end_matches('/');
         if path.ends_with("/responses") || path == "responses" {
             Some(Self::Responses)
         } else if path.ends_with("/chat/completions") {
@@ -36,6 +36,31 @@ impl Api {
     }
 }
 
+/// `path` with its `%XX` escapes decoded (for telling APIs apart only: an
+/// upstream may decode `/v1/message%73` as `/v1/messages`).
+fn decoded(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// What one call used.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Used {
@@ -46,12 +71,11 @@ pub(crate) struct Used {
 
 /// The longest SSE line or JSON body read for usage; a longer line is
 /// skipped (usage lines are small), a longer JSON body is not metered.
-const MAX_HELD: usize = 64 * 1024 * 1024;
+const MAX_HELD: usize = 16 * 1024 * 1024;
 
 /// Reads one answer as it streams past.
 #[derive(Debug)]
 pub(crate) struct Meter {
-    api: Api,
     streamed: bool,
     /// The unfinished line (streamed) or the whole body so far (JSON).
     held: Vec<u8>,
@@ -61,11 +85,9 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    /// A meter for an answer of `api`; `streamed` when it is
-    /// `text/event-stream`.
-    pub(crate) fn new(api: Api, streamed: bool) -> Self {
+    /// A meter for an answer; `streamed` when it is `text/event-stream`.
+    pub(crate) fn new(streamed: bool) -> Self {
         Self {
-            api,
             streamed,
             held: Vec::new(),
             skipping: false,
@@ -118,14 +140,14 @@ impl Meter {
             return None;
         }
         let body: Value = serde_json::from_slice(&self.held).ok()?;
-        let usage = body.get("usage")?;
-        let mut used = match self.api {
-            Api::Chat => chat(usage),
-            Api::Responses => responses(usage),
-            Api::Messages => messages(usage, None),
-        }?;
+        let mut used = usage_of(body.get("usage")?)?;
         used.model = model_of(&body);
         Some(used)
+    }
+
+    /// What was read so far (a cut answer's figures: a lower bound).
+    pub(crate) fn partial(&self) -> Option<Used> {
+        self.used.clone()
     }
 
     /// One SSE line: only `data:` lines carry JSON.
@@ -137,25 +159,25 @@ impl Meter {
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return;
         };
-        match self.api {
-            Api::Responses => {
-                // `response.completed` (or `.incomplete`/`.failed`, which
-                // also carry what was used).
-                let Some(response) = event.get("response") else {
-                    return;
-                };
-                if let Some(mut used) = response.get("usage").and_then(responses) {
-                    used.model = model_of(response);
-                    self.used = Some(used);
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start" | "message_delta") => self.message_event(&event),
+            // Responses: `response.completed` (or `.incomplete`/`.failed`,
+            // which also carry what was used).
+            _ => match event.get("response") {
+                Some(response) => {
+                    if let Some(mut used) = response.get("usage").and_then(usage_of) {
+                        used.model = model_of(response);
+                        self.used = Some(used);
+                    }
                 }
-            }
-            Api::Chat => {
-                if let Some(mut used) = event.get("usage").and_then(chat) {
-                    used.model = model_of(&event);
-                    self.used = Some(used);
+                // Chat Completions: the last chunk's `usage`.
+                None => {
+                    if let Some(mut used) = event.get("usage").and_then(usage_of) {
+                        used.model = model_of(&event);
+                        self.used = Some(used);
+                    }
                 }
-            }
-            Api::Messages => self.message_event(&event),
+            },
         }
     }
 
@@ -196,13 +218,16 @@ fn model_of(v: &Value) -> Option<String> {
         .map(|m| m.chars().take(200).collect())
 }
 
-/// Responses usage: `input_tokens` (cached ones inside), `output_tokens`.
-fn responses(usage: &Value) -> Option<Used> {
-    Some(Used {
-        input: count(usage, "input_tokens")?,
-        output: count(usage, "output_tokens")?,
-        model: None,
-    })
+/// A `usage` object of any of the three APIs: Chat's `prompt_tokens` and
+/// `completion_tokens`, or `input_tokens` (plus Messages' cache reads and
+/// writes; Responses counts cached input inside `input_tokens`) and
+/// `output_tokens`.
+fn usage_of(usage: &Value) -> Option<Used> {
+    if usage.get("prompt_tokens").is_some() {
+        return chat(usage);
+    }
+    count(usage, "output_tokens")?;
+    messages(usage, None)
 }
 
 /// Chat usage: `prompt_tokens` (cached ones inside), `completion_tokens`.
@@ -251,7 +276,8 @@ mod tests {
     use super::*;
 
     fn sse(api: Api, text: &str, cut: usize) -> Option<Used> {
-        let mut m = Meter::new(api, true);
+        let _ = api;
+        let mut m = Meter::new(true);
         // Fed in pieces of `cut` bytes: a line may span any two.
         for piece in text.as_bytes().chunks(cut) {
             m.feed(piece);
@@ -318,7 +344,8 @@ mod tests {
     #[test]
     fn json_bodies_are_metered_whole() {
         let whole = |api, body: &str| {
-            let mut m = Meter::new(api, false);
+            let _ = api;
+            let mut m = Meter::new(false);
             for piece in body.as_bytes().chunks(3) {
                 m.feed(piece);
             }
@@ -358,7 +385,7 @@ mod tests {
 
     #[test]
     fn an_overlong_line_is_skipped_not_held() {
-        let mut m = Meter::new(Api::Chat, true);
+        let mut m = Meter::new(true);
         let big = vec![b'x'; MAX_HELD + 10];
         m.feed(b"data: ");
         m.feed(&big);

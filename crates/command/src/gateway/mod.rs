@@ -150,6 +150,7 @@ impl ModelGateway {
     /// when the agent shares the host's network, else a port of the
     /// agent's own namespace (bound there when it is made).
     pub(crate) fn place(&self, network: &Network) -> Result<Placed, CommandError> {
+        self.check_upstream()?;
         let token = token()?;
         if network.is_host() {
             let listener = StdListener::bind((IpAddr::from([127, 0, 0, 1]), 0))
@@ -169,6 +170,27 @@ impl ModelGateway {
             port: namespace_port(network.destinations()),
             host_listener: None,
         })
+    }
+
+    /// The key goes to the upstream over TLS, or in clear only to this
+    /// host's loopback (a local model server).
+    fn check_upstream(&self) -> Result<(), CommandError> {
+        let clear = self
+            .upstream
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        let local =
+            Destination::from_url(&self.upstream).is_ok_and(|d| !d.loopback_addrs().is_empty());
+        if clear && !local {
+            return Err(CommandError::Gateway {
+                reason: format!(
+                    "the upstream {} is plain HTTP: the key would cross the network in clear \
+                     (use https://, or a server on this host's loopback)",
+                    self.upstream
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The agent's gateway variables, templates filled in.
@@ -286,6 +308,17 @@ mod tests {
         ));
         let tokens: std::collections::HashSet<String> = (0..8).map(|_| token().unwrap()).collect();
         assert_eq!(tokens.len(), 8, "a token per run");
+    }
+
+    #[test]
+    fn the_key_goes_in_clear_only_to_this_hosts_loopback() {
+        let placed = |url: &str| ModelGateway::openai(url, "K").place(&Network::none());
+        assert!(placed("http://127.0.0.1:9/v1").is_ok());
+        assert!(placed("http://localhost:9").is_ok());
+        assert!(placed("https://api.example/v1").is_ok());
+        let err = placed("http://api.example/v1").unwrap_err().to_string();
+        assert!(err.contains("in clear"), "{err}");
+        assert!(placed("HTTP://10.0.0.1:80").is_err());
     }
 
     #[test]

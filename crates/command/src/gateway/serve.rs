@@ -28,7 +28,7 @@ use super::{ModelGateway, UpstreamAuth};
 
 /// The largest request body the gateway forwards (a long conversation
 /// with images stays well under it).
-const MAX_REQUEST: usize = 64 * 1024 * 1024;
+const MAX_REQUEST: usize = 16 * 1024 * 1024;
 /// Connections served at once, per run.
 const MAX_CONNECTIONS: usize = 64;
 /// How long the end of a run waits for the last measurements to be logged.
@@ -56,9 +56,13 @@ const DROPPED: &[&str] = &[
 enum Measured {
     /// The answer said what the call used.
     Used(Used),
-    /// A successful answer the gateway could not meter (cut, or without
-    /// usage): what it saw of it, and why.
-    Unmetered { path: String, why: &'static str },
+    /// A successful model call the gateway could not meter whole (cut, or
+    /// without usage): the path, why, and what was read before it ended.
+    Unmetered {
+        path: String,
+        why: &'static str,
+        partial: Option<Used>,
+    },
 }
 
 /// What one run's gateway measured.
@@ -89,6 +93,14 @@ pub(crate) struct Serving {
     accept: JoinHandle<()>,
     logger: JoinHandle<()>,
     totals: Arc<Mutex<Totals>>,
+}
+
+impl Drop for Serving {
+    /// A run dropped mid-way (cancelled, panicked) stops serving too: no
+    /// listener with the real key behind it outlives its run.
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
 }
 
 impl Serving {
@@ -136,10 +148,10 @@ impl Serving {
     /// Stops serving (a call still streaming is cut, and counted so),
     /// waits for the last measurements to reach the log, and returns the
     /// run's totals.
-    pub(crate) async fn finish(self) -> Totals {
+    pub(crate) async fn finish(mut self) -> Totals {
         self.accept.abort();
-        let _ = self.accept.await;
-        if tokio::time::timeout(FINISH_WAIT, self.logger)
+        let _ = (&mut self.accept).await;
+        if tokio::time::timeout(FINISH_WAIT, &mut self.logger)
             .await
             .is_err()
         {
@@ -208,20 +220,48 @@ async fn logger(
                     input_tokens: used.input,
                     output_tokens: used.output,
                     model: used.model,
+                    unmetered: false,
                 }
             }
-            Measured::Unmetered { path, why } => {
-                lock(&totals).unmetered += 1;
-                EventKind::Note {
-                    text: format!("model gateway: a call to {path} could not be metered ({why})"),
+            Measured::Unmetered { path, why, partial } => {
+                let partial = partial.unwrap_or_default();
+                {
+                    let mut t = lock(&totals);
+                    t.unmetered += 1;
+                    t.input = t.input.saturating_add(partial.input);
+                    t.output = t.output.saturating_add(partial.output);
                 }
+                let path: String = path.chars().take(200).collect();
+                let note = EventKind::Note {
+                    text: format!("model gateway: a call to {path} could not be metered ({why})"),
+                };
+                let lower_bound = EventKind::MeteredUsage {
+                    input_tokens: partial.input,
+                    output_tokens: partial.output,
+                    model: partial.model,
+                    unmetered: true,
+                };
+                append(
+                    &log,
+                    vec![Event::korvus(note), Event::korvus(lower_bound)],
+                    &mut failures,
+                )
+                .await;
+                continue;
             }
         };
-        if let Err(e) = log.append(&[Event::korvus(event)]).await {
-            if failures == 0 {
+        append(&log, vec![Event::korvus(event)], &mut failures).await;
+    }
+}
+
+/// Appends `events`; the first failure is a warning, all are counted.
+async fn append(log: &LogHandle, events: Vec<Event>, failures: &mut u64) {
+    {
+        if let Err(e) = log.append(&events).await {
+            if *failures == 0 {
                 warn!(error = %e, "a gateway measurement was not logged");
             }
-            failures += 1;
+            *failures += 1;
         }
     }
 }
@@ -318,9 +358,9 @@ fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incom
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
-    let meter = api
-        .filter(|_| parts.status.is_success())
-        .map(|api| Meter::new(api, streamed));
+    // Every successful answer is read, whatever its path: usage is found
+    // by its shape.
+    let meter = parts.status.is_success().then(|| Meter::new(streamed));
     let mut response = Response::builder().status(parts.status);
     if let Some(headers) = response.headers_mut() {
         copy_headers(&parts.headers, headers);
@@ -328,6 +368,7 @@ fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incom
     let body = MeteredBody {
         inner: body,
         meter,
+        model_call: api.is_some(),
         path,
         to: state.measured.clone(),
     };
@@ -379,8 +420,16 @@ fn ask_chat_usage(body: Bytes) -> Bytes {
 }
 
 fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    // Headers the `Connection` header names are the hop's too.
+    let listed: Vec<String> = from
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
     for (name, value) in from {
-        if !DROPPED.contains(&name.as_str()) {
+        if !DROPPED.contains(&name.as_str()) && !listed.iter().any(|n| n == name.as_str()) {
             to.append(name.clone(), value.clone());
         }
     }
@@ -407,6 +456,9 @@ fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
 pub(crate) struct MeteredBody {
     inner: Incoming,
     meter: Option<Meter>,
+    /// A call to a model API path: one without usage is counted as not
+    /// metered (another path's, a model list say, is nothing).
+    model_call: bool,
     path: String,
     to: mpsc::UnboundedSender<Measured>,
 }
@@ -416,16 +468,21 @@ impl MeteredBody {
         let Some(meter) = self.meter.take() else {
             return;
         };
-        let measured = match (meter.finish(), complete) {
-            (Some(used), _) => Measured::Used(used),
-            (None, true) => Measured::Unmetered {
+        let partial = meter.partial();
+        let measured = match (complete, meter.finish()) {
+            (true, Some(used)) => Measured::Used(used),
+            (true, None) if self.model_call => Measured::Unmetered {
                 path: std::mem::take(&mut self.path),
                 why: "the answer had no usage",
+                partial: None,
             },
-            (None, false) => Measured::Unmetered {
+            (true, None) => return,
+            (false, _) if self.model_call || partial.is_some() => Measured::Unmetered {
                 path: std::mem::take(&mut self.path),
-                why: "the answer was cut before its usage",
+                why: "the answer was cut before it ended; what it said so far is counted",
+                partial,
             },
+            (false, _) => return,
         };
         let _ = self.to.send(measured);
     }
@@ -469,7 +526,9 @@ impl Body for MeteredBody {
 
 impl Drop for MeteredBody {
     fn drop(&mut self) {
-        self.done(false);
+        // An empty answer is over before it is polled.
+        let complete = self.inner.is_end_stream();
+        self.done(complete);
     }
 }
 

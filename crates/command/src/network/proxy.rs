@@ -303,7 +303,16 @@ impl Proxy {
             first = false;
             let Ok(Ok(Some(head))) = head else { break };
             let request = match Request::parse(&head) {
-                Ok(r) => self.with_credential(r),
+                Ok(r) => match self.with_credential(r) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        self.refused(why);
+                        let _ = back
+                            .send(Back::Refusal(refusal("403 Forbidden", why)))
+                            .await;
+                        break;
+                    }
+                },
                 Err(why) => {
                     self.refused(&format!("a request the proxy does not take ({why})"));
                     let _ = back

@@ -34,7 +34,7 @@ pub const PLACEHOLDER: &str = "korvus-vault-placeholder";
 /// Injections noted one by one in the log, per run; later ones are counted.
 const NOTED: u64 = 32;
 /// The largest request body forwarded to a bound destination.
-const MAX_REQUEST: usize = 64 * 1024 * 1024;
+const MAX_REQUEST: usize = 16 * 1024 * 1024;
 /// Headers of the hop, never forwarded either way.
 pub(crate) const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -68,6 +68,7 @@ pub struct Credential {
     header: String,
     source: Source,
     placeholder_var: Option<String>,
+    plain_http: bool,
 }
 
 impl Credential {
@@ -99,7 +100,19 @@ impl Credential {
             header,
             source,
             placeholder_var: None,
+            plain_http: false,
         }
+    }
+
+    /// Lets the credential travel on plain HTTP requests to its
+    /// destination (a service on a network korvus's host trusts). Without
+    /// it a plain request to the destination is refused: on plain HTTP the
+    /// credential would cross the network in clear, to whoever answers the
+    /// destination's name.
+    #[must_use]
+    pub fn over_plain_http(mut self) -> Self {
+        self.plain_http = true;
+        self
     }
 
     /// Gives the agent the variable `var` holding [`PLACEHOLDER`], for an
@@ -209,6 +222,7 @@ impl Vault {
                 dest: c.destination.clone(),
                 name,
                 value,
+                plain_http: c.plain_http,
             });
         }
         let names: Vec<String> = bound.iter().map(|b| b.dest.host().to_owned()).collect();
@@ -275,6 +289,14 @@ pub(crate) struct Bound {
     dest: Destination,
     name: HeaderName,
     value: HeaderValue,
+    plain_http: bool,
+}
+
+impl Bound {
+    /// Whether the credential may go on plain HTTP requests.
+    pub(crate) fn plain_http(&self) -> bool {
+        self.plain_http
+    }
 }
 
 /// One run's vault, armed: the values, the run's authority, the client to
@@ -297,6 +319,13 @@ impl std::fmt::Debug for Armed {
 }
 
 impl Armed {
+    /// The values of the credentials (never the agent's).
+    pub(crate) fn values(&self) -> impl Iterator<Item = String> + '_ {
+        self.bound
+            .iter()
+            .map(|b| String::from_utf8_lossy(b.value.as_bytes()).into_owned())
+    }
+
     /// The binding of `dest`, if it has one.
     pub(crate) fn bound(&self, dest: &Destination) -> Option<&Bound> {
         self.bound.iter().find(|b| b.dest.admits(dest))
@@ -389,6 +418,13 @@ impl Armed {
                 "korvus vault: not a bound destination",
             );
         };
+        if matches!(request.method().as_str(), "TRACE" | "CONNECT") {
+            // TRACE echoes the request, credential and all, back.
+            return answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "korvus vault: method refused",
+            );
+        }
         let (parts, body) = request.into_parts();
         let Ok(body) = Limited::new(body, MAX_REQUEST).collect().await else {
             return answer(StatusCode::PAYLOAD_TOO_LARGE, "korvus vault: body not read");

@@ -1,12 +1,16 @@
 //! The run's own certificate authority (rcgen): made when the run starts,
-//! its key never written anywhere, it signs one server certificate naming
+//! its key never written anywhere, constrained to the bound names (name
+//! constraints) and to 30 days, it signs one server certificate naming
 //! every bound destination's host, which the proxy presents on the
 //! connections it intercepts (rustls, HTTP/1.1 only).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, CidrSubnet, ExtendedKeyUsagePurpose, GeneralSubtree, IsCa,
+    KeyPair, KeyUsagePurpose, NameConstraints,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The authority's certificate, as the agent's trust store gets it.
@@ -25,16 +29,36 @@ pub(crate) fn issue(names: &[String]) -> Result<(Authority, tokio_rustls::TlsAcc
         .push(rcgen::DnType::CommonName, "korvus run authority");
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    // The agent's trust store holds it: it may vouch for the bound names
+    // only, and only while runs last.
+    params.name_constraints = Some(NameConstraints {
+        permitted_subtrees: names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => GeneralSubtree::IpAddress(CidrSubnet::from_addr_prefix(
+                    ip,
+                    if ip.is_ipv4() { 32 } else { 128 },
+                )),
+                Err(_) => GeneralSubtree::DnsName(n.clone()),
+            })
+            .collect(),
+        excluded_subtrees: Vec::new(),
+    });
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(30);
     let ca_key = KeyPair::generate().map_err(|x| e(&x))?;
     let ca = rcgen::CertifiedIssuer::self_signed(params, ca_key).map_err(|x| e(&x))?;
     let mut leaf_names = names.to_vec();
     leaf_names.sort();
     leaf_names.dedup();
     let leaf_key = KeyPair::generate().map_err(|x| e(&x))?;
-    let leaf = CertificateParams::new(leaf_names)
-        .map_err(|x| e(&x))?
-        .signed_by(&leaf_key, &ca)
-        .map_err(|x| e(&x))?;
+    let mut leaf = CertificateParams::new(leaf_names).map_err(|x| e(&x))?;
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = now - time::Duration::hours(1);
+    leaf.not_after = now + time::Duration::days(30);
+    let leaf = leaf.signed_by(&leaf_key, &ca).map_err(|x| e(&x))?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)

@@ -38,6 +38,7 @@ impl CommandRunner {
             thread,
             gateway,
             vault,
+            secrets: launch_secrets,
         } = launch;
         let mut env = match &self.env_source {
             Some(vars) => self.env.resolve(vars.iter().cloned()),
@@ -65,6 +66,7 @@ impl CommandRunner {
             });
             env.extend(vars.iter().cloned());
         }
+        env.retain(|(_, v)| !holds_secret(v, launch_secrets));
         let names: Vec<String> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
@@ -116,11 +118,18 @@ impl CommandRunner {
     ) -> Result<(Command, Option<(String, Placed)>, Option<Arc<Armed>>), CommandError> {
         let gateway = self.place_gateway()?;
         let vault = self.arm_vault(private, notes)?;
+        // The values korvus holds for the agent: no variable carrying one
+        // reaches it, under whatever name it was passed.
+        let mut secrets: Vec<String> = gateway.iter().map(|(key, _)| key.clone()).collect();
+        if let Some((armed, _)) = &vault {
+            secrets.extend(armed.values());
+        }
         let launch = Launch {
             resume,
             thread,
             gateway: gateway.as_ref().map(|(_, placed)| placed),
             vault: vault.as_ref().map(|(_, vars)| vars.as_slice()),
+            secrets: &secrets,
         };
         let cmd = self.command(ctx, scratch, manifest, private, launch);
         Ok((cmd, gateway, vault.map(|(armed, _)| armed)))
@@ -218,6 +227,20 @@ pub(super) struct Launch<'a> {
     pub(super) gateway: Option<&'a Placed>,
     /// The vault's variables for the agent, when the runner has one.
     pub(super) vault: Option<&'a [(OsString, OsString)]>,
+    /// The values korvus holds for the agent (the model key, the vault's).
+    pub(super) secrets: &'a [String],
+}
+
+/// Whether `value` holds one of `secrets`, or the last word of one (a
+/// token without its `Bearer`): such a variable never reaches the agent.
+fn holds_secret(value: &std::ffi::OsStr, secrets: &[String]) -> bool {
+    let value = value.to_string_lossy();
+    secrets.iter().any(|secret| {
+        let word = secret.split_whitespace().last().unwrap_or(secret);
+        [secret.as_str(), word]
+            .iter()
+            .any(|s| s.len() >= 8 && value.contains(s))
+    })
 }
 
 /// The network's last notes of a run (its gateway's measurements, its

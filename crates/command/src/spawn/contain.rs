@@ -158,7 +158,7 @@ pub(super) fn enter(
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(errno)?;
     if own_network {
         loopback_up().map_err(errno)?;
-        super::gateway_listener(gateway);
+        super::gateway_listener(gateway)?;
     }
     mount_change(
         c"/",

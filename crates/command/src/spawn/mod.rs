@@ -288,16 +288,15 @@ fn own_network_namespace(gateway: Option<(BorrowedFd<'_>, u16)>) -> std::io::Res
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
         .map_err(errno)?;
     loopback_up().map_err(errno)?;
-    gateway_listener(gateway);
-    Ok(())
+    gateway_listener(gateway)
 }
 
-/// Sends the model gateway its listener from the namespace just made. A
-/// failure sends nothing: korvus then finds no listener and fails the run
-/// with its own reason, rather than the agent's start failing blindly.
-pub(crate) fn gateway_listener(gateway: Option<(BorrowedFd<'_>, u16)>) {
-    if let Some((channel, port)) = gateway {
-        let _ = crate::network::netns::send_listener(channel, port);
+/// Sends the model gateway its listener from the namespace just made; a
+/// failure fails the agent's start (before `exec`), with its errno.
+pub(crate) fn gateway_listener(gateway: Option<(BorrowedFd<'_>, u16)>) -> std::io::Result<()> {
+    match gateway {
+        Some((channel, port)) => crate::network::netns::send_listener(channel, port).map_err(errno),
+        None => Ok(()),
     }
 }
 

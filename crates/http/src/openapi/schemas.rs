@@ -244,7 +244,7 @@ fn event() -> Value {
                 json!({"input_tokens": count(), "output_tokens": count()}),
                 &["input_tokens", "output_tokens"]),
             event_kind("metered_usage", "tokens one model call used, as korvus's model gateway measured them on the wire; counters use these when a run has any",
-                json!({"input_tokens": count(), "output_tokens": count(), "model": text()}),
+                json!({"input_tokens": count(), "output_tokens": count(), "model": text(), "unmetered": {"type": "boolean", "description": "the call could not be metered whole: its figures are a lower bound"}}),
                 &["input_tokens", "output_tokens"]),
         ],
     })

@@ -26,15 +26,25 @@ impl Proxy {
         bound.then(|| Arc::clone(vault))
     }
 
-    /// A plain request to a bound destination, its credential set.
-    pub(super) fn with_credential(&self, request: Request) -> Request {
+    /// A plain request to a bound destination: its credential set when the
+    /// credential may travel in clear; refused (why) otherwise, and always
+    /// for `TRACE`, which would echo the credential back to the agent.
+    pub(super) fn with_credential(&self, request: Request) -> Result<Request, &'static str> {
         let Some(vault) = &self.vault else {
-            return request;
+            return Ok(request);
         };
         let Some(bound) = vault.bound(&request.dest) else {
-            return request;
+            return Ok(request);
         };
+        if request.method.eq_ignore_ascii_case("TRACE") {
+            return Err("korvus vault: TRACE to a bound destination would echo its credential");
+        }
         let ask = match request.ask {
+            Ask::Forward { .. } if !bound.plain_http() => {
+                return Err(
+                    "korvus vault: a credential bound here is never sent in clear; use https",
+                )
+            }
             Ask::Forward {
                 head,
                 body,
@@ -46,7 +56,7 @@ impl Proxy {
             },
             Ask::Connect => Ask::Connect,
         };
-        Request { ask, ..request }
+        Ok(Request { ask, ..request })
     }
 }
 

@@ -83,6 +83,10 @@ impl Request {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
+        if authority.contains('@') {
+            // The `Host` sent on is the authority: no user part in it.
+            return Err("korvus egress: no user information in a proxied URL");
+        }
         let slash = if path.starts_with('?') { "/" } else { "" };
         let dest = Destination::from_url(&format!("http://{authority}"))
             .map_err(|_| "korvus egress: bad host in the request")?;

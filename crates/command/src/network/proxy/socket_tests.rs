@@ -190,3 +190,66 @@ async fn pipelined_and_chunked_requests_are_framed_and_forwarded_whole() {
         )
     );
 }
+
+/// A proxy allowing `127.0.0.1:port`, a credential bound there (from the
+/// variable `V`), sent in clear only when `plain` says so.
+fn vaulted(port: u16, plain: bool) -> (Egress, String) {
+    use crate::network::vault::{Credential, Vault};
+    let dest = Destination::new("127.0.0.1", port);
+    let allow = [dest.clone()];
+    let listeners = bind(&allow).unwrap();
+    let (notes, _noted) = mpsc::channel(16);
+    let credential = Credential::from_env(dest, "Authorization", "V");
+    let credential = if plain {
+        credential.over_plain_http()
+    } else {
+        credential
+    };
+    let armed = Vault::new()
+        .credential(credential)
+        .trusting(
+            korvus_tls::Roots::only()
+                .with(korvus_model_stub::TestCa::new().unwrap().ca_der().clone()),
+        )
+        .arm(
+            &allow,
+            Some(&[("V".into(), "Bearer real".into())]),
+            notes.clone(),
+        )
+        .unwrap();
+    let egress = Egress::start(listeners, &allow, notes, Some(Arc::new(armed))).unwrap();
+    let addr = egress.proxy_url().trim_start_matches("http://").to_owned();
+    (egress, addr)
+}
+
+#[tokio::test]
+async fn a_bound_credential_goes_on_plain_http_only_when_allowed_and_never_on_trace() {
+    let (port, seen) = origin().await;
+    let request = |method: &str| {
+        format!("{method} http://127.0.0.1:{port}/x HTTP/1.1\r\nAuthorization: Bearer placeholder\r\n\r\n")
+    };
+    // Not allowed in clear: refused, nothing reaches the origin.
+    let (_egress, addr) = vaulted(port, false);
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(request("GET").as_bytes()).await.unwrap();
+    let answer = response(&mut conn).await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("never sent in clear"), "{answer}");
+    // Allowed: the origin sees the real value, the placeholder gone.
+    let (_egress, addr) = vaulted(port, true);
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(request("GET").as_bytes()).await.unwrap();
+    assert!(response(&mut conn).await.starts_with("HTTP/1.1 200"));
+    let got = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+    assert!(got.contains("authorization: Bearer real\r\n"), "{got}");
+    assert!(!got.contains("placeholder"), "{got}");
+    // TRACE would echo it back: refused even when allowed in clear.
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(request("TRACE").as_bytes()).await.unwrap();
+    assert!(response(&mut conn).await.starts_with("HTTP/1.1 403"));
+    // A user part in the URL would become the Host sent on: refused.
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    let sneaky = format!("GET http://x@127.0.0.1:{port}/ HTTP/1.1\r\n\r\n");
+    conn.write_all(sneaky.as_bytes()).await.unwrap();
+    assert!(response(&mut conn).await.starts_with("HTTP/1.1 400"));
+}

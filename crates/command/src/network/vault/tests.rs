@@ -6,7 +6,7 @@ fn armed() -> Armed {
     let (tx, _rx) = mpsc::channel(8);
     let dest = Destination::new("api.example.test", 80);
     Vault::new()
-        .credential(Credential::from_env(dest.clone(), "Authorization", "V"))
+        .credential(Credential::from_env(dest.clone(), "Authorization", "V").over_plain_http())
         .trusting(Roots::only().with(korvus_model_stub::TestCa::new().unwrap().ca_der().clone()))
         .arm(
             &[dest],
