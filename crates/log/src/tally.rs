@@ -93,6 +93,7 @@ mod tests {
                 input_tokens: 0,
                 output_tokens: 0,
                 model: None,
+                unmetered: false,
             },
         );
         assert_eq!(
@@ -106,6 +107,7 @@ mod tests {
                 input_tokens: u64::MAX,
                 output_tokens: 7,
                 model: Some("m".into()),
+                unmetered: false,
             },
         );
         add(
@@ -114,6 +116,7 @@ mod tests {
                 input_tokens: 1,
                 output_tokens: 2,
                 model: None,
+                unmetered: false,
             },
         );
         assert_eq!(t.tokens(), (u64::MAX, 9));

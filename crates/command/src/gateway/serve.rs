@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 
 use super::meter::{Api, Meter, Used};
 use super::{ModelGateway, UpstreamAuth};
+use crate::network::vault::HOP_BY_HOP;
 
 /// The largest request body the gateway forwards (a long conversation
 /// with images stays well under it).
@@ -33,23 +34,9 @@ const MAX_REQUEST: usize = 16 * 1024 * 1024;
 const MAX_CONNECTIONS: usize = 64;
 /// How long the end of a run waits for the last measurements to be logged.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
-/// Headers never forwarded either way: the hop's own, and the agent's key.
-const DROPPED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "authorization",
-    "x-api-key",
-    "accept-encoding",
-];
+/// Headers of the agent's never forwarded upstream besides the hop's own:
+/// its key, and its choice of compression (the meter reads the answer).
+const ALSO_DROPPED: &[&str] = &["authorization", "x-api-key", "accept-encoding"];
 
 /// What one model call measured, for the logger.
 #[derive(Debug)]
@@ -335,7 +322,7 @@ fn upstream_request(
         .method(parts.method)
         .uri(format!("{}{}", state.upstream, path));
     if let Some(headers) = upstream.headers_mut() {
-        copy_headers(&parts.headers, headers);
+        copy_headers(&parts.headers, headers, ALSO_DROPPED);
         let name = match state.auth {
             UpstreamAuth::Bearer => header::AUTHORIZATION,
             UpstreamAuth::XApiKey => HeaderName::from_static("x-api-key"),
@@ -363,7 +350,7 @@ fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incom
     let meter = parts.status.is_success().then(|| Meter::new(streamed));
     let mut response = Response::builder().status(parts.status);
     if let Some(headers) = response.headers_mut() {
-        copy_headers(&parts.headers, headers);
+        copy_headers(&parts.headers, headers, &[]);
     }
     let body = MeteredBody {
         inner: body,
@@ -419,8 +406,9 @@ fn ask_chat_usage(body: Bytes) -> Bytes {
     serde_json::to_vec(&json).map_or(body, Bytes::from)
 }
 
-fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
-    // Headers the `Connection` header names are the hop's too.
+/// Copies `from` into `to` but the hop's headers (those of
+/// [`HOP_BY_HOP`] and those its `Connection` header names) and `also`.
+pub(crate) fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, also: &[&str]) {
     let listed: Vec<String> = from
         .get_all(header::CONNECTION)
         .iter()
@@ -429,7 +417,11 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
         .map(|n| n.trim().to_ascii_lowercase())
         .collect();
     for (name, value) in from {
-        if !DROPPED.contains(&name.as_str()) && !listed.iter().any(|n| n == name.as_str()) {
+        let name_str = name.as_str();
+        let dropped = HOP_BY_HOP.contains(&name_str)
+            || also.contains(&name_str)
+            || listed.iter().any(|n| n == name_str);
+        if !dropped {
             to.append(name.clone(), value.clone());
         }
     }

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::Destination;
+use crate::gateway::serve::copy_headers;
 use crate::CommandError;
 
 /// What the agent's variable of a credential holds instead of its value.
@@ -434,11 +435,7 @@ impl Armed {
             .method(parts.method)
             .uri(format!("https://{dest}{path}"));
         if let Some(headers) = upstream.headers_mut() {
-            for (name, value) in &parts.headers {
-                if !HOP_BY_HOP.contains(&name.as_str()) && *name != bound.name {
-                    headers.append(name.clone(), value.clone());
-                }
-            }
+            copy_headers(&parts.headers, headers, &[bound.name.as_str()]);
             headers.insert(bound.name.clone(), bound.value.clone());
         }
         let Ok(upstream) = upstream.body(Full::new(body.to_bytes())) else {
@@ -448,9 +445,9 @@ impl Armed {
         match self.client.send(upstream).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                for name in HOP_BY_HOP {
-                    parts.headers.remove(*name);
-                }
+                let mut headers = hyper::HeaderMap::new();
+                copy_headers(&parts.headers, &mut headers, &[]);
+                parts.headers = headers;
                 Response::from_parts(parts, Either::Right(body))
             }
             Err(e) => {
