@@ -302,34 +302,13 @@ impl Proxy {
             };
             first = false;
             let Ok(Ok(Some(head))) = head else { break };
-            let request = match Request::parse(&head) {
-                Ok(r) => match self.with_credential(r) {
-                    Ok(r) => r,
-                    Err(why) => {
-                        self.refused(why);
-                        let _ = back
-                            .send(Back::Refusal(refusal("403 Forbidden", why)))
-                            .await;
-                        break;
-                    }
-                },
-                Err(why) => {
-                    self.refused(&format!("a request the proxy does not take ({why})"));
-                    let _ = back
-                        .send(Back::Refusal(refusal("400 Bad Request", why)))
-                        .await;
+            let request = match self.judge(&head) {
+                Ok(r) => r,
+                Err(answer) => {
+                    let _ = back.send(Back::Refusal(answer)).await;
                     break;
                 }
             };
-            if !self.allow.iter().any(|d| d.admits(&request.dest)) {
-                let what = format!("{} {}", request.method, request.dest);
-                self.refused(&format!("{what} is not allowed by the network policy"));
-                let why = "korvus egress: destination not allowed";
-                let _ = back
-                    .send(Back::Refusal(refusal("403 Forbidden", why)))
-                    .await;
-                break;
-            }
             if let Some(vault) = self.intercepted(&request) {
                 if let Some((_, mut to)) = upstream.take() {
                     let _ = to.shutdown().await;
@@ -379,6 +358,27 @@ impl Proxy {
         if let Some((_, mut to)) = upstream {
             let _ = to.shutdown().await;
         }
+    }
+
+    /// One request head, parsed, judged against the policy and given its
+    /// credential; the answer refusing it (a refusal noted) otherwise.
+    fn judge(&self, head: &[u8]) -> Result<Request, Vec<u8>> {
+        let request = Request::parse(head).map_err(|why| {
+            self.refused(&format!("a request the proxy does not take ({why})"));
+            refusal("400 Bad Request", why)
+        })?;
+        if !self.allow.iter().any(|d| d.admits(&request.dest)) {
+            let what = format!("{} {}", request.method, request.dest);
+            self.refused(&format!("{what} is not allowed by the network policy"));
+            return Err(refusal(
+                "403 Forbidden",
+                "korvus egress: destination not allowed",
+            ));
+        }
+        self.with_credential(request).map_err(|why| {
+            self.refused(why);
+            refusal("403 Forbidden", why)
+        })
     }
 
     /// Connects to the request's destination and hands its way back to
