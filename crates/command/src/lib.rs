@@ -120,6 +120,7 @@ mod enforce;
 mod env;
 mod error;
 mod gateway;
+mod hop;
 mod isolate;
 mod limits;
 mod manifest;

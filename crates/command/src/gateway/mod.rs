@@ -3,9 +3,10 @@
 //! each call to the real upstream over TLS with the real key — which the
 //! agent never holds — reading what every call used from its answer.
 //!
-//! See [`ModelGateway`]; the server is in `serve.rs`, the usage reader in
-//! `meter.rs`.
+//! See [`ModelGateway`]; the server is in `serve.rs`, the answer's way
+//! back in `body.rs`, the usage reader in `meter.rs`.
 
+mod body;
 pub(crate) mod meter;
 pub(crate) mod serve;
 

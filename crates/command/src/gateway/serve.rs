@@ -5,14 +5,12 @@
 
 use std::convert::Infallible;
 use std::net::TcpListener as StdListener;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, Limited};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -23,9 +21,10 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
-use super::meter::{Api, Meter, Used};
+use super::body::{Measured, MeteredBody};
+use super::meter::{Api, Meter};
 use super::{ModelGateway, UpstreamAuth};
-use crate::network::vault::HOP_BY_HOP;
+use crate::hop::copy_headers;
 
 /// The largest request body the gateway forwards (a long conversation
 /// with images stays well under it).
@@ -37,20 +36,6 @@ const FINISH_WAIT: Duration = Duration::from_secs(5);
 /// Headers of the agent's never forwarded upstream besides the hop's own:
 /// its key, and its choice of compression (the meter reads the answer).
 const ALSO_DROPPED: &[&str] = &["authorization", "x-api-key", "accept-encoding"];
-
-/// What one model call measured, for the logger.
-#[derive(Debug)]
-enum Measured {
-    /// The answer said what the call used.
-    Used(Used),
-    /// A successful model call the gateway could not meter whole (cut, or
-    /// without usage): the path, why, and what was read before it ended.
-    Unmetered {
-        path: String,
-        why: &'static str,
-        partial: Option<Used>,
-    },
-}
 
 /// What one run's gateway measured.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -406,27 +391,6 @@ fn ask_chat_usage(body: Bytes) -> Bytes {
     serde_json::to_vec(&json).map_or(body, Bytes::from)
 }
 
-/// Copies `from` into `to` but the hop's headers (those of
-/// [`HOP_BY_HOP`] and those its `Connection` header names) and `also`.
-pub(crate) fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, also: &[&str]) {
-    let listed: Vec<String> = from
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .collect();
-    for (name, value) in from {
-        let name_str = name.as_str();
-        let dropped = HOP_BY_HOP.contains(&name_str)
-            || also.contains(&name_str)
-            || listed.iter().any(|n| n == name_str);
-        if !dropped {
-            to.append(name.clone(), value.clone());
-        }
-    }
-}
-
 /// An answer of the gateway's own, in the shape both SDKs read as an API
 /// error.
 fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
@@ -441,93 +405,4 @@ fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
         HeaderValue::from_static("application/json"),
     );
     response
-}
-
-/// The upstream's answer on its way to the agent, read by a meter; what
-/// it measured is sent when the answer ends, fails or is dropped.
-pub(crate) struct MeteredBody {
-    inner: Incoming,
-    meter: Option<Meter>,
-    /// A call to a model API path: one without usage is counted as not
-    /// metered (another path's, a model list say, is nothing).
-    model_call: bool,
-    path: String,
-    to: mpsc::UnboundedSender<Measured>,
-}
-
-impl MeteredBody {
-    fn done(&mut self, complete: bool) {
-        let Some(meter) = self.meter.take() else {
-            return;
-        };
-        let partial = meter.partial();
-        let measured = match (complete, meter.finish()) {
-            (true, Some(used)) => Measured::Used(used),
-            (true, None) if self.model_call => Measured::Unmetered {
-                path: std::mem::take(&mut self.path),
-                why: "the answer had no usage",
-                partial: None,
-            },
-            (true, None) => return,
-            (false, _) if self.model_call || partial.is_some() => Measured::Unmetered {
-                path: std::mem::take(&mut self.path),
-                why: "the answer was cut before it ended; what it said so far is counted",
-                partial,
-            },
-            (false, _) => return,
-        };
-        let _ = self.to.send(measured);
-    }
-}
-
-impl Body for MeteredBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(meter), Some(data)) = (self.meter.as_mut(), frame.data_ref()) {
-                    meter.feed(data);
-                }
-                // A body of known length ends with its last frame: hyper
-                // asks no further.
-                if self.inner.is_end_stream() {
-                    self.done(true);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.done(false),
-            Poll::Ready(None) => self.done(true),
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for MeteredBody {
-    fn drop(&mut self) {
-        // An empty answer is over before it is polled.
-        let complete = self.inner.is_end_stream();
-        self.done(complete);
-    }
-}
-
-impl std::fmt::Debug for MeteredBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MeteredBody")
-            .field("path", &self.path)
-            .finish()
-    }
 }

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::Destination;
-use crate::gateway::serve::copy_headers;
+use crate::hop::copy_headers;
 use crate::CommandError;
 
 /// What the agent's variable of a credential holds instead of its value.
@@ -36,20 +36,6 @@ pub const PLACEHOLDER: &str = "korvus-vault-placeholder";
 const NOTED: u64 = 32;
 /// The largest request body forwarded to a bound destination.
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
-/// Headers of the hop, never forwarded either way.
-pub(crate) const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-];
 
 /// Where a credential's value comes from: read by korvus, never by the
 /// agent.
