@@ -68,9 +68,8 @@ pub(crate) struct ServeArgs {
     /// With a preset: the model to ask for.
     #[arg(long, value_name = "NAME", requires = "agent")]
     model: Option<String>,
-    /// With a preset and `--model-endpoint`: the variable holding the
-    /// endpoint's API key, read by korvus's model gateway only (see
-    /// `korvus run --help`).
+    /// The variable holding the model API's key, read by korvus's model
+    /// gateway only (see `korvus run --help`).
     #[arg(long = "model-key-var", value_name = "NAME", requires = "agent")]
     model_key_var: Option<String>,
     /// With `--model-key-var`: a PEM file of the authorities the gateway

@@ -61,10 +61,10 @@ pub(crate) struct AgentArgs {
     /// With a preset: the model to ask for.
     #[arg(long, value_name = "NAME")]
     pub(crate) model: Option<String>,
-    /// With a preset and `--model-endpoint`: korvus's variable holding the
-    /// endpoint's API key. korvus reads it and serves the agent through
-    /// its model gateway (a per-run token as the agent's key, every call
-    /// metered); the agent never sees the key.
+    /// korvus's variable holding the model API's key. korvus reads it and
+    /// serves the agent through its model gateway (a per-run token as the
+    /// agent's key, every call metered); the agent never sees the key.
+    /// With a preset and no `--model-endpoint`, the provider's own API.
     #[arg(long = "model-key-var", value_name = "NAME")]
     pub(crate) model_key_var: Option<String>,
     /// With `--model-key-var`: a PEM file of the authorities the gateway
@@ -214,9 +214,18 @@ impl AgentArgs {
             endpoint.roots = roots;
             endpoint
         });
-        if endpoint.is_none() && self.model_key_var.is_some() {
-            bail!("--model-key-var needs --model-endpoint");
-        }
+        // A key without an endpoint: the provider's own API, through the
+        // gateway.
+        let endpoint = match (endpoint, &self.model_key_var) {
+            (None, Some(var)) => {
+                let mut endpoint = ModelEndpoint::new(preset.public_api());
+                endpoint.model = self.model.clone();
+                endpoint.api_key_var = Some(var.clone());
+                endpoint.roots = self.model_roots()?;
+                Some(endpoint)
+            }
+            (endpoint, _) => endpoint,
+        };
         if endpoint.is_none() && self.model.is_some() {
             bail!("--model needs --model-endpoint (or set the model in the agent's own configuration)");
         }

@@ -126,3 +126,29 @@ fn a_blob_dir_that_refuses_writes_is_named_before_any_row_is_written() {
         "no run started"
     );
 }
+
+/// `--model-key-var` without `--model-endpoint` serves a preset the
+/// provider's own API through the gateway; an unset key variable fails
+/// the run before the agent starts, naming the variable (never falling
+/// back to an agent without a key, nor asking for an endpoint).
+#[test]
+fn a_model_key_variable_that_is_not_set_fails_the_run_naming_it() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let out = output(
+        korvus(data.path())
+            .args(["run", "--agent", "codex", "--agent-program", "/bin/true"])
+            .args(["--model-key-var", "KORVUS_NO_SUCH_MODEL_KEY", "hello"])
+            .env_remove("KORVUS_NO_SUCH_MODEL_KEY"),
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(!said.contains("needs --model-endpoint"), "{said}");
+    let log = crate::support::ok(korvus(data.path()).args([
+        "export",
+        &crate::support::session_id(&String::from_utf8_lossy(&out.stdout)),
+    ]));
+    assert!(
+        format!("{said}{log}").contains("KORVUS_NO_SUCH_MODEL_KEY is not set"),
+        "{said}\n{log}"
+    );
+}

@@ -136,6 +136,17 @@ impl Preset {
         }
     }
 
+    /// The provider's public API, as a base URL of the kind
+    /// [`ModelEndpoint::base_url`] takes: `https://api.openai.com/v1`,
+    /// `https://api.anthropic.com` (what a key variable without an
+    /// endpoint of its own is served through the gateway against).
+    pub fn public_api(&self) -> &'static str {
+        match self {
+            Preset::Codex => "https://api.openai.com/v1",
+            Preset::ClaudeCode => "https://api.anthropic.com",
+        }
+    }
+
     /// The egress policy a preset's runner starts with: none at all when
     /// the endpoint is served through the gateway (it listens on the
     /// agent's own loopback); else only the model endpoint (its host and

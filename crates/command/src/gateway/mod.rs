@@ -51,7 +51,8 @@ enum UpstreamAuth {
 /// given to the agent: that variable is removed from its environment
 /// whatever the environment policy says. Every answer's usage is written
 /// to the turn log as a measured-usage event, and the run's token
-/// counters are those figures.
+/// counters follow them ([`TokenTally`](korvus_log::TokenTally) says how
+/// when a call could not be metered whole).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ModelGateway {
