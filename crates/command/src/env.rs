@@ -152,6 +152,21 @@ impl EnvPolicy {
     }
 }
 
+/// A variable of korvus's own: from the runner's environment source
+/// when it has one (the last value wins, as in an environment), else from
+/// this process's environment. What korvus reads secrets from (the model
+/// key, a vault credential), never the agent.
+pub(crate) fn lookup(source: Option<&[(OsString, OsString)]>, name: &str) -> Option<OsString> {
+    match source {
+        Some(vars) => vars
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_os_str() == std::ffi::OsStr::new(name))
+            .map(|(_, v)| v.clone()),
+        None => std::env::var_os(name),
+    }
+}
+
 fn matches_any<S: AsRef<str>>(patterns: &[S], name: &str) -> bool {
     patterns.iter().any(|p| glob(p.as_ref(), name))
 }

@@ -341,29 +341,13 @@ fn in_thread_namespace(
     // no network at all, never the host's.
     if let Err(e) = netns::loopback_up() {
         let note = format!("the network namespace's loopback could not be brought up ({e})");
-        warn!("{note}");
-        proxy_vars_removed(cmd);
-        return Isolation::Isolated {
-            egress: None,
-            gateway: None,
-            gateway_sent: None,
-            short: network.is_allow().then(|| note.clone()),
-            note: Some(note),
-        };
+        return cut_off(cmd, note, network.is_allow(), None);
     }
     let gateway = match gateway.map(bind_gateway).transpose() {
         Ok(listener) => listener,
         Err(e) => {
             let note = format!("the model gateway could not listen in the namespace ({e})");
-            warn!("{note}");
-            proxy_vars_removed(cmd);
-            return Isolation::Isolated {
-                egress: None,
-                gateway: None,
-                gateway_sent: None,
-                short: Some(note.clone()),
-                note: Some(note),
-            };
+            return cut_off(cmd, note, true, None);
         }
     };
     if !network.is_allow() {
@@ -409,16 +393,28 @@ fn in_thread_namespace(
         Err(e) => {
             let note =
                 format!("the egress proxy could not be started ({e}): the agent has no network");
-            warn!("{note}");
-            proxy_vars_removed(cmd);
-            Isolation::Isolated {
-                egress: None,
-                gateway,
-                gateway_sent: None,
-                short: Some(note.clone()),
-                note: Some(note),
-            }
+            cut_off(cmd, note, true, gateway)
         }
+    }
+}
+
+/// The agent left with no network at all but its loopback (and
+/// `gateway`), after what `note` says went wrong; with `short`, less than
+/// the policy asked is in force.
+fn cut_off(
+    cmd: &mut Command,
+    note: String,
+    short: bool,
+    gateway: Option<StdListener>,
+) -> Isolation {
+    warn!("{note}");
+    proxy_vars_removed(cmd);
+    Isolation::Isolated {
+        egress: None,
+        gateway,
+        gateway_sent: None,
+        short: short.then(|| note.clone()),
+        note: Some(note),
     }
 }
 

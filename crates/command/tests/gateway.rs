@@ -222,9 +222,7 @@ async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
         (row.counters.input_tokens, row.counters.output_tokens),
         (5, 2)
     );
-    assert!(h
-        .artifact_text(row.id, "answer.txt")
-        .await
-        .contains("response.created"));
+    // What the agent got before the cut depends on whether the first
+    // chunk was flushed before the upstream's failure: not asserted.
     h.stop().await;
 }

@@ -123,14 +123,7 @@ impl ModelGateway {
         &self,
         source: Option<&[(OsString, OsString)]>,
     ) -> Result<String, CommandError> {
-        let value = match source {
-            Some(vars) => vars
-                .iter()
-                .rev()
-                .find(|(k, _)| k.as_os_str() == OsStr::new(&self.key_var))
-                .map(|(_, v)| v.clone()),
-            None => std::env::var_os(&self.key_var),
-        };
+        let value = crate::env::lookup(source, &self.key_var);
         let missing = || CommandError::Gateway {
             reason: format!(
                 "the model key variable {} is not set (korvus reads it; the agent never does)",

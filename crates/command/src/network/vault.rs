@@ -8,7 +8,7 @@
 //! other destination passes through `CONNECT` untouched.
 
 use std::convert::Infallible;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -242,19 +242,9 @@ impl Vault {
 /// process's environment, or its file.
 fn read(from: &Source, source: Option<&[(OsString, OsString)]>) -> Result<String, String> {
     let value = match from {
-        Source::Env(var) => {
-            let value = match source {
-                Some(vars) => vars
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k.as_os_str() == OsStr::new(var))
-                    .map(|(_, v)| v.clone()),
-                None => std::env::var_os(var),
-            };
-            value
-                .and_then(|v| v.into_string().ok())
-                .ok_or_else(|| format!("the credential variable {var} is not set (or not UTF-8)"))?
-        }
+        Source::Env(var) => crate::env::lookup(source, var)
+            .and_then(|v| v.into_string().ok())
+            .ok_or_else(|| format!("the credential variable {var} is not set (or not UTF-8)"))?,
         Source::File(path) => std::fs::read_to_string(path).map_err(|e| {
             format!(
                 "the credential file {} could not be read: {e}",
