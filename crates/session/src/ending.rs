@@ -9,7 +9,7 @@
 //!
 //! | ending | status | exit reason | scratch dir |
 //! |---|---|---|---|
-//! | returned `awaiting_user` | `running` (idle) | `awaiting_user` | kept if its output is not stored |
+//! | returned `awaiting_user` or `budget_reached` | `running` (idle) | as returned | kept if its output is not stored |
 //! | returned anything else | `completed` | as returned | kept if its output is not stored |
 //! | returned, report not authored / not uploaded / row not written | `failed` | `report_author_failed` / `report_upload_failed` / `report_persist_failed` | kept if its output is not stored |
 //! | runner error | `failed` | the error's, else `runner_failed` | kept if its output is not stored |
@@ -41,7 +41,8 @@ use korvus_store::SessionStatus;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ending {
     /// The runner returned this exit reason (`awaiting_user`: it waits for
-    /// the user).
+    /// the user; `budget_reached`: korvus stopped it at its budget — both
+    /// leave the session idle).
     Returned(ExitReason),
     /// The runner returned an error, with the exit reason it named.
     RunnerFailed(Option<ExitReason>),
@@ -70,9 +71,7 @@ impl Ending {
     /// The status and exit reason this ending settles with: the one table.
     pub(crate) fn settles(&self) -> (SessionStatus, ExitReason) {
         match self {
-            Ending::Returned(r) if *r == ExitReason::AWAITING_USER => {
-                (SessionStatus::Running, ExitReason::AWAITING_USER)
-            }
+            Ending::Returned(r) if r.is_idle() => (SessionStatus::Running, r.clone()),
             Ending::Returned(r) => (SessionStatus::Completed, r.clone()),
             Ending::RunnerFailed(r) => (
                 SessionStatus::Failed,
@@ -96,7 +95,7 @@ impl Ending {
     /// (not waiting for the user): only such a run is judged by its
     /// report.
     pub(crate) fn returned_normally(&self) -> bool {
-        matches!(self, Ending::Returned(r) if *r != ExitReason::AWAITING_USER)
+        matches!(self, Ending::Returned(r) if !r.is_idle())
     }
 
     /// This ending once its report failed with `reason`
@@ -131,6 +130,11 @@ mod tests {
                 Ending::Returned(ExitReason::AWAITING_USER),
                 SessionStatus::Running,
                 ExitReason::AWAITING_USER,
+            ),
+            (
+                Ending::Returned(ExitReason::BUDGET_REACHED),
+                SessionStatus::Running,
+                ExitReason::BUDGET_REACHED,
             ),
             (
                 Ending::RunnerFailed(None),

@@ -49,25 +49,25 @@ LIMIT $3;
 -- SETTLE (shared)
 UPDATE sessions
 SET status = $2, exit_reason = $3, turns = $4, tool_calls = $5, input_tokens = $6, output_tokens = $7, ended_at = $8, owner = NULL, lease_expires_ms = NULL
-WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $9 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- CANCEL_IDLE (shared)
 UPDATE sessions
 SET status = $2, exit_reason = $3, ended_at = $4
-WHERE id = $1 AND status = $5 AND exit_reason = $6
+WHERE id = $1 AND status = $5 AND exit_reason IN ('awaiting_user', 'budget_reached')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- BUMP_FENCE (shared)
 UPDATE sessions
 SET fence = fence + 1
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- SALVAGE_FENCE (shared)
 UPDATE sessions
 SET fence = fence + 1
-WHERE id = $1 AND fence = $2 AND revision >= $3 AND NOT (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
+WHERE id = $1 AND fence = $2 AND revision >= $3 AND NOT (status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- SALVAGE_REPORT (shared)
@@ -78,7 +78,7 @@ WHERE session_id = $1 AND revision = $2;
 -- MARK_STARTED (shared)
 UPDATE sessions
 SET started_at = COALESCE(started_at, $3)
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- REQUEST_CANCEL (shared)
@@ -144,7 +144,7 @@ LIMIT $3;
 -- GUARD_REPLACEMENT (shared)
 UPDATE sessions
 SET fence = fence
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user');
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'));
 
 -- DELETE_CHECKPOINT (shared)
 DELETE
@@ -257,7 +257,7 @@ BEGIN IMMEDIATE;
 PRAGMA foreign_keys;
 
 -- SESSION_FENCE (sqlite)
-SELECT id, incident_id, fence, (status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'))
+SELECT id, incident_id, fence, (status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')))
 FROM sessions
 WHERE id = $1;
 
@@ -282,7 +282,7 @@ RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_
 -- RESUME_IDLE (built from the dialect)
 UPDATE sessions
 SET exit_reason = NULL, revision = revision + 1, fence = fence + 1, started_at = NULL, attempt = 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, queued_ms = CASE WHEN $3 IS NULL THEN CAST(unixepoch('subsec') * 1000 AS INTEGER) END
-WHERE id = $1 AND status = $2 AND exit_reason = $5
+WHERE id = $1 AND status = $2 AND exit_reason IN ('awaiting_user', 'budget_reached')
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- HEARTBEAT_OWNER (built from the dialect)
@@ -300,7 +300,7 @@ WHERE expires_ms < CAST(unixepoch('subsec') * 1000 AS INTEGER) - 86400000 AND id
 -- HEARTBEAT_RELEASE (built from the dialect)
 UPDATE sessions
 SET detached = NOT detached
-WHERE owner = $1 AND status = $3 AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND ((detached = TRUE AND lower(hex(id)) || ':' || fence IN (SELECT value FROM json_each($4))) OR (detached = FALSE AND NOT lower(hex(id)) || ':' || fence IN (SELECT value FROM json_each($4)) AND lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)));
+WHERE owner = $1 AND status = $3 AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND ((detached = TRUE AND lower(hex(id)) || ':' || fence IN (SELECT value FROM json_each($4))) OR (detached = FALSE AND NOT lower(hex(id)) || ':' || fence IN (SELECT value FROM json_each($4)) AND lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)));
 
 -- HEARTBEAT_HELD (built from the dialect)
 SELECT id, fence
@@ -310,70 +310,70 @@ WHERE owner = $1 AND status = $3 AND lower(hex(id)) || ':' || fence IN (SELECT v
 -- EXPIRED_LEASES (built from the dialect)
 SELECT id, fence
 FROM sessions
-WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT (resume_pending = TRUE AND lease_expires_ms = 253402300799999) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)) AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)));
+WHERE status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT (resume_pending = TRUE AND lease_expires_ms = 253402300799999) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)) AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)));
 
 -- TAKE_OVER (built from the dialect)
 UPDATE sessions
 SET fence = fence + 1, owner = $3, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $4, detached = FALSE, cancel_fence = CASE WHEN cancel_fence = fence THEN fence + 1 ELSE cancel_fence END
-WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT (resume_pending = TRUE AND lease_expires_ms = 253402300799999) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)) AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)))
+WHERE id = $1 AND fence = $2 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND (owner IS NOT NULL OR started_at IS NOT NULL) AND NOT (resume_pending = TRUE AND lease_expires_ms = 253402300799999) AND (lease_expires_ms IS NULL OR lease_expires_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)) AND (owner IS NULL OR detached = TRUE OR NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > CAST(unixepoch('subsec') * 1000 AS INTEGER)))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- INSERT_REPORT (built from the dialect)
 INSERT INTO reports (session_id, incident_id, revision, markdown_key, markdown_bytes, exit_reason, turns, tool_calls, input_tokens, output_tokens, detail, fence, created_at, manifest_key, salvaged_from)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
-WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user'));
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND incident_id = $2 AND fence = $12 AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached')));
 
 -- CLAIM_NEXT (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
-WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason NOT IN ('awaiting_user', 'budget_reached')) GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- CLAIM_CAPPED (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
-WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) AND COALESCE(b.n, 0) < $4 ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = (SELECT s.id FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason NOT IN ('awaiting_user', 'budget_reached')) GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id)) WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) AND COALESCE(b.n, 0) < $4 ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id LIMIT 1) AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- PICK_CAPPED (built from the dialect)
 SELECT s.id, COALESCE(s.queue_key, hex(s.incident_id))
-FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id))
-WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) AND COALESCE(b.n, 0) < $2
+FROM sessions AS s LEFT JOIN (SELECT COALESCE(o.queue_key, hex(o.incident_id)) AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason NOT IN ('awaiting_user', 'budget_reached')) GROUP BY COALESCE(o.queue_key, hex(o.incident_id))) AS b ON b.k = COALESCE(s.queue_key, hex(s.incident_id)) LEFT JOIN queue_keys AS q ON q.pool = s.pool AND q.queue_key = COALESCE(s.queue_key, hex(s.incident_id))
+WHERE s.pool = $1 AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND (s.resume_after_ms IS NULL OR s.resume_after_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER)))) AND COALESCE(b.n, 0) < $2
 ORDER BY s.priority DESC, COALESCE(b.n, 0), COALESCE(q.last_claimed_ms, 0), s.queued_ms, s.id
 LIMIT 1;
 
 -- KEY_BUSY (built from the dialect)
 SELECT count(*)
 FROM sessions AS o
-WHERE o.pool = $1 AND COALESCE(o.queue_key, hex(o.incident_id)) = $2 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user');
+WHERE o.pool = $1 AND COALESCE(o.queue_key, hex(o.incident_id)) = $2 AND o.owner IS NOT NULL AND NOT (o.resume_pending = TRUE AND o.lease_expires_ms = 253402300799999) AND o.status = 'running' AND (o.exit_reason IS NULL OR o.exit_reason NOT IN ('awaiting_user', 'budget_reached'));
 
 -- CLAIM_ROW (built from the dialect)
 UPDATE sessions
 SET owner = $2, lease_expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $3, detached = FALSE, fence = fence + 1, resume_pending = FALSE, resume_after_ms = NULL
-WHERE id = $1 AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND (owner IS NULL AND started_at IS NULL OR (resume_pending = TRUE AND lease_expires_ms = 253402300799999)) AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- RELEASE (built from the dialect)
 UPDATE sessions
 SET owner = NULL, lease_expires_ms = NULL, fence = fence + 1, queued_ms = COALESCE(queued_ms, CAST(unixepoch('subsec') * 1000 AS INTEGER))
-WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $2 AND started_at IS NULL AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- RELEASE_FOR_RESUME (built from the dialect)
 UPDATE sessions
 SET owner = $3, lease_expires_ms = $4, detached = FALSE, fence = fence + 1, attempt = attempt + 1, resume_pending = TRUE, resume_after_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $5, queued_ms = COALESCE(queued_ms, CAST(unixepoch('subsec') * 1000 AS INTEGER))
-WHERE id = $1 AND fence = $2 AND (cancel_fence IS NULL OR cancel_fence <> $2) AND status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')
+WHERE id = $1 AND fence = $2 AND (cancel_fence IS NULL OR cancel_fence <> $2) AND status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ('awaiting_user', 'budget_reached'))
 RETURNING id, incident_id, seq, kind, status, prompt, workspace_repo, workspace_commit, exit_reason, turns, tool_calls, input_tokens, output_tokens, revision, fence, cancel_fence, owner, COALESCE((SELECT o.expires_ms FROM owners AS o WHERE o.id = sessions.owner AND o.expires_ms > sessions.lease_expires_ms AND sessions.detached = FALSE), lease_expires_ms) AS lease_expires_ms, created_at, ended_at, started_at, pool, priority, queue_key, idempotency_key, attempt, resume_pending, resume_after_ms, runner;
 
 -- QUEUE_DEPTH (built from the dialect)
 SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(s.queue_key, hex(s.incident_id)) = $2 THEN 1 ELSE 0 END), 0)
 FROM sessions AS s
-WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL;
+WHERE s.pool = $1 AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND s.owner IS NULL AND s.started_at IS NULL;
 
 -- QUEUE_POSITION (built from the dialect)
-SELECT (SELECT COUNT(*) FROM sessions AS s WHERE s.pool = me.pool AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user') AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason <> 'awaiting_user'))) AND (s.priority > me.priority OR s.priority = me.priority AND (COALESCE(s.queued_ms, 0) < COALESCE(me.queued_ms, 0) OR COALESCE(s.queued_ms, 0) = COALESCE(me.queued_ms, 0) AND s.id < me.id)))
+SELECT (SELECT COUNT(*) FROM sessions AS s WHERE s.pool = me.pool AND (s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND s.owner IS NULL AND s.started_at IS NULL OR ((s.resume_pending = TRUE AND s.lease_expires_ms = 253402300799999) AND s.status = 'running' AND (s.exit_reason IS NULL OR s.exit_reason NOT IN ('awaiting_user', 'budget_reached')))) AND (s.priority > me.priority OR s.priority = me.priority AND (COALESCE(s.queued_ms, 0) < COALESCE(me.queued_ms, 0) OR COALESCE(s.queued_ms, 0) = COALESCE(me.queued_ms, 0) AND s.id < me.id)))
 FROM sessions AS me
-WHERE me.id = $1 AND (me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason <> 'awaiting_user') AND me.owner IS NULL AND me.started_at IS NULL OR ((me.resume_pending = TRUE AND me.lease_expires_ms = 253402300799999) AND me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason <> 'awaiting_user')));
+WHERE me.id = $1 AND (me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason NOT IN ('awaiting_user', 'budget_reached')) AND me.owner IS NULL AND me.started_at IS NULL OR ((me.resume_pending = TRUE AND me.lease_expires_ms = 253402300799999) AND me.status = 'running' AND (me.exit_reason IS NULL OR me.exit_reason NOT IN ('awaiting_user', 'budget_reached'))));
 
 -- STAMP_KEY (built from the dialect)
 INSERT INTO queue_keys (pool, queue_key, last_claimed_ms)

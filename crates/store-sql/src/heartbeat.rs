@@ -66,10 +66,11 @@ impl Heartbeat {
         let forget =
             format!("DELETE FROM owners WHERE expires_ms < {now} - {FORGET_AFTER_MS} AND id <> $1");
         let listed = format!("{run_key} IN ({texts_4})");
+        let not_idle = crate::transition::not_idle("");
         let release = format!(
             "UPDATE sessions SET detached = NOT detached \
              WHERE owner = $1 AND status = $3 \
-             AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user') \
+             AND {not_idle} \
              AND ((detached = TRUE AND {listed}) \
                   OR (detached = FALSE AND NOT {listed} AND lease_expires_ms <= {now}))"
         );

@@ -75,13 +75,8 @@ macro_rules! sql_lease {
                             .bind(SessionStatus::Cancelled.as_str())
                             .bind(exit_reason::CANCELLED)
                             .bind(rows::now())
-                            .bind(running)
-                            .bind(exit_reason::AWAITING_USER),
-                        Transition::ResumeIdle => q
-                            .bind(running)
-                            .bind(owner)
-                            .bind(ttl)
-                            .bind(exit_reason::AWAITING_USER),
+                            .bind(running),
+                        Transition::ResumeIdle => q.bind(running).bind(owner).bind(ttl),
                     };
                     let row = q
                         .fetch_optional_completed(&self.pool)

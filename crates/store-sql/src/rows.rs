@@ -99,10 +99,26 @@ pub(crate) use bind_report;
 /// uses it keeps its binds.
 macro_rules! active {
     () => {
-        "status = 'running' AND (exit_reason IS NULL OR exit_reason <> 'awaiting_user')"
+        concat!(
+            "status = 'running' AND (exit_reason IS NULL OR exit_reason NOT IN ",
+            crate::rows::idle_reasons!(),
+            ")"
+        )
     };
 }
 pub(crate) use active;
+
+/// The exit reasons that leave a `running` row idle
+/// ([`korvus_store::exit_reason::IDLE`]) as an SQL list, written as
+/// literals for the same reason as [`active!`] (and checked by the same
+/// unit test). The triggers of the `idle_budget_reached` migration write
+/// the same list.
+macro_rules! idle_reasons {
+    () => {
+        "('awaiting_user', 'budget_reached')"
+    };
+}
+pub(crate) use idle_reasons;
 
 /// `(id, incident, fence, active)` of the sessions a batch of artifact
 /// rows names ([`session_fences`] selects it).

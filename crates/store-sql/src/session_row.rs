@@ -58,7 +58,10 @@ impl SessionRow {
         // releases' sake: the model shows it unowned. The flag means
         // nothing once the row is no longer active.
         let active = self.status == SessionStatus::Running.as_str()
-            && self.exit_reason.as_deref() != Some(korvus_store::exit_reason::AWAITING_USER);
+            && !self
+                .exit_reason
+                .as_deref()
+                .is_some_and(|r| korvus_store::exit_reason::IDLE.contains(&r));
         // Only while the reserved owner holds it: a row a settle or an
         // earlier release's reopen left flagged is not pending.
         let pending = self.resume_pending && active && self.owner == Some(RESUME_OWNER);

@@ -289,8 +289,11 @@ fn every_batch_builder_is_in_the_snapshot() {
 fn the_active_condition_names_the_models_values() {
     let condition = crate::rows::active!();
     assert!(condition.contains(&format!("status = '{}'", SessionStatus::Running.as_str())));
-    assert!(condition.contains(&format!(
-        "<> '{}'",
-        korvus_store::exit_reason::AWAITING_USER
-    )));
+    let listed = korvus_store::exit_reason::IDLE
+        .iter()
+        .map(|r| format!("'{r}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert_eq!(crate::rows::idle_reasons!(), format!("({listed})"));
+    assert!(condition.contains(&format!("NOT IN ({listed})")));
 }

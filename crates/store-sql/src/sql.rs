@@ -100,12 +100,14 @@ statements! {
     );
 
     /// `cancel_idle_session`: an idle session (running, exit reason
-    /// `awaiting_user`) becomes cancelled. Binds `$1` id, `$2` cancelled,
-    /// `$3` the exit reason `cancelled`, `$4` `ended_at`, `$5` running,
-    /// `$6` `awaiting_user`.
+    /// `awaiting_user` or `budget_reached`) becomes cancelled. Binds `$1`
+    /// id, `$2` cancelled, `$3` the exit reason `cancelled`, `$4`
+    /// `ended_at`, `$5` running.
     CANCEL_IDLE = concat!(
         "UPDATE sessions SET status = $2, exit_reason = $3, ended_at = $4 \
-         WHERE id = $1 AND status = $5 AND exit_reason = $6 RETURNING ",
+         WHERE id = $1 AND status = $5 AND exit_reason IN ",
+        crate::rows::idle_reasons!(),
+        " RETURNING ",
         session_columns!()
     );
 

@@ -22,13 +22,13 @@ pub(crate) enum Transition {
     /// running, `$3` owner, `$4` ttl (ms), `$5…` the terminal statuses.
     Reopen,
     /// `cancel_idle_session`: an idle session (running, exit reason
-    /// `awaiting_user`) becomes cancelled. Binds `$1` id, `$2` cancelled,
-    /// `$3` the exit reason `cancelled`, `$4` `ended_at`, `$5` running, `$6`
-    /// `awaiting_user`.
+    /// `awaiting_user` or `budget_reached`) becomes cancelled. Binds `$1`
+    /// id, `$2` cancelled, `$3` the exit reason `cancelled`, `$4`
+    /// `ended_at`, `$5` running.
     CancelIdle,
     /// `continue_session` from an idle row: the session becomes active with the next
     /// revision, the next fence and a new lease. Binds `$1` id, `$2`
-    /// running, `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
+    /// running, `$3` owner, `$4` ttl (ms).
     ResumeIdle,
 }
 
@@ -96,11 +96,21 @@ fn insert_report(share: &str) -> String {
     )
 }
 
+/// `prefix` (an alias and a dot, or nothing)'s row is not idle: no exit
+/// reason, or one that is not of [`korvus_store::exit_reason::IDLE`].
+pub(crate) fn not_idle(prefix: &str) -> String {
+    format!(
+        "({prefix}exit_reason IS NULL OR {prefix}exit_reason NOT IN {})",
+        crate::rows::idle_reasons!()
+    )
+}
+
 /// `alias`'s row is queued: active, unowned, not started.
 fn queued(alias: &str) -> String {
+    let not_idle = not_idle(&format!("{alias}."));
     format!(
         "{alias}.status = 'running' \
-         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user') \
+         AND {not_idle} \
          AND {alias}.owner IS NULL AND {alias}.started_at IS NULL"
     )
 }
@@ -108,9 +118,10 @@ fn queued(alias: &str) -> String {
 /// `alias`'s row may be claimed: queued, or an active row whose resume is
 /// pending and whose backoff has passed by the database clock `now`.
 fn claimable(alias: &str, now: &str) -> String {
+    let not_idle = not_idle(&format!("{alias}."));
     format!(
         "({queued} OR ({pending} AND {alias}.status = 'running' \
-         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user') \
+         AND {not_idle} \
          AND ({alias}.resume_after_ms IS NULL OR {alias}.resume_after_ms <= {now})))",
         queued = queued(alias),
         pending = pending(&format!("{alias}."))
@@ -122,10 +133,11 @@ fn claimable(alias: &str, now: &str) -> String {
 /// nothing), as a derived table `(k, n)`, counted once per
 /// statement. `key` is the engine's queue key of an alias (`{t}`).
 fn busy(key: &str) -> String {
+    let not_idle = not_idle("o.");
     format!(
         "(SELECT {o_key} AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 \
           AND o.owner IS NOT NULL AND NOT {pending} AND o.status = 'running' \
-          AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user') \
+          AND {not_idle} \
           GROUP BY {o_key})",
         o_key = key.replace("{t}", "o"),
         pending = pending("o."),
@@ -178,10 +190,11 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
 
 /// `key_busy`: the runs in progress of key `$2` in pool `$1`.
 fn key_busy(key: &str) -> String {
+    let not_idle = not_idle("o.");
     format!(
         "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
          AND o.owner IS NOT NULL AND NOT {} AND o.status = 'running' \
-         AND (o.exit_reason IS NULL OR o.exit_reason <> 'awaiting_user')",
+         AND {not_idle}",
         key.replace("{t}", "o"),
         pending("o.")
     )
@@ -201,9 +214,10 @@ fn queue_depth(key: &str) -> String {
 /// `alias`'s row waits in its pool's line: queued, or its resume pending
 /// (whatever its backoff).
 fn waiting(alias: &str) -> String {
+    let not_idle = not_idle(&format!("{alias}."));
     format!(
         "({queued} OR ({pending} AND {alias}.status = 'running' \
-         AND ({alias}.exit_reason IS NULL OR {alias}.exit_reason <> 'awaiting_user')))",
+         AND {not_idle}))",
         queued = queued(alias),
         pending = pending(&format!("{alias}."))
     )
@@ -278,7 +292,7 @@ pub(crate) struct Statements {
     /// running, `$3` owner, `$4` ttl (ms), `$5…` the terminal statuses.
     reopen: String,
     /// `continue_session` from an idle row. Binds `$1` id, `$2` running,
-    /// `$3` owner, `$4` ttl (ms), `$5` `awaiting_user`.
+    /// `$3` owner, `$4` ttl (ms).
     resume_idle: String,
     /// `heartbeat`: renews the owner's lease (its `owners` row), releases
     /// what it no longer runs, and names the listed runs it still holds.
@@ -368,11 +382,12 @@ impl Statements {
                 concat!(
                     "UPDATE sessions SET exit_reason = NULL, revision = revision + 1, \
                      fence = fence + 1, started_at = NULL, attempt = 1, {} \
-                     WHERE id = $1 AND status = $2 AND exit_reason = $5 \
+                     WHERE id = $1 AND status = $2 AND exit_reason IN {} \
                      RETURNING ",
                     session_columns!()
                 ),
-                own(now, 3, 4)
+                own(now, 3, 4),
+                crate::rows::idle_reasons!()
             ),
             heartbeat: crate::heartbeat::Heartbeat::new(dialect),
             expired: format!("SELECT id, fence FROM sessions WHERE {orphan}"),

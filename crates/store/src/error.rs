@@ -85,7 +85,7 @@ pub enum StoreError {
     },
     /// A transition of an idle session (`cancel_idle_session`,
     /// `continue_session` from idle) lost: the session is not idle — it is active
-    /// (running without exit reason `awaiting_user`), terminal, or another
+    /// (running without an idle exit reason), terminal, or another
     /// caller moved it first. Nothing was written. Permanent.
     #[error("session {session} is not idle")]
     NotIdle {

@@ -60,6 +60,17 @@ pub const STALLED: &str = "stalled";
 /// (an agent dialect such as Codex's or Claude Code's says so; the
 /// log's notes carry the agent's message).
 pub const AGENT_ERROR: &str = "agent_error";
+/// Not terminal: the session spent its budget (tokens, cost or wall
+/// time, per session or per incident) and korvus stopped its run. The
+/// row stays `running` and idle, like [`AWAITING_USER`], with everything
+/// the run made kept; raising the budget continues it.
+pub const BUDGET_REACHED: &str = "budget_reached";
+
+/// The exit reasons that leave a `running` session idle rather than end
+/// it: a run that returned with one of them waits for an answer (or a
+/// raised budget) to be continued. The SQL backends write the same set in
+/// their queries and triggers.
+pub const IDLE: &[&str] = &[AWAITING_USER, BUDGET_REACHED];
 
 /// Every reason above: the only values a metric label takes
 /// ([`ExitReason::label`]).
@@ -83,6 +94,7 @@ pub const ALL: &[&str] = &[
     DISK_QUOTA_EXCEEDED,
     STALLED,
     AGENT_ERROR,
+    BUDGET_REACHED,
 ];
 
 /// The label of a reason that is none of [`ALL`].
@@ -135,6 +147,12 @@ pub struct InvalidExitReason {
 }
 
 impl ExitReason {
+    /// Whether this reason leaves a `running` session idle (one of
+    /// [`IDLE`]: the session waits to be continued) rather than ends it.
+    pub fn is_idle(&self) -> bool {
+        IDLE.contains(&self.as_str())
+    }
+
     /// The longest valid exit reason, in bytes.
     pub const MAX_BYTES: usize = 128;
 
@@ -142,6 +160,8 @@ impl ExitReason {
     pub const COMPLETED: Self = Self::known(COMPLETED);
     /// [`AWAITING_USER`].
     pub const AWAITING_USER: Self = Self::known(AWAITING_USER);
+    /// [`BUDGET_REACHED`].
+    pub const BUDGET_REACHED: Self = Self::known(BUDGET_REACHED);
     /// [`CANCELLED`].
     pub const CANCELLED: Self = Self::known(CANCELLED);
     /// [`TIMEOUT`].
@@ -366,6 +386,7 @@ mod tests {
         for known in [
             ExitReason::COMPLETED,
             ExitReason::AWAITING_USER,
+            ExitReason::BUDGET_REACHED,
             ExitReason::CANCELLED,
             ExitReason::TIMEOUT,
             ExitReason::RUNNER_FAILED,

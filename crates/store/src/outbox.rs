@@ -16,7 +16,8 @@ pub enum OutboxKind {
     /// The run ended: the row became terminal (`completed`, `failed`,
     /// `cancelled`).
     Ended,
-    /// The run is waiting for the user (`running`, `awaiting_user`).
+    /// The run is waiting for the user or for a raised budget (`running`,
+    /// idle: `awaiting_user` or `budget_reached`, the row's exit reason).
     Waiting,
 }
 

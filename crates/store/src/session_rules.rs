@@ -20,7 +20,7 @@ use crate::{Session, SessionStatus};
 /// | `Claimed` | `Queued` | `release` |
 /// | `Claimed`, `Started` | `ResumePending` | `release_for_resume` |
 /// | `Claimed`, `Started` | the same, under a new owner at the next fence | `take_over` |
-/// | `Started` | `Idle` | `settle_session` with `awaiting_user` |
+/// | `Started` | `Idle` | `settle_session` with `awaiting_user` or `budget_reached` |
 /// | `Claimed`, `Started` | `Ended` | `settle_session`, `settle_with_report` |
 /// | `Queued`, `ResumePending`, `Claimed`, `Started` | `Ended` | `force_cancel` |
 /// | `Idle` | `Ended` | `cancel_idle_session` |
@@ -37,8 +37,9 @@ pub enum Phase {
     Claimed,
     /// Its run started ([`Session::started_at`]) and is active.
     Started,
-    /// Its runner returned to wait for the user (`awaiting_user`): no run
-    /// is active until an answer continues it.
+    /// Its runner returned to wait for the user (`awaiting_user`), or
+    /// korvus stopped it at its budget (`budget_reached`): no run is
+    /// active until an answer (or a raised budget) continues it.
     Idle,
     /// Terminal: `completed`, `failed` or `cancelled` (until a reopen).
     Ended,
@@ -59,15 +60,21 @@ impl Session {
         self.is_active() && self.resume_pending
     }
 
-    /// `true` for an idle session: `running` with exit reason
-    /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER) — the runner
-    /// returned to wait for the user and no run is active. Such a row is
+    /// `true` for an idle session: `running` with an exit reason of
+    /// [`exit_reason::IDLE`](crate::exit_reason::IDLE) —
+    /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER) (the runner
+    /// returned to wait for the user) or
+    /// [`BUDGET_REACHED`](crate::exit_reason::BUDGET_REACHED) (korvus
+    /// stopped the run at its budget) — and no run is active. Such a row is
     /// recognisable on any replica; only
     /// [`cancel_idle_session`](crate::Store::cancel_idle_session) and
     /// [`continue_session`](crate::Store::continue_session) move it on.
     pub fn is_idle(&self) -> bool {
         self.status == SessionStatus::Running
-            && self.exit_reason.as_deref() == Some(crate::exit_reason::AWAITING_USER)
+            && self
+                .exit_reason
+                .as_deref()
+                .is_some_and(|r| crate::exit_reason::IDLE.contains(&r))
     }
 
     /// `true` while a run is active: `running` and not

@@ -122,7 +122,7 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Writes a session's outcome: status, exit reason, counters. Sets `ended_at`
     /// to now for a terminal status and clears it for `running` (an idle
-    /// settlement, exit reason `awaiting_user`). The run is over, so the
+    /// settlement, exit reason `awaiting_user` or `budget_reached`). The run is over, so the
     /// owner and lease are cleared too.
     ///
     /// Fenced and final: it writes only while the row's
@@ -164,8 +164,8 @@ pub trait Store: Send + Sync + Debug + 'static {
         lease: Option<Lease>,
     ) -> Result<Session>;
 
-    /// Moves an idle session (`running` with exit reason
-    /// [`AWAITING_USER`](crate::exit_reason::AWAITING_USER), see
+    /// Moves an idle session (`running` with an exit reason of
+    /// [`exit_reason::IDLE`](crate::exit_reason::IDLE), see
     /// [`Session::is_idle`](crate::Session::is_idle)) to `cancelled` in one
     /// conditional step: exit reason
     /// [`CANCELLED`](crate::exit_reason::CANCELLED), `ended_at` now, counters

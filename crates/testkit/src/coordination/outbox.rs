@@ -56,7 +56,8 @@ fn key(session_id: SessionId, revision: u32, fence: u64, kind: OutboxKind) -> Ou
 type Expected = BTreeMap<OutboxKey, (SessionStatus, Option<&'static str>)>;
 
 /// Runs that end or wait through the session's own writes: settle (also
-/// retried and stale), reopen, idle, idle cancel, answer.
+/// retried and stale), reopen, idle, idle cancel, paused at a budget and
+/// continued.
 async fn own_transitions(
     store: &dyn SharedStore,
     inc: &korvus_store::Incident,
@@ -89,7 +90,7 @@ async fn own_transitions(
     // Waiting, then cancelled while waiting: two events of one run.
     let b = session(store, inc).await;
     let idle = settlement_at(SessionStatus::Running, exit_reason::AWAITING_USER, 1);
-    store.settle_session(b.id, idle.clone()).await.unwrap();
+    store.settle_session(b.id, idle).await.unwrap();
     store.cancel_idle_session(b.id).await.unwrap();
     expected.insert(
         key(b.id, 1, 1, OutboxKind::Waiting),
@@ -100,9 +101,11 @@ async fn own_transitions(
         (SessionStatus::Cancelled, Some(exit_reason::CANCELLED)),
     );
 
-    // Waiting, answered (no event), then completed.
+    // Paused at its budget (waiting too), the budget raised (no event),
+    // then completed.
     let c = session(store, inc).await;
-    store.settle_session(c.id, idle).await.unwrap();
+    let paused = settlement_at(SessionStatus::Running, exit_reason::BUDGET_REACHED, 1);
+    store.settle_session(c.id, paused).await.unwrap();
     store
         .continue_session(c.id, ContinueFrom::Idle, None)
         .await
@@ -110,7 +113,7 @@ async fn own_transitions(
     store.settle_session(c.id, done(2)).await.unwrap();
     expected.insert(
         key(c.id, 1, 1, OutboxKind::Waiting),
-        (SessionStatus::Running, Some(exit_reason::AWAITING_USER)),
+        (SessionStatus::Running, Some(exit_reason::BUDGET_REACHED)),
     );
     expected.insert(
         key(c.id, 2, 2, OutboxKind::Ended),

@@ -1,5 +1,6 @@
-//! Idle sessions — `running` with exit reason `awaiting_user` — and the two
-//! conditional transitions out of idle: cancel and resume.
+//! Idle sessions — `running` with exit reason `awaiting_user` or
+//! `budget_reached` ([`exit_reason::IDLE`]) — and the two conditional
+//! transitions out of idle: cancel and resume.
 
 use korvus_store::{
     exit_reason, ContinueFrom, Entity, Session, SessionId, SessionStatus, Store, StoreError,
@@ -9,16 +10,21 @@ use super::{incident, session, settlement};
 
 /// A fresh session settled idle: running, `awaiting_user`, with counters.
 async fn idle_session(store: &dyn Store) -> Session {
+    idle_for(store, exit_reason::AWAITING_USER).await
+}
+
+/// A fresh session settled idle with `reason` (one of
+/// [`exit_reason::IDLE`]): running, with counters, no run active.
+async fn idle_for(store: &dyn Store, reason: &str) -> Session {
     let inc = incident(store).await;
     let s = session(store, &inc).await;
     let idle = store
-        .settle_session(
-            s.id,
-            settlement(SessionStatus::Running, exit_reason::AWAITING_USER),
-        )
+        .settle_session(s.id, settlement(SessionStatus::Running, reason))
         .await
         .expect("settle idle");
     assert!(idle.is_idle(), "{idle:?}");
+    assert!(!idle.is_active(), "{idle:?}");
+    assert_eq!(idle.exit_reason.as_deref(), Some(reason));
     idle
 }
 
@@ -29,10 +35,17 @@ fn assert_not_idle(result: Result<Session, StoreError>, id: SessionId) {
     }
 }
 
-/// Cancelling an idle session makes it `cancelled` / `cancelled` with an
-/// `ended_at`, keeping counters and revision.
+/// Cancelling an idle session (waiting for the user, or paused at its
+/// budget) makes it `cancelled` / `cancelled` with an `ended_at`, keeping
+/// counters and revision.
 pub async fn cancel_idle_session_cancels_an_idle_row(store: &dyn Store) {
-    let idle = idle_session(store).await;
+    for reason in exit_reason::IDLE {
+        cancel_one_idle_row(store, reason).await;
+    }
+}
+
+async fn cancel_one_idle_row(store: &dyn Store, reason: &str) {
+    let idle = idle_for(store, reason).await;
     let cancelled = store.cancel_idle_session(idle.id).await.unwrap();
     assert_eq!(cancelled.status, SessionStatus::Cancelled);
     assert_eq!(
@@ -46,10 +59,17 @@ pub async fn cancel_idle_session_cancels_an_idle_row(store: &dyn Store) {
     assert_eq!(store.get_session(idle.id).await.unwrap(), cancelled);
 }
 
-/// Resuming an idle session makes it active: running, no exit reason, the
-/// next revision, counters kept.
+/// Resuming an idle session (waiting for the user, or paused at its
+/// budget) makes it active: running, no exit reason, the next revision,
+/// counters kept.
 pub async fn continue_from_idle_resumes_an_idle_row(store: &dyn Store) {
-    let idle = idle_session(store).await;
+    for reason in exit_reason::IDLE {
+        continue_one_idle_row(store, reason).await;
+    }
+}
+
+async fn continue_one_idle_row(store: &dyn Store, reason: &str) {
+    let idle = idle_for(store, reason).await;
     let resumed = store
         .continue_session(idle.id, ContinueFrom::Idle, None)
         .await
