@@ -398,6 +398,35 @@ UPDATE webhook_outbox
 SET due_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER) + $6, claimed_by = NULL, claim_until_ms = NULL, last_error = $7
 WHERE session_id = $1 AND revision = $2 AND fence = $3 AND kind = $4 AND claimed_by = $5 AND delivered_ms IS NULL;
 
+-- SET_SESSION_BUDGET (budgets)
+INSERT INTO budgets (scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms)
+SELECT $1, $2, $3, $4, $5, $6, $7
+WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $2)
+ON CONFLICT (scope, scope_id) DO
+UPDATE
+SET max_input_tokens = excluded.max_input_tokens, max_output_tokens = excluded.max_output_tokens, max_tokens = excluded.max_tokens, max_cost_micros = excluded.max_cost_micros, max_wall_ms = excluded.max_wall_ms
+RETURNING scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms, spent_input_tokens, spent_output_tokens, spent_cost_micros, spent_wall_ms;
+
+-- SET_INCIDENT_BUDGET (budgets)
+INSERT INTO budgets (scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms)
+SELECT $1, $2, $3, $4, $5, $6, $7
+WHERE EXISTS (SELECT 1 FROM incidents WHERE id = $2)
+ON CONFLICT (scope, scope_id) DO
+UPDATE
+SET max_input_tokens = excluded.max_input_tokens, max_output_tokens = excluded.max_output_tokens, max_tokens = excluded.max_tokens, max_cost_micros = excluded.max_cost_micros, max_wall_ms = excluded.max_wall_ms
+RETURNING scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms, spent_input_tokens, spent_output_tokens, spent_cost_micros, spent_wall_ms;
+
+-- GET_BUDGET (budgets)
+SELECT scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms, spent_input_tokens, spent_output_tokens, spent_cost_micros, spent_wall_ms
+FROM budgets
+WHERE scope = $1 AND scope_id = $2;
+
+-- SPEND (budgets)
+UPDATE budgets
+SET spent_input_tokens = spent_input_tokens + $3, spent_output_tokens = spent_output_tokens + $4, spent_cost_micros = spent_cost_micros + $5, spent_wall_ms = spent_wall_ms + $6
+WHERE (scope = 'session' AND scope_id = $1) OR (scope = 'incident' AND scope_id = $2)
+RETURNING scope, scope_id, max_input_tokens, max_output_tokens, max_tokens, max_cost_micros, max_wall_ms, spent_input_tokens, spent_output_tokens, spent_cost_micros, spent_wall_ms;
+
 -- insert_context_refs_sql (built per batch; shown for 2 rows)
 WITH r(artifact_id, role, ord) AS (VALUES ($2, $3, 0), ($4, $5, 1))
 INSERT INTO session_context_refs (session_id, incident_id, artifact_id, role, position)

@@ -162,6 +162,7 @@
 #[cfg(feature = "testing")]
 extern crate self as korvus_store_sql;
 
+mod budget;
 mod built;
 mod completed;
 mod dialect;

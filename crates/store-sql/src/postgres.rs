@@ -121,6 +121,7 @@ sql_store! {
 crate::lease::sql_lease!(PgStore, sqlx::PgConnection);
 crate::replace::sql_replace!(PgStore, sqlx::PgConnection);
 crate::outbox::sql_outbox!(PgStore);
+crate::budget::sql_budgets!(PgStore);
 
 impl StoreDialect for PgStore {
     // In steps, in one transaction: pick a row whose key is below the cap

@@ -31,6 +31,9 @@ fn postgres_statements() -> Vec<(String, String)> {
     for (name, text) in PgStore::outbox_statements().all() {
         out.push((format!("{name} (built from the dialect)"), text.to_owned()));
     }
+    for (name, text) in crate::budget::ALL {
+        out.push((format!("{name} (budgets)"), text.to_owned()));
+    }
     out
 }
 
@@ -48,6 +51,9 @@ fn sqlite_statements() -> Vec<(String, String)> {
     }
     for (name, text) in SqliteStore::outbox_statements().all() {
         out.push((format!("{name} (built from the dialect)"), text.to_owned()));
+    }
+    for (name, text) in crate::budget::ALL {
+        out.push((format!("{name} (budgets)"), text.to_owned()));
     }
     let built = [
         (

@@ -187,6 +187,7 @@ sql_store! {
 crate::lease::sql_lease!(SqliteStore, sqlx::SqliteConnection);
 crate::replace::sql_replace!(SqliteStore, sqlx::SqliteConnection);
 crate::outbox::sql_outbox!(SqliteStore);
+crate::budget::sql_budgets!(SqliteStore);
 
 impl StoreDialect for SqliteStore {
     // One statement: writes run one at a time, so the busy count the pick

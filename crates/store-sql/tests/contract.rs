@@ -1,4 +1,4 @@
-//! The `korvus-testkit` Store, Coordination and TurnLog contracts, one `#[tokio::test]`
+//! The `korvus-testkit` Store, Coordination, Budgets and TurnLog contracts, one `#[tokio::test]`
 //! per case, against PostgreSQL and SQLite, each case on a fresh database.
 
 mod pg_store {
@@ -32,6 +32,22 @@ mod pg_store {
         use crate::support::{database_url, PgDb, With};
 
         korvus_testkit::coordination_contract_tests!(
+            subject(),
+            skip_unless = database_url().is_some(),
+            teardown = |s: With<PgStore, PgDb>| async move {
+                drop(s.backend);
+                s.db.drop_db().await;
+            }
+        );
+    }
+
+    mod budgets {
+        use korvus_store_sql::PgStore;
+
+        use super::subject;
+        use crate::support::{database_url, PgDb, With};
+
+        korvus_testkit::budgets_contract_tests!(
             subject(),
             skip_unless = database_url().is_some(),
             teardown = |s: With<PgStore, PgDb>| async move {
@@ -90,6 +106,18 @@ mod sqlite_store {
         use crate::support::{SqliteDb, With};
 
         korvus_testkit::coordination_contract_tests!(
+            subject(),
+            teardown = |s: With<SqliteStore, SqliteDb>| async move { s.db.close().await }
+        );
+    }
+
+    mod budgets {
+        use korvus_store_sql::SqliteStore;
+
+        use super::subject;
+        use crate::support::{SqliteDb, With};
+
+        korvus_testkit::budgets_contract_tests!(
             subject(),
             teardown = |s: With<SqliteStore, SqliteDb>| async move { s.db.close().await }
         );

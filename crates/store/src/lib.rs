@@ -67,6 +67,7 @@
 
 mod admission;
 mod backoff;
+mod budget;
 pub mod constraint;
 mod coordination;
 mod counters;
@@ -85,6 +86,9 @@ pub mod validate;
 
 pub use crate::admission::{Admission, Priority, QueueDepth, DEFAULT_POOL};
 pub use crate::backoff::{Backoff, Retries};
+pub use crate::budget::{
+    Budget, BudgetLimit, BudgetLimits, BudgetScope, Budgets, Price, PriceTable, Spend,
+};
 pub use crate::coordination::{CoordinatedStore, Coordination};
 pub use crate::counters::Counters;
 pub use crate::error::{io_kind_is_transient, Entity, Result, StoreError};

@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: the whole [`Store`] contract in process memory.
 
+mod budget;
 mod delete;
 mod lease;
 mod outbox;
@@ -61,6 +62,8 @@ struct Inner {
     /// The webhook outbox, by (session, revision, fence, kind).
     outbox: BTreeMap<(SessionId, u32, u64, crate::OutboxKind), outbox::Entry>,
     next_outbox: u64,
+    /// The budgets set, by scope: limits and what was spent.
+    budgets: HashMap<crate::BudgetScope, crate::Budget>,
 }
 
 impl MemoryStore {

@@ -80,6 +80,21 @@ pub fn size(field: &'static str, value: u64) -> Result {
     Ok(())
 }
 
+/// Every limit of a budget must fit a signed 64-bit column.
+pub fn budget_limits(l: &crate::BudgetLimits) -> Result {
+    let all = [
+        ("budget.input_tokens", l.input_tokens),
+        ("budget.output_tokens", l.output_tokens),
+        ("budget.tokens", l.tokens),
+        ("budget.cost_micros", l.cost_micros),
+        ("budget.wall_ms", l.wall_ms),
+    ];
+    for (field, value) in all {
+        size(field, value.unwrap_or(0))?;
+    }
+    Ok(())
+}
+
 /// Revisions start at 1 and must fit a signed 32-bit column.
 pub fn revision(value: u32) -> Result {
     if value == 0 || value > i32::MAX as u32 {

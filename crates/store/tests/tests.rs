@@ -11,6 +11,7 @@ mod memory_contract {
     korvus_testkit::coordination_contract_tests!(async {
         Arc::new(korvus_store::MemoryStore::new())
     });
+    korvus_testkit::budgets_contract_tests!(async { Arc::new(korvus_store::MemoryStore::new()) });
 
     #[tokio::test]
     async fn run_all_on_one_shared_store() {
@@ -18,5 +19,6 @@ mod memory_contract {
         let store = korvus_store::MemoryStore::new();
         korvus_testkit::store::run_all(&store).await;
         korvus_testkit::coordination::run_all(&store).await;
+        korvus_testkit::budgets::run_all(&store).await;
     }
 }

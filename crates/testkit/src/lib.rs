@@ -7,7 +7,9 @@
 //! has a suite here: a module of public async functions, one per behaviour,
 //! each taking `&dyn Trait` ([`store`], [`log`], [`blob`]), plus `run_all`.
 //! The macros [`store_contract_tests!`], [`log_contract_tests!`] and
-//! [`blob_contract_tests!`] turn a suite into one `#[tokio::test]` per case,
+//! [`blob_contract_tests!`] (and [`budgets_contract_tests!`] for the
+//! [`Budgets`](korvus_store::Budgets) side of a store) turn a suite into one
+//! `#[tokio::test]` per case,
 //! so a backend's test run names every behaviour it honours; their
 //! `skip_unless = …` argument skips the cases where the server a backend
 //! needs is not configured (and `teardown = …` cleans up after each case).
@@ -46,6 +48,7 @@
 #![deny(missing_docs)]
 
 pub mod blob;
+pub mod budgets;
 pub mod coordination;
 pub mod faults;
 pub mod fixtures;

@@ -82,6 +82,14 @@ macro_rules! __with_cases {
             kept_output_attaches_to_a_settled_revision_under_a_new_fence,
         ]);
     };
+    (budgets, [$($cb:tt)+], ($($args:tt)*)) => {
+        $($cb)+ ! ($($args)* [
+            a_budget_is_set_read_and_replaced_keeping_its_spend,
+            a_spend_counts_against_the_session_and_its_incident_only,
+            concurrent_spends_are_all_counted,
+            a_budget_of_an_unknown_scope_or_out_of_range_is_refused,
+        ]);
+    };
     (log, [$($cb:tt)+], ($($args:tt)*)) => {
         $($cb)+ ! ($($args)* [
             create_refuses_an_existing_id,
@@ -274,6 +282,25 @@ macro_rules! coordination_contract_tests {
     };
     ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
         $crate::coordination_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
+    };
+}
+
+/// Generates one `#[tokio::test]` per [`Budgets`](korvus_store::Budgets)
+/// contract case, for a store that implements both
+/// [`Store`](korvus_store::Store) and `Budgets`; see
+/// [`store_contract_tests!`] for the arguments (factory, `skip_unless`,
+/// `teardown`).
+#[macro_export]
+macro_rules! budgets_contract_tests {
+    ($factory:expr $(, skip_unless = $skip:expr)? $(, teardown = $teardown:expr)? $(,)?) => {
+        $crate::__with_cases!(
+            budgets,
+            [$crate::__gen_tests],
+            (budgets, ($factory), ($($skip)?), ($($teardown)?),)
+        );
+    };
+    ($factory:expr, teardown = $teardown:expr, skip_unless = $skip:expr $(,)?) => {
+        $crate::budgets_contract_tests!($factory, skip_unless = $skip, teardown = $teardown);
     };
 }
 
