@@ -114,6 +114,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+mod budget;
 mod cgroup;
 mod dialect;
 mod enforce;

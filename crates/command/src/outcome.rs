@@ -121,3 +121,19 @@ pub(crate) async fn cancelled_before_start(ctx: &RunContext, scratch: &Path) -> 
             .with_author_finished(report_exists(scratch).await),
     )
 }
+
+/// The outcome of a run whose budget is reached before its agent starts
+/// (the session's, or its incident's, spent by an earlier run): the agent
+/// is not started. A store that cannot say lets the run start; its first
+/// model call asks again.
+pub(crate) async fn budget_before_start(
+    guard: Option<&crate::budget::Guard>,
+    scratch: &Path,
+) -> Option<RunOutcome> {
+    let refused = guard?.check().await.err()?;
+    matches!(refused, crate::budget::Refused::Reached(_)).then_some(())?;
+    Some(
+        RunOutcome::new(ExitReason::BUDGET_REACHED, Counters::default())
+            .with_author_finished(report_exists(scratch).await),
+    )
+}

@@ -46,6 +46,8 @@ pub(crate) enum Stop {
     TimedOut,
     /// The run went past one of its [`Limits`](crate::Limits).
     Limit(Hit),
+    /// The run's budget is reached ([`CommandRunner::budgets`](crate::CommandRunner::budgets)).
+    Budget,
 }
 
 /// When the runner stops the program on its own, and how gently.
@@ -163,7 +165,7 @@ impl Agent {
     }
 
     /// Hands the program's output to `sink` until the leader exits. When
-    /// `cancelled` resolves, the timeout of `limits` expires or the run
+    /// `stopped` resolves (cancelled, past its budget), the timeout of `limits` expires or the run
     /// stalls, the group gets `SIGTERM`, then `SIGKILL` after the grace;
     /// past its memory or scratch limit every process of the run is
     /// killed at once. Returns why the runner stopped the program, if it
@@ -172,11 +174,11 @@ impl Agent {
         &mut self,
         output: &mut Output,
         sink: &mut Sink<'_>,
-        cancelled: impl Future<Output = ()>,
+        stopped: impl Future<Output = Stop>,
         limits: Deadlines,
         watch: &mut Watch,
     ) -> Option<Stop> {
-        tokio::pin!(cancelled);
+        tokio::pin!(stopped);
         let deadline = limits.timeout.map(|t| Instant::now() + t);
         let mut stop: Option<Stop> = None;
         let mut kill_at: Option<Instant> = None;
@@ -207,9 +209,9 @@ impl Agent {
                     }
                 }
                 _ = &mut self.exited => return stop,
-                () = &mut cancelled, if stop.is_none() => {
-                    info!("run cancelled; stopping the agent's process group");
-                    stop = Some(Stop::Cancelled);
+                why = &mut stopped, if stop.is_none() => {
+                    info!(?why, "run cancelled or past its budget; stopping the agent's process group");
+                    stop = Some(why);
                     kill_at = Some(self.terminate(limits.kill_grace));
                 }
                 () = sleep_until(deadline), if stop.is_none() && deadline.is_some() => {
@@ -359,6 +361,7 @@ pub(crate) fn classify(
 ) -> Result<&'static str, CommandError> {
     match (stop, status.code(), status.signal()) {
         (Some(Stop::Cancelled), _, _) => Ok(exit::CANCELLED),
+        (Some(Stop::Budget), _, _) => Ok(exit::BUDGET_REACHED),
         (Some(Stop::TimedOut), _, _) => Err(CommandError::TimedOut {
             after: timeout.unwrap_or_default(),
         }),

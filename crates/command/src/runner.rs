@@ -12,6 +12,7 @@ use korvus_runner::{RunContext, RunError, RunOutcome, Runner};
 use tokio::process::Command;
 use tracing::debug;
 
+use crate::budget::{BudgetConfig, Guard};
 use crate::dialect::{state, Decoder, Dialect};
 use crate::enforce;
 use crate::env::{EnvPolicy, Inherit, PrivateDirs};
@@ -21,7 +22,9 @@ use crate::limits::Limits;
 use crate::manifest::RunManifest;
 use crate::network::vault::Vault;
 use crate::network::Network;
-use crate::outcome::{cancelled_before_start, conclude, failed, with_agent_failure};
+use crate::outcome::{
+    budget_before_start, cancelled_before_start, conclude, failed, with_agent_failure,
+};
 use crate::output::{ExitDrain, Output};
 use crate::process::{self, Agent, Deadlines, Isolate, Stop};
 use crate::sandbox::Sandbox;
@@ -71,6 +74,7 @@ pub struct CommandRunner {
     network: Network,
     gateway: Option<ModelGateway>,
     vault: Vault,
+    budgets: Option<BudgetConfig>,
 }
 
 impl CommandRunner {
@@ -96,6 +100,7 @@ impl CommandRunner {
             network: Network::host(),
             gateway: None,
             vault: Vault::new(),
+            budgets: None,
         }
     }
 
@@ -262,36 +267,6 @@ impl CommandRunner {
         &self.args
     }
 
-    /// Serves the agent its model API through `gateway`: the agent gets a
-    /// per-run token and the gateway's URL ([`MODEL_URL`](crate::MODEL_URL)
-    /// and [`MODEL_TOKEN`](crate::MODEL_TOKEN) in arguments and gateway
-    /// variables), korvus keeps the real key and meters every call. The
-    /// gateway listens where the agent's [`Network`] is: inside its
-    /// namespace (without root the agent's child opens the socket there
-    /// and sends it back), or on the host's loopback for
-    /// [`Network::host`]; where it cannot, the run fails before the agent
-    /// starts.
-    pub fn model_gateway(mut self, gateway: ModelGateway) -> Self {
-        self.gateway = Some(gateway);
-        self
-    }
-
-    /// Puts `vault`'s credentials on the agent's requests to their
-    /// destinations at the egress proxy (an [`allow`](Network::allow)
-    /// policy listing each of them is needed; without root it does not
-    /// run, see [`Network`]): the agent holds a placeholder at most, and
-    /// its TLS clients are pointed at the run's authority
-    /// (`docs/operations.md`, "The credential vault").
-    pub fn vault(mut self, vault: Vault) -> Self {
-        self.vault = vault;
-        self
-    }
-
-    /// The model gateway, if the runner has one.
-    pub fn gateway(&self) -> Option<&ModelGateway> {
-        self.gateway.as_ref()
-    }
-
     async fn execute(
         &self,
         ctx: RunContext,
@@ -299,6 +274,10 @@ impl CommandRunner {
     ) -> Result<RunOutcome, CommandError> {
         let scratch = ctx.scratch.clone().ok_or(CommandError::NoScratchDir)?;
         if let Some(outcome) = cancelled_before_start(&ctx, &scratch).await {
+            return Ok(outcome);
+        }
+        let guard = self.guard(&ctx);
+        if let Some(outcome) = budget_before_start(guard.as_deref(), &scratch).await {
             return Ok(outcome);
         }
         let manifest = RunManifest::for_run(&ctx, message.as_deref())
@@ -327,9 +306,10 @@ impl CommandRunner {
                 input,
                 notes_tx,
                 gateway.as_mut(),
-                vault.clone(),
+                (vault.clone(), guard.as_ref()),
             )
             .await?;
+        let wall = guard.as_ref().map(Guard::watch_wall);
         let (stdout, stderr) = agent.take_pipes();
         let mut output = Output::start(stdout, stderr, self.max_line_bytes, notes_rx);
         let mut sink = Sink::new(&ctx, self.stderr_lines, self.caps, decoder);
@@ -348,11 +328,15 @@ impl CommandRunner {
             .pump(
                 &mut output,
                 &mut sink,
-                ctx.cancel.cancelled(),
+                stopped(&ctx, guard.as_deref()),
                 self.deadlines(),
                 &mut watch,
             )
             .await;
+        if let (Some(guard), Some(wall)) = (&guard, wall) {
+            wall.abort();
+            guard.finish().await;
+        }
         if stop.is_none() && agent.cgroup().is_some_and(|c| c.oom_kills() > 0) {
             // Killed for memory before a check saw it: the rest ends too.
             stop = Some(Stop::Limit(Hit::Memory));
@@ -478,5 +462,20 @@ impl Runner for CommandRunner {
         let log = Arc::clone(&ctx.log);
         let result = self.execute(ctx, Some(message)).await;
         failed(&log, result).await
+    }
+}
+
+/// Resolves when the runner must stop the run: cancelled, or past its
+/// budget.
+async fn stopped(ctx: &RunContext, guard: Option<&Guard>) -> Stop {
+    let budget = async {
+        match guard {
+            Some(guard) => guard.reached().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = ctx.cancel.cancelled() => Stop::Cancelled,
+        () = budget => Stop::Budget,
     }
 }

@@ -48,8 +48,16 @@ pub(crate) async fn harness_with(
     runner: CommandRunner,
     configure: impl FnOnce(korvus_session::ManagerBuilder) -> korvus_session::ManagerBuilder,
 ) -> Harness {
+    harness_in(Arc::new(MemoryStore::new()), runner, configure).await
+}
+
+/// A harness on `store` (which the runner may use too).
+pub(crate) async fn harness_in(
+    store: Arc<MemoryStore>,
+    runner: CommandRunner,
+    configure: impl FnOnce(korvus_session::ManagerBuilder) -> korvus_session::ManagerBuilder,
+) -> Harness {
     let root = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(MemoryStore::new());
     let blobs = Arc::new(MemoryBlobStore::new());
     let manager = configure(
         Manager::builder(store.clone(), Arc::new(runner))

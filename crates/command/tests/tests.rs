@@ -4,6 +4,7 @@
 mod support;
 
 mod blocking;
+mod budget;
 mod dialects;
 mod drain;
 mod exit_codes;

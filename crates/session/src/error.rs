@@ -137,6 +137,11 @@ pub enum SessionError {
     /// The turn log failed.
     #[error("turn log failed")]
     Log(#[from] korvus_log::LogError),
+    /// A budget was asked of a manager that keeps none
+    /// ([`ManagerBuilder::budgets`](crate::ManagerBuilder::budgets)).
+    /// Nothing was written.
+    #[error("this manager keeps no budgets")]
+    NoBudgets,
 }
 
 impl From<StoreError> for SessionError {

@@ -33,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) read_only: Vec<WorkspacePath>,
     pub(crate) docs: Option<Arc<dyn DocsSearch>>,
     pub(crate) reopener: Option<Arc<dyn StreamReopener>>,
+    /// Where budgets are kept, when this manager sets them.
+    pub(crate) budgets: Option<Arc<dyn korvus_store::Budgets>>,
     pub(crate) config: Config,
     /// The runs of this process, keyed by session.
     pub(crate) live: LiveRuns,

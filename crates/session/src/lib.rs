@@ -131,8 +131,9 @@ pub use crate::kept::{Salvage, SalvagedDir};
 pub use crate::live::LiveRuns;
 pub use crate::manager::{
     default_role, ContextRequest, CreateOptions, CreateSession, Manager, ManagerBuilder,
-    DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL,
-    DEFAULT_MAX_RUNNING, DEFAULT_RESUME_ORPHANS, DEFAULT_RUN_TIMEOUT,
+    SessionBudgets, BUDGET_RAISED_MESSAGE, DEFAULT_CANCEL_POLL, DEFAULT_CHECKPOINT_INTERVAL,
+    DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, DEFAULT_MAX_RUNNING, DEFAULT_RESUME_ORPHANS,
+    DEFAULT_RUN_TIMEOUT,
 };
 pub use crate::progress::Progress;
 pub use crate::prune::{

@@ -245,6 +245,24 @@ impl Budget {
         .find_map(|(limit, spent, which)| limit.filter(|l| spent >= *l).map(|_| which))
     }
 
+    /// The first limit that is reached, or that `next` — what the next
+    /// call is expected to spend — would pass (spent + next > limit), if
+    /// any: what a caller checks before it spends.
+    pub fn would_pass(&self, next: Spend) -> Option<BudgetLimit> {
+        if let Some(reached) = self.reached() {
+            return Some(reached);
+        }
+        let (l, s) = (&self.limits, &self.spent.plus(next));
+        [
+            (l.tokens, s.total_tokens(), BudgetLimit::Tokens),
+            (l.input_tokens, s.input_tokens, BudgetLimit::InputTokens),
+            (l.output_tokens, s.output_tokens, BudgetLimit::OutputTokens),
+            (l.cost_micros, s.cost_micros, BudgetLimit::Cost),
+        ]
+        .into_iter()
+        .find_map(|(limit, spent, which)| limit.filter(|l| spent > *l).map(|_| which))
+    }
+
     /// Tokens left under the tightest token limit, `None` when no token
     /// limit is set.
     pub fn remaining_tokens(&self) -> Option<u64> {
@@ -421,6 +439,17 @@ mod tests {
         assert_eq!(at(3_000, 1_000).reached(), None);
         assert_eq!(at(3_000, 1_000).remaining_tokens(), Some(1_000));
         assert_eq!(at(4_000, 1_000).reached(), Some(BudgetLimit::Tokens));
+        let next = Spend::tokens(1_500, 500);
+        assert_eq!(at(3_000, 1_000).would_pass(next), Some(BudgetLimit::Tokens));
+        assert_eq!(
+            at(2_000, 1_000).would_pass(next),
+            None,
+            "exactly at the limit fits"
+        );
+        assert_eq!(
+            at(4_000, 1_000).would_pass(Spend::default()),
+            Some(BudgetLimit::Tokens)
+        );
         assert_eq!(at(4_500, 1_000).remaining_tokens(), Some(0));
         let zero = Budget::new(scope, BudgetLimits::new().cost_micros(0), Spend::default());
         assert_eq!(zero.reached(), Some(BudgetLimit::Cost));

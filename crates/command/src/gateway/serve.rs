@@ -24,6 +24,7 @@ use tracing::{debug, warn};
 use super::body::{Measured, MeteredBody};
 use super::meter::{Api, Meter};
 use super::{ModelGateway, UpstreamAuth};
+use crate::budget::{Guard, Refused};
 use crate::hop::copy_headers;
 
 /// The largest request body the gateway forwards (a long conversation
@@ -57,6 +58,8 @@ struct State {
     client: HttpsClient,
     measured: mpsc::UnboundedSender<Measured>,
     totals: Arc<Mutex<Totals>>,
+    /// The run's budgets, asked before each call.
+    guard: Option<Arc<Guard>>,
 }
 
 /// A run's running gateway; [`finish`](Self::finish) stops it.
@@ -84,6 +87,7 @@ impl Serving {
         token: String,
         listener: StdListener,
         log: Arc<LogHandle>,
+        guard: Option<Arc<Guard>>,
     ) -> Result<Self, crate::CommandError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| crate::CommandError::Gateway {
             reason: format!("{what}: {e}"),
@@ -109,10 +113,11 @@ impl Serving {
             client,
             measured: tx,
             totals: Arc::clone(&totals),
+            guard: guard.clone(),
         });
         Ok(Self {
             accept: tokio::spawn(accept(listener, state)),
-            logger: tokio::spawn(logger(rx, log, Arc::clone(&totals))),
+            logger: tokio::spawn(logger(rx, log, Arc::clone(&totals), guard)),
             totals,
         })
     }
@@ -177,9 +182,22 @@ async fn logger(
     mut rx: mpsc::UnboundedReceiver<Measured>,
     log: Arc<LogHandle>,
     totals: Arc<Mutex<Totals>>,
+    guard: Option<Arc<Guard>>,
 ) {
     let mut failures = 0u64;
     while let Some(measured) = rx.recv().await {
+        if let Some(guard) = &guard {
+            // A call cut short counts what was read of it: a lower bound.
+            let used = match &measured {
+                Measured::Used(used) => Some(used),
+                Measured::Unmetered { partial, .. } => partial.as_ref(),
+            };
+            if let Some(used) = used {
+                guard
+                    .spent(used.model.as_deref(), used.input, used.output)
+                    .await;
+            }
+        }
         let event = match measured {
             Measured::Used(used) => {
                 {
@@ -249,6 +267,13 @@ async fn handle(state: &State, request: Request<Incoming>) -> Answer {
             "authentication_error",
             "korvus model gateway: the run's token is missing or wrong",
         );
+    }
+    if let Some(refused) = match &state.guard {
+        Some(guard) => guard.check().await.err(),
+        None => None,
+    } {
+        lock(&state.totals).refused += 1;
+        return over_budget(&refused);
     }
     let (parts, body) = request.into_parts();
     let path = parts
@@ -405,4 +430,30 @@ fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The answer to a call past the run's budget: `400`, which neither SDK
+/// retries (only `408`, `409`, `429` and `5xx` are), with
+/// `x-should-retry: false` besides — korvus stops the run anyway. A call
+/// the store could not judge gets `503`, which they retry.
+fn over_budget(refused: &Refused) -> Answer {
+    let mut answer = match refused {
+        Refused::Reached(why) => refusal(
+            StatusCode::BAD_REQUEST,
+            "budget_reached",
+            &format!("korvus model gateway: {why}; the session is paused until it is raised"),
+        ),
+        Refused::Unknown => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded_error",
+            "korvus model gateway: the run's budget could not be checked; try again",
+        ),
+    };
+    if matches!(refused, Refused::Reached(_)) {
+        answer.headers_mut().insert(
+            HeaderName::from_static("x-should-retry"),
+            HeaderValue::from_static("false"),
+        );
+    }
+    answer
 }

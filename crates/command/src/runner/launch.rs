@@ -2,7 +2,8 @@
 //! what the run serves it besides the process: the model gateway
 //! (placed before the command is built, served once the agent's network
 //! exists) and the credential vault (armed before the agent starts, its
-//! trust store variables in the command).
+//! trust store variables in the command) — and the builder's setters for
+//! them and for budgets.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -13,15 +14,69 @@ use tokio::process::Command;
 use tracing::info;
 
 use super::CommandRunner;
+use crate::budget::{BudgetConfig, Guard};
 use crate::dialect::resume_args;
 use crate::env::PrivateDirs;
 use crate::gateway::serve::Serving;
-use crate::gateway::Placed;
+use crate::gateway::{ModelGateway, Placed};
 use crate::isolate::{Isolation, Served};
-use crate::network::vault::Armed;
+use crate::network::vault::{Armed, Vault};
 use crate::process::Agent;
 use crate::sink::Sink;
 use crate::CommandError;
+
+impl CommandRunner {
+    /// Serves the agent its model API through `gateway`: the agent gets a
+    /// per-run token and the gateway's URL ([`MODEL_URL`](crate::MODEL_URL)
+    /// and [`MODEL_TOKEN`](crate::MODEL_TOKEN) in arguments and gateway
+    /// variables), korvus keeps the real key and meters every call. The
+    /// gateway listens where the agent's [`Network`](crate::Network) is: inside its
+    /// namespace (without root the agent's child opens the socket there
+    /// and sends it back), or on the host's loopback for
+    /// [`Network::host`](crate::Network::host); where it cannot, the run fails before the agent
+    /// starts.
+    pub fn model_gateway(mut self, gateway: ModelGateway) -> Self {
+        self.gateway = Some(gateway);
+        self
+    }
+
+    /// Puts `vault`'s credentials on the agent's requests to their
+    /// destinations at the egress proxy (an [`allow`](crate::Network::allow)
+    /// policy listing each of them is needed; without root it does not
+    /// run, see [`Network`](crate::Network)): the agent holds a placeholder at most, and
+    /// its TLS clients are pointed at the run's authority
+    /// (`docs/operations.md`, "The credential vault").
+    pub fn vault(mut self, vault: Vault) -> Self {
+        self.vault = vault;
+        self
+    }
+
+    /// The model gateway, if the runner has one.
+    pub fn gateway(&self) -> Option<&ModelGateway> {
+        self.gateway.as_ref()
+    }
+
+    /// Caps what its runs spend by the budgets kept in `budgets` (the
+    /// store: [`korvus_store::Budgets`]) for each run's session and
+    /// incident. Every model call the [gateway](Self::model_gateway)
+    /// meters is added to them — its tokens, and its cost by `prices`
+    /// (korvus has no prices of its own; an empty table counts no cost) —
+    /// and so is each run's wall time. Once a budget is reached korvus
+    /// stops the run itself (exit reason
+    /// [`BUDGET_REACHED`](korvus_runner::exit::BUDGET_REACHED): the
+    /// session pauses, everything kept) and refuses further model calls
+    /// with an answer the agents' SDKs do not retry; a run whose budget is
+    /// already reached does not start its agent. Token and cost limits
+    /// need the gateway (nothing else is metered).
+    pub fn budgets(
+        mut self,
+        budgets: Arc<dyn korvus_store::Budgets>,
+        prices: korvus_store::PriceTable,
+    ) -> Self {
+        self.budgets = Some(BudgetConfig { budgets, prices });
+        self
+    }
+}
 
 impl CommandRunner {
     /// The program, its arguments and its environment, in the scratch dir.
@@ -172,7 +227,7 @@ impl CommandRunner {
         input: String,
         notes: tokio::sync::mpsc::Sender<String>,
         gateway: Option<&mut (String, Placed)>,
-        vault: Option<Arc<Armed>>,
+        (vault, guard): (Option<Arc<Armed>>, Option<&Arc<Guard>>),
     ) -> Result<(Agent, Vec<String>, Isolation, Option<Serving>), CommandError> {
         let served = Served {
             gateway: gateway
@@ -184,7 +239,9 @@ impl CommandRunner {
         let (agent, notes, mut network) =
             self.start(ctx, scratch, cmd, input, notes, served).await?;
         let serving = match gateway {
-            Some((key, placed)) => Some(self.serve_gateway(key, placed, &mut network, ctx)?),
+            Some((key, placed)) => {
+                Some(self.serve_gateway(key, placed, &mut network, ctx, guard.cloned())?)
+            }
             None => None,
         };
         Ok((agent, notes, network, serving))
@@ -197,6 +254,7 @@ impl CommandRunner {
         placed: &mut Placed,
         network: &mut Isolation,
         ctx: &RunContext,
+        guard: Option<Arc<Guard>>,
     ) -> Result<Serving, CommandError> {
         let (Some(gateway), Some(listener)) = (
             &self.gateway,
@@ -215,7 +273,19 @@ impl CommandRunner {
             placed.token.clone(),
             listener,
             Arc::clone(&ctx.log),
+            guard,
         )
+    }
+
+    /// The run's budget guard, when the runner has budgets.
+    pub(super) fn guard(&self, ctx: &RunContext) -> Option<Arc<Guard>> {
+        let config: &BudgetConfig = self.budgets.as_ref()?;
+        Some(Guard::new(
+            config,
+            ctx.session.id,
+            ctx.incident.id,
+            Arc::clone(&ctx.log),
+        ))
     }
 }
 

@@ -11,7 +11,7 @@ use korvus_blob::BlobStore;
 use korvus_harvest::PersistConfig;
 use korvus_log::{MemoryLog, TurnLog};
 use korvus_runner::{DocsSearch, Runner};
-use korvus_store::CoordinatedStore;
+use korvus_store::{Budgets, CoordinatedStore};
 use korvus_workspace::{default_trees, read_only_prefixes, ScratchRoot, Seeder, WorkspacePath};
 
 use crate::config::Config;
@@ -36,6 +36,7 @@ pub struct ManagerBuilder {
     trees: Vec<WorkspacePath>,
     docs: Option<Arc<dyn DocsSearch>>,
     reopener: Option<Arc<dyn StreamReopener>>,
+    budgets: Option<Arc<dyn Budgets>>,
     config: Config,
 }
 
@@ -59,6 +60,7 @@ impl ManagerBuilder {
             trees: default_trees(),
             docs: None,
             reopener: None,
+            budgets: None,
             config: Config::default(),
         }
     }
@@ -102,6 +104,18 @@ impl ManagerBuilder {
     /// Lifts an external stream's finished latch on reopen.
     pub fn stream_reopener(mut self, reopener: Arc<dyn StreamReopener>) -> Self {
         self.reopener = Some(reopener);
+        self
+    }
+
+    /// Where session and incident budgets are kept (the store, usually:
+    /// both SQL stores and the memory store implement
+    /// [`Budgets`]). Without it [`Manager::set_budget`] and a
+    /// [`CreateSession::budget`](crate::CreateSession::budget) are
+    /// refused with [`SessionError::NoBudgets`](crate::SessionError::NoBudgets).
+    /// What enforces them is the runner (the command runner's
+    /// `budgets`, given the same store).
+    pub fn budgets(mut self, budgets: Arc<dyn Budgets>) -> Self {
+        self.budgets = Some(budgets);
         self
     }
 
@@ -342,6 +356,7 @@ impl ManagerBuilder {
                 read_only: read_only_prefixes(&self.trees),
                 docs: self.docs,
                 reopener: self.reopener,
+                budgets: self.budgets,
                 config: self.config,
                 live: LiveRuns::default(),
                 runs: RunGroup::new(),

@@ -1,6 +1,7 @@
 //! [`Manager::create`] and its request types.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use korvus_log::{Event, EventKind, Role};
 use korvus_runner::ExitReason;
@@ -25,6 +26,9 @@ pub struct CreateSession {
     pub prompt: String,
     /// Inherited artifacts, in the order the run should see them.
     pub context: Vec<ContextRequest>,
+    /// The session's budget, set before its first run starts (see
+    /// [`Manager::set_budget`]); `None`: no budget of its own.
+    pub budget: Option<korvus_store::BudgetLimits>,
 }
 
 impl CreateSession {
@@ -34,7 +38,16 @@ impl CreateSession {
             incident_id,
             prompt: prompt.into(),
             context: Vec::new(),
+            budget: None,
         }
+    }
+
+    /// The session's budget, set before its first run starts. Needs a
+    /// manager with [`budgets`](crate::ManagerBuilder::budgets).
+    #[must_use]
+    pub fn budget(mut self, limits: korvus_store::BudgetLimits) -> Self {
+        self.budget = Some(limits);
+        self
     }
 
     /// The same request inheriting `context`, in that order.
@@ -215,6 +228,14 @@ impl Manager {
             });
         }
         let (refs, inherited) = resolve_refs(&*inner.store, &incident, &request.context).await?;
+        let budgets = match (&request.budget, &inner.budgets) {
+            (None, _) => None,
+            (Some(_), None) => return Err(SessionError::NoBudgets),
+            (Some(limits), Some(budgets)) => {
+                validate::budget_limits(limits)?;
+                Some((*limits, Arc::clone(budgets)))
+            }
+        };
         let id = SessionId::new();
         let span = info_span!("session", session_id = %id, incident_id = %incident.id);
         // From the row insert on, the work runs on its own task: dropping the
@@ -254,6 +275,14 @@ impl Manager {
                 if let Err(e) = inner.store.insert_context_refs(id, &refs).await {
                     error!(error = %e, "context refs not inserted; settling the session failed");
                     fail_created(inner, &session, ExitReason::CONTEXT_REFS_FAILED).await;
+                    return Err(e.into());
+                }
+            }
+            if let Some((limits, budgets)) = budgets {
+                let scope = korvus_store::BudgetScope::Session(id);
+                if let Err(e) = budgets.set_budget(scope, limits).await {
+                    error!(error = %e, "budget not set; settling the session failed");
+                    fail_created(inner, &session, ExitReason::RUNNER_FAILED).await;
                     return Err(e.into());
                 }
             }

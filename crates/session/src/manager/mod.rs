@@ -21,10 +21,12 @@ use tracing::{info, warn};
 use crate::live::LiveRuns;
 use crate::{Result, SessionError};
 
+mod budget;
 mod builder;
 mod check;
 mod create;
 
+pub use self::budget::{SessionBudgets, BUDGET_RAISED_MESSAGE};
 pub use self::builder::ManagerBuilder;
 pub use self::create::{default_role, ContextRequest, CreateOptions, CreateSession};
 pub use crate::config::{

@@ -1,0 +1,128 @@
+//! [`Manager::set_budget`] and the other budget calls: a session's or an
+//! incident's budget set in the store, and a session paused at its budget
+//! continued once it is raised.
+
+use korvus_runner::ExitReason;
+use korvus_store::{Budget, BudgetLimits, BudgetScope, Budgets, IncidentId, SessionId, Spend};
+use tracing::info;
+
+use crate::manager::Manager;
+use crate::{Result, SessionError};
+
+/// What a session paused at its budget is told when the budget is raised
+/// (its agent resumes its own thread with this message).
+pub const BUDGET_RAISED_MESSAGE: &str =
+    "korvus: the budget of this session was raised; continue where you stopped.";
+
+/// Where a session's budgets stand: its own and its incident's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionBudgets {
+    /// The session's own budget, if one is set.
+    pub session: Option<Budget>,
+    /// Its incident's budget (shared by every session of the incident),
+    /// if one is set.
+    pub incident: Option<Budget>,
+}
+
+impl SessionBudgets {
+    /// Whether either budget is reached.
+    pub fn reached(&self) -> bool {
+        [self.session, self.incident]
+            .iter()
+            .flatten()
+            .any(|b| b.reached().is_some())
+    }
+}
+
+impl Manager {
+    fn budgets(&self) -> Result<&dyn Budgets> {
+        self.inner.budgets.as_deref().ok_or(SessionError::NoBudgets)
+    }
+
+    /// Sets the budget of session `id` (replacing its limits, keeping what
+    /// it spent). When the session is paused at its budget (idle, exit
+    /// reason `budget_reached`) and neither its budget nor its incident's
+    /// is reached any more, it continues at once — the next revision, its
+    /// agent resuming its own thread with [`BUDGET_RAISED_MESSAGE`] —
+    /// exactly as [`send_message`](Manager::send_message) continues it.
+    /// Returns where the budgets stand.
+    ///
+    /// # Errors
+    /// `NoBudgets` (the manager keeps none), `NotFound`, `Store`
+    /// (`InvalidInput` for a limit out of range); a continue's errors
+    /// (`ShuttingDown`, `OutputKept`, …) — the budget is set either way.
+    pub async fn set_budget(&self, id: SessionId, limits: BudgetLimits) -> Result<SessionBudgets> {
+        let row = self.inner.store.get_session(id).await?;
+        self.budgets()?
+            .set_budget(BudgetScope::Session(id), limits)
+            .await?;
+        self.continue_if_raised(id, row.incident_id).await
+    }
+
+    /// Sets the budget shared by every session of incident `id`; a session
+    /// of it paused at its budget is continued as
+    /// [`set_budget`](Manager::set_budget) continues it, once it is
+    /// raised for that session too.
+    ///
+    /// # Errors
+    /// `NoBudgets`, `Store` (`NotFound` for an unknown incident,
+    /// `InvalidInput` for a limit out of range).
+    pub async fn set_incident_budget(
+        &self,
+        id: IncidentId,
+        limits: BudgetLimits,
+    ) -> Result<Budget> {
+        let budget = self
+            .budgets()?
+            .set_budget(BudgetScope::Incident(id), limits)
+            .await?;
+        Ok(budget)
+    }
+
+    /// Where session `id`'s budgets stand: its own and its incident's.
+    ///
+    /// # Errors
+    /// `NoBudgets`, `NotFound`, `Store`.
+    pub async fn budget(&self, id: SessionId) -> Result<SessionBudgets> {
+        let row = self.inner.store.get_session(id).await?;
+        let budgets = self.budgets()?;
+        let (session, incident) = futures::try_join!(
+            budgets.budget(BudgetScope::Session(id)),
+            budgets.budget(BudgetScope::Incident(row.incident_id)),
+        )?;
+        Ok(SessionBudgets { session, incident })
+    }
+
+    /// Continues `id` when it is paused at its budget and no budget of it
+    /// is reached any more.
+    async fn continue_if_raised(
+        &self,
+        id: SessionId,
+        incident: IncidentId,
+    ) -> Result<SessionBudgets> {
+        let standing = self
+            .budgets()?
+            .spend(id, incident, Spend::default())
+            .await?;
+        let mut budgets = SessionBudgets::default();
+        for b in standing {
+            match b.scope {
+                BudgetScope::Session(_) => budgets.session = Some(b),
+                BudgetScope::Incident(_) => budgets.incident = Some(b),
+            }
+        }
+        let row = self.inner.store.get_session(id).await?;
+        let paused = row.is_idle()
+            && row.exit_reason.as_deref() == Some(ExitReason::BUDGET_REACHED.as_str());
+        if paused && !budgets.reached() {
+            info!(session_id = %id, "budget raised; the session continues");
+            match self.send_message(id, BUDGET_RAISED_MESSAGE).await {
+                // Another caller moved it first (a cancel, an answer).
+                Ok(_) | Err(SessionError::NotAwaitingUser { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(budgets)
+    }
+}
