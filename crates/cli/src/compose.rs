@@ -27,6 +27,8 @@ pub(crate) struct Backends {
     pub(crate) store: Arc<dyn CoordinatedStore>,
     /// The same store's webhook outbox (`serve --webhook` delivers it).
     pub(crate) outbox: Arc<dyn Outbox>,
+    /// The same store's budgets (`korvus budget`; the runs' gateway).
+    pub(crate) budgets: Arc<dyn korvus_store::Budgets>,
     pub(crate) logs: Arc<dyn TurnLog>,
     pub(crate) blobs: Arc<dyn BlobStore>,
     /// The data dir (absolute).
@@ -60,6 +62,7 @@ enum Pools {
 type Opened = (
     Arc<dyn CoordinatedStore>,
     Arc<dyn Outbox>,
+    Arc<dyn korvus_store::Budgets>,
     Arc<dyn TurnLog>,
     Pools,
 );
@@ -72,7 +75,7 @@ impl Backends {
         let (data_dir, open_dir) = crate::place::data_dir(&global.data_dir)?;
         let mut places = Vec::new();
 
-        let (store, outbox, logs, pools): Opened =
+        let (store, outbox, budgets, logs, pools): Opened =
             match global.database_url.as_deref().filter(|u| !u.is_empty()) {
                 None => {
                     let db = data_dir.join("korvus.db");
@@ -89,6 +92,7 @@ impl Backends {
                     let store = Arc::new(SqliteStore::new(pool.clone()));
                     (
                         store.clone(),
+                        store.clone(),
                         store,
                         Arc::new(SqliteLog::new(pool.clone())),
                         Pools::Sqlite(pool),
@@ -102,6 +106,7 @@ impl Backends {
                     places.push(("database (PostgreSQL: rows and turn logs)", redact(url)));
                     let store = Arc::new(PgStore::new(pool.clone()));
                     (
+                        store.clone(),
                         store.clone(),
                         store,
                         Arc::new(PgLog::new(pool.clone())),
@@ -157,6 +162,7 @@ impl Backends {
         Ok(Self {
             store,
             outbox,
+            budgets,
             logs,
             blobs,
             data_dir,
@@ -239,6 +245,10 @@ impl Backends {
         if let Some(limit) = runner.run_limits().scratch_limit() {
             persist.max_stored_bytes = limit;
         }
+        // The runs' model calls and wall time count against the session's
+        // and incident's budgets (`korvus budget`); the CLI has no price
+        // table, so no cost is counted.
+        let runner = runner.budgets(Arc::clone(&self.budgets), korvus_store::PriceTable::new());
         let mut builder = self
             .builder(Arc::new(runner), run_timeout)
             .persist_config(persist);
@@ -270,6 +280,7 @@ impl Backends {
         let seeder = GitSeeder::default();
         let trees = seeder.trees().to_vec();
         let mut builder = Manager::builder(Arc::clone(&self.store), runner)
+            .budgets(Arc::clone(&self.budgets))
             .turn_log(Arc::clone(&self.logs))
             .blob_store(Arc::clone(&self.blobs))
             .scratch_root(ScratchRoot::supplied(&self.scratch))

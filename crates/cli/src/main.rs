@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod budget;
 mod compose;
 mod confine;
 mod demo;
@@ -238,6 +239,11 @@ enum Command {
     Run(session::RunArgs),
     /// Run one more iteration of a finished session with a new message.
     Reopen(session::ReopenArgs),
+    /// Set a session's budget (or with --incident, its incident's) — the
+    /// tokens and wall time its runs may spend — and show where it
+    /// stands. A session paused at its budget (`budget_reached`)
+    /// continues once it is raised, followed live like `reply`.
+    Budget(budget::BudgetArgs),
     /// Answer a session waiting for the user (its agent asked a question):
     /// the next iteration runs with the answer, followed live like `run`.
     Reply(session::ReopenArgs),
@@ -550,6 +556,7 @@ async fn dispatch(cli: Cli, described: Option<String>) -> anyhow::Result<ExitCod
         Command::Run(args) => session::run(&global, args, described).await,
         Command::Reopen(args) => session::reopen(&global, args).await,
         Command::Reply(args) => session::reply(&global, args).await,
+        Command::Budget(args) => budget::budget(&global, args).await,
         Command::Show { session, json } => inspect::show(&global, &session, json).await,
         Command::Ls {
             incident,

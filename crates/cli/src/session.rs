@@ -121,6 +121,10 @@ pub(crate) struct RunArgs {
     pub(crate) context: Vec<String>,
     #[command(flatten)]
     pub(crate) agent: AgentArgs,
+    /// The session's budget: the input and output tokens its runs may
+    /// spend, metered by the model gateway (`korvus budget` raises it).
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) budget_tokens: Option<u64>,
     /// The prompt; `-` reads it from stdin.
     pub(crate) prompt: String,
 }
@@ -232,7 +236,7 @@ impl AgentArgs {
         Ok(preset.runner(program, endpoint.as_ref()))
     }
 
-    fn timeout(&self) -> Option<Duration> {
+    pub(crate) fn timeout(&self) -> Option<Duration> {
         Some(Duration::from_secs(self.timeout))
     }
 }
@@ -338,8 +342,12 @@ pub(crate) async fn run(
         .collect::<Result<Vec<_>>>()?;
     let manager = backends.manager(runner, args.agent.timeout(), described);
     let signals = Signals::install()?;
+    let mut request = CreateSession::new(incident, prompt).with_context(context);
+    if let Some(tokens) = args.budget_tokens {
+        request = request.budget(korvus_store::BudgetLimits::new().tokens(tokens));
+    }
     let session = manager
-        .create(CreateSession::new(incident, prompt).with_context(context))
+        .create(request)
         .await
         .context("cannot create the session")?;
     let revision = session.revision;

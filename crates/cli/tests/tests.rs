@@ -6,6 +6,7 @@ mod webdriver;
 mod browser;
 mod browser_view;
 mod budget;
+mod budgets;
 mod cancel;
 mod closure;
 mod context;
