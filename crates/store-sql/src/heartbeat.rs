@@ -66,7 +66,7 @@ impl Heartbeat {
         let forget =
             format!("DELETE FROM owners WHERE expires_ms < {now} - {FORGET_AFTER_MS} AND id <> $1");
         let listed = format!("{run_key} IN ({texts_4})");
-        let not_idle = crate::transition::not_idle("");
+        let not_idle = crate::rows::not_idle("");
         let release = format!(
             "UPDATE sessions SET detached = NOT detached \
              WHERE owner = $1 AND status = $3 \

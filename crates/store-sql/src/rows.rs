@@ -120,6 +120,15 @@ macro_rules! idle_reasons {
 }
 pub(crate) use idle_reasons;
 
+/// `prefix` (an alias and a dot, or nothing)'s row is not idle: no exit
+/// reason, or one that is not of [`korvus_store::exit_reason::IDLE`].
+pub(crate) fn not_idle(prefix: &str) -> String {
+    format!(
+        "({prefix}exit_reason IS NULL OR {prefix}exit_reason NOT IN {})",
+        crate::rows::idle_reasons!()
+    )
+}
+
 /// `(id, incident, fence, active)` of the sessions a batch of artifact
 /// rows names ([`session_fences`] selects it).
 pub(crate) type SessionFence = (Uuid, Uuid, i64, bool);

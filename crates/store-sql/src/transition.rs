@@ -55,12 +55,10 @@ fn pending(alias: &str) -> String {
     )
 }
 
-/// The orphan predicate, once for both statements that use it
-/// (`expired_leases` lists what `take_over` may take): active (running,
-/// not idle), not queued (owned, or started), past its claim's own expiry
-/// by the database clock, and not held by a live owner: unowned, released
-/// by its owner's heartbeat (`detached`), or its owner's lease (the
-/// `owners` row) expired or gone.
+/// The orphan predicate of `expired_leases` and `take_over`: active, not
+/// queued (owned, or started), past its claim's expiry by the database
+/// clock, and held by no live owner: unowned, released by its owner's
+/// heartbeat (`detached`), or its owner's `owners` row expired or gone.
 fn orphan(now: &str) -> String {
     format!(
         concat!(
@@ -76,11 +74,10 @@ fn orphan(now: &str) -> String {
 }
 
 /// `create_report`: the row, only while the session (in that incident) is
-/// active at the report's fence; `share` is the engine's row lock for the
-/// session row read (PostgreSQL `FOR SHARE`: a takeover or forced cancel
-/// moving the fence waits for the insert, or the insert for it, and then
-/// sees the fence it left; SQLite runs writes one at a time and needs
-/// none). Binds `$1…$15` in `report_columns` order.
+/// active at the report's fence; `share` locks the session row read
+/// (PostgreSQL `FOR SHARE`: a fence move and the insert wait for each
+/// other; SQLite writes one at a time). Binds `$1…$15` in `report_columns`
+/// order.
 fn insert_report(share: &str) -> String {
     format!(
         concat!(
@@ -96,18 +93,9 @@ fn insert_report(share: &str) -> String {
     )
 }
 
-/// `prefix` (an alias and a dot, or nothing)'s row is not idle: no exit
-/// reason, or one that is not of [`korvus_store::exit_reason::IDLE`].
-pub(crate) fn not_idle(prefix: &str) -> String {
-    format!(
-        "({prefix}exit_reason IS NULL OR {prefix}exit_reason NOT IN {})",
-        crate::rows::idle_reasons!()
-    )
-}
-
 /// `alias`'s row is queued: active, unowned, not started.
 fn queued(alias: &str) -> String {
-    let not_idle = not_idle(&format!("{alias}."));
+    let not_idle = crate::rows::not_idle(&format!("{alias}."));
     format!(
         "{alias}.status = 'running' \
          AND {not_idle} \
@@ -118,7 +106,7 @@ fn queued(alias: &str) -> String {
 /// `alias`'s row may be claimed: queued, or an active row whose resume is
 /// pending and whose backoff has passed by the database clock `now`.
 fn claimable(alias: &str, now: &str) -> String {
-    let not_idle = not_idle(&format!("{alias}."));
+    let not_idle = crate::rows::not_idle(&format!("{alias}."));
     format!(
         "({queued} OR ({pending} AND {alias}.status = 'running' \
          AND {not_idle} \
@@ -133,7 +121,7 @@ fn claimable(alias: &str, now: &str) -> String {
 /// nothing), as a derived table `(k, n)`, counted once per
 /// statement. `key` is the engine's queue key of an alias (`{t}`).
 fn busy(key: &str) -> String {
-    let not_idle = not_idle("o.");
+    let not_idle = crate::rows::not_idle("o.");
     format!(
         "(SELECT {o_key} AS k, count(*) AS n FROM sessions AS o WHERE o.pool = $1 \
           AND o.owner IS NOT NULL AND NOT {pending} AND o.status = 'running' \
@@ -190,7 +178,7 @@ fn claim_next(now: &str, key: &str, cap: &str, lock: &str) -> String {
 
 /// `key_busy`: the runs in progress of key `$2` in pool `$1`.
 fn key_busy(key: &str) -> String {
-    let not_idle = not_idle("o.");
+    let not_idle = crate::rows::not_idle("o.");
     format!(
         "SELECT count(*) FROM sessions AS o WHERE o.pool = $1 AND {} = $2 \
          AND o.owner IS NOT NULL AND NOT {} AND o.status = 'running' \
@@ -214,7 +202,7 @@ fn queue_depth(key: &str) -> String {
 /// `alias`'s row waits in its pool's line: queued, or its resume pending
 /// (whatever its backoff).
 fn waiting(alias: &str) -> String {
-    let not_idle = not_idle(&format!("{alias}."));
+    let not_idle = crate::rows::not_idle(&format!("{alias}."));
     format!(
         "({queued} OR ({pending} AND {alias}.status = 'running' \
          AND {not_idle}))",

@@ -378,6 +378,12 @@ impl PriceTable {
 /// [`Store`](crate::Store) (`korvus-store-sql` on both engines, and
 /// [`MemoryStore`](crate::MemoryStore)); `korvus-testkit`'s budget cases
 /// say what an implementation must honour. Object-safe.
+///
+/// # Cancel safety
+/// As [`Store`](crate::Store)'s: reads are cancel safe; a dropped
+/// `set_budget` or `spend` has committed whole or not at all, and the
+/// caller does not learn which (a spend dropped after it committed is
+/// counted; one dropped before is not).
 #[async_trait::async_trait]
 pub trait Budgets: Send + Sync + Debug + 'static {
     /// Sets the limits of `scope`'s budget, replacing earlier limits and

@@ -52,6 +52,11 @@ impl Manager {
     /// `NoBudgets` (the manager keeps none), `NotFound`, `Store`
     /// (`InvalidInput` for a limit out of range); a continue's errors
     /// (`ShuttingDown`, `OutputKept`, …) — the budget is set either way.
+    ///
+    /// # Cancel safety
+    /// The budget is one store write, committed whole or not; a continue,
+    /// once begun, runs on its own task as
+    /// [`send_message`](Manager::send_message)'s does.
     pub async fn set_budget(&self, id: SessionId, limits: BudgetLimits) -> Result<SessionBudgets> {
         let row = self.inner.store.get_session(id).await?;
         self.budgets()?
@@ -68,6 +73,9 @@ impl Manager {
     /// # Errors
     /// `NoBudgets`, `Store` (`NotFound` for an unknown incident,
     /// `InvalidInput` for a limit out of range).
+    ///
+    /// # Cancel safety
+    /// One store write, committed whole or not.
     pub async fn set_incident_budget(
         &self,
         id: IncidentId,
@@ -84,6 +92,9 @@ impl Manager {
     ///
     /// # Errors
     /// `NoBudgets`, `NotFound`, `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn budget(&self, id: SessionId) -> Result<SessionBudgets> {
         let row = self.inner.store.get_session(id).await?;
         let budgets = self.budgets()?;
