@@ -228,14 +228,7 @@ impl Manager {
             });
         }
         let (refs, inherited) = resolve_refs(&*inner.store, &incident, &request.context).await?;
-        let budgets = match (&request.budget, &inner.budgets) {
-            (None, _) => None,
-            (Some(_), None) => return Err(SessionError::NoBudgets),
-            (Some(limits), Some(budgets)) => {
-                validate::budget_limits(limits)?;
-                Some((*limits, Arc::clone(budgets)))
-            }
-        };
+        let budget = budget_of(inner, &request)?;
         let id = SessionId::new();
         let span = info_span!("session", session_id = %id, incident_id = %incident.id);
         // From the row insert on, the work runs on its own task: dropping the
@@ -278,14 +271,7 @@ impl Manager {
                     return Err(e.into());
                 }
             }
-            if let Some((limits, budgets)) = budgets {
-                let scope = korvus_store::BudgetScope::Session(id);
-                if let Err(e) = budgets.set_budget(scope, limits).await {
-                    error!(error = %e, "budget not set; settling the session failed");
-                    fail_created(inner, &session, ExitReason::RUNNER_FAILED).await;
-                    return Err(e.into());
-                }
-            }
+            set_budget(inner, &session, budget).await?;
             let log = match create_log(inner, &session, slot.is_none()).await {
                 Ok(log) => log,
                 Err(e) => {
@@ -313,6 +299,40 @@ impl Manager {
 
 /// The answer to a create whose idempotency key `key` is held by `row`:
 /// the row itself when it was created with the same prompt.
+/// The budget a create asks for, checked before anything is written.
+fn budget_of(
+    inner: &crate::inner::Inner,
+    request: &CreateSession,
+) -> Result<Option<(korvus_store::BudgetLimits, Arc<dyn korvus_store::Budgets>)>> {
+    match (&request.budget, &inner.budgets) {
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(SessionError::NoBudgets),
+        (Some(limits), Some(budgets)) => {
+            validate::budget_limits(limits)?;
+            Ok(Some((*limits, Arc::clone(budgets))))
+        }
+    }
+}
+
+/// Sets a created session's budget before its run can start; a failure
+/// fails the session.
+async fn set_budget(
+    inner: &crate::inner::Inner,
+    session: &Session,
+    budget: Option<(korvus_store::BudgetLimits, Arc<dyn korvus_store::Budgets>)>,
+) -> Result<()> {
+    let Some((limits, budgets)) = budget else {
+        return Ok(());
+    };
+    let scope = korvus_store::BudgetScope::Session(session.id);
+    if let Err(e) = budgets.set_budget(scope, limits).await {
+        error!(error = %e, "budget not set; settling the session failed");
+        fail_created(inner, session, ExitReason::RUNNER_FAILED).await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
 fn same_request(row: Session, request: &CreateSession, key: &str) -> Result<Session> {
     if row.prompt == request.prompt {
         Ok(row)
