@@ -249,3 +249,14 @@ impl Guard {
         let _ = self.account(Spend::default()).await;
     }
 }
+
+/// The end of a run's pump: stops `guard`'s wall-time watch and records
+/// its last wall time.
+pub(crate) async fn finish(guard: Option<&Guard>, wall: Option<JoinHandle<()>>) {
+    if let Some(wall) = wall {
+        wall.abort();
+    }
+    if let Some(guard) = guard {
+        guard.finish().await;
+    }
+}

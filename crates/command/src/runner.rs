@@ -277,8 +277,8 @@ impl CommandRunner {
             return Ok(outcome);
         }
         let guard = self.guard(&ctx);
-        if let Some(outcome) = budget_before_start(guard.as_deref(), &scratch).await {
-            return Ok(outcome);
+        if let Some(done) = budget_before_start(guard.as_deref(), &scratch).await {
+            return Ok(done);
         }
         let manifest = RunManifest::for_run(&ctx, message.as_deref())
             .write(&scratch)
@@ -333,10 +333,7 @@ impl CommandRunner {
                 &mut watch,
             )
             .await;
-        if let (Some(guard), Some(wall)) = (&guard, wall) {
-            wall.abort();
-            guard.finish().await;
-        }
+        crate::budget::finish(guard.as_deref(), wall).await;
         if stop.is_none() && agent.cgroup().is_some_and(|c| c.oom_kills() > 0) {
             // Killed for memory before a check saw it: the rest ends too.
             stop = Some(Stop::Limit(Hit::Memory));
