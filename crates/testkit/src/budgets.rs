@@ -1,4 +1,4 @@
-//! The [`Budgets`](korvus_store::Budgets) contract: budgets set on a
+//! The [`Budgets`] contract: budgets set on a
 //! session or an incident, what is spent against them counted exactly —
 //! also when replicas spend at once — and only where a budget is set.
 //! Every case is a public async function taking `&dyn BudgetStore` (it
