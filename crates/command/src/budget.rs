@@ -37,6 +37,12 @@ pub(crate) struct BudgetConfig {
     pub(crate) prices: PriceTable,
 }
 
+// A runner stays `UnwindSafe` as it was before budgets: the store is only
+// reached through its own calls, each committed whole or not, so a panic
+// cannot leave the budgets half-written for a caller that catches it.
+impl std::panic::UnwindSafe for BudgetConfig {}
+impl std::panic::RefUnwindSafe for BudgetConfig {}
+
 /// One run's guard; [`finish`](Self::finish) records its last wall time.
 #[derive(Debug)]
 pub(crate) struct Guard {
