@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use korvus_log::{Event, EventKind, LogHandle};
-use korvus_store::{Budget, BudgetLimit, Budgets, IncidentId, PriceTable, SessionId, Spend};
+use korvus_store::{Budget, Budgets, IncidentId, PriceTable, SessionId, Spend};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -43,7 +43,7 @@ pub(crate) struct BudgetConfig {
 impl std::panic::UnwindSafe for BudgetConfig {}
 impl std::panic::RefUnwindSafe for BudgetConfig {}
 
-/// One run's guard; [`finish`](Self::finish) records its last wall time.
+/// One run's guard; [`finish`] records its last wall time.
 #[derive(Debug)]
 pub(crate) struct Guard {
     budgets: Arc<dyn Budgets>,
@@ -232,7 +232,11 @@ impl Guard {
             )
         });
         self.books().closed.clone_from(&why);
-        if let (Some((_, BudgetLimit::WallTime)), Some(why)) = (found, &why) {
+        // Wall time passes without calls: reached, it stops the run now.
+        let out_of_time = budgets
+            .iter()
+            .any(|b| b.remaining_wall() == Some(Duration::ZERO));
+        if let (true, Some(why)) = (out_of_time, &why) {
             self.stop(why).await;
         }
     }
@@ -249,11 +253,6 @@ impl Guard {
             }
         })
     }
-
-    /// At the end of the run: records the wall time since the last spend.
-    pub(crate) async fn finish(&self) {
-        let _ = self.account(Spend::default()).await;
-    }
 }
 
 /// The end of a run's pump: stops `guard`'s wall-time watch and records
@@ -263,6 +262,6 @@ pub(crate) async fn finish(guard: Option<&Guard>, wall: Option<JoinHandle<()>>) 
         wall.abort();
     }
     if let Some(guard) = guard {
-        guard.finish().await;
+        let _ = guard.account(Spend::default()).await;
     }
 }

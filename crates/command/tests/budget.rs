@@ -184,3 +184,58 @@ async fn wait_for_revision(
     }
     panic!("session never reached revision {revision}: {row:?}");
 }
+
+/// A wall-time budget stops a run that makes no model call at all (no
+/// gateway): the session pauses `budget_reached` once its time is spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_time_budget_stops_a_run_without_model_calls() {
+    let store = Arc::new(MemoryStore::new());
+    let budgets: Arc<dyn Budgets> = store.clone();
+    let runner = sh("echo '# R' > report.md; echo x > started; sleep 60; echo x > finished")
+        .budgets(Arc::clone(&budgets), PriceTable::new());
+    let h = harness_in(store.clone(), runner, |b| b.budgets(budgets)).await;
+    let limits = BudgetLimits::new().wall(Duration::from_secs(2));
+    let created = h
+        .manager
+        .create(CreateSession::new(h.incident, "wait").budget(limits))
+        .await
+        .unwrap();
+    let paused = h.settled(created.id).await;
+    assert_eq!(
+        paused.exit_reason.as_deref(),
+        Some(exit_reason::BUDGET_REACHED),
+        "{paused:?}"
+    );
+    let stored = h.store_artifacts(created.id).await;
+    assert!(stored.iter().any(|a| a == "started"), "{stored:?}");
+    assert!(!stored.iter().any(|a| a == "finished"), "{stored:?}");
+    let spent = store
+        .budget(BudgetScope::Session(created.id))
+        .await
+        .unwrap()
+        .unwrap()
+        .spent;
+    assert!(spent.wall_ms >= 2_000, "{spent:?}");
+    let texts = h.all_texts(created.id).await;
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("budget: the wall_time budget of session")),
+        "{texts:#?}"
+    );
+    h.stop().await;
+}
+
+/// A budget asked of a manager that keeps none is refused before anything
+/// is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_without_a_budget_store_is_refused_and_nothing_written() {
+    let h = crate::support::harness(sh("echo '# R' > report.md")).await;
+    let asked = CreateSession::new(h.incident, "capped").budget(BudgetLimits::new().tokens(1));
+    match h.manager.create(asked).await {
+        Err(korvus_session::SessionError::NoBudgets) => {}
+        other => panic!("expected NoBudgets, got {other:?}"),
+    }
+    assert!(h.store.all_sessions(h.incident).await.unwrap().is_empty());
+    h.stop().await;
+}

@@ -3,7 +3,7 @@
 //! continued once it is raised.
 
 use korvus_runner::ExitReason;
-use korvus_store::{Budget, BudgetLimits, BudgetScope, Budgets, IncidentId, SessionId, Spend};
+use korvus_store::{Budget, BudgetLimits, BudgetScope, Budgets, IncidentId, SessionId};
 use tracing::info;
 
 use crate::manager::Manager;
@@ -62,13 +62,27 @@ impl Manager {
         self.budgets()?
             .set_budget(BudgetScope::Session(id), limits)
             .await?;
-        self.continue_if_raised(id, row.incident_id).await
+        let standing = self.standing(&row).await?;
+        // The row read before the budget was set: a paused session is
+        // continued by a conditional transition, so a session that moved
+        // meanwhile is left as it is.
+        let paused = row.is_idle()
+            && row.exit_reason.as_deref() == Some(ExitReason::BUDGET_REACHED.as_str());
+        if paused && !standing.reached() {
+            info!(session_id = %id, "budget raised; the session continues");
+            match self.send_message(id, BUDGET_RAISED_MESSAGE).await {
+                // Another caller moved it first (a cancel, an answer).
+                Ok(_) | Err(SessionError::NotAwaitingUser { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(standing)
     }
 
-    /// Sets the budget shared by every session of incident `id`; a session
-    /// of it paused at its budget is continued as
-    /// [`set_budget`](Manager::set_budget) continues it, once it is
-    /// raised for that session too.
+    /// Sets the budget shared by every session of incident `id`. It
+    /// continues no session by itself: a session of the incident paused at
+    /// its budget continues through [`set_budget`](Manager::set_budget)
+    /// (its own limits again, or raised) or an answer.
     ///
     /// # Errors
     /// `NoBudgets`, `Store` (`NotFound` for an unknown incident,
@@ -97,43 +111,16 @@ impl Manager {
     /// Cancel safe: it only reads.
     pub async fn budget(&self, id: SessionId) -> Result<SessionBudgets> {
         let row = self.inner.store.get_session(id).await?;
+        self.standing(&row).await
+    }
+
+    /// Where `row`'s budgets stand: two reads, nothing written.
+    async fn standing(&self, row: &korvus_store::Session) -> Result<SessionBudgets> {
         let budgets = self.budgets()?;
         let (session, incident) = futures::try_join!(
-            budgets.budget(BudgetScope::Session(id)),
+            budgets.budget(BudgetScope::Session(row.id)),
             budgets.budget(BudgetScope::Incident(row.incident_id)),
         )?;
         Ok(SessionBudgets { session, incident })
-    }
-
-    /// Continues `id` when it is paused at its budget and no budget of it
-    /// is reached any more.
-    async fn continue_if_raised(
-        &self,
-        id: SessionId,
-        incident: IncidentId,
-    ) -> Result<SessionBudgets> {
-        let standing = self
-            .budgets()?
-            .spend(id, incident, Spend::default())
-            .await?;
-        let mut budgets = SessionBudgets::default();
-        for b in standing {
-            match b.scope {
-                BudgetScope::Session(_) => budgets.session = Some(b),
-                BudgetScope::Incident(_) => budgets.incident = Some(b),
-            }
-        }
-        let row = self.inner.store.get_session(id).await?;
-        let paused = row.is_idle()
-            && row.exit_reason.as_deref() == Some(ExitReason::BUDGET_REACHED.as_str());
-        if paused && !budgets.reached() {
-            info!(session_id = %id, "budget raised; the session continues");
-            match self.send_message(id, BUDGET_RAISED_MESSAGE).await {
-                // Another caller moved it first (a cancel, an answer).
-                Ok(_) | Err(SessionError::NotAwaitingUser { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(budgets)
     }
 }
