@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::Args;
 use korvus_store::{Budget, BudgetLimits, BudgetScope, IncidentId, SessionStatus};
 
@@ -108,34 +108,41 @@ async fn session_budget(backends: &Backends, args: &BudgetArgs) -> Result<ExitCo
     let row = crate::inspect::find_session(backends, &args.id).await?;
     let id = row.id;
     let Some(limits) = args.limits() else {
-        let manager = backends.tool_manager();
-        let standing = manager.budget(id).await?;
-        for b in [standing.session, standing.incident].iter().flatten() {
-            println!("{}", describe(b));
+        let scopes = [
+            BudgetScope::Session(id),
+            BudgetScope::Incident(row.incident_id),
+        ];
+        let mut any = false;
+        for scope in scopes {
+            if let Some(b) = backends.budgets.budget(scope).await? {
+                println!("{}", describe(&b));
+                any = true;
+            }
         }
-        if standing.session.is_none() && standing.incident.is_none() {
+        if !any {
             println!("session {id} has no budget (nor has its incident)");
         }
-        manager.stop().await;
         return Ok(ExitCode::SUCCESS);
     };
     let paused = row.status == SessionStatus::Running
         && row.exit_reason.as_deref() == Some(korvus_store::exit_reason::BUDGET_REACHED);
-    if !paused {
+    // Paused at its budget, with the agent it ran remembered: raised, it
+    // continues with that agent. Otherwise the budget is only set.
+    let described = row.runner.as_ref().filter(|_| paused);
+    let Some(described) = described else {
         let budget = backends
             .budgets
             .set_budget(BudgetScope::Session(id), limits)
             .await
             .with_context(|| format!("cannot set the budget of session {id}"))?;
         println!("{}", describe(&budget));
+        if paused {
+            say!(
+                "session {id} has no remembered agent: continue it with \
+                 `korvus reply {id} --agent … \"continue\"`"
+            );
+        }
         return Ok(ExitCode::SUCCESS);
-    }
-    // Paused at its budget: raised, it continues with the agent it ran.
-    let Some(described) = &row.runner else {
-        bail!(
-            "session {id} has no remembered agent: raise its budget from the process that \
-             runs it (`Manager::set_budget`, or the HTTP API of `korvus serve`)"
-        );
     };
     let agent = crate::remember::agent_args(described)
         .with_context(|| format!("session {id}: its agent could not be rebuilt"))?;

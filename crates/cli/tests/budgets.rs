@@ -79,6 +79,15 @@ done
         "{standing}"
     );
 
+    // A limit no store column holds is refused, naming it; nothing moves.
+    let refused =
+        output(korvus(data.path()).args(["budget", &id, "--tokens", "9223372036854775808"]));
+    let said = format!("{}{}", stdout(&refused), crate::support::stderr(&refused));
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(said.contains("budget.tokens"), "{said}");
+    let show = ok(korvus(data.path()).args(["show", &id]));
+    assert!(show.contains("budget_reached"), "still paused:\n{show}");
+
     let raised = output(
         korvus(data.path())
             .args(["budget", &id, "--tokens", "10000"])
