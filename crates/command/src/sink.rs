@@ -121,8 +121,9 @@ impl<'a> Sink<'a> {
     pub(crate) async fn gateway(&mut self, t: crate::gateway::serve::Totals) {
         self.note(format!(
             "model gateway: {} call(s) metered ({} input / {} output tokens), {} not metered, {} \
-             refused for a wrong token, {} could not reach the upstream",
-            t.calls, t.input, t.output, t.unmetered, t.refused, t.failed
+             refused for a wrong token, {} could not reach the upstream, {} refused past the \
+             budget",
+            t.calls, t.input, t.output, t.unmetered, t.refused, t.failed, t.over_budget
         ))
         .await;
         let (calls, input, output) = (t.calls, t.input, t.output);

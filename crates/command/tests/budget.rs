@@ -108,7 +108,7 @@ async fn the_call_past_a_session_budget_is_refused_and_the_session_pauses_until_
     );
     assert!(
         texts.iter().any(|t| t.starts_with(
-            "model gateway: 2 call(s) metered (3000 input / 1000 output tokens), 0 not metered, 1 refused"
+            "model gateway: 2 call(s) metered (3000 input / 1000 output tokens), 0 not metered, 0 refused for a wrong token, 0 could not reach the upstream, 1 refused past the budget"
         )),
         "{texts:#?}"
     );

@@ -107,10 +107,15 @@ impl Rig {
         } else {
             runner
         };
+        // Budgets in the same store, as the CLI composes them: a run whose
+        // session has none pays one read per model call.
+        let budgets = Arc::clone(store) as Arc<dyn korvus_store::Budgets>;
+        let runner = runner.budgets(Arc::clone(&budgets), korvus_store::PriceTable::new());
         Manager::builder(
             Arc::clone(store) as Arc<dyn CoordinatedStore>,
             Arc::new(runner),
         )
+        .budgets(budgets)
         .blob_store(Arc::new(FsBlobStore::open(blobs.path()).unwrap()))
         .turn_log(Arc::clone(logs) as Arc<dyn TurnLog>)
         .scratch_root(ScratchRoot::supplied(scratch.path()))
@@ -236,9 +241,9 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
 }
 
 /// The real key the scripted upstream expects, which only korvus holds.
-const REAL_KEY: &str = "sk-korvus-real-7f3a9c2e51d4";
+pub(crate) const REAL_KEY: &str = "sk-korvus-real-7f3a9c2e51d4";
 /// The embedding process's variable korvus reads it from.
-const KEY_VAR: &str = "KORVUS_E2E_MODEL_KEY";
+pub(crate) const KEY_VAR: &str = "KORVUS_E2E_MODEL_KEY";
 
 /// Files under `root` (recursively) holding `needle`.
 fn files_holding(root: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {

@@ -9,6 +9,7 @@ mod support;
 
 mod admission;
 mod agents;
+mod agents_budget;
 mod agents_handoff;
 mod cancel;
 mod chaos;

@@ -74,6 +74,12 @@ pub enum Mode {
     ServerError,
     /// Every model request is accepted and never answered.
     Silent,
+    /// Every model request gets the answer korvus's model gateway gives a
+    /// call past its budget — an error of type `budget_reached` with
+    /// `x-should-retry: false`, `402 Payment Required` on the Messages API
+    /// and `400 Bad Request` on OpenAI's — for checking what an agent
+    /// does with it.
+    Refuse,
 }
 
 /// What the model does.
@@ -266,6 +272,18 @@ async fn admit(
             StatusCode::INTERNAL_SERVER_ERROR,
             [(header::CONTENT_TYPE, "application/json")],
             r#"{"error":{"type":"server_error","message":"the stub model server fails on purpose"}}"#,
+        )
+            .into_response()),
+        Mode::Refuse => Err((
+            match api {
+                Api::Messages => StatusCode::PAYMENT_REQUIRED,
+                Api::Responses | Api::ChatCompletions => StatusCode::BAD_REQUEST,
+            },
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::HeaderName::from_static("x-should-retry"), "false"),
+            ],
+            r#"{"type":"error","error":{"type":"budget_reached","message":"the stub refuses as korvus does past a budget"}}"#,
         )
             .into_response()),
         Mode::Silent => {

@@ -47,6 +47,9 @@ pub(crate) struct Totals {
     pub(crate) unmetered: u64,
     pub(crate) refused: u64,
     pub(crate) failed: u64,
+    /// Calls refused because a budget is reached (or the store could not
+    /// say).
+    pub(crate) over_budget: u64,
 }
 
 /// Shared by the connections of one run.
@@ -272,8 +275,8 @@ async fn handle(state: &State, request: Request<Incoming>) -> Answer {
         Some(guard) => guard.check().await.err(),
         None => None,
     } {
-        lock(&state.totals).refused += 1;
-        return over_budget(&refused);
+        lock(&state.totals).over_budget += 1;
+        return over_budget(state.auth, &refused);
     }
     let (parts, body) = request.into_parts();
     let path = parts
@@ -432,28 +435,33 @@ fn refusal(status: StatusCode, kind: &str, message: &str) -> Answer {
     response
 }
 
-/// The answer to a call past the run's budget: `400`, which neither SDK
-/// retries (only `408`, `409`, `429` and `5xx` are), with
-/// `x-should-retry: false` besides — korvus stops the run anyway. A call
-/// the store could not judge gets `503`, which they retry.
-fn over_budget(refused: &Refused) -> Answer {
-    let mut answer = match refused {
-        Refused::Reached(why) => refusal(
-            StatusCode::BAD_REQUEST,
-            "budget_reached",
-            &format!("korvus model gateway: {why}; the session is paused until it is raised"),
-        ),
-        Refused::Unknown => refusal(
+/// The answer to a call past the run's budget, one each agent's client
+/// takes as final (checked with the real binaries, `korvus-e2e`'s
+/// `agents_budget.rs`): Anthropic's Messages API gets `402` (Claude Code
+/// retries a `400` with its optional features stripped), OpenAI's `400`
+/// (Codex retries every other `4xx` it does not know); both with
+/// `x-should-retry: false`, which the SDKs honour. Korvus stops the run
+/// anyway. A call the store could not judge gets `503`, which they retry.
+fn over_budget(auth: UpstreamAuth, refused: &Refused) -> Answer {
+    let Refused::Reached(why) = refused else {
+        return refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded_error",
             "korvus model gateway: the run's budget could not be checked; try again",
-        ),
-    };
-    if matches!(refused, Refused::Reached(_)) {
-        answer.headers_mut().insert(
-            HeaderName::from_static("x-should-retry"),
-            HeaderValue::from_static("false"),
         );
-    }
+    };
+    let status = match auth {
+        UpstreamAuth::XApiKey => StatusCode::PAYMENT_REQUIRED,
+        UpstreamAuth::Bearer => StatusCode::BAD_REQUEST,
+    };
+    let mut answer = refusal(
+        status,
+        "budget_reached",
+        &format!("korvus model gateway: {why}; the session is paused until it is raised"),
+    );
+    answer.headers_mut().insert(
+        HeaderName::from_static("x-should-retry"),
+        HeaderValue::from_static("false"),
+    );
     answer
 }
