@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use korvus_store::{Budget, BudgetLimits, BudgetScope, IncidentId, SessionStatus};
+use korvus_store::{Budget, BudgetLimits, BudgetScope, IncidentId, Session, SessionStatus};
 
 use crate::compose::Backends;
 use crate::out::say;
@@ -72,6 +72,18 @@ pub(crate) fn describe(budget: &Budget) -> String {
     line
 }
 
+/// The budgets of `row`'s session and of its incident, those set.
+pub(crate) async fn standing(backends: &Backends, row: &Session) -> Result<Vec<Budget>> {
+    let mut found = Vec::new();
+    for scope in [
+        BudgetScope::Session(row.id),
+        BudgetScope::Incident(row.incident_id),
+    ] {
+        found.extend(backends.budgets.budget(scope).await?);
+    }
+    Ok(found)
+}
+
 /// `korvus budget`.
 pub(crate) async fn budget(global: &Global, args: BudgetArgs) -> Result<ExitCode> {
     let backends = Backends::open_checked(global).await?;
@@ -108,18 +120,11 @@ async fn session_budget(backends: &Backends, args: &BudgetArgs) -> Result<ExitCo
     let row = crate::inspect::find_session(backends, &args.id).await?;
     let id = row.id;
     let Some(limits) = args.limits() else {
-        let scopes = [
-            BudgetScope::Session(id),
-            BudgetScope::Incident(row.incident_id),
-        ];
-        let mut any = false;
-        for scope in scopes {
-            if let Some(b) = backends.budgets.budget(scope).await? {
-                println!("{}", describe(&b));
-                any = true;
-            }
+        let standing = standing(backends, &row).await?;
+        for b in &standing {
+            println!("{}", describe(b));
         }
-        if !any {
+        if standing.is_empty() {
             println!("session {id} has no budget (nor has its incident)");
         }
         return Ok(ExitCode::SUCCESS);

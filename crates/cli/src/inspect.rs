@@ -293,6 +293,9 @@ pub(crate) async fn show(global: &Global, session: &str, json: bool) -> Result<E
             s.revision, facts.turns, facts.tool_calls
         );
     }
+    for b in crate::budget::standing(&backends, &s).await? {
+        println!("budget     {}", crate::budget::describe(&b));
+    }
     for note in &facts.dropped {
         println!("  ! {note}");
     }

@@ -67,7 +67,8 @@ fn settle(server: &Server, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, row) = server.call("GET", &format!("/api/sessions/{id}"), None);
-        if row["status"] != "running" || row["exit_reason"] == "awaiting_user" {
+        let idle = ["awaiting_user", "budget_reached"].map(serde_json::Value::from);
+        if row["status"] != "running" || idle.contains(&row["exit_reason"]) {
             return row;
         }
         assert!(Instant::now() < deadline, "{id} never settled: {row}");
@@ -165,6 +166,16 @@ fn the_session_page_lets_a_person_judge_and_steer_a_session_at_desktop_and_phone
     assert_eq!(settle(&server, &failed)["status"], "failed");
     let asks = session(&server, &inc, "please ask me");
     assert_eq!(settle(&server, &asks)["exit_reason"], "awaiting_user");
+    // And one whose budget is spent before it starts (no time at all).
+    let capped = post(
+        &server,
+        &format!("/api/incidents/{inc}/sessions"),
+        json!({"prompt": "capped", "budget": {"tokens": 1000, "wall_ms": 0}}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(settle(&server, &capped)["exit_reason"], "budget_reached");
 
     let Some(d) = browser(downloads.path()) else {
         return;
@@ -438,6 +449,31 @@ fn the_session_page_lets_a_person_judge_and_steer_a_session_at_desktop_and_phone
         d.click("#cancel-keep");
         d.wait_for("the cancel button again", "return document.querySelector('#cancel') && !document.querySelector('#cancel-confirm')");
         axe(&d, &at("the waiting session"));
+
+        // The session paused at its budget: what it spent of what, and a
+        // form to raise it that refuses what is not a number.
+        d.goto(&format!("{}/#/sessions/{capped}", server.base));
+        d.wait_for(
+            "the paused session",
+            &crate::browser::status_is("budget_reached"),
+        );
+        wait_text(
+            &d,
+            "its budget",
+            "#budget",
+            "session: 0 of 1,000 tokens, 0 of 0 s of runs (reached)",
+        );
+        d.type_into("#budget-tokens", "lots");
+        d.click("#raise");
+        wait_text(
+            &d,
+            "the raise's error",
+            "#budget-tokens-error",
+            "A whole number of tokens, please.",
+        );
+        fits(&d, &at("the paused session"));
+        shot("budget");
+        axe(&d, &at("the paused session"));
     }
 
     // Close incident: the form goes, its sessions stay readable.

@@ -70,6 +70,10 @@ done
     let id = session_id(&said);
     let show = ok(korvus(data.path()).args(["show", &id]));
     assert!(show.contains("budget_reached"), "{show}");
+    assert!(
+        show.contains(&format!("budget     session {id}: tokens 4000 of 5000")),
+        "{show}"
+    );
     let calls = ok(korvus(data.path()).args(["cat", &id, "calls.txt"]));
     assert!(calls.starts_with("call 1: 200\ncall 2: 200\n"), "{calls}");
     assert!(!calls.contains("call 4"), "{calls}");

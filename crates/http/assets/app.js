@@ -129,6 +129,7 @@ const LABELS = {
   queued: 'queued',
   running: 'running',
   awaiting_user: 'waiting for you',
+  budget_reached: 'paused at its budget',
   resume_pending: 'resume pending',
   completed: 'completed',
   failed: 'failed',
@@ -137,6 +138,8 @@ const LABELS = {
 
 function statusOf(session) {
   if (session.status === 'running' && session.exit_reason === 'awaiting_user') return 'awaiting_user';
+  // Paused at its budget: idle, like a session waiting for the user.
+  if (session.status === 'running' && session.exit_reason === 'budget_reached') return 'budget_reached';
   // Its run was interrupted (replica lost, or handed off): waiting for a
   // manager of its pool to resume it.
   if (session.status === 'running' && session.resume_pending) return 'resume_pending';

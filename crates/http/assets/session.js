@@ -49,6 +49,21 @@ function counterText(c) {
     + Number(c.input_tokens).toLocaleString() + ' input / ' + Number(c.output_tokens).toLocaleString() + ' output tokens';
 }
 
+// One budget: what was spent of each limit set, and what is left.
+function budgetLine(scope, b) {
+  const l = b.limits, sp = b.spent;
+  const tokens = sp.input_tokens + sp.output_tokens;
+  const parts = [];
+  const of = (spent, limit, what) => { if (limit !== null) parts.push(Number(spent).toLocaleString() + ' of ' + Number(limit).toLocaleString() + ' ' + what); };
+  of(tokens, l.tokens, 'tokens');
+  of(sp.input_tokens, l.input_tokens, 'input tokens');
+  of(sp.output_tokens, l.output_tokens, 'output tokens');
+  of(sp.cost_micros, l.cost_micros, 'cost (millionths)');
+  of(Math.floor(sp.wall_ms / 1000), l.wall_ms === null ? null : Math.floor(l.wall_ms / 1000), 's of runs');
+  if (!parts.length) parts.push('no limit, ' + tokens.toLocaleString() + ' tokens spent');
+  return scope + ': ' + parts.join(', ') + (b.reached ? ' (reached)' : '');
+}
+
 function ordinal(n) {
   const s = ['th', 'st', 'nd', 'rd'];
   const v = n % 100;
@@ -56,6 +71,8 @@ function ordinal(n) {
 }
 
 const TERMINAL = ['completed', 'failed', 'cancelled'];
+// Idle: no run until someone answers it or raises its budget.
+const IDLE = ['awaiting_user', 'budget_reached'];
 const FILTERS = [['all', 'All events'], ['messages', 'Messages'], ['tools', 'Tool calls'],
   ['notes', 'Notes'], ['korvus', 'korvus\'s notes'], ['failures', 'Failures and stderr']];
 
@@ -108,7 +125,7 @@ async function sessionPage(id, mine) {
     badge.replaceChildren(statusBadge(session));
     const rows = [];
     const item = (term, ...detail) => rows.push(el('div', null, el('dt', null, term), el('dd', null, ...detail)));
-    const reason = session.exit_reason && session.exit_reason !== session.status && s !== 'awaiting_user'
+    const reason = session.exit_reason && session.exit_reason !== session.status && !IDLE.includes(s)
       ? el('span', { id: 'exit-reason', class: 'muted' }, ' · ' + session.exit_reason) : null;
     item('Status', statusBadge(session), reason);
     if (session.cause) item('Cause', el('span', { id: 'cause', class: 'cause' }, session.cause));
@@ -123,6 +140,10 @@ async function sessionPage(id, mine) {
       timeEl(session.started_at), ' · ended ', timeEl(session.ended_at)));
     item('Duration', durationEl);
     item('Usage', el('span', { id: 'counters' }, counterText(session.counters)));
+    const budgets = session.budget || {};
+    const budgetText = [['session', budgets.session], ['incident', budgets.incident]]
+      .filter(([, b]) => b).map(([scope, b]) => budgetLine(scope, b)).join(' · ');
+    if (budgetText) item('Budget', el('span', { id: 'budget' }, budgetText));
     item('Revision', el('span', { id: 'revision' }, 'revision ' + session.revision + ', attempt ' + session.attempt
       + (session.attempt > 1 ? ' (resumed after its run was interrupted)' : '')));
     summary.replaceChildren(...rows);
@@ -163,6 +184,18 @@ async function sessionPage(id, mine) {
       parts.push(textForm({
         id: 'message', label: 'The agent waits for your answer', multiline: true, button: 'reply', action: 'Reply',
         empty: 'Write a message first.', submit: (message) => act('messages', { message }),
+      }));
+    } else if (s === 'budget_reached') {
+      parts.push(textForm({
+        id: 'budget-tokens', label: 'Its budget is spent: raise its token budget to', button: 'raise', action: 'Raise',
+        empty: 'Give a number of tokens first.',
+        submit: (text) => {
+          const tokens = Number(text);
+          if (!Number.isSafeInteger(tokens) || tokens < 0) throw new Error('A whole number of tokens, please.');
+          // Its other limits stay as they are: a set replaces them all.
+          const limits = (session.budget && session.budget.session && session.budget.session.limits) || {};
+          return act('budget', Object.assign({}, limits, { tokens }));
+        },
       }));
     } else if (TERMINAL.includes(s)) {
       const neverRan = session.revision === 1 && !session.started_at;
@@ -322,7 +355,7 @@ async function sessionPage(id, mine) {
       // No row (the server could not read it): the poll takes over.
       if (!row.id) return;
       refresh(row).catch((err) => notice(err.message));
-      if (!TERMINAL.includes(statusOf(row)) && statusOf(row) !== 'awaiting_user') setTimeout(follow, 1000);
+      if (!TERMINAL.includes(statusOf(row)) && !IDLE.includes(statusOf(row))) setTimeout(follow, 1000);
     });
     // Closed for good (the server refused a reconnect): the poll follows
     // again when the session runs.
@@ -345,11 +378,11 @@ async function sessionPage(id, mine) {
   // waits (a reopen or answer from elsewhere); never two reads at once.
   let quiet = 0;
   every(mine, 2000, () => {
-    const active = !TERMINAL.includes(statusOf(session)) && statusOf(session) !== 'awaiting_user';
+    const active = !TERMINAL.includes(statusOf(session)) && !IDLE.includes(statusOf(session));
     if (state.busy || (!active && ++quiet % 5 !== 0)) return;
     state.busy = true;
     refresh().then(() => {
-      if (!stream && !TERMINAL.includes(statusOf(session)) && statusOf(session) !== 'awaiting_user') follow();
+      if (!stream && !TERMINAL.includes(statusOf(session)) && !IDLE.includes(statusOf(session))) follow();
     }).catch(() => {}).finally(() => { state.busy = false; });
   });
 }

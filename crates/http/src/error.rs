@@ -41,6 +41,7 @@ pub const CODES: &[&str] = &[
     "already_live",
     "idempotency_conflict",
     "output_kept",
+    "no_budgets",
     "body_too_large",
     "uri_too_long",
     "headers_too_large",
@@ -67,7 +68,7 @@ pub const CODES: &[&str] = &[
 /// | 403 | `host_not_allowed`, `origin_not_allowed`, `csrf_failed` (the guard) |
 /// | 404 | `not_found`, `no_document`, `no_route` |
 /// | 405 | `method_not_allowed` |
-/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict`, `output_kept` |
+/// | 409 | `conflict`, `incident_closed`, `already_ended`, `not_finished`, `not_awaiting_user`, `already_live`, `idempotency_conflict`, `output_kept`, `no_budgets` |
 /// | 413 | `body_too_large` |
 /// | 414 | `uri_too_long` ([`Server`](crate::Server)) |
 /// | 431 | `headers_too_large` ([`Server`](crate::Server)) |
@@ -169,6 +170,7 @@ impl From<SessionError> for ApiError {
             SessionError::NotAwaitingUser { .. } => conflict("not_awaiting_user"),
             SessionError::AlreadyLive { .. } => conflict("already_live"),
             SessionError::IdempotencyConflict { .. } => conflict("idempotency_conflict"),
+            SessionError::NoBudgets => conflict("no_budgets"),
             // The dir and the cause go to the log, as every backend's do.
             SessionError::OutputKept {
                 session, revision, ..

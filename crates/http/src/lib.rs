@@ -75,6 +75,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+mod budget;
 mod download;
 mod error;
 mod events;
@@ -277,6 +278,8 @@ fn api_routes() -> Routes {
         .post("/sessions/{id}/cancel", routes::cancel_session)
         .post("/sessions/{id}/reopen", routes::reopen_session)
         .post("/sessions/{id}/messages", routes::send_message)
+        .get("/sessions/{id}/budget", budget::get_budget)
+        .post("/sessions/{id}/budget", budget::set_budget)
         .get("/sessions/{id}/events", events::events)
         .get("/sessions/{id}/reports", routes::list_reports)
         .get(

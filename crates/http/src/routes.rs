@@ -50,6 +50,9 @@ pub(crate) struct NewSessionBody {
     /// out.
     #[serde(default)]
     queue_key: Option<String>,
+    /// Its budget, set before its run starts.
+    #[serde(default)]
+    budget: Option<crate::budget::BudgetBody>,
 }
 
 /// One inherited artifact of a new session.
@@ -146,18 +149,19 @@ pub(crate) async fn create_session(
             )
         })
         .collect::<Result<Vec<_>>>()?;
+    let mut request = CreateSession::new(incident_id, body.prompt).with_context(context);
+    if let Some(budget) = &body.budget {
+        request = request.budget(budget.limits());
+    }
     let session = app
         .manager
-        .create_with(
-            CreateSession::new(incident_id, body.prompt).with_context(context),
-            {
-                let mut v = CreateOptions::default();
-                v.priority = body.priority;
-                v.queue_key = body.queue_key;
-                v.idempotency_key = idempotency_key;
-                v
-            },
-        )
+        .create_with(request, {
+            let mut v = CreateOptions::default();
+            v.priority = body.priority;
+            v.queue_key = body.queue_key;
+            v.idempotency_key = idempotency_key;
+            v
+        })
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
 }
@@ -179,13 +183,15 @@ pub(crate) async fn list_sessions(
 
 /// `GET /api/sessions/{id}` and the event stream's `end`: the row, with
 /// its counters read live from the turn log while it runs, why it failed
-/// and where it waits in line ([`Manager::progress`](korvus_session::Manager::progress)).
+/// where it waits in line ([`Manager::progress`](korvus_session::Manager::progress))
+/// and where its budgets stand (none shown when the manager keeps none).
 #[derive(Debug, Serialize)]
 pub(crate) struct SessionDetail {
     #[serde(flatten)]
     session: Session,
     cause: Option<String>,
     queue_position: Option<u64>,
+    budget: crate::budget::BudgetsView,
 }
 
 impl SessionDetail {
@@ -194,6 +200,7 @@ impl SessionDetail {
     /// no cause and no place in line, and is logged: the row is still
     /// worth answering.
     pub(crate) async fn of(manager: &korvus_session::Manager, mut session: Session) -> Self {
+        let budget = crate::budget::BudgetsView::of(manager, &session).await;
         match manager.progress(&session).await {
             Ok(progress) => {
                 session.counters = progress.counters;
@@ -201,6 +208,7 @@ impl SessionDetail {
                     session,
                     cause: progress.cause,
                     queue_position: progress.queue_position,
+                    budget,
                 }
             }
             Err(e) => {
@@ -209,6 +217,7 @@ impl SessionDetail {
                     session,
                     cause: None,
                     queue_position: None,
+                    budget,
                 }
             }
         }

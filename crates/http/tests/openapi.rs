@@ -227,6 +227,16 @@ async fn every_json_answer_of_every_route_matches_the_document() {
         assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.text());
         check(Method::GET, path, answer);
     }
+    // Budgets: set (a finished session: only set), read, and in the detail.
+    let path = format!("/api/sessions/{id}/budget");
+    let set = post(&router, &path, json!({"tokens": 5000, "wall_ms": 60000})).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text());
+    check(Method::POST, path.clone(), set);
+    for path in [path, format!("/api/sessions/{id}")] {
+        let answer = get(&router, &path).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.text());
+        check(Method::GET, path, answer);
+    }
     let artifacts = get(&router, &format!("/api/sessions/{id}/artifacts"))
         .await
         .json();
@@ -284,6 +294,12 @@ async fn every_json_answer_of_every_route_matches_the_document() {
             format!("/api/sessions/{id}/messages"),
             Some(json!({"message": "hi"})),
             StatusCode::CONFLICT,
+        ),
+        (
+            Method::POST,
+            format!("/api/sessions/{id}/budget"),
+            Some(json!({"tokens": -1})),
+            StatusCode::BAD_REQUEST,
         ),
         (
             Method::POST,

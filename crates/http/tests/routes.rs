@@ -387,3 +387,89 @@ async fn an_agents_kept_state_is_neither_listed_nor_served() {
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.text());
     }
 }
+
+/// A session paused at its budget (its runner returned `budget_reached`,
+/// as the command runner does past a cap): its budget is read, shown in
+/// its detail, and raised through the API, which continues it; bad
+/// limits are refused and change nothing.
+#[tokio::test]
+async fn a_session_paused_at_its_budget_continues_once_raised_through_the_api() {
+    let runner = korvus_runner::testing::ScriptRunner::new(|_ctx, message| async move {
+        let reason = match message {
+            None => ExitReason::BUDGET_REACHED,
+            Some(_) => ExitReason::COMPLETED,
+        };
+        Ok(RunOutcome::new(reason, Counters::default()))
+    });
+    let env = Env::new(runner).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "spend"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    let uri = format!("/api/sessions/{sid}/budget");
+    assert_eq!(
+        settled(&env, &sid).await["exit_reason"],
+        exit::BUDGET_REACHED
+    );
+    let none = get(&app, &uri).await;
+    assert_eq!(none.status, StatusCode::OK, "{}", none.text());
+    assert_eq!(none.json(), json!({"session": null, "incident": null}));
+
+    // A limit of nothing: reached at once, it stays paused.
+    let set = post(&app, &uri, json!({"tokens": 0})).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text());
+    let id = sid.parse().unwrap();
+    env.budgets
+        .spend(id, iid, korvus_store::Spend::tokens(80, 20))
+        .await
+        .unwrap();
+    let detail = get(&app, &format!("/api/sessions/{sid}")).await.json();
+    assert_eq!(detail["budget"]["session"]["reached"], "tokens", "{detail}");
+    assert_eq!(detail["budget"]["session"]["remaining_tokens"], 0);
+    assert_eq!(detail["budget"]["session"]["spent"]["input_tokens"], 80);
+
+    for (body, status, code) in [
+        (
+            json!({"tokens": -1}),
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+        (json!({"token": 5}), StatusCode::BAD_REQUEST, "invalid_body"),
+        (
+            json!({"tokens": 9_223_372_036_854_775_808_u64}),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+    ] {
+        post(&app, &uri, body).await.assert_error(status, code);
+    }
+    let unknown = format!("/api/sessions/{}/budget", korvus_store::SessionId::new());
+    post(&app, &unknown, json!({"tokens": 1}))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
+    assert_eq!(
+        settled(&env, &sid).await["exit_reason"],
+        exit::BUDGET_REACHED
+    );
+
+    let raised = post(&app, &uri, json!({"tokens": 1000})).await;
+    assert_eq!(raised.status, StatusCode::OK, "{}", raised.text());
+    assert_eq!(raised.json()["session"]["limits"]["tokens"], 1000);
+    assert_eq!(raised.json()["session"]["remaining_tokens"], 900);
+    let mut row = settled(&env, &sid).await;
+    for _ in 0..100 {
+        if row["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        row = settled(&env, &sid).await;
+    }
+    assert_eq!(row["status"], "completed", "{row}");
+    assert_eq!(row["revision"], 2);
+    env.manager.stop().await;
+}

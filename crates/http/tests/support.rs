@@ -22,6 +22,8 @@ use tower::ServiceExt;
 pub(crate) struct Env {
     pub(crate) manager: Manager,
     pub(crate) store: Arc<dyn CoordinatedStore>,
+    /// The same store's budgets (the manager keeps them there).
+    pub(crate) budgets: Arc<dyn korvus_store::Budgets>,
     pub(crate) incident: Incident,
     _dir: tempfile::TempDir,
 }
@@ -39,7 +41,9 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let pool = open_sqlite(&dir.path().join("korvus.db")).await.unwrap();
         migrate(&pool).await.unwrap();
-        let store: Arc<dyn CoordinatedStore> = Arc::new(SqliteStore::new(pool.clone()));
+        let sqlite = Arc::new(SqliteStore::new(pool.clone()));
+        let budgets: Arc<dyn korvus_store::Budgets> = sqlite.clone();
+        let store: Arc<dyn CoordinatedStore> = sqlite;
         let blobs = FsBlobStore::open(dir.path().join("blobs")).unwrap();
         let scratch = dir.path().join("scratch");
         std::fs::create_dir_all(&scratch).unwrap();
@@ -48,7 +52,8 @@ impl Env {
                 .turn_log(Arc::new(SqliteLog::new(pool)))
                 .blob_store(Arc::new(blobs))
                 .scratch_root(ScratchRoot::supplied(&scratch))
-                .cancel_grace(Duration::from_millis(200)),
+                .cancel_grace(Duration::from_millis(200))
+                .budgets(Arc::clone(&budgets)),
         )
         .build();
         let incident = store
@@ -61,6 +66,7 @@ impl Env {
         Self {
             manager,
             store,
+            budgets,
             incident,
             _dir: dir,
         }

@@ -104,6 +104,7 @@ fn session_detail() -> Value {
         "description": "why a failed or cancelled session ended so: its report's detail, else \
             the last note korvus wrote in its log",
     }));
+    properties["budget"] = reference("Budgets");
     properties["queue_position"] = nullable(json!({
         "type": "integer", "minimum": 1,
         "description": "for a session waiting in its pool's line (queued, or its resume \
@@ -250,6 +251,19 @@ fn event() -> Value {
     })
 }
 
+fn budget() -> Value {
+    object(json!({
+        "limits": reference("BudgetLimits"),
+        "spent": reference("Spend"),
+        "remaining_tokens": nullable(count()),
+        "reached": nullable(json!({
+            "type": "string",
+            "enum": ["input_tokens", "output_tokens", "tokens", "cost", "wall_time"],
+            "description": "the limit reached, if any: the session pauses at it",
+        })),
+    }))
+}
+
 fn error() -> Value {
     object(json!({
         "error": {"type": "string", "description": "what went wrong, for a human"},
@@ -283,11 +297,38 @@ pub(crate) fn all() -> Value {
             "context": {"type": "array", "items": reference("ContextRef")},
             "priority": {"type": "integer", "minimum": 1, "maximum": 9, "default": 5},
             "queue_key": nullable(text()),
+            "budget": reference("NewBudget"),
         }), &["prompt"]),
         "ContextRef": request(json!({
             "artifact_id": uuid(),
             "role": text(),
         }), &["artifact_id"]),
+        "Budgets": object(json!({
+            "session": nullable(reference("Budget")),
+            "incident": nullable(reference("Budget")),
+        })),
+        "Budget": budget(),
+        "BudgetLimits": object(json!({
+            "input_tokens": nullable(count()),
+            "output_tokens": nullable(count()),
+            "tokens": nullable(count()),
+            "cost_micros": nullable(count()),
+            "wall_ms": nullable(count()),
+        })),
+        "Spend": object(json!({
+            "input_tokens": count(),
+            "output_tokens": count(),
+            "cost_micros": count(),
+            "wall_ms": count(),
+        })),
+        "NewBudget": request(json!({
+            "tokens": count(),
+            "input_tokens": count(),
+            "output_tokens": count(),
+            "cost_micros": {"type": "integer", "format": "int64", "minimum": 0,
+                "description": "millionths of the embedder's price table's currency"},
+            "wall_ms": count(),
+        }), &[]),
         "Message": request(json!({
             "message": {"type": "string", "minLength": 1, "description": "must not be blank"},
         }), &["message"]),

@@ -1,0 +1,114 @@
+//! The budget routes: where a session's budgets stand (also part of its
+//! detail), and setting its budget — which continues a session paused at
+//! it once raised ([`Manager::set_budget`](korvus_session::Manager::set_budget)).
+
+use axum::extract::State;
+use axum::Json;
+use korvus_session::{Manager, SessionBudgets};
+use korvus_store::{Budget, BudgetLimit, BudgetLimits, Session, SessionId, Spend};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{parse_id, ApiError, ApiJson, ApiPath};
+use crate::AppState;
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// `POST /api/sessions/{id}/budget` (and a new session's `budget`): the
+/// limits, each optional (none: no limit on that measure).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetBody {
+    #[serde(default)]
+    tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cost_micros: Option<u64>,
+    #[serde(default)]
+    wall_ms: Option<u64>,
+}
+
+impl BudgetBody {
+    pub(crate) fn limits(&self) -> BudgetLimits {
+        let mut limits = BudgetLimits::new();
+        limits.tokens = self.tokens;
+        limits.input_tokens = self.input_tokens;
+        limits.output_tokens = self.output_tokens;
+        limits.cost_micros = self.cost_micros;
+        limits.wall_ms = self.wall_ms;
+        limits
+    }
+}
+
+/// One budget as the API shows it: its limits, what was spent, the
+/// tokens left and the limit reached, if any.
+#[derive(Debug, Serialize)]
+pub(crate) struct BudgetView {
+    limits: BudgetLimits,
+    spent: Spend,
+    remaining_tokens: Option<u64>,
+    reached: Option<BudgetLimit>,
+}
+
+impl From<Budget> for BudgetView {
+    fn from(b: Budget) -> Self {
+        Self {
+            limits: b.limits,
+            spent: b.spent,
+            remaining_tokens: b.remaining_tokens(),
+            reached: b.reached(),
+        }
+    }
+}
+
+/// A session's budgets: its own and its incident's.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct BudgetsView {
+    session: Option<BudgetView>,
+    incident: Option<BudgetView>,
+}
+
+impl From<SessionBudgets> for BudgetsView {
+    fn from(b: SessionBudgets) -> Self {
+        Self {
+            session: b.session.map(Into::into),
+            incident: b.incident.map(Into::into),
+        }
+    }
+}
+
+impl BudgetsView {
+    /// `session`'s budgets for its detail; what cannot be read (no
+    /// budgets kept, the store failing) shows none and is logged.
+    pub(crate) async fn of(manager: &Manager, session: &Session) -> Self {
+        match manager.budget(session.id).await {
+            Ok(b) => b.into(),
+            Err(korvus_session::SessionError::NoBudgets) => Self::default(),
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "the session's budgets could not be read");
+                Self::default()
+            }
+        }
+    }
+}
+
+pub(crate) async fn get_budget(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<BudgetsView>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(app.manager.budget(id).await?.into()))
+}
+
+pub(crate) async fn set_budget(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<BudgetBody>,
+) -> Result<Json<BudgetsView>> {
+    let id: SessionId = parse_id("session", &id)?;
+    Ok(Json(
+        app.manager.set_budget(id, body.limits()).await?.into(),
+    ))
+}
