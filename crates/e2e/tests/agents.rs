@@ -241,9 +241,9 @@ async fn real_agent_session(preset: Preset, var: &str, api: Api, tool: &str) {
 }
 
 /// The real key the scripted upstream expects, which only korvus holds.
-pub(crate) const REAL_KEY: &str = "sk-korvus-real-7f3a9c2e51d4";
+const REAL_KEY: &str = "sk-korvus-real-7f3a9c2e51d4";
 /// The embedding process's variable korvus reads it from.
-pub(crate) const KEY_VAR: &str = "KORVUS_E2E_MODEL_KEY";
+const KEY_VAR: &str = "KORVUS_E2E_MODEL_KEY";
 
 /// Files under `root` (recursively) holding `needle`.
 fn files_holding(root: &std::path::Path, needle: &[u8]) -> Vec<PathBuf> {
@@ -304,6 +304,28 @@ async fn watch_for_the_key(
     (seen.len(), leaks)
 }
 
+/// A scripted upstream over TLS (`ca` signs its certificate, the gateway
+/// trusts it) and `preset`'s runner reaching it only through korvus's
+/// model gateway, the real key in korvus's environment source.
+pub(crate) async fn through_the_gateway(
+    preset: Preset,
+    bin: &std::path::Path,
+    script: Script,
+    ca: &TestCa,
+) -> (StubServer, CommandRunner) {
+    let stub = StubServer::start_tls(script, ca).await.unwrap();
+    let endpoint = ModelEndpoint::new(match preset {
+        Preset::Codex => stub.openai_base_url(),
+        _ => stub.base_url(),
+    })
+    .with_api_key_var(KEY_VAR)
+    .trusting(Roots::only().with(ca.ca_der().clone()));
+    let runner = preset
+        .runner(bin, Some(&endpoint))
+        .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]));
+    (stub, runner)
+}
+
 /// [`real_agent_session`] with `scratch` as the scratch root: the agent
 /// reaches the scripted upstream (over TLS, with a test authority the
 /// gateway trusts) only through korvus's model gateway.
@@ -328,16 +350,7 @@ async fn real_agent_session_in(
         command: format!("sleep 1 && {REPORT_COMMAND}"),
         ..Script::default()
     };
-    let stub = StubServer::start_tls(script, &ca).await.unwrap();
-    let endpoint = ModelEndpoint::new(match preset {
-        Preset::Codex => stub.openai_base_url(),
-        _ => stub.base_url(),
-    })
-    .with_api_key_var(KEY_VAR)
-    .trusting(Roots::only().with(ca.ca_der().clone()));
-    let runner = preset
-        .runner(&bin, Some(&endpoint))
-        .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]));
+    let (stub, runner) = through_the_gateway(preset, &bin, script, &ca).await;
     // Served on the agent's own loopback: no egress at all.
     assert_eq!(runner.network_policy(), &Network::none());
     let rig = Rig::with_scratch(runner, scratch).await;

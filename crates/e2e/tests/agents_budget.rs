@@ -6,31 +6,18 @@
 
 use std::time::{Duration, Instant};
 
-use korvus_command::{ModelEndpoint, Preset, Roots};
+use korvus_command::Preset;
 use korvus_model_stub::{Mode, Script, StubServer, TestCa};
 use korvus_session::CreateSession;
 use korvus_store::{exit_reason, BudgetLimits, NewIncident, SessionStatus, Store as _};
 
-use crate::agents::{agent_bin, Rig, KEY_VAR, REAL_KEY};
+use crate::agents::{agent_bin, through_the_gateway, Rig};
 
 /// `preset`'s runner against a TLS stub with `script`, through the
-/// gateway.
-async fn through_the_gateway(
-    preset: Preset,
-    bin: &std::path::Path,
-    script: Script,
-) -> (StubServer, Rig) {
+/// gateway, in a rig.
+async fn budget_rig(preset: Preset, bin: &std::path::Path, script: Script) -> (StubServer, Rig) {
     let ca = TestCa::new().unwrap();
-    let stub = StubServer::start_tls(script, &ca).await.unwrap();
-    let endpoint = ModelEndpoint::new(match preset {
-        Preset::Codex => stub.openai_base_url(),
-        _ => stub.base_url(),
-    })
-    .with_api_key_var(KEY_VAR)
-    .trusting(Roots::only().with(ca.ca_der().clone()));
-    let runner = preset
-        .runner(bin, Some(&endpoint))
-        .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]));
+    let (stub, runner) = through_the_gateway(preset, bin, script, &ca).await;
     (stub, Rig::new(runner).await)
 }
 
@@ -56,7 +43,7 @@ async fn the_budget_answer_is_final_for_both_agents() {
             mode: Mode::Refuse,
             ..Script::default()
         };
-        let (stub, rig) = through_the_gateway(preset, &bin, script).await;
+        let (stub, rig) = budget_rig(preset, &bin, script).await;
         let started = Instant::now();
         let row = start(&rig, "x", None).await;
         let row = rig.settled(&row).await;
@@ -81,7 +68,7 @@ async fn the_budget_answer_is_final_for_both_agents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_agents_pause_at_their_budget_and_continue_once_raised() {
     for (preset, bin) in agents() {
-        let (stub, rig) = through_the_gateway(preset, &bin, Script::default()).await;
+        let (stub, rig) = budget_rig(preset, &bin, Script::default()).await;
         let limits = BudgetLimits::new().tokens(150);
         let row = start(&rig, "Why is db-1's disk full?", Some(limits)).await;
         let paused = rig.settled(&row).await;

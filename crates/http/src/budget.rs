@@ -6,41 +6,12 @@ use axum::extract::State;
 use axum::Json;
 use korvus_session::{Manager, SessionBudgets};
 use korvus_store::{Budget, BudgetLimit, BudgetLimits, Session, SessionId, Spend};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{parse_id, ApiError, ApiJson, ApiPath};
 use crate::AppState;
 
 type Result<T> = std::result::Result<T, ApiError>;
-
-/// `POST /api/sessions/{id}/budget` (and a new session's `budget`): the
-/// limits, each optional (none: no limit on that measure).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BudgetBody {
-    #[serde(default)]
-    tokens: Option<u64>,
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    cost_micros: Option<u64>,
-    #[serde(default)]
-    wall_ms: Option<u64>,
-}
-
-impl BudgetBody {
-    pub(crate) fn limits(&self) -> BudgetLimits {
-        let mut limits = BudgetLimits::new();
-        limits.tokens = self.tokens;
-        limits.input_tokens = self.input_tokens;
-        limits.output_tokens = self.output_tokens;
-        limits.cost_micros = self.cost_micros;
-        limits.wall_ms = self.wall_ms;
-        limits
-    }
-}
 
 /// One budget as the API shows it: its limits, what was spent, the
 /// tokens left and the limit reached, if any.
@@ -105,10 +76,8 @@ pub(crate) async fn get_budget(
 pub(crate) async fn set_budget(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
-    ApiJson(body): ApiJson<BudgetBody>,
+    ApiJson(limits): ApiJson<BudgetLimits>,
 ) -> Result<Json<BudgetsView>> {
     let id: SessionId = parse_id("session", &id)?;
-    Ok(Json(
-        app.manager.set_budget(id, body.limits()).await?.into(),
-    ))
+    Ok(Json(app.manager.set_budget(id, limits).await?.into()))
 }

@@ -52,7 +52,7 @@ pub(crate) struct NewSessionBody {
     queue_key: Option<String>,
     /// Its budget, set before its run starts.
     #[serde(default)]
-    budget: Option<crate::budget::BudgetBody>,
+    budget: Option<korvus_store::BudgetLimits>,
 }
 
 /// One inherited artifact of a new session.
@@ -150,8 +150,8 @@ pub(crate) async fn create_session(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut request = CreateSession::new(incident_id, body.prompt).with_context(context);
-    if let Some(budget) = &body.budget {
-        request = request.budget(budget.limits());
+    if let Some(limits) = body.budget {
+        request = request.budget(limits);
     }
     let session = app
         .manager

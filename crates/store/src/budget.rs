@@ -52,9 +52,11 @@ impl fmt::Display for BudgetScope {
     }
 }
 
-/// The limits of a budget; `None` is no limit on that measure. Cost is in
+/// The limits of a budget; `None` (or left out, in JSON) is no limit on
+/// that measure; a field it does not know is refused. Cost is in
 /// millionths of whatever currency the embedder's price table uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BudgetLimits {
     /// Input (prompt) tokens.
