@@ -13,14 +13,15 @@
 //! tracked (`git add`).
 //!
 //! Only crates that changed since the baseline — or whose korvus
-//! dependencies did — are given to cargo-semver-checks, which builds each
-//! one's rustdoc twice.
+//! dependencies did — are compared. Their rustdoc JSON is built here, at
+//! both ends in one target dir, and cargo-semver-checks compares the pairs
+//! (see [`rustdoc::compare`] for why it does not build them itself).
 //!
 //! The baseline is the last release tag once there is one; until then it is
 //! [`BASELINE`], a commit recorded here when the public surface was settled.
-//! cargo-semver-checks builds it locally from this repository's history
-//! (`--baseline-rev`), so no network is needed, but a shallow clone lacks
-//! it: the check then fails and says so.
+//! Its files come from this repository's history (`git archive`), so no
+//! network is needed, but a shallow clone lacks it: the check then fails
+//! and says so.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -28,7 +29,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cargo, run_cmd};
+mod rustdoc;
 
 /// The baseline commit: the public surface as wave 4 settled it (F28).
 /// Move it to the release tag at the first release.
@@ -66,29 +67,25 @@ pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
             "crates",
         ],
     )?);
-    let mut cmd = cargo();
-    cmd.args(["semver-checks", "check-release", "--baseline-rev", BASELINE])
-        .current_dir(root);
-    let mut checked = 0;
+    let mut to_check = Vec::new();
     for name in publishable {
         // A crate the baseline does not have has no earlier API to break;
         // the CHANGELOG rule above still wants it named.
         if !at_baseline.contains(dir_of(name)) {
             eprintln!("xtask: {name} is new since the semver baseline; nothing to compare");
         } else if !changed_with_deps(name, &deps, &changed) {
-            // Building a crate's rustdoc twice is most of this step's time.
+            // Building a crate's rustdoc is most of this step's time.
             eprintln!(
                 "xtask: {name} and its korvus dependencies are unchanged since the semver baseline"
             );
         } else {
-            cmd.args(["--package", name]);
-            checked += 1;
+            to_check.push(name.as_str());
         }
     }
-    if checked == 0 {
+    if to_check.is_empty() {
         return Ok(());
     }
-    run_cmd(&mut cmd)
+    rustdoc::compare(root, &to_check)
 }
 
 /// Whether `name`'s directory, or that of a korvus crate it depends on
