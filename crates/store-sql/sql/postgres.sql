@@ -182,6 +182,11 @@ DELETE
 FROM webhook_outbox
 WHERE session_id = $1;
 
+-- DELETE_SESSION_BUDGET (shared)
+DELETE
+FROM budgets
+WHERE scope = 'session' AND scope_id = $1;
+
 -- DELETE_SESSION (shared)
 DELETE
 FROM sessions

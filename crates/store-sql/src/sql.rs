@@ -287,6 +287,9 @@ statements! {
     /// The session's webhook events. Binds `$1` session.
     DELETE_SESSION_EVENTS = "DELETE FROM webhook_outbox WHERE session_id = $1";
 
+    /// The session's budget (its incident's stays). Binds `$1` session.
+    DELETE_SESSION_BUDGET = "DELETE FROM budgets WHERE scope = 'session' AND scope_id = $1";
+
     /// The session row, last. Binds `$1` session.
     DELETE_SESSION = "DELETE FROM sessions WHERE id = $1";
 

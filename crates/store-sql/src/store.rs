@@ -112,6 +112,7 @@ macro_rules! sql_store {
                         sql::DELETE_SESSION_REPORTS,
                         sql::DELETE_SESSION_ARTIFACTS,
                         sql::DELETE_SESSION_EVENTS,
+                        sql::DELETE_SESSION_BUDGET,
                         sql::DELETE_SESSION,
                     ] {
                         sqlx::query(statement)

@@ -180,8 +180,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn cancel_idle_session(&self, id: SessionId) -> Result<Session>;
 
     /// Deletes a finished session for good (retention): its context refs,
-    /// reports, artifact rows, webhook events (delivered or not) and the
-    /// row itself, in one conditional step
+    /// reports, artifact rows, webhook events (delivered or not), its
+    /// budget, when the store keeps [`Budgets`](crate::Budgets) (its
+    /// incident's stays), and the row itself, in one conditional step
     /// that happens only while the row is terminal **at `fence`**. A
     /// reopen racing the delete therefore either comes first (the fence
     /// moved: nothing is deleted) or finds no session (`NotFound`), never

@@ -8,11 +8,11 @@
 
 use futures::future::join_all;
 use korvus_store::{
-    BudgetLimit, BudgetLimits, BudgetScope, Budgets, Entity, IncidentId, SessionId, Spend, Store,
-    StoreError,
+    exit_reason, BudgetLimit, BudgetLimits, BudgetScope, Budgets, Entity, IncidentId, SessionId,
+    SessionStatus, Spend, Store, StoreError,
 };
 
-use crate::store::{incident, session};
+use crate::store::{incident, session, settlement_at};
 
 /// A store that keeps budgets: what the budgets suite runs against.
 /// Implemented for every type that implements both.
@@ -189,4 +189,45 @@ pub async fn a_budget_of_an_unknown_scope_or_out_of_range_is_refused(store: &dyn
     assert_eq!(store.budget(scope).await.unwrap(), None, "nothing written");
     let unknown = BudgetScope::Session(unknown_session);
     assert_eq!(store.budget(unknown).await.unwrap(), None);
+}
+
+/// Deleting a finished session (prune) deletes its budget with its other
+/// rows; its incident's budget, and what the session spent against it,
+/// stay.
+pub async fn a_deleted_session_takes_its_budget_along(store: &dyn BudgetStore) {
+    let inc = incident(store).await;
+    let s = session(store, &inc).await;
+    let own = BudgetScope::Session(s.id);
+    let shared = BudgetScope::Incident(inc.id);
+    store
+        .set_budget(own, BudgetLimits::new().tokens(1_000))
+        .await
+        .unwrap();
+    store
+        .set_budget(shared, BudgetLimits::new().tokens(5_000))
+        .await
+        .unwrap();
+    store
+        .spend(s.id, inc.id, Spend::tokens(30, 20))
+        .await
+        .unwrap();
+    let s = store
+        .settle_session(
+            s.id,
+            settlement_at(SessionStatus::Completed, exit_reason::COMPLETED, s.fence),
+        )
+        .await
+        .unwrap();
+    store.delete_session(s.id, s.fence).await.expect("delete");
+    assert_eq!(
+        store.budget(own).await.unwrap(),
+        None,
+        "the session's is gone"
+    );
+    let kept = store
+        .budget(shared)
+        .await
+        .unwrap()
+        .expect("the incident's stays");
+    assert_eq!(kept.spent, Spend::tokens(30, 20));
 }

@@ -88,6 +88,7 @@ macro_rules! __with_cases {
             a_spend_counts_against_the_session_and_its_incident_only,
             concurrent_spends_are_all_counted,
             a_budget_of_an_unknown_scope_or_out_of_range_is_refused,
+            a_deleted_session_takes_its_budget_along,
         ]);
     };
     (log, [$($cb:tt)+], ($($args:tt)*)) => {

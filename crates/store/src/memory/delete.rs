@@ -35,6 +35,7 @@ impl MemoryStore {
         inner.sessions.remove(&id);
         self.leases().forget(id);
         inner.outbox.retain(|(session, ..), _| *session != id);
+        inner.budgets.remove(&crate::BudgetScope::Session(id));
         Ok(())
     }
 }
