@@ -1,11 +1,12 @@
 //! The budget routes: where a session's budgets stand (also part of its
 //! detail), and setting its budget — which continues a session paused at
-//! it once raised ([`Manager::set_budget`](korvus_session::Manager::set_budget)).
+//! it once raised ([`Manager::set_budget`](korvus_session::Manager::set_budget));
+//! an incident's budget, read and set (continuing nothing by itself).
 
 use axum::extract::State;
 use axum::Json;
 use korvus_session::{Manager, SessionBudgets};
-use korvus_store::{Budget, BudgetLimit, BudgetLimits, Session, SessionId, Spend};
+use korvus_store::{Budget, BudgetLimit, BudgetLimits, IncidentId, Session, SessionId, Spend};
 use serde::Serialize;
 
 use crate::error::{parse_id, ApiError, ApiJson, ApiPath};
@@ -80,4 +81,33 @@ pub(crate) async fn set_budget(
 ) -> Result<Json<BudgetsView>> {
     let id: SessionId = parse_id("session", &id)?;
     Ok(Json(app.manager.set_budget(id, limits).await?.into()))
+}
+
+/// An incident's budget: shared by every session of the incident.
+#[derive(Debug, Serialize)]
+pub(crate) struct IncidentBudgetView {
+    incident: Option<BudgetView>,
+}
+
+pub(crate) async fn get_incident_budget(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<IncidentBudgetView>> {
+    let id: IncidentId = parse_id("incident", &id)?;
+    let budget = app.manager.incident_budget(id).await?;
+    Ok(Json(IncidentBudgetView {
+        incident: budget.map(Into::into),
+    }))
+}
+
+pub(crate) async fn set_incident_budget(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(limits): ApiJson<BudgetLimits>,
+) -> Result<Json<IncidentBudgetView>> {
+    let id: IncidentId = parse_id("incident", &id)?;
+    let budget = app.manager.set_incident_budget(id, limits).await?;
+    Ok(Json(IncidentBudgetView {
+        incident: Some(budget.into()),
+    }))
 }

@@ -16,8 +16,10 @@
 //! | `POST /api/incidents`, `GET /api/incidents` | create, list |
 //! | `GET /api/incidents/{id}`, `POST …/close` | get, close |
 //! | `POST /api/incidents/{id}/sessions`, `GET …` | create a session, list them |
+//! | `GET /api/incidents/{id}/budget`, `POST …` | the incident's budget: read, set |
 //! | `GET /api/sessions/{id}` | the session row, its counters live, its cause and place in line |
 //! | `POST /api/sessions/{id}/cancel`, `…/reopen`, `…/messages` | steer it |
+//! | `GET /api/sessions/{id}/budget`, `POST …` | its and its incident's budgets; set its own |
 //! | `GET /api/sessions/{id}/events` | Server-Sent Events: stored prefix, live events, `end` |
 //! | `GET /api/sessions/{id}/reports`, `…/reports/{revision}` | report rows, one report's markdown |
 //! | `GET /api/sessions/{id}/artifacts`, `GET /api/artifacts/{id}`, `…/content` | artifacts and their bytes |
@@ -274,6 +276,8 @@ fn api_routes() -> Routes {
         .post("/incidents/{id}/close", routes::close_incident)
         .post("/incidents/{id}/sessions", routes::create_session)
         .get("/incidents/{id}/sessions", routes::list_sessions)
+        .get("/incidents/{id}/budget", budget::get_incident_budget)
+        .post("/incidents/{id}/budget", budget::set_incident_budget)
         .get("/sessions/{id}", routes::get_session)
         .post("/sessions/{id}/cancel", routes::cancel_session)
         .post("/sessions/{id}/reopen", routes::reopen_session)

@@ -194,6 +194,13 @@ async fn every_json_answer_of_every_route_matches_the_document() {
         assert_eq!(answer.status, StatusCode::OK);
         check(Method::GET, path, answer);
     }
+    // The incident's budget: none yet, then set.
+    let path = format!("/api/incidents/{inc}/budget");
+    check(Method::GET, path.clone(), get(&router, &path).await);
+    let set = post(&router, &path, json!({"tokens": 90000, "cost_micros": 5})).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text());
+    check(Method::POST, path.clone(), set);
+    check(Method::GET, path.clone(), get(&router, &path).await);
 
     let path = format!("/api/incidents/{inc}/sessions");
     let created = post(&router, &path, json!({"prompt": "look", "priority": 7})).await;

@@ -473,3 +473,72 @@ async fn a_session_paused_at_its_budget_continues_once_raised_through_the_api() 
     assert_eq!(row["revision"], 2);
     env.manager.stop().await;
 }
+
+/// An incident's budget is read and set over the API, shows in its
+/// sessions' details, and refuses bad limits and unknown incidents with
+/// nothing written.
+#[tokio::test]
+async fn an_incidents_budget_is_read_and_set_through_the_api() {
+    let env = Env::new(writing(&[("report.md", "# Done\n")], 1)).await;
+    let app = env.router();
+    let iid = env.incident.id;
+    let uri = format!("/api/incidents/{iid}/budget");
+    let none = get(&app, &uri).await;
+    assert_eq!(none.status, StatusCode::OK, "{}", none.text());
+    assert_eq!(none.json(), json!({"incident": null}));
+
+    let set = post(&app, &uri, json!({"tokens": 4000, "wall_ms": 60000})).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text());
+    let s = post(
+        &app,
+        &format!("/api/incidents/{iid}/sessions"),
+        json!({"prompt": "look"}),
+    )
+    .await;
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    settled(&env, &sid).await;
+    env.budgets
+        .spend(
+            sid.parse().unwrap(),
+            iid,
+            korvus_store::Spend::tokens(300, 200),
+        )
+        .await
+        .unwrap();
+    let read = get(&app, &uri).await.json();
+    assert_eq!(read["incident"]["limits"]["tokens"], 4000, "{read}");
+    assert_eq!(read["incident"]["limits"]["wall_ms"], 60000);
+    assert_eq!(read["incident"]["spent"]["output_tokens"], 200);
+    assert_eq!(read["incident"]["remaining_tokens"], 3500);
+    let detail = get(&app, &format!("/api/sessions/{sid}")).await.json();
+    assert_eq!(detail["budget"]["incident"], read["incident"], "{detail}");
+    assert_eq!(detail["budget"]["session"], serde_json::Value::Null);
+
+    for (body, status, code) in [
+        (
+            json!({"tokens": -1}),
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+        (json!({"token": 5}), StatusCode::BAD_REQUEST, "invalid_body"),
+        (
+            json!({"tokens": 9_223_372_036_854_775_808_u64}),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+    ] {
+        post(&app, &uri, body).await.assert_error(status, code);
+    }
+    let unknown = format!("/api/incidents/{}/budget", korvus_store::IncidentId::new());
+    for answer in [
+        get(&app, &unknown).await,
+        post(&app, &unknown, json!({"tokens": 1})).await,
+    ] {
+        answer.assert_error(StatusCode::NOT_FOUND, "not_found");
+    }
+    get(&app, "/api/incidents/nope/budget")
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid_id");
+    assert_eq!(get(&app, &uri).await.json(), read, "nothing written");
+    env.manager.stop().await;
+}

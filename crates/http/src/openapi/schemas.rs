@@ -308,6 +308,9 @@ pub(crate) fn all() -> Value {
             "incident": nullable(reference("Budget")),
         })),
         "Budget": budget(),
+        "IncidentBudget": object(json!({
+            "incident": nullable(reference("Budget")),
+        })),
         "BudgetLimits": object(json!({
             "input_tokens": nullable(count()),
             "output_tokens": nullable(count()),

@@ -102,6 +102,19 @@ impl Manager {
         Ok(budget)
     }
 
+    /// Where the budget of incident `id` stands: `None` when none is set.
+    ///
+    /// # Errors
+    /// `NoBudgets`, `NotFound` (an unknown incident), `Store`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn incident_budget(&self, id: IncidentId) -> Result<Option<Budget>> {
+        let budgets = self.budgets()?;
+        self.inner.store.get_incident(id).await?;
+        Ok(budgets.budget(BudgetScope::Incident(id)).await?)
+    }
+
     /// Where session `id`'s budgets stand: its own and its incident's.
     ///
     /// # Errors
