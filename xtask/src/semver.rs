@@ -13,9 +13,11 @@
 //! tracked (`git add`).
 //!
 //! Only crates that changed since the baseline — or whose korvus
-//! dependencies did — are compared. Their rustdoc JSON is built here, at
-//! both ends in one target dir, and cargo-semver-checks compares the pairs
-//! (see [`rustdoc::compare`] for why it does not build them itself).
+//! dependencies did — are compared; when the workspace's `Cargo.toml` or
+//! `Cargo.lock` changed, all are. Their rustdoc JSON is built here, one
+//! target dir per end, cargo-semver-checks compares the pairs, and their
+//! features are compared here (see [`rustdoc::compare`] for why it does
+//! not build them itself).
 //!
 //! The baseline is the last release tag once there is one; until then it is
 //! [`BASELINE`], a commit recorded here when the public surface was settled.
@@ -29,6 +31,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod features;
 mod rustdoc;
 
 /// The baseline commit: the public surface as wave 4 settled it (F28).
@@ -67,16 +70,32 @@ pub(crate) fn check(root: &Path, publishable: &[String]) -> Result<()> {
             "crates",
         ],
     )?);
+    // A dependency's version (or a workspace-wide setting) changes every
+    // crate that uses it, re-exports and public types included.
+    let shared = !git(
+        root,
+        &[
+            "diff",
+            "--name-only",
+            BASELINE,
+            "--",
+            "Cargo.toml",
+            "Cargo.lock",
+        ],
+    )?
+    .trim()
+    .is_empty();
     let mut to_check = Vec::new();
     for name in publishable {
         // A crate the baseline does not have has no earlier API to break;
         // the CHANGELOG rule above still wants it named.
         if !at_baseline.contains(dir_of(name)) {
             eprintln!("xtask: {name} is new since the semver baseline; nothing to compare");
-        } else if !changed_with_deps(name, &deps, &changed) {
+        } else if !shared && !changed_with_deps(name, &deps, &changed) {
             // Building a crate's rustdoc is most of this step's time.
             eprintln!(
-                "xtask: {name} and its korvus dependencies are unchanged since the semver baseline"
+                "xtask: {name}, its korvus dependencies and the workspace's manifest and \
+                 lock file are unchanged since the semver baseline"
             );
         } else {
             to_check.push(name.as_str());

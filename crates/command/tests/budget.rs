@@ -237,5 +237,39 @@ async fn a_budget_without_a_budget_store_is_refused_and_nothing_written() {
         other => panic!("expected NoBudgets, got {other:?}"),
     }
     assert!(h.store.all_sessions(h.incident).await.unwrap().is_empty());
+    // An incident's budget: an unknown incident is `NotFound` first, as a
+    // session's is; a known one `NoBudgets`.
+    let limits = BudgetLimits::new().tokens(1);
+    let unknown = korvus_store::IncidentId::new();
+    for result in [
+        h.manager.incident_budget(unknown).await.map(|_| ()),
+        h.manager
+            .set_incident_budget(unknown, limits)
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(korvus_session::SessionError::NotFound {
+                    entity: korvus_store::Entity::Incident,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+    }
+    for result in [
+        h.manager.incident_budget(h.incident).await.map(|_| ()),
+        h.manager
+            .set_incident_budget(h.incident, limits)
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(korvus_session::SessionError::NoBudgets)),
+            "{result:?}"
+        );
+    }
     h.stop().await;
 }

@@ -2,6 +2,10 @@
 //! [`sql_budgets!`]: the `budgets` table (migration `…_budgets.sql`), one
 //! row per scope, spent figures added by one conditional `UPDATE` per
 //! metered call so concurrent spends from any replica are all counted.
+//! The table has no foreign key; `delete_session` deletes a session's row
+//! with its others (the migration's comment, written before, says a row is
+//! left behind). On PostgreSQL a `set_budget` racing that delete can still
+//! leave one: harmless, as every read starts from the session.
 
 /// The columns a budget statement returns, in [`BudgetRow`]'s order.
 macro_rules! budget_columns {

@@ -1,14 +1,16 @@
-//! The comparison itself: each crate's rustdoc JSON built at both ends in
-//! one target dir, given to cargo-semver-checks pair by pair, and the lints
-//! the manifests allow applied to its reports.
+//! The comparison itself: each crate's rustdoc JSON built at both ends,
+//! one target dir per end, given to cargo-semver-checks pair by pair; its
+//! features compared here (see [`super::features`]); and the lints the
+//! manifests allow applied to what fails.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+use serde_json::Value;
 
-use super::BASELINE;
+use super::{features, BASELINE};
 use crate::{cargo, run_cmd};
 
 /// What rustdoc is given to write the JSON cargo-semver-checks reads, as
@@ -17,9 +19,13 @@ use crate::{cargo, run_cmd};
 const RUSTDOC_JSON_FLAGS: &str = "-Z unstable-options --document-private-items \
      --document-hidden-items --output-format=json --cap-lints=allow";
 
+/// cargo-semver-checks' exit code when lints failed (and nothing else went
+/// wrong: an error, a missing witness, is 101).
+const LINTS_FAILED: i32 = 100;
+
 /// Builds the rustdoc JSON of `crates` at both ends, the working tree and
 /// the baseline unpacked from git, then has cargo-semver-checks compare
-/// each pair.
+/// each pair, and compares their features.
 ///
 /// cargo-semver-checks could build both ends itself (`--baseline-rev`), but
 /// it builds each crate's current end in a target dir of its own, every
@@ -28,6 +34,9 @@ const RUSTDOC_JSON_FLAGS: &str = "-Z unstable-options --document-private-items \
 /// of all the crates (about 2 minutes and 1 GB each from nothing). The two
 /// ends cannot share a target dir: cargo names a path crate's build by its
 /// place in the workspace, so one end's build would pass for the other's.
+/// Given JSON, cargo-semver-checks reads no manifest: the feature lints
+/// find nothing and the manifests' lint tables are not read, so both are
+/// done here.
 pub(super) fn compare(root: &Path, crates: &[&str]) -> Result<()> {
     let dir = root.join("target/semver");
     let earlier = root.join("target/semver-checks");
@@ -40,33 +49,23 @@ pub(super) fn compare(root: &Path, crates: &[&str]) -> Result<()> {
     }
     let current = rustdoc_json(root, &dir.join("current"), crates)?;
     let source = dir.join("baseline-src");
-    unpack_baseline(root, &source)?;
+    unpack_baseline(root, &source, &dir.join("baseline"))?;
     let baseline = rustdoc_json(&source, &dir.join("baseline"), crates)?;
-    let allowed = allowed_lints(root)?;
+    let (now, then) = (metadata(root)?, metadata(&source)?);
     let mut failed = Vec::new();
     for name in crates {
-        let file = format!("{}.json", name.replace('-', "_"));
         eprintln!("xtask: semver-checks {name}");
-        let out = cargo()
-            .args(["semver-checks", "check-release", "--current-rustdoc"])
-            .arg(current.join(&file))
-            .arg("--baseline-rustdoc")
-            .arg(baseline.join(&file))
-            .current_dir(root)
-            .output()
-            .context("cargo semver-checks")?;
-        let report = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        eprint!("{report}");
-        if out.status.success() {
+        let mut lints = semver_checks(root, name, &current, &baseline)?;
+        let (now, then) = (package(&now, name)?, package(&then, name)?);
+        for (lint, what) in features::broken(now, then) {
+            eprintln!("--- failure {lint}: {what}");
+            lints.push(lint.to_owned());
+        }
+        if lints.is_empty() {
             continue;
         }
-        let lints = failed_lints(&report);
-        let allows = allowed.get(*name);
-        if !lints.is_empty() && lints.iter().all(|l| allows.is_some_and(|a| a.contains(*l))) {
+        let allows = allowed_lints(now)?;
+        if lints.iter().all(|l| allows.contains(l)) {
             eprintln!(
                 "xtask: {name}: only lints its manifest allows failed ({}); that passes",
                 lints.join(", ")
@@ -77,8 +76,8 @@ pub(super) fn compare(root: &Path, crates: &[&str]) -> Result<()> {
     }
     if !failed.is_empty() {
         bail!(
-            "cargo-semver-checks found changes that break users of {} since the \
-             baseline {BASELINE} (its report is above); bump the minor version of \
+            "the semver check found changes that break users of {} since the \
+             baseline {BASELINE} (the report is above); bump the minor version of \
              each and say so in CHANGELOG.md",
             failed.join(", ")
         );
@@ -86,55 +85,91 @@ pub(super) fn compare(root: &Path, crates: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The lints each publishable crate's manifest allows: its
-/// `[package.metadata.cargo-semver-checks.lints]` over the workspace's
-/// `[workspace.metadata.cargo-semver-checks.lints]`. cargo-semver-checks
-/// reads these tables only when it builds a crate itself, not when given
-/// rustdoc JSON, so [`compare`] applies them to its report.
-fn allowed_lints(root: &Path) -> Result<BTreeMap<String, BTreeSet<String>>> {
+/// cargo-semver-checks on one crate's pair of JSON files: the lints that
+/// failed, empty when none did. Anything else it reports (an error, a
+/// failure this cannot name) is an error here.
+fn semver_checks(root: &Path, name: &str, current: &Path, baseline: &Path) -> Result<Vec<String>> {
+    let file = format!("{}.json", name.replace('-', "_"));
     let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .args(["semver-checks", "check-release", "--current-rustdoc"])
+        .arg(current.join(&file))
+        .arg("--baseline-rustdoc")
+        .arg(baseline.join(&file))
         .current_dir(root)
         .output()
-        .context("cargo metadata")?;
-    let meta: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("cargo metadata output")?;
-    let workspace = lint_levels(&meta["metadata"])?;
-    let mut allowed = BTreeMap::new();
-    for package in meta["packages"].as_array().into_iter().flatten() {
-        let Some(name) = package["name"].as_str() else {
-            continue;
-        };
-        let mut levels = workspace.clone();
-        levels.extend(lint_levels(&package["metadata"])?);
-        let allows = levels
-            .into_iter()
-            .filter(|(_, level)| level == "allow")
-            .map(|(lint, _)| lint)
-            .collect();
-        allowed.insert(name.to_owned(), allows);
+        .context("cargo semver-checks")?;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("{report}");
+    if out.status.success() {
+        return Ok(Vec::new());
     }
-    Ok(allowed)
+    let lints = failed_lints(&report);
+    if out.status.code() != Some(LINTS_FAILED) || lints.is_empty() {
+        bail!("cargo semver-checks on {name} failed with {}", out.status);
+    }
+    Ok(lints.into_iter().map(str::to_owned).collect())
 }
 
-/// The level of each lint in a `metadata` table's
-/// `cargo-semver-checks.lints`: `lint = "allow"` or `lint = { level =
-/// "allow" }`.
-fn lint_levels(metadata: &serde_json::Value) -> Result<BTreeMap<String, String>> {
-    let mut levels = BTreeMap::new();
-    let Some(lints) = metadata["cargo-semver-checks"]["lints"].as_object() else {
-        return Ok(levels);
+/// `cargo metadata --no-deps` of the workspace at `workspace`.
+fn metadata(workspace: &Path) -> Result<Value> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .context("cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata in {} failed: {}",
+            workspace.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("cargo metadata output")
+}
+
+/// The package `name` of a workspace's metadata.
+fn package<'a>(meta: &'a Value, name: &str) -> Result<&'a Value> {
+    meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name)
+        .with_context(|| format!("no package {name} in cargo metadata"))
+}
+
+/// The lints `package`'s manifest allows
+/// (`[package.metadata.cargo-semver-checks.lints]`), each as `lint =
+/// "allow"` or `lint = { level = "allow" }`. Anything else there — another
+/// level, a `required-update`, a `priority` — is refused rather than half
+/// applied: cargo-semver-checks reads these tables only when it builds a
+/// crate itself. (No workspace table is read: korvus has none.)
+fn allowed_lints(package: &Value) -> Result<BTreeSet<String>> {
+    let mut allowed = BTreeSet::new();
+    let Some(lints) = package["metadata"]["cargo-semver-checks"]["lints"].as_object() else {
+        return Ok(allowed);
     };
     for (lint, value) in lints {
-        let level = value
-            .as_str()
-            .or_else(|| value["level"].as_str())
-            .with_context(|| {
-                format!("cargo-semver-checks.lints.{lint} is neither a level nor {{ level = … }}")
-            })?;
-        levels.insert(lint.clone(), level.to_owned());
+        if lint == "workspace" {
+            continue;
+        }
+        let plain = value == "allow"
+            || value
+                .as_object()
+                .is_some_and(|o| o.len() == 1 && o.get("level").is_some_and(|l| l == "allow"));
+        if !plain {
+            bail!(
+                "cargo-semver-checks.lints.{lint} of {} is {value}: xtask applies only \
+                 `\"allow\"` (or `{{ level = \"allow\" }}`)",
+                package["name"]
+            );
+        }
+        allowed.insert(lint.clone());
     }
-    Ok(levels)
+    Ok(allowed)
 }
 
 /// The lints a cargo-semver-checks report says failed (`--- failure
@@ -169,14 +204,17 @@ fn rustdoc_json(workspace: &Path, build: &Path, crates: &[&str]) -> Result<PathB
 
 /// The baseline's files (`git archive`) in `dest`, unpacked once: a stamp
 /// naming the commit says they are complete, and files unpacked once keep
-/// their build.
-fn unpack_baseline(root: &Path, dest: &Path) -> Result<()> {
+/// their build. Unpacked anew, their build in `build` goes too: the files
+/// carry their commit's time, and an older baseline's could pass for built.
+fn unpack_baseline(root: &Path, dest: &Path, build: &Path) -> Result<()> {
     let stamp = dest.join(".korvus-baseline");
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == BASELINE) {
         return Ok(());
     }
-    if dest.exists() {
-        std::fs::remove_dir_all(dest).with_context(|| format!("{}", dest.display()))?;
+    for dir in [dest, build] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+        }
     }
     std::fs::create_dir_all(dest).with_context(|| format!("{}", dest.display()))?;
     let mut archive = Command::new("git")
@@ -191,8 +229,15 @@ fn unpack_baseline(root: &Path, dest: &Path) -> Result<()> {
         .arg("-C")
         .arg(dest)
         .stdin(tar)
-        .status()
-        .context("tar -x")?;
+        .status();
+    let untar = match untar {
+        Ok(status) => status,
+        Err(e) => {
+            let _ = archive.kill();
+            let _ = archive.wait();
+            return Err(e).context("tar -x");
+        }
+    };
     let archived = archive.wait().context("git archive")?;
     if !archived.success() || !untar.success() {
         bail!(
@@ -208,15 +253,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allowed_lints_are_read_from_either_form_and_failures_from_the_report() {
-        let meta = serde_json::json!({"cargo-semver-checks": {"lints": {
-            "a": "allow", "b": {"level": "warn", "required-update": "minor"}}}});
-        let levels = lint_levels(&meta).unwrap();
-        assert_eq!(levels["a"], "allow");
-        assert_eq!(levels["b"], "warn");
-        assert!(lint_levels(&serde_json::json!({})).unwrap().is_empty());
-        let odd = serde_json::json!({"cargo-semver-checks": {"lints": {"c": 3}}});
-        assert!(lint_levels(&odd).is_err());
+    fn only_plain_allows_are_read_and_failures_come_from_the_report() {
+        let package = |lints: Value| {
+            serde_json::json!({"name": "korvus-x",
+                "metadata": {"cargo-semver-checks": {"lints": lints}}})
+        };
+        let allowed = allowed_lints(&package(
+            serde_json::json!({"a": "allow", "b": {"level": "allow"},
+                "workspace": true}),
+        ))
+        .unwrap();
+        assert_eq!(allowed.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(allowed_lints(&serde_json::json!({"name": "korvus-y"}))
+            .unwrap()
+            .is_empty());
+        for refused in [
+            serde_json::json!({"c": "deny"}),
+            serde_json::json!({"c": {"level": "allow", "priority": -1}}),
+            serde_json::json!({"c": {"required-update": "minor"}}),
+            serde_json::json!({"c": 3}),
+        ] {
+            assert!(
+                allowed_lints(&package(refused.clone())).is_err(),
+                "{refused}"
+            );
+        }
         let report = "     Checked [   0.035s] 202 checks: 200 pass, 2 fail\n\n\
             --- failure enum_no_repr_variant_discriminant_changed: enum variant had its \
             discriminant change value ---\n\nDescription:\n\

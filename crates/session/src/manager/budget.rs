@@ -85,8 +85,8 @@ impl Manager {
     /// (its own limits again, or raised) or an answer.
     ///
     /// # Errors
-    /// `NoBudgets`, `Store` (`NotFound` for an unknown incident,
-    /// `InvalidInput` for a limit out of range).
+    /// `NotFound` for an unknown incident (with budgets kept or not),
+    /// `NoBudgets`, `Store` (`InvalidInput` for a limit out of range).
     ///
     /// # Cancel safety
     /// One store write, committed whole or not.
@@ -95,6 +95,11 @@ impl Manager {
         id: IncidentId,
         limits: BudgetLimits,
     ) -> Result<Budget> {
+        if self.inner.budgets.is_none() {
+            // `NotFound` for an unknown incident comes first, as it does
+            // for a session's budget.
+            self.inner.store.get_incident(id).await?;
+        }
         let budget = self
             .budgets()?
             .set_budget(BudgetScope::Incident(id), limits)
@@ -105,14 +110,15 @@ impl Manager {
     /// Where the budget of incident `id` stands: `None` when none is set.
     ///
     /// # Errors
-    /// `NoBudgets`, `NotFound` (an unknown incident), `Store`.
+    /// `NotFound` (an unknown incident), `NoBudgets`, `Store`.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn incident_budget(&self, id: IncidentId) -> Result<Option<Budget>> {
-        let budgets = self.budgets()?;
+        // The incident first, as a session's budget calls read the session
+        // first: an unknown one is `NotFound` with or without budgets.
         self.inner.store.get_incident(id).await?;
-        Ok(budgets.budget(BudgetScope::Incident(id)).await?)
+        Ok(self.budgets()?.budget(BudgetScope::Incident(id)).await?)
     }
 
     /// Where session `id`'s budgets stand: its own and its incident's.
