@@ -226,3 +226,74 @@ async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
     // chunk was flushed before the upstream's failure: not asserted.
     h.stop().await;
 }
+
+/// An agent that takes the text of a whole (not streamed) answer and hangs
+/// up before its usage, which comes last: the gateway reads the rest of
+/// the answer anyway, and meters the call exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_the_agent_hangs_up_on_is_still_metered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = conn.read(&mut buf).await;
+            // More text than loopback buffers hold, so the gateway is
+            // still writing it when the agent hangs up; the usage later.
+            let text = format!(
+                "{{\"id\":\"r\",\"output\":[{{\"type\":\"message\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{}\"}}]}}],",
+                "x".repeat(12 << 20)
+            );
+            let tail = "\"usage\":{\"input_tokens\":123,\"output_tokens\":45}}";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                text.len() + tail.len()
+            );
+            let _ = conn.write_all(head.as_bytes()).await;
+            let _ = conn.write_all(text.as_bytes()).await;
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            let _ = conn.write_all(tail.as_bytes()).await;
+        }
+    });
+    let runner = sh(r#"
+        curl -s --max-time 20 -H "Authorization: Bearer $KORVUS_MODEL_TOKEN" \
+            -d '{"stream":false}' "$KORVUS_MODEL_URL/v1/responses" | head -c 100 > answer.txt
+        echo '{"type":"usage","input_tokens":5,"output_tokens":2}'
+        echo '# R' > report.md
+    "#)
+    .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]))
+    .model_gateway(ModelGateway::openai(upstream, KEY_VAR));
+    let h = harness(runner).await;
+    let row = h.run("hang up").await;
+    assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
+    let answer = h.artifact_text(row.id, "answer.txt").await;
+    assert_eq!(answer.len(), 100, "the agent took the start of the text");
+    let texts = h.texts(row.id).await;
+    assert!(
+        texts.iter().any(|t| t.starts_with(
+            "model gateway: 1 call(s) metered (123 input / 45 output tokens), 0 not metered"
+        )),
+        "{texts:#?} (the agent read {answer:?})"
+    );
+    let metered: Vec<_> = h
+        .events(row.id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MeteredUsage {
+                input_tokens,
+                output_tokens,
+                unmetered,
+                ..
+            } => Some((input_tokens, output_tokens, unmetered)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(metered, [(123, 45, false)]);
+    assert_eq!(
+        (row.counters.input_tokens, row.counters.output_tokens),
+        (123, 45)
+    );
+    h.stop().await;
+}

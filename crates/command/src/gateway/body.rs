@@ -1,11 +1,17 @@
 //! The upstream's answer as the agent gets it: streamed through as it
 //! comes, read by a [`Meter`] on the way, and what the call used sent to
-//! the run's logger when the answer ends, fails or is dropped.
+//! the run's logger when the answer ends, fails or is dropped. A whole
+//! (not streamed) answer the agent hangs up on is read to its end all the
+//! same: the upstream made it and charges for it, and its usage comes
+//! last, so an agent could otherwise take the text and leave the bill
+//! unmetered.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::mpsc;
 
@@ -28,16 +34,47 @@ pub(super) enum Measured {
 /// The upstream's answer on its way to the agent, read by a meter; what
 /// it measured is sent when the answer ends, fails or is dropped.
 pub(crate) struct MeteredBody {
-    pub(super) inner: Incoming,
+    /// `None` once handed to the task that reads it to its end.
+    pub(super) inner: Option<Incoming>,
     pub(super) meter: Option<Meter>,
     /// A call to a model API path: one without usage is counted as not
     /// metered (another path's, a model list say, is nothing).
     pub(super) model_call: bool,
     pub(super) path: String,
     pub(super) to: mpsc::UnboundedSender<Measured>,
+    /// Being read to its end after the agent hung up: not handed on again.
+    pub(super) draining: bool,
 }
 
+/// How long the rest of a whole answer the agent hung up on is read for.
+/// Below the end of a run's wait for its last measurements (5 s): a
+/// whole answer was made before its first byte came, so its rest comes
+/// at once.
+const DRAIN_WAIT: Duration = Duration::from_secs(3);
+
 impl MeteredBody {
+    /// A body for the upstream's answer `inner`.
+    pub(super) fn new(
+        inner: Incoming,
+        meter: Option<Meter>,
+        model_call: bool,
+        path: String,
+        to: mpsc::UnboundedSender<Measured>,
+    ) -> Self {
+        Self {
+            inner: Some(inner),
+            meter,
+            model_call,
+            path,
+            to,
+            draining: false,
+        }
+    }
+
+    fn ended(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
     fn done(&mut self, complete: bool) {
         let Some(meter) = self.meter.take() else {
             return;
@@ -70,7 +107,10 @@ impl Body for MeteredBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(meter), Some(data)) = (self.meter.as_mut(), frame.data_ref()) {
@@ -78,7 +118,7 @@ impl Body for MeteredBody {
                 }
                 // A body of known length ends with its last frame: hyper
                 // asks no further.
-                if self.inner.is_end_stream() {
+                if self.ended() {
                     self.done(true);
                 }
             }
@@ -90,20 +130,50 @@ impl Body for MeteredBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ended()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
 impl Drop for MeteredBody {
     fn drop(&mut self) {
         // An empty answer is over before it is polled.
-        let complete = self.inner.is_end_stream();
+        let complete = self.ended();
+        let whole = self.meter.as_ref().is_some_and(Meter::reads_whole);
+        if !complete && whole && !self.draining {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let rest = Self {
+                    inner: self.inner.take(),
+                    meter: self.meter.take(),
+                    model_call: self.model_call,
+                    path: std::mem::take(&mut self.path),
+                    to: self.to.clone(),
+                    draining: true,
+                };
+                runtime.spawn(drain(rest));
+                return;
+            }
+        }
         self.done(complete);
     }
+}
+
+/// Reads the rest of a whole answer the agent hung up on, for its usage,
+/// for at most [`DRAIN_WAIT`]; what it could not read counts as cut.
+async fn drain(mut rest: MeteredBody) {
+    let _ = tokio::time::timeout(DRAIN_WAIT, async {
+        while let Some(frame) = rest.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 impl std::fmt::Debug for MeteredBody {

@@ -145,6 +145,12 @@ impl Meter {
         Some(used)
     }
 
+    /// Whether it reads a whole (not streamed) answer it can still meter:
+    /// one worth reading to its end when the agent hangs up.
+    pub(crate) fn reads_whole(&self) -> bool {
+        !self.streamed && !self.skipping
+    }
+
     /// What was read so far (a cut answer's figures: a lower bound).
     pub(crate) fn partial(&self) -> Option<Used> {
         self.used.clone()

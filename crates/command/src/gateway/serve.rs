@@ -365,13 +365,7 @@ fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incom
     if let Some(headers) = response.headers_mut() {
         copy_headers(&parts.headers, headers, &[]);
     }
-    let body = MeteredBody {
-        inner: body,
-        meter,
-        model_call: api.is_some(),
-        path,
-        to: state.measured.clone(),
-    };
+    let body = MeteredBody::new(body, meter, api.is_some(), path, state.measured.clone());
     response
         .body(Either::Right(body))
         .unwrap_or_else(|_| refusal(StatusCode::BAD_GATEWAY, "api_error", "bad answer"))
