@@ -68,6 +68,10 @@ struct Books {
     largest: Spend,
     /// Why further model calls are refused, once they are.
     closed: Option<String>,
+    /// The run ended ([`finish`]): a measurement arriving later (a whole
+    /// answer read to its end after the agent hung up) adds its tokens,
+    /// no wall time, and stops nothing.
+    ended: bool,
 }
 
 /// A refused model call: why.
@@ -98,6 +102,7 @@ impl Guard {
                 wall_left: None,
                 largest: Spend::default(),
                 closed: None,
+                ended: false,
             }),
             reached: watch::channel(None).0,
             log,
@@ -176,21 +181,27 @@ impl Guard {
     /// Adds `extra`, the wall time since the last spend and whatever
     /// earlier spends could not record, to the budgets; judges them.
     async fn account(&self, extra: Spend) -> Result<(), ()> {
-        let spend = {
+        let (spend, ended) = {
             let mut books = self.books();
             let now = Instant::now();
-            let wall = now.duration_since(books.since);
+            let wall = if books.ended {
+                Duration::ZERO
+            } else {
+                now.duration_since(books.since)
+            };
             books.since = now;
             let spend = books
                 .pending
                 .plus(extra)
                 .plus(Spend::default().with_wall(wall));
             books.pending = Spend::default();
-            spend
+            (spend, books.ended)
         };
         match self.budgets.spend(self.session, self.incident, spend).await {
             Ok(budgets) => {
-                self.judge(&budgets).await;
+                if !ended {
+                    self.judge(&budgets).await;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -256,12 +267,13 @@ impl Guard {
 }
 
 /// The end of a run's pump: stops `guard`'s wall-time watch and records
-/// its last wall time.
+/// its last wall time; later spends add tokens only.
 pub(crate) async fn finish(guard: Option<&Guard>, wall: Option<JoinHandle<()>>) {
     if let Some(wall) = wall {
         wall.abort();
     }
     if let Some(guard) = guard {
         let _ = guard.account(Spend::default()).await;
+        guard.books().ended = true;
     }
 }

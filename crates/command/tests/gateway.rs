@@ -252,7 +252,7 @@ async fn a_whole_answer_the_agent_hangs_up_on_is_still_metered() {
             );
             let _ = conn.write_all(head.as_bytes()).await;
             let _ = conn.write_all(text.as_bytes()).await;
-            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             let _ = conn.write_all(tail.as_bytes()).await;
         }
     });

@@ -125,8 +125,11 @@ fn a_quota_has_a_floor() {
 
 /// Holds the lock a live owner holds on its directory: another open file
 /// description, so it conflicts with the sweep's even in this process.
+/// Close-on-exec: a child another test spawns meanwhile would otherwise
+/// inherit the descriptor, and the lock with it, past `drop`.
 fn hold(dir: &Path) -> OwnedFd {
-    let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty()).unwrap();
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).unwrap();
     fd
 }

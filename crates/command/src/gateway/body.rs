@@ -10,12 +10,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::meter::{Meter, Used};
+use super::meter::{Meter, Used, MAX_HELD};
 
 /// What one model call measured, for the logger.
 #[derive(Debug)]
@@ -42,24 +44,33 @@ pub(crate) struct MeteredBody {
     pub(super) model_call: bool,
     pub(super) path: String,
     pub(super) to: mpsc::UnboundedSender<Measured>,
+    /// The run's turns at reading an answer to its end; held by the
+    /// task reading this one.
+    drains: Arc<Semaphore>,
     /// Being read to its end after the agent hung up: not handed on again.
-    pub(super) draining: bool,
+    draining: Option<OwnedSemaphorePermit>,
 }
 
 /// How long the rest of a whole answer the agent hung up on is read for.
-/// Below the end of a run's wait for its last measurements (5 s): a
-/// whole answer was made before its first byte came, so its rest comes
-/// at once.
-const DRAIN_WAIT: Duration = Duration::from_secs(3);
+/// A whole answer was made before its first byte came, so its rest comes
+/// at once; the end of a run waits this long, and more, for the last
+/// measurements.
+pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(3);
+
+/// Whole answers of one run read to their end at once: an agent that hangs
+/// up on one answer after another gets the rest counted as cut.
+pub(super) const MAX_DRAINS: usize = 8;
 
 impl MeteredBody {
-    /// A body for the upstream's answer `inner`.
+    /// A body for the upstream's answer `inner`; `drains` is the run's
+    /// (at most [`MAX_DRAINS`] permits).
     pub(super) fn new(
         inner: Incoming,
         meter: Option<Meter>,
         model_call: bool,
         path: String,
         to: mpsc::UnboundedSender<Measured>,
+        drains: Arc<Semaphore>,
     ) -> Self {
         Self {
             inner: Some(inner),
@@ -67,8 +78,22 @@ impl MeteredBody {
             model_call,
             path,
             to,
-            draining: false,
+            drains,
+            draining: None,
         }
+    }
+
+    /// Whether what is left of the answer is worth reading to its end:
+    /// a whole answer the meter still reads, which fits what it holds.
+    fn worth_draining(&self) -> bool {
+        let Some(meter) = self.meter.as_ref().filter(|m| m.reads_whole()) else {
+            return false;
+        };
+        let left = self.inner.as_ref().map_or(0, |b| b.size_hint().lower());
+        meter
+            .held()
+            .saturating_add(usize::try_from(left).unwrap_or(usize::MAX))
+            <= MAX_HELD
     }
 
     fn ended(&self) -> bool {
@@ -144,16 +169,17 @@ impl Drop for MeteredBody {
     fn drop(&mut self) {
         // An empty answer is over before it is polled.
         let complete = self.ended();
-        let whole = self.meter.as_ref().is_some_and(Meter::reads_whole);
-        if !complete && whole && !self.draining {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if !complete && self.draining.is_none() && self.worth_draining() {
+            let turn = Arc::clone(&self.drains).try_acquire_owned().ok();
+            if let (Ok(runtime), Some(turn)) = (tokio::runtime::Handle::try_current(), turn) {
                 let rest = Self {
                     inner: self.inner.take(),
                     meter: self.meter.take(),
                     model_call: self.model_call,
                     path: std::mem::take(&mut self.path),
                     to: self.to.clone(),
-                    draining: true,
+                    drains: Arc::clone(&self.drains),
+                    draining: Some(turn),
                 };
                 runtime.spawn(drain(rest));
                 return;
@@ -168,7 +194,8 @@ impl Drop for MeteredBody {
 async fn drain(mut rest: MeteredBody) {
     let _ = tokio::time::timeout(DRAIN_WAIT, async {
         while let Some(frame) = rest.frame().await {
-            if frame.is_err() {
+            // Past what the meter holds, nothing more can be measured.
+            if frame.is_err() || !rest.meter.as_ref().is_some_and(Meter::reads_whole) {
                 break;
             }
         }

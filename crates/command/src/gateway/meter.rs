@@ -71,7 +71,7 @@ pub(crate) struct Used {
 
 /// The longest SSE line or JSON body read for usage; a longer line is
 /// skipped (usage lines are small), a longer JSON body is not metered.
-const MAX_HELD: usize = 16 * 1024 * 1024;
+pub(super) const MAX_HELD: usize = 16 * 1024 * 1024;
 
 /// Reads one answer as it streams past.
 #[derive(Debug)]
@@ -149,6 +149,11 @@ impl Meter {
     /// one worth reading to its end when the agent hangs up.
     pub(crate) fn reads_whole(&self) -> bool {
         !self.streamed && !self.skipping
+    }
+
+    /// The bytes it holds (a whole answer read so far).
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
     }
 
     /// What was read so far (a cut answer's figures: a lower bound).

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
-use super::body::{Measured, MeteredBody};
+use super::body::{Measured, MeteredBody, DRAIN_WAIT, MAX_DRAINS};
 use super::meter::{Api, Meter};
 use super::{ModelGateway, UpstreamAuth};
 use crate::budget::{Guard, Refused};
@@ -32,8 +32,9 @@ use crate::hop::copy_headers;
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
 /// Connections served at once, per run.
 const MAX_CONNECTIONS: usize = 64;
-/// How long the end of a run waits for the last measurements to be logged.
-const FINISH_WAIT: Duration = Duration::from_secs(5);
+/// How long the end of a run waits for the last measurements to be
+/// logged: a whole answer still being read to its end, and then 5 s.
+const FINISH_WAIT: Duration = Duration::from_secs(5 + DRAIN_WAIT.as_secs());
 /// Headers of the agent's never forwarded upstream besides the hop's own:
 /// its key, and its choice of compression (the meter reads the answer).
 const ALSO_DROPPED: &[&str] = &["authorization", "x-api-key", "accept-encoding"];
@@ -63,6 +64,8 @@ struct State {
     totals: Arc<Mutex<Totals>>,
     /// The run's budgets, asked before each call.
     guard: Option<Arc<Guard>>,
+    /// Turns at reading a whole answer to its end after the agent hung up.
+    drains: Arc<tokio::sync::Semaphore>,
 }
 
 /// A run's running gateway; [`finish`](Self::finish) stops it.
@@ -117,6 +120,7 @@ impl Serving {
             measured: tx,
             totals: Arc::clone(&totals),
             guard: guard.clone(),
+            drains: Arc::new(tokio::sync::Semaphore::new(MAX_DRAINS)),
         });
         Ok(Self {
             accept: tokio::spawn(accept(listener, state)),
@@ -365,7 +369,14 @@ fn metered(state: &State, api: Option<Api>, path: String, answer: Response<Incom
     if let Some(headers) = response.headers_mut() {
         copy_headers(&parts.headers, headers, &[]);
     }
-    let body = MeteredBody::new(body, meter, api.is_some(), path, state.measured.clone());
+    let body = MeteredBody::new(
+        body,
+        meter,
+        api.is_some(),
+        path,
+        state.measured.clone(),
+        Arc::clone(&state.drains),
+    );
     response
         .body(Either::Right(body))
         .unwrap_or_else(|_| refusal(StatusCode::BAD_GATEWAY, "api_error", "bad answer"))
