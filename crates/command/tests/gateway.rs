@@ -10,6 +10,7 @@ use korvus_command::{CommandRunner, ModelGateway, Network, Roots};
 use korvus_log::EventKind;
 use korvus_model_stub::{Api, Script, StubServer, TestCa};
 use korvus_store::SessionStatus;
+use tokio::io::AsyncWriteExt as _;
 
 use crate::support::{harness, sh};
 
@@ -177,30 +178,26 @@ async fn a_missing_key_fails_the_run_before_the_agent_starts() {
 /// before its usage: the call is counted as not metered, with a note.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 64 * 1024];
-            let _ = conn.read(&mut buf).await;
-            let event = "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n";
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
-                event.len()
-            );
-            let _ = conn.write_all(head.as_bytes()).await;
-            // Cut: no last chunk, no usage.
-        }
-    });
-    let runner = sh(r#"
+    let upstream = raw_upstream(|mut conn| async move {
+        let event = "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n";
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
+            event.len()
+        );
+        let _ = conn.write_all(head.as_bytes()).await;
+        // Cut: no last chunk, no usage.
+        conn
+    })
+    .await;
+    let runner = through_gateway(
+        r#"
         curl -s --max-time 20 -H "Authorization: Bearer $KORVUS_MODEL_TOKEN" \
             -d '{"stream":true}' "$KORVUS_MODEL_URL/v1/responses" > answer.txt
         echo '{"type":"usage","input_tokens":5,"output_tokens":2}'
         echo '# R' > report.md
-    "#)
-    .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]))
-    .model_gateway(ModelGateway::openai(upstream, KEY_VAR));
+    "#,
+        upstream,
+    );
     let h = harness(runner).await;
     let row = h.run("cut").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
@@ -232,38 +229,34 @@ async fn a_stream_cut_before_its_usage_is_counted_as_not_metered() {
 /// the answer anyway, and meters the call exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_answer_the_agent_hangs_up_on_is_still_metered() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 64 * 1024];
-            let _ = conn.read(&mut buf).await;
-            // More text than loopback buffers hold, so the gateway is
-            // still writing it when the agent hangs up; the usage later.
-            let text = format!(
-                "{{\"id\":\"r\",\"output\":[{{\"type\":\"message\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{}\"}}]}}],",
-                "x".repeat(12 << 20)
-            );
-            let tail = "\"usage\":{\"input_tokens\":123,\"output_tokens\":45}}";
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                text.len() + tail.len()
-            );
-            let _ = conn.write_all(head.as_bytes()).await;
-            let _ = conn.write_all(text.as_bytes()).await;
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            let _ = conn.write_all(tail.as_bytes()).await;
-        }
-    });
-    let runner = sh(r#"
+    let upstream = raw_upstream(|mut conn| async move {
+        // More text than loopback buffers hold, so the gateway is still
+        // writing it when the agent hangs up; the usage later.
+        let text = format!(
+            "{{\"id\":\"r\",\"output\":[{{\"type\":\"message\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{}\"}}]}}],",
+            "x".repeat(12 << 20)
+        );
+        let tail = "\"usage\":{\"input_tokens\":123,\"output_tokens\":45}}";
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            text.len() + tail.len()
+        );
+        let _ = conn.write_all(head.as_bytes()).await;
+        let _ = conn.write_all(text.as_bytes()).await;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let _ = conn.write_all(tail.as_bytes()).await;
+        conn
+    })
+    .await;
+    let runner = through_gateway(
+        r#"
         curl -s --max-time 20 -H "Authorization: Bearer $KORVUS_MODEL_TOKEN" \
             -d '{"stream":false}' "$KORVUS_MODEL_URL/v1/responses" | head -c 100 > answer.txt
         echo '{"type":"usage","input_tokens":5,"output_tokens":2}'
         echo '# R' > report.md
-    "#)
-    .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]))
-    .model_gateway(ModelGateway::openai(upstream, KEY_VAR));
+    "#,
+        upstream,
+    );
     let h = harness(runner).await;
     let row = h.run("hang up").await;
     assert_eq!(row.status, SessionStatus::Completed, "{row:?}");
@@ -296,4 +289,33 @@ async fn a_whole_answer_the_agent_hangs_up_on_is_still_metered() {
         (123, 45)
     );
     h.stop().await;
+}
+
+/// A plain-HTTP upstream on loopback that reads each request and lets
+/// `answer` write (or cut) the response; its URL.
+async fn raw_upstream<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = tokio::net::TcpStream> + Send,
+{
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = conn.read(&mut buf).await;
+            // Dropped once answered: the connection ends with the answer.
+            drop(answer(conn).await);
+        }
+    });
+    upstream
+}
+
+/// `script` as the agent, its OpenAI calls through the gateway to
+/// `upstream` with the real key.
+fn through_gateway(script: &str, upstream: String) -> CommandRunner {
+    sh(script)
+        .env_source(std::env::vars_os().chain([(KEY_VAR.into(), REAL_KEY.into())]))
+        .model_gateway(ModelGateway::openai(upstream, KEY_VAR))
 }
